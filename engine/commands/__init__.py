@@ -1,0 +1,1 @@
+"""One module per ``python -m engine`` subcommand: ``HELP``, ``add_arguments(parser)``, ``run(args) -> int``."""

@@ -1,0 +1,21 @@
+"""Helpers shared by command modules: JSON printing and turning engine errors into exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from engine.errors import ConfigError, DataError
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, ensure_ascii=False, indent=None, default=str))
+
+
+def fail(exc: Exception) -> int:
+    """Print a located error on stderr and return the exit code for bad input."""
+    if isinstance(exc, (DataError, ConfigError)):
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    raise exc

@@ -1,0 +1,52 @@
+"""Train a small byte-level BPE tokenizer for the demo agents, offline, with the ``tokenizers`` library.
+
+Digits are split one per token (so models learn arithmetic copying, not number spellings). The fixed Lumos
+instruction blocks (``phrases``) become single added tokens: prompts keep Lumos's exact text while a tiny model
+spends its compute on the task, not on re-reading the same paragraph. Special tokens: ``<pad>``, ``</s>`` (EOS,
+as in Lumos checkpoints), ``<|user|>`` and ``<|assistant|>``. The result is a ``PreTrainedTokenizerFast`` with a
+chat template that renders the Lumos layout, loadable with ``AutoTokenizer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+PAD, EOS, USER, ASSISTANT = "<pad>", "</s>", "<|user|>", "<|assistant|>"
+
+# The Lumos chat layout "<|user|>\n{user}\n<|assistant|>\n{assistant}</s>" as a Jinja chat template.
+LUMOS_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + '\\n' }}"
+    "{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\\n' + message['content'] + '</s>' }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+)
+
+
+def train_tokenizer(texts: Iterable[str], phrases: Sequence[str] = (), vocab_size: int = 2048):
+    """Return a ``PreTrainedTokenizerFast`` trained on ``texts`` with each of ``phrases`` as one token."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, EOS, USER, ASSISTANT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    # Longest first: an added token that is a prefix of another must not win the match.
+    tokenizer.add_tokens([AddedToken(p, normalized=False) for p in sorted(set(phrases), key=len, reverse=True)])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, bos_token=None, unk_token=None,
+        additional_special_tokens=[USER, ASSISTANT],
+    )
+    fast.chat_template = LUMOS_CHAT_TEMPLATE
+    fast.padding_side = "right"
+    return fast

@@ -1,0 +1,25 @@
+"""Errors the engine raises for bad input.
+
+``DataError`` always names where the problem is (``path:line: field: what is wrong``) so a user can fix the file;
+loaders raise it instead of bare ``KeyError``/``JSONDecodeError`` and never return a partial result.
+"""
+
+from __future__ import annotations
+
+
+class DataError(ValueError):
+    """Bad input data, located by file path, 1-based line number and field name."""
+
+    def __init__(self, path: str, line: int | None, field: str, message: str):
+        self.path, self.line, self.field, self.message = str(path), line, field, message
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {field}: {message}")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value, named by its dotted field path (``section.field``)."""
+
+    def __init__(self, field: str, message: str, source: str | None = None):
+        self.field, self.message, self.source = field, message, source
+        prefix = f"{source}: " if source else ""
+        super().__init__(f"{prefix}{field}: {message}")

@@ -1,0 +1,91 @@
+"""Dataset loaders: turn each supported file format into a stream of ``engine.tasks.Task`` records.
+
+Contract: ``load(format, path, ground=None, split=None)`` yields Tasks; every malformed record raises
+``DataError(path, line, field, message)`` (never skipped, never partially used). ``FORMATS`` lists the names the CLI
+accepts. Each loader lives in its own module and is imported lazily by ``load`` so submodules can share the small
+helpers defined here without an import cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.errors import DataError
+from engine.tasks import SPLITS, Task
+
+FORMATS = ("gsm8k", "svamp", "hotpotqa", "strategyqa", "lumos", "tasks")
+DEFAULT_SPLIT = "held_in"
+_ID_KEYS = ("id", "ID", "qid", "_id")
+
+
+def load(format: str, path: str | Path, ground: str | Path | None = None, split: str | None = None) -> Iterator[Task]:
+    """Stream Tasks from ``path`` in ``format``; ``ground`` is the Lumos grounder file (lumos only).
+
+    ``split=None`` means the loader's default ("train" for lumos, "held_in" otherwise); the "tasks" format keeps the
+    split stored in each record and ignores ``split``.
+    """
+    if ground is not None and format != "lumos":
+        raise DataError(str(ground), None, "ground", f"a grounder file only applies to --format lumos, not {format}")
+    if format == "lumos":
+        from engine.formats.lumos import load_lumos
+
+        return load_lumos(path, ground, split=split or "train")
+    if format == "tasks":
+        from engine.tasks import load_tasks
+
+        return load_tasks(path)
+    split = split or DEFAULT_SPLIT
+    if format == "gsm8k":
+        from engine.formats.gsm8k import load_gsm8k as loader
+    elif format == "svamp":
+        from engine.formats.svamp import load_svamp as loader
+    elif format == "hotpotqa":
+        from engine.formats.hotpotqa import load_hotpotqa as loader
+    elif format == "strategyqa":
+        from engine.formats.strategyqa import load_strategyqa as loader
+    else:
+        raise DataError(str(path), None, "format", f"unknown format {format!r} (known: {', '.join(FORMATS)})")
+    return loader(path, split=split)
+
+
+def check_split(path: str | Path, split: str) -> str:
+    """Reject an unknown split up front, before any record is read."""
+    if split not in SPLITS:
+        raise DataError(str(path), None, "split", f"{split!r} is not one of {', '.join(SPLITS)}")
+    return split
+
+
+def expect_object(row: Any, path: str | Path, line: int) -> dict[str, Any]:
+    if not isinstance(row, dict):
+        raise DataError(str(path), line, "<record>", f"expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def require_text(row: dict[str, Any], key: str, path: str | Path, line: int) -> str:
+    """The record's ``key`` as a non-empty string, or a located ``DataError``."""
+    if key not in row:
+        raise DataError(str(path), line, key, "missing required field")
+    value = row[key]
+    if not isinstance(value, str) or not value.strip():
+        raise DataError(str(path), line, key, f"must be a non-empty string, got {type(value).__name__}")
+    return value
+
+
+def record_id(row: dict[str, Any], source: str, path: str | Path, line: int) -> str:
+    """The record's own id (``id``/``ID``/``qid``/``_id``) or ``<source>-<line>`` when it has none."""
+    for key in _ID_KEYS:
+        if key in row:
+            value = row[key]
+            if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+                raise DataError(str(path), line, key, "must be a non-empty string or an integer")
+            return str(value)
+    return f"{source}-{line}"
+
+
+def unique(task_id: str, seen: dict[str, int], path: str | Path, line: int, field: str = "id") -> None:
+    """Record ``task_id`` in ``seen``; a repeat is an error because ids key every later join."""
+    if task_id in seen:
+        raise DataError(str(path), line, field, f"duplicate id {task_id!r} (first on line {seen[task_id]})")
+    seen[task_id] = line

@@ -1,0 +1,50 @@
+"""GSM8K loader: ``{"question", "answer"}`` where ``answer`` is a worked solution ending ``#### N``.
+
+Contract: Task.answer is ``N`` with thousands commas stripped; the worked solution (text before ``####``) is kept in
+``meta["solution"]``; domain "maths", source "gsm8k"; id is the record's own id or ``gsm8k-<line>``. A record without
+``####`` or with an empty final answer raises ``DataError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from engine.errors import DataError
+from engine.formats import DEFAULT_SPLIT, check_split, expect_object, record_id, require_text, unique
+from engine.tasks import Task, read_jsonl
+
+SOURCE = "gsm8k"
+
+
+def split_answer(answer: str) -> tuple[str, str]:
+    """``(solution, final)`` from a GSM8K answer; raises ``ValueError`` when there is no ``#### N``."""
+    solution, sep, final = answer.rpartition("####")
+    final = final.strip().replace(",", "")
+    if not sep or not final:
+        raise ValueError("expected a final line '#### N'")
+    return solution.strip(), final
+
+
+def load_gsm8k(path: str | Path, split: str = DEFAULT_SPLIT) -> Iterator[Task]:
+    check_split(path, split)
+    seen: dict[str, int] = {}
+    for line, raw in read_jsonl(path):
+        row = expect_object(raw, path, line)
+        question = require_text(row, "question", path, line)
+        answer = require_text(row, "answer", path, line)
+        try:
+            solution, final = split_answer(answer)
+        except ValueError as exc:
+            raise DataError(str(path), line, "answer", str(exc)) from None
+        task_id = record_id(row, SOURCE, path, line)
+        unique(task_id, seen, path, line)
+        yield Task(
+            id=task_id,
+            domain="maths",
+            source=SOURCE,
+            split=split,
+            question=question.strip(),
+            answer=final,
+            meta={"solution": solution},
+        )

@@ -1,0 +1,129 @@
+"""The ``Task`` record every stage acts on, and the project's own Task JSONL format.
+
+A task is a question (plus optional context passages) with, when known, its gold subgoals, its gold actions and
+its gold answer. ``gold_actions`` holds one action string per subgoal (``"R2 = Calculator(R1 - 7)"``, or several
+actions joined by ``"; "``), so ``"; ".join(task.gold_actions)`` is the onetime grounding.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from engine.errors import DataError
+
+DOMAINS = ("maths", "qa", "web")
+SPLITS = ("train", "held_in", "held_out")
+
+
+@dataclass
+class Task:
+    id: str
+    domain: str  # one of DOMAINS
+    source: str  # where it came from: "gsm8k", "lumos:maths", "demo:maths", ...
+    split: str  # one of SPLITS
+    question: str
+    context: list[str] = field(default_factory=list)  # optional passages (HotpotQA context, demo corpus)
+    gold_subgoals: list[str] = field(default_factory=list)  # without the "Subgoal k: " prefix
+    gold_actions: list[str] = field(default_factory=list)  # one action string per subgoal
+    answer: str = ""  # gold answer as text ("18", "yes", "Chief of Protocol")
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def actions_text(self) -> str:
+        """The gold actions as one onetime grounding string."""
+        return "; ".join(a.strip() for a in self.gold_actions if a.strip())
+
+
+_REQUIRED = ("id", "domain", "split", "question")
+_LIST_FIELDS = ("context", "gold_subgoals", "gold_actions")
+
+
+def task_from_dict(row: Any, path: str = "<memory>", line: int | None = None) -> Task:
+    """Validate one Task JSON object; raise ``DataError`` naming the field that is wrong."""
+    if not isinstance(row, dict):
+        raise DataError(path, line, "<record>", f"expected a JSON object, got {type(row).__name__}")
+    known = {f.name for f in fields(Task)}
+    unknown = sorted(set(row) - known)
+    if unknown:
+        raise DataError(path, line, unknown[0], f"unknown field (known: {', '.join(sorted(known))})")
+    for name in _REQUIRED:
+        if name not in row:
+            raise DataError(path, line, name, "missing required field")
+        if not isinstance(row[name], str) or not row[name].strip():
+            raise DataError(path, line, name, "must be a non-empty string")
+    if row["domain"] not in DOMAINS:
+        raise DataError(path, line, "domain", f"{row['domain']!r} is not one of {', '.join(DOMAINS)}")
+    if row["split"] not in SPLITS:
+        raise DataError(path, line, "split", f"{row['split']!r} is not one of {', '.join(SPLITS)}")
+    for name in _LIST_FIELDS:
+        value = row.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise DataError(path, line, name, "must be a list of strings")
+    if "answer" in row and not isinstance(row["answer"], (str, int, float, bool)):
+        raise DataError(path, line, "answer", "must be a string or a number")
+    if "meta" in row and not isinstance(row["meta"], dict):
+        raise DataError(path, line, "meta", "must be a JSON object")
+    if "source" in row and not isinstance(row["source"], str):
+        raise DataError(path, line, "source", "must be a string")
+    answer = row.get("answer", "")
+    return Task(
+        id=row["id"],
+        domain=row["domain"],
+        source=row.get("source", "tasks"),
+        split=row["split"],
+        question=row["question"],
+        context=list(row.get("context", [])),
+        gold_subgoals=list(row.get("gold_subgoals", [])),
+        gold_actions=list(row.get("gold_actions", [])),
+        answer=str(answer).lower() if isinstance(answer, bool) else str(answer),
+        meta=dict(row.get("meta", {})),
+    )
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, parsed_json)`` for each non-blank line; bad JSON raises ``DataError``."""
+    path = str(path)
+    try:
+        handle = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise DataError(path, None, "<file>", f"cannot open: {exc.strerror}") from None
+    with handle:
+        for number, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                yield number, json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DataError(path, number, "<json>", f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+
+
+def load_tasks(path: str | Path) -> Iterator[Task]:
+    """Stream tasks from the project's own Task JSONL; duplicate ids are an error."""
+    seen: dict[str, int] = {}
+    for number, row in read_jsonl(path):
+        task = task_from_dict(row, str(path), number)
+        if task.id in seen:
+            raise DataError(str(path), number, "id", f"duplicate id {task.id!r} (first on line {seen[task.id]})")
+        seen[task.id] = number
+        yield task
+
+
+def write_tasks(tasks: Iterable[Task], path: str | Path) -> int:
+    """Write tasks as JSONL atomically (a temp file renamed into place); returns the count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    count = 0
+    with open(tmp, "w", encoding="utf-8") as out:
+        for task in tasks:
+            out.write(json.dumps(task.to_dict(), ensure_ascii=False) + "\n")
+            count += 1
+    tmp.replace(path)
+    return count

@@ -1,0 +1,163 @@
+"""Run TRL's SFT and DPO trainers on in-memory models; return the trained model and every logged step.
+
+The loss is always TRL's (``SFTTrainer`` completion-only loss, ``DPOTrainer`` sigmoid loss by default); this module
+only builds their configs, datasets and callbacks:
+
+- ``sft_train(model, tokenizer, rows, settings)`` with rows ``{"prompt", "completion"}``;
+- ``dpo_train(model, tokenizer, rows, settings, ref_model=None)`` with rows ``{"prompt", "chosen", "rejected"}``.
+
+With LoRA the adapter is merged back after training, so callers always get a plain model. The DPO reference is
+explicit (see ``DPOSettings.reference``): TRL's default of reloading ``config._name_or_path`` is never used for full
+fine-tuning. ``should_stop`` is polled after every optimizer step; ``on_log`` receives each TRL log dict.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+LogSink = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class TrainSettings:
+    learning_rate: float = 2e-5  # paper: SFT 2e-5
+    epochs: float = 1.0  # passes over the rows (ignored when max_steps > 0)
+    max_steps: int = -1  # > 0 caps the number of optimizer steps
+    batch_size: int = 8  # per device
+    grad_accum: int = 1  # gradient accumulation steps
+    max_length: int = 512  # tokens per row (prompt + completion); longer rows are truncated by TRL
+    lora: bool = False  # train a LoRA adapter (merged after training) instead of all weights
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    bf16: str = "auto"  # auto: bf16 on CUDA and CPU autocast when the CPU supports it; "true" | "false"
+    activation_checkpointing: bool = False  # trades ~35% speed for memory; off by default for small models
+    seed: int = 0
+    logging_steps: int = 1
+    warmup_steps: float = 0.0  # int: steps; float in [0, 1): fraction of all steps
+    report_to: str = "none"  # none | wandb | trackio | tensorboard (TRL's report_to)
+
+
+@dataclass
+class DPOSettings(TrainSettings):
+    learning_rate: float = 4e-7  # the paper's planner DPO rate for 7B models
+    beta: float = 0.2  # DPO temperature (paper: 0.2)
+    loss_type: str = "sigmoid"
+    reference: str = "previous"  # previous: the iteration's starting planner | initial: the warm-start planner
+    precompute_ref_log_probs: bool = False  # compute reference log-probs once up front (no reference in memory)
+
+
+class StepHooks(TrainerCallback):
+    """Forwards every TRL log dict and honours a stop flag between optimizer steps."""
+
+    def __init__(self, on_log: LogSink | None, should_stop: Callable[[], bool] | None):
+        self.on_log_sink, self.should_stop = on_log, should_stop
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.on_log_sink is not None and logs:
+            self.on_log_sink({"step": state.global_step, "epoch": state.epoch, **logs})
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.should_stop is not None and self.should_stop():
+            control.should_training_stop = True
+        return control
+
+
+def _use_bf16(setting: str, device: torch.device) -> bool:
+    if setting in ("true", "false"):
+        return setting == "true"
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu"  # CPU autocast in bf16: ~1.7x faster here, TRL requires use_cpu=True for it
+
+
+def _common_args(settings: TrainSettings, device: torch.device, output_dir: str) -> dict[str, Any]:
+    return dict(
+        output_dir=output_dir,
+        learning_rate=settings.learning_rate,
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps,
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum,
+        max_length=settings.max_length,
+        bf16=_use_bf16(settings.bf16, device),
+        use_cpu=device.type == "cpu",
+        gradient_checkpointing=settings.activation_checkpointing,
+        seed=settings.seed,
+        logging_steps=settings.logging_steps,
+        warmup_steps=settings.warmup_steps,
+        report_to=settings.report_to,
+        save_strategy="no",
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+
+
+def _lora_config(settings: TrainSettings):
+    from peft import LoraConfig
+
+    return LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                      target_modules=list(settings.lora_target_modules), task_type="CAUSAL_LM")
+
+
+def _finish(trainer, lora: bool):
+    model = trainer.model
+    if lora:
+        model = model.merge_and_unload()
+    model.eval()
+    return model
+
+
+def sft_train(model, tokenizer, rows: list[dict[str, str]], settings: TrainSettings, *,
+              on_log: LogSink | None = None, should_stop: Callable[[], bool] | None = None):
+    """SFT with loss on the completion (+EOS) only. Returns ``(model, log_history)``."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    device = next(model.parameters()).device
+    with tempfile.TemporaryDirectory(prefix="moat-sft-") as out:
+        args = SFTConfig(**_common_args(settings, device, out), completion_only_loss=True, packing=False)
+        trainer = SFTTrainer(
+            model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+            peft_config=_lora_config(settings) if settings.lora else None,
+            callbacks=[StepHooks(on_log, should_stop)],
+        )
+        trainer.train()
+        return _finish(trainer, settings.lora), list(trainer.state.log_history)
+
+
+def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSettings, *, ref_model=None,
+              on_log: LogSink | None = None, should_stop: Callable[[], bool] | None = None):
+    """DPO on ``prompt/chosen/rejected`` rows. Returns ``(model, log_history)``.
+
+    The reference: with LoRA and no ``ref_model`` it is the base with the adapter switched off (no copy); with
+    ``precompute_ref_log_probs`` the policy's own log-probs before training; otherwise ``ref_model`` or, when that is
+    None, a frozen copy of ``model`` as it is now (the ``previous`` policy).
+    """
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    device = next(model.parameters()).device
+    needs_copy = ref_model is None and not settings.lora and not settings.precompute_ref_log_probs
+    if needs_copy:
+        ref_model = copy.deepcopy(model).eval()
+        for p in ref_model.parameters():
+            p.requires_grad_(False)
+    with tempfile.TemporaryDirectory(prefix="moat-dpo-") as out:
+        args = DPOConfig(**_common_args(settings, device, out), beta=settings.beta, loss_type=[settings.loss_type],
+                         precompute_ref_log_probs=settings.precompute_ref_log_probs)
+        trainer = DPOTrainer(
+            model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer, peft_config=_lora_config(settings) if settings.lora else None,
+            callbacks=[StepHooks(on_log, should_stop)],
+        )
+        trainer.train()
+        return _finish(trainer, settings.lora), list(trainer.state.log_history)
