@@ -1,0 +1,34 @@
+"""``python -m engine execute``: run a Lumos action string with the offline tools and print one JSON object.
+
+The JSON has ``ok``, ``values``, ``answer``, ``error`` and ``steps``; the exit code is 0 even when ``ok`` is false
+(the JSON says why) and 2 when a file named on the command line is missing or bad.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.commands._common import fail, print_json
+from engine.errors import DataError
+
+HELP = "Run Lumos actions (maths/qa tools offline) and print the result as JSON."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--domain", choices=("maths", "qa", "web"), required=True, help="which tools to use")
+    parser.add_argument("--actions", required=True, help='actions, e.g. "R1 = Calculator(3*4); R2 = Calculator(R1+5)"')
+    parser.add_argument("--context", metavar="FILE", help='corpus JSONL of {"title", "text"} rows (qa)')
+    parser.add_argument("--time-limit", type=float, default=2.0, help="seconds per tool call (default 2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.executor import ToolEnv, execute
+    from engine.tools.qa import Corpus
+
+    try:
+        corpus = Corpus.from_jsonl(args.context) if args.context else None
+    except DataError as exc:
+        return fail(exc)
+    result = execute(args.actions, args.domain, ToolEnv(corpus=corpus, time_limit_s=args.time_limit))
+    print_json(result.to_dict())
+    return 0

@@ -1,0 +1,115 @@
+"""The executor end to end: exemplar chains, errors, aliases, the qa and web domains, and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+from engine.__main__ import main
+from engine.executor import ToolEnv, execute
+from engine.tools.qa import Corpus
+
+LEAH = "R1 = Calculator(28 * 1/7); R2 = Calculator(28 - R1); R3 = Calculator(R2 / 2)"
+
+
+def test_leah_exemplar():
+    result = execute(LEAH, "maths")
+    assert result.ok and result.error is None
+    assert result.values == {"R1": "4", "R2": "24", "R3": "12"}
+    assert result.answer == "12"
+    assert [s.values for s in result.steps] == [{"R1": "4"}, {"R2": "24"}, {"R3": "12"}]
+
+
+def test_maths_exemplar_with_two_unknowns_and_output():
+    actions = (
+        "R1 = Calculator((x-y) - (x+y)); R2 = Calculator((x+y) + 2*R1); R3 = Calculator((x+y) + 3*R1); "
+        "R4 = Calculator((x+y) + 4*R1); R5, R6 = SolveEquation(R2=xy, R3=x/y); Output = Calculator(R4(R5, R6))"
+    )
+    result = execute(actions, "maths", ToolEnv(time_limit_s=5))
+    assert result.ok, result.error
+    assert (result.values["R5"], result.values["R6"], result.answer) == ("-9/8", "-3/5", "123/40")
+
+
+def test_percent_exemplar():
+    result = execute("R1 = Calculator(15 / 25%); R2 = Calculator(1 - 25%); R3 = Calculator(R1 * R2)", "maths")
+    assert result.values == {"R1": "60", "R2": "0.75", "R3": "45"}
+
+
+def test_undefined_reference_stops_and_keeps_earlier_values():
+    result = execute("R1 = Calculator(2 + 2); R2 = Calculator(R7 * 2); R3 = Calculator(1)", "maths")
+    assert not result.ok
+    assert result.error == "R2 = Calculator(R7 * 2): undefined variable R7"
+    assert result.values == {"R1": "4"} and len(result.steps) == 2
+
+
+def test_unknown_tool_and_code():
+    assert execute("R1 = Foo(3)", "maths").error == "R1 = Foo(3): unknown tool Foo"
+    assert "unsupported tool: Code" in execute("R1 = Code(If 1 > 0, 1, 0)", "maths").error
+
+
+def test_alias_answer_and_output():
+    result = execute("R1 = Calculator(6 * 7); Answer = R1; R2 = Calculator(1)", "maths")
+    assert result.ok and result.answer == "42"
+    assert execute("R1 = Calculator(2); Output = R1 + 1", "maths").answer == "3"
+    assert execute("Answer = R4", "maths").error == "Answer = R4: undefined variable R4"
+
+
+def test_parse_error_is_reported_with_span():
+    result = execute("R1 = Calculator(3", "maths")
+    assert not result.ok and result.steps == []
+    assert result.error.startswith("parse error: unclosed '(' at 15-17")
+
+
+def test_qa_domain_chain():
+    corpus = Corpus.from_context(
+        [
+            "Julius Caesar: Julius Caesar was a Roman general. Caesar had 3 children.",
+            "Genghis Khan: Genghis Khan founded the Mongol Empire. Genghis Khan had 16 children.",
+        ]
+    )
+    actions = (
+        "R1 = KnowledgeQuery(Julius Caesar); R2 = ParagraphRetrieve(R1, Query: How many children did Julius Caesar "
+        "have?); R3 = QA([R2], Question: How many children did Julius Caesar have?); R4 = KnowledgeQuery(Genghis "
+        "Khan); R5 = ParagraphRetrieve(R4, Query: How many children did Genghis Khan have?); R6 = QA([R5], "
+        "Question: How many children did Genghis Khan have?); R7 = Calculator(R6 > R3)"
+    )
+    result = execute(actions, "qa", ToolEnv(corpus=corpus))
+    assert result.ok, result.error
+    assert (result.values["R3"], result.values["R6"], result.answer) == ("3", "16", "True")
+    assert result.steps[2].note == "extractive fallback"
+    assert "unknown tool SolveEquation" in execute("R1 = SolveEquation(x = 1)", "qa").error
+
+
+def test_web_domain_is_parsed_not_run():
+    result = execute("R1 = CLICK(Env, QUERY: Go); R2 = TYPE(R1, QUERY: Type city, TEXT: Atlanta)", "web")
+    assert result.ok and result.answer is None
+    assert result.values == {"R1": "Env, QUERY: Go", "R2": "R1, QUERY: Type city, TEXT: Atlanta"}
+
+
+def test_to_dict_is_json():
+    data = json.loads(json.dumps(execute(LEAH, "maths").to_dict()))
+    assert data["answer"] == "12" and data["steps"][0]["action"] == "R1 = Calculator(28 * 1/7)"
+
+
+def test_cli_execute(capsys):
+    assert main(["execute", "--domain", "maths", "--actions", "R1 = Calculator(3*4); R2 = Calculator(R1+5)"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["values"] == {"R1": "12", "R2": "17"} and out["answer"] == "17" and out["error"] is None
+
+
+def test_cli_failure_is_still_exit_zero(capsys):
+    assert main(["execute", "--domain", "maths", "--actions", "R1 = Calculator(R9)"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert not out["ok"] and "undefined variable R9" in out["error"]
+
+
+def test_cli_context_file(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"title": "Albany, Georgia", "text": "Albany has a population of 75,000."}) + "\n")
+    actions = "R1 = KnowledgeQuery(Albany, Georgia); R2 = QA([R1], Question: What is the population of Albany?)"
+    assert main(["execute", "--domain", "qa", "--actions", actions, "--context", str(corpus)]) == 0
+    assert json.loads(capsys.readouterr().out)["answer"] == "75000"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"title": "x"}\n')
+    assert main(["execute", "--domain", "qa", "--actions", actions, "--context", str(bad)]) == 2
+    assert "bad.jsonl:1: text" in capsys.readouterr().err
+    assert main(["execute", "--domain", "qa", "--actions", actions, "--context", str(tmp_path / "none.jsonl")]) == 2

@@ -1,0 +1,196 @@
+"""Maths tools on hand-checked cases, the value rendering rules, and the safety limits."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import sympy
+
+from engine.tools.maths import MATHS_TOOLS, MathsState, MathValue, ToolError, evaluate, normalise, value_to_text
+
+
+def run(tool: str, arg: str, env: dict | None = None, state: MathsState | None = None, limit: float = 2.0):
+    result = MATHS_TOOLS[tool](arg, env if env is not None else {}, state or MathsState(), limit)
+    return [value_to_text(v) for v in result.values]
+
+
+@pytest.mark.parametrize(
+    "formula, expected",
+    [
+        ("8 * 18", "144"),
+        ("28 * 1/7", "4"),
+        ("18 + 1/2 * 18", "27"),
+        ("1 - 2/5", "3/5"),
+        ("2 - 0.5", "1.5"),
+        ("15 / 25%", "60"),
+        ("1 - 25%", "0.75"),
+        ("$1,000 * 3", "3000"),
+        ("2^10", "1024"),
+        ("7 ÷ 2", "7/2"),
+        ("3 × 4", "12"),
+        ("141 % 2", "1"),
+        ("17 // 5", "3"),
+        ("sqrt(16) + abs(-2)", "6"),
+        ("sqrt(2)", "1.41421356237"),
+        ("factorial(5) + gcd(12, 18) + lcm(4, 6)", "138"),
+        ("round(2.345, 2)", "2.35"),
+        ("max(3, 9, 4) - min(3, 9, 4)", "6"),
+        ("1/3 + 0.5", "0.833333333333"),
+        ("3 > 2", "True"),
+        ("1 == 2", "False"),
+        ("2x + 3(4)", "2*x + 12"),
+        ("(x+1)(x-1)", "(x - 1)*(x + 1)"),
+        ("n^2", "n^2"),
+    ],
+)
+def test_calculator(formula, expected):
+    assert run("Calculator", formula) == [expected]
+
+
+def test_references_and_substitution():
+    env = {}
+    for name, formula in [
+        ("R1", "(x-y) - (x+y)"),
+        ("R2", "(x+y) + 2*R1"),
+        ("R3", "(x+y) + 3*R1"),
+        ("R4", "(x+y) + 4*R1"),
+    ]:
+        env[name] = MATHS_TOOLS["Calculator"](formula, env, MathsState(), 2.0).values[0]
+    assert value_to_text(env["R2"]) == "x - 3*y"
+    result = MATHS_TOOLS["SolveEquation"]("R2=xy, R3=x/y", env, MathsState(), 5.0)
+    assert [value_to_text(v) for v in result.values] == ["-9/8", "-3/5"]  # unknowns in sorted order: x, y
+    env["R5"], env["R6"] = result.values
+    assert run("Calculator", "R4(R5, R6)", env) == ["123/40"]
+    with pytest.raises(ToolError, match="undefined variable R9"):
+        run("Calculator", "R9 + 1", env)
+
+
+def test_decimal_flag_follows_references():
+    env = {"R1": evaluate("2 - 0.5", {})}
+    assert run("Calculator", "R1 / 4", env) == ["0.375"]
+    assert run("Calculator", "R1 / 0.25", env) == ["6"]
+
+
+def test_string_values_from_qa_are_numbers():
+    env = {"R3": "3", "R6": "16", "R8": "75,000", "R9": "serotonin"}
+    assert run("Calculator", "R6 > R3", env) == ["True"]
+    assert run("Calculator", "100000 - R8", env) == ["25000"]
+    with pytest.raises(ToolError, match="R9 is not a number"):
+        run("Calculator", "R9 + 1", env)
+
+
+def test_solve_equation_forms():
+    assert run("SolveEquation", "2*x + 3 = 11") == ["4"]
+    assert run("SolveEquation", "x^2 = 4") == ["-2, 2"]
+    assert run("SolveEquation", "x + y = 10, x - y = 2") == ["6", "4"]
+    env = {"R2": evaluate("40% * p", {}), "R4": evaluate("25% * (p + 600)", {})}
+    assert run("SolveEquation", "R2 = R4", env) == ["1000"]
+    assert run("SolveEquation", "60 + 50") == ["110"]  # nothing unknown: the value itself
+    with pytest.raises(ToolError, match="no solution"):
+        run("SolveEquation", "x + 1 = x + 2")
+
+
+def test_set_equation_then_solve():
+    state = MathsState()
+    assert run("SetEquation", "3*t - 4 = 11", state=state) == ["3*t - 4 = 11"]
+    assert run("SolveEquation", "", state=state) == ["5"]
+    with pytest.raises(ToolError, match="no equation"):
+        run("SolveEquation", "", state=MathsState())
+
+
+def test_solve_inequality():
+    assert run("SolveInequality", "2x + 1 > 5") == ["x > 2"]
+    assert run("SolveInequality", "x^2 <= 4") == ["-2 <= x <= 2"]
+    assert run("SolveInequality", "x^2 > 1") == ["x < -1 or x > 1"]
+    with pytest.raises(ToolError, match="one unknown"):
+        run("SolveInequality", "x + y > 1")
+
+
+def test_count_and_define():
+    assert run("Count", "2^0, 2^1, 2^2, 2^3, 2^4, 2^5, 2^6") == ["7"]
+    assert run("Count", "3^4") == ["1"]
+    assert run("Count", "[a, b, c]") == ["3"]
+    assert run("Count", "R1", {"R1": MathValue(sympy.Tuple(1, 2))}) == ["2"]
+    assert run("Define", "n-2") == ["n - 2"]
+    assert run("Define", "12") == ["12"]
+
+
+def test_code_is_unsupported():
+    with pytest.raises(ToolError, match="unsupported tool: Code"):
+        run("Code", "If 141 % 1 == 0, 1, 0")
+
+
+def test_normalise():
+    assert normalise("15 / 25%") == "15 / (25*0.01)"
+    assert normalise("141 % 1 == 0") == "141 % 1 == 0"
+    assert normalise("2^3 + 1,000 + $5") == "2**3 + 1000 + 5"
+    assert normalise("2x + 1e3") == "2*x + 1e3"
+
+
+@pytest.mark.parametrize(
+    "formula, message",
+    [
+        ("9**9**9**9", "exponent too large"),
+        ("9^9^9^9", "exponent too large"),
+        ("(10^1000)^1000", "too large"),
+        ("factorial(100000)", "factorial"),
+        ("1" * 100 + " + 1", "integer literal"),
+        ("1/0", "division by zero"),
+        ("(" * 300 + "1" + ")" * 300, "cannot parse"),
+        ("-" * 1500 + "1", "too large"),
+        ("'abc'", "unsupported literal"),
+        ("x.real", "unsupported syntax"),
+        ("lambda: 1", "unsupported syntax"),
+        ("open('x')", "unknown function open"),
+        ("[i for i in (1, 2)]", "unsupported syntax"),
+    ],
+)
+def test_limits_and_rejections(formula, message):
+    started = time.perf_counter()
+    with pytest.raises(ToolError, match=message):
+        run("Calculator", formula)
+    assert time.perf_counter() - started < 0.5
+
+
+def test_huge_formula_is_rejected_fast():
+    started = time.perf_counter()
+    with pytest.raises(ToolError, match="too long"):
+        run("Calculator", "+".join(["1"] * 50_000))  # ~100 KB
+    assert time.perf_counter() - started < 0.5
+
+
+def test_deep_nesting_inside_limits_is_rejected_not_crashing():
+    with pytest.raises(ToolError):
+        run("Calculator", "sqrt(" * 120 + "2" + ")" * 120)
+
+
+def test_no_code_execution(tmp_path, monkeypatch):
+    marker = tmp_path / "pwned"
+    monkeypatch.chdir(tmp_path)
+    for formula in [
+        f"__import__('os').system('touch {marker}')",
+        "__import__('os').system('touch pwned')",
+        "().__class__.__bases__[0].__subclasses__()",
+        "getattr(__builtins__, 'open')('pwned', 'w')",
+    ]:
+        with pytest.raises(ToolError):
+            run("Calculator", formula)
+    assert not marker.exists()
+
+
+def test_solve_is_time_bounded():
+    started = time.perf_counter()
+    with pytest.raises(ToolError, match="timed out"):
+        run("SolveEquation", "x^5 + 3*x^3*y - y^4 + 7 = 0, x^3*y^2 - 5*x*y + 2 = 0, x + y + z^3 = 4", limit=0.05)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_value_to_text():
+    assert value_to_text(MathValue(sympy.Integer(18))) == "18"
+    assert value_to_text(MathValue(sympy.Rational(7, 2))) == "7/2"
+    assert value_to_text(MathValue(sympy.Rational(7, 2), decimal=True)) == "3.5"
+    assert value_to_text(MathValue(sympy.Rational(-1, 8), decimal=True)) == "-0.125"
+    assert value_to_text(MathValue(sympy.true)) == "True"
+    assert value_to_text((MathValue(sympy.Integer(1)), "a")) == "1, a"
+    assert value_to_text("text") == "text"
