@@ -16,43 +16,14 @@ from __future__ import annotations
 import copy
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
+from engine.config import DPOSettings, TrainSettings
+
 LogSink = Callable[[dict[str, Any]], None]
-
-
-@dataclass
-class TrainSettings:
-    learning_rate: float = 2e-5  # paper: SFT 2e-5
-    epochs: float = 1.0  # passes over the rows (ignored when max_steps > 0)
-    max_steps: int = -1  # > 0 caps the number of optimizer steps
-    batch_size: int = 8  # per device
-    grad_accum: int = 1  # gradient accumulation steps
-    max_length: int = 512  # tokens per row (prompt + completion); longer rows are truncated by TRL
-    lora: bool = False  # train a LoRA adapter (merged after training) instead of all weights
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    bf16: str = "auto"  # auto: bf16 on CUDA and CPU autocast when the CPU supports it; "true" | "false"
-    activation_checkpointing: bool = False  # trades ~35% speed for memory; off by default for small models
-    seed: int = 0
-    logging_steps: int = 1
-    warmup_steps: float = 0.0  # int: steps; float in [0, 1): fraction of all steps
-    report_to: str = "none"  # none | wandb | trackio | tensorboard (TRL's report_to)
-
-
-@dataclass
-class DPOSettings(TrainSettings):
-    learning_rate: float = 4e-7  # the paper's planner DPO rate for 7B models
-    beta: float = 0.2  # DPO temperature (paper: 0.2)
-    loss_type: str = "sigmoid"
-    reference: str = "previous"  # previous: the iteration's starting planner | initial: the warm-start planner
-    precompute_ref_log_probs: bool = False  # compute reference log-probs once up front (no reference in memory)
 
 
 class StepHooks(TrainerCallback):
@@ -90,7 +61,7 @@ def _common_args(settings: TrainSettings, device: torch.device, output_dir: str)
         max_length=settings.max_length,
         bf16=_use_bf16(settings.bf16, device),
         use_cpu=device.type == "cpu",
-        gradient_checkpointing=settings.activation_checkpointing,
+        activation_checkpointing=settings.activation_checkpointing,
         seed=settings.seed,
         logging_steps=settings.logging_steps,
         warmup_steps=settings.warmup_steps,

@@ -14,3 +14,37 @@ def samples_dir() -> Path:
         if candidate.is_dir():
             return candidate
     pytest.skip("shared samples folder not found")
+
+
+@pytest.fixture(scope="session")
+def demo_tasks():
+    """The demo world at a small size (seeded, generated in memory)."""
+    from engine.demo.world import WorldConfig, generate_suite
+
+    return generate_suite(WorldConfig(maths_train=60, maths_held_in=12, maths_held_out=12, qa_train=30,
+                                      qa_held_in=6, qa_held_out=6))
+
+
+@pytest.fixture(scope="session")
+def tiny_agents_dir(tmp_path_factory, demo_tasks):
+    """A reduced demo-agent build (tiny Llama planner + grounder, a few SFT steps) on disk, built once."""
+    from engine.demo.agents import AgentBuildConfig, build_demo_agents
+
+    out = tmp_path_factory.mktemp("tiny_agents")
+    config = AgentBuildConfig(hidden_size=32, layers=2, heads=2, intermediate_size=64, planner_steps=3,
+                              grounder_steps=3, batch_size=8, max_train_tasks=24)
+    build_demo_agents(demo_tasks, out, config, log=lambda *_: None)
+    return out
+
+
+@pytest.fixture
+def tiny_agents(tiny_agents_dir):
+    """Fresh in-memory copies of the tiny planner and grounder (tests may train them)."""
+    from engine import models
+    from engine.turns import Agent
+
+    agents = []
+    for role in ("planner", "grounder"):
+        model, tokenizer = models.load_model(models.ModelSpec(str(tiny_agents_dir / role)))
+        agents.append(Agent(model, tokenizer))
+    return tuple(agents)

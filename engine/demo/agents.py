@@ -89,7 +89,8 @@ def _save(model, tokenizer, path: Path) -> None:
 
 def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuildConfig = AgentBuildConfig(),
                       log=print) -> dict:
-    from engine.training import TrainSettings, sft_train
+    from engine.config import TrainSettings
+    from engine.training import sft_train
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ _STOPWORDS = frozenset(
     "when where why how many much it its this that these those as has have had can could will would should".split()
 )
 _YES_NO = re.compile(r"^(is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\b", re.IGNORECASE)
-_NUMERIC_Q = re.compile(r"\b(how many|how much|how old|what year|when|population|number of)\b", re.IGNORECASE)
+_NUMERIC_Q = re.compile(r"\b(how many|how much|how old|what year|which year|in what year|when|population|number of)\b", re.IGNORECASE)
 _NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?")
 
 
@@ -125,6 +125,21 @@ def _resolve(ref: str, env: Mapping[str, Any]) -> Any:
     return ref  # literal text given as context
 
 
+def interpolate(text: str, env: Mapping[str, Any]) -> str:
+    """Replace references to earlier short answers inside free text ("Which country is R3 in?").
+
+    Retrieved passages are left as references: pasting a page into a query would only add noise.
+    """
+
+    def value_of(match: re.Match[str]) -> str:
+        value = env.get(match.group(0))
+        if value is None or isinstance(value, Passages):
+            return match.group(0)
+        return value_to_text(value)
+
+    return re.sub(r"\bR\d+\b", value_of, text)
+
+
 def _paragraphs(value: Any) -> list[Passage]:
     """Split a context into paragraphs; a single paragraph is split into sentences."""
     items = list(value.items) if isinstance(value, Passages) else [Passage("", value_to_text(value))]
@@ -144,9 +159,10 @@ def knowledge_query(arg_text: str, env: Mapping[str, Any], corpus: Corpus | None
         raise ToolError("no corpus: give the task context or --context FILE")
     if not arg_text.strip():
         raise ToolError("KnowledgeQuery needs a query")
-    found = corpus.page(arg_text)
+    query = interpolate(arg_text.strip(), env)
+    found = corpus.page(query)
     if not found:
-        raise ToolError(f"no page found for {arg_text.strip()!r}")
+        raise ToolError(f"no page found for {query!r}")
     return ToolResult((Passages(tuple(found)),))
 
 
@@ -155,15 +171,14 @@ def paragraph_retrieve(arg_text: str, env: Mapping[str, Any]) -> ToolResult:
     if not positional or "Query" not in keywords:
         raise ToolError("expected ParagraphRetrieve(context, Query: question)")
     paragraphs = _paragraphs(_resolve(positional[0], env))
-    best = rank(
-        BM25Okapi([tokens(str(p)) or ["_"] for p in paragraphs]), paragraphs, keywords["Query"], TOP_PARAGRAPHS
-    )
+    query = interpolate(keywords["Query"], env)
+    best = rank(BM25Okapi([tokens(str(p)) or ["_"] for p in paragraphs]), paragraphs, query, TOP_PARAGRAPHS)
     return ToolResult((Passages(tuple(best or paragraphs[:1])),))
 
 
 def qa(arg_text: str, env: Mapping[str, Any], qa_model: QAModel | None) -> ToolResult:
     positional, keywords = keyword_args(arg_text, ["Question"])
-    question = keywords.get("Question", "").strip()
+    question = interpolate(keywords.get("Question", "").strip(), env)
     if not question:
         raise ToolError("expected QA([context], Question: question)")
     refs = [r for p in positional for r in (split_args(p[1:-1]) if p.startswith("[") and p.endswith("]") else [p])]

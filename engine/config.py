@@ -1,0 +1,342 @@
+"""Run configuration: dataclasses with help text, loaded from TOML or YAML, overridden with ``section.field=value``.
+
+``load_config(path, overrides)`` returns a validated ``RunConfig``; every problem raises ``ConfigError`` naming the
+field (``sample.k: must be >= 2``) and the file. ``config_to_dict``/``config_from_dict`` round-trip the snapshot
+stored with each run. Defaults follow the paper's released code unless a field says otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    """A dataclass field carrying help text (shown by the studio's config editor and the docs)."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+@dataclass
+class TrainSettings:
+    learning_rate: float = _f(2e-5, "peak learning rate (paper: SFT 2e-5)")
+    epochs: float = _f(1.0, "passes over the rows (ignored when max_steps > 0)")
+    max_steps: int = _f(-1, "> 0 caps the number of optimizer steps")
+    batch_size: int = _f(8, "rows per device per step")
+    grad_accum: int = _f(1, "gradient accumulation steps")
+    max_length: int = _f(512, "tokens per row (prompt + completion); longer rows are truncated by TRL")
+    lora: bool = _f(False, "train a LoRA adapter (merged after training) instead of all weights")
+    lora_r: int = _f(16, "LoRA rank")
+    lora_alpha: int = _f(32, "LoRA alpha")
+    lora_dropout: float = _f(0.0, "LoRA dropout")
+    lora_target_modules: list[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj"], "modules LoRA adapts")
+    bf16: str = _f("auto", "auto: bf16 on CUDA, bf16 autocast on CPU | true | false")
+    activation_checkpointing: bool = _f(False, "recompute activations to save memory (~35% slower when small)")
+    seed: int = _f(0, "trainer seed")
+    logging_steps: int = _f(1, "log every n optimizer steps (each log line is stored)")
+    warmup_steps: float = _f(0.0, "int: warmup steps; float in [0, 1): fraction of all steps")
+    report_to: str = _f("none", "TRL report_to: none | wandb | trackio | tensorboard")
+
+
+@dataclass
+class DPOSettings(TrainSettings):
+    learning_rate: float = _f(4e-7, "peak learning rate (paper: 4e-7 for 7B planners)")
+    beta: float = _f(0.2, "DPO temperature beta (paper: 0.2)")
+    loss_type: str = _f("sigmoid", "TRL DPO loss type")
+    reference: str = _f("previous", "previous: the iteration's starting planner | initial: the warm-start planner")
+    precompute_ref_log_probs: bool = _f(False, "compute reference log-probs once up front (no reference in memory)")
+
+
+@dataclass
+class RunSection:
+    name: str = _f("run", "a readable name for the run")
+    workdir: str = _f("runs", "directory under which each run keeps its checkpoints")
+    seed: int = _f(0, "seed for sampling, data order and training")
+    iterations: int = _f(2, "MOAT iterations to run")
+
+
+@dataclass
+class DataSection:
+    tasks: str = _f("examples/demo/tasks.jsonl", "task file (format below)")
+    format: str = _f("tasks", "tasks | lumos | gsm8k | svamp | hotpotqa | strategyqa")
+    ground: str = _f("", "lumos only: the grounder file joined by id with the planner file")
+    domains: list[str] = _f([], "keep only these domains (empty: all)")
+    train_limit: int = _f(0, "training tasks used per iteration (0: all)")
+    eval_limit: int = _f(0, "tasks per evaluation split (0: all)")
+
+
+@dataclass
+class AgentSection:
+    path: str = _f("", "local model directory or hub id")
+    adapter: str = _f("", "optional LoRA adapter directory applied on top")
+    dtype: str = _f("auto", "auto | float32 | bfloat16 | float16 (auto: bf16 on CUDA, fp32 on CPU)")
+    device: str = _f("auto", "auto | cpu | cuda | cuda:N")
+    chat_template: str = _f("lumos", "lumos: <|user|>/<|assistant|> layout | tokenizer: the tokenizer's template")
+
+
+@dataclass
+class SampleSection:
+    k: int = _f(15, "plans sampled per task (or per planning step)")
+    temperature: float = _f(1.0, "sampling temperature")
+    top_p: float = _f(0.95, "nucleus sampling")
+    max_new_tokens: int = _f(128, "longest plan in tokens")
+    batch_size: int = _f(16, "prompts per generate call")
+    formulation: str = _f("onetime", "onetime | iterative")
+
+
+@dataclass
+class ScoreSection:
+    batch_size: int = _f(32, "(prompt, actions) pairs per forward pass")
+
+
+@dataclass
+class PairsSection:
+    rule: str = _f("best_worst", "best_worst | all_above_gap | top_bottom_k")
+    min_gap: float = _f(0.1, "keep a pair only when rejected - chosen log-PPL >= this")
+    top_k: int = _f(2, "top_bottom_k: pairs between the k best and k worst plans")
+
+
+@dataclass
+class GroundSection:
+    temperature: float = _f(0.1, "grounder sampling temperature (0: greedy)")
+    top_p: float = _f(0.95, "nucleus sampling")
+    max_new_tokens: int = _f(192, "longest grounding in tokens")
+    batch_size: int = _f(16, "prompts per generate call")
+    which: str = _f("all", "all: ground every sampled plan | best: only the lowest-PPL plan per task")
+
+
+@dataclass
+class CriticSection:
+    backend: str = _f("reference", "reference (gold-guided, offline) | openai | hf")
+    which: str = _f("best", "best: judge the lowest-PPL plan's grounding per task (paper) | all: every grounding")
+    base_url: str = _f("", "openai: OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    model: str = _f("", "openai/hf: model name or local path")
+    api_key_env: str = _f("OPENAI_API_KEY", "openai: NAME of the environment variable holding the key")
+    max_tokens: int = _f(4096, "openai/hf: completion budget (vLLM defaults to 16 without it)")
+    temperature: float = _f(0.1, "critic sampling temperature")
+    top_p: float = _f(0.95, "critic nucleus sampling")
+    timeout_s: float = _f(120.0, "openai: per-request timeout")
+    max_retries: int = _f(4, "openai: retries on 429/5xx/timeouts, with backoff honouring Retry-After")
+    concurrency: int = _f(8, "openai: requests in flight")
+
+
+@dataclass
+class EvaluateSection:
+    splits: list[str] = _f(["held_in", "held_out"], "splits evaluated after each iteration")
+    formulation: str = _f("onetime", "onetime | iterative")
+    batch_size: int = _f(32, "prompts per generate call")
+    plan_max_new_tokens: int = _f(128, "longest plan")
+    ground_max_new_tokens: int = _f(192, "longest grounding")
+
+
+@dataclass
+class StagesSection:
+    stage1: bool = _f(True, "planner alignment (sample, score, pairs, DPO); false = the 'no stage 1' ablation")
+    stage2: bool = _f(True, "grounder improvement (ground, critique, SFT); false = the 'no stage 2' ablation")
+    critic: bool = _f(True, "use the critic; false = SFT on groundings that executed to the right answer only")
+    evaluate_initial: bool = _f(True, "evaluate the starting agents as iteration 0 before training")
+
+
+@dataclass
+class SFTSection(TrainSettings):
+    original_ratio: float = _f(1.0, "original grounder rows mixed in per new row (paper: all original data)")
+    original_data: str = _f("", "Task JSONL whose gold plans/actions are the grounder's original data "
+                                "(empty: the run's training tasks)")
+
+
+@dataclass
+class RunConfig:
+    run: RunSection = field(default_factory=RunSection)
+    data: DataSection = field(default_factory=DataSection)
+    planner: AgentSection = field(default_factory=lambda: AgentSection(path="assets/demo/planner"))
+    grounder: AgentSection = field(default_factory=lambda: AgentSection(path="assets/demo/grounder"))
+    sample: SampleSection = field(default_factory=SampleSection)
+    score: ScoreSection = field(default_factory=ScoreSection)
+    pairs: PairsSection = field(default_factory=PairsSection)
+    dpo: DPOSettings = field(default_factory=DPOSettings)
+    ground: GroundSection = field(default_factory=GroundSection)
+    critic: CriticSection = field(default_factory=CriticSection)
+    sft: SFTSection = field(default_factory=SFTSection)
+    evaluate: EvaluateSection = field(default_factory=EvaluateSection)
+    stages: StagesSection = field(default_factory=StagesSection)
+
+
+CHOICES = {
+    "data.format": ("tasks", "lumos", "gsm8k", "svamp", "hotpotqa", "strategyqa"),
+    "planner.chat_template": ("lumos", "tokenizer"),
+    "grounder.chat_template": ("lumos", "tokenizer"),
+    "planner.dtype": ("auto", "float32", "bfloat16", "float16"),
+    "grounder.dtype": ("auto", "float32", "bfloat16", "float16"),
+    "sample.formulation": ("onetime", "iterative"),
+    "evaluate.formulation": ("onetime", "iterative"),
+    "pairs.rule": ("best_worst", "all_above_gap", "top_bottom_k"),
+    "ground.which": ("all", "best"),
+    "critic.backend": ("reference", "openai", "hf"),
+    "critic.which": ("best", "all"),
+    "dpo.reference": ("previous", "initial"),
+    "dpo.bf16": ("auto", "true", "false"),
+    "sft.bf16": ("auto", "true", "false"),
+}
+POSITIVE = ("sample.k", "sample.max_new_tokens", "sample.batch_size", "score.batch_size", "ground.batch_size",
+            "ground.max_new_tokens", "critic.max_tokens", "critic.concurrency", "dpo.batch_size", "sft.batch_size",
+            "evaluate.batch_size", "run.iterations", "dpo.max_length", "sft.max_length")
+
+
+def _validate(config: RunConfig, source: str | None) -> None:
+    for dotted, allowed in CHOICES.items():
+        value = _get(config, dotted)
+        if value not in allowed:
+            raise ConfigError(dotted, f"{value!r} is not one of {', '.join(allowed)}", source)
+    for dotted in POSITIVE:
+        if _get(config, dotted) < 1:
+            raise ConfigError(dotted, "must be >= 1", source)
+    if config.sample.k < 2:
+        raise ConfigError("sample.k", "must be >= 2 (a pair needs two plans)", source)
+    for dotted in ("sample.temperature", "ground.temperature", "critic.temperature", "pairs.min_gap"):
+        if _get(config, dotted) < 0:
+            raise ConfigError(dotted, "must be >= 0", source)
+    for dotted in ("sample.top_p", "ground.top_p", "critic.top_p"):
+        if not 0 < _get(config, dotted) <= 1:
+            raise ConfigError(dotted, "must be in (0, 1]", source)
+    for role in ("planner", "grounder"):
+        if not getattr(config, role).path:
+            raise ConfigError(f"{role}.path", "a model directory or hub id is required", source)
+    if config.critic.backend in ("openai", "hf") and not config.critic.model:
+        raise ConfigError("critic.model", f"required for the {config.critic.backend} backend", source)
+    if config.critic.backend == "openai" and not config.critic.base_url:
+        raise ConfigError("critic.base_url", "required for the openai backend", source)
+    for split in config.evaluate.splits:
+        if split not in ("train", "held_in", "held_out"):
+            raise ConfigError("evaluate.splits", f"{split!r} is not one of train, held_in, held_out", source)
+
+
+def _get(config: RunConfig, dotted: str) -> Any:
+    section, name = dotted.split(".", 1)
+    return getattr(getattr(config, section), name)
+
+
+def _coerce(value: Any, annotation: Any, dotted: str, source: str | None) -> Any:
+    """Check/convert one value against its field type; strings from --set are parsed as JSON when possible."""
+    hint = annotation
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        origin = typing.get_origin(hint)
+    if origin is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()] if not value.startswith("[") else \
+                json.loads(value)
+        if not isinstance(value, list):
+            raise ConfigError(dotted, f"expected a list, got {value!r}", source)
+        return [str(v) for v in value]
+    if hint is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        if not isinstance(value, bool):
+            raise ConfigError(dotted, f"expected true or false, got {value!r}", source)
+        return value
+    if hint in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(dotted, f"expected a number, got {value!r}", source)
+        try:
+            converted = hint(value)
+        except (TypeError, ValueError):
+            raise ConfigError(dotted, f"expected {'an integer' if hint is int else 'a number'}, got {value!r}",
+                              source) from None
+        if hint is int and isinstance(value, float) and not value.is_integer():
+            raise ConfigError(dotted, f"expected an integer, got {value!r}", source)
+        return converted
+    if hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(dotted, f"expected a string, got {value!r}", source)
+        return str(value)
+    return value
+
+
+def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConfig:
+    if not isinstance(data, dict):
+        raise ConfigError("<root>", "expected a table of sections", source)
+    config = RunConfig()
+    sections = {f.name: f for f in dataclasses.fields(RunConfig)}
+    for section_name, values in data.items():
+        if section_name not in sections:
+            raise ConfigError(section_name, f"unknown section (known: {', '.join(sections)})", source)
+        if not isinstance(values, dict):
+            raise ConfigError(section_name, "expected a table of fields", source)
+        section = getattr(config, section_name)
+        hints = typing.get_type_hints(type(section))
+        known = {f.name for f in dataclasses.fields(section)}
+        for name, value in values.items():
+            dotted = f"{section_name}.{name}"
+            if name not in known:
+                raise ConfigError(dotted, f"unknown field (known: {', '.join(sorted(known))})", source)
+            setattr(section, name, _coerce(value, hints[name], dotted, source))
+    _validate(config, source)
+    return config
+
+
+def config_to_dict(config: RunConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``["sample.k=8", "data.train_limit=32"]`` -> ``{"sample": {"k": "8"}, "data": {"train_limit": "32"}}``."""
+    merged: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(item, "expected section.field=value", "--set")
+        section, name = key.strip().split(".", 1)
+        merged.setdefault(section, {})[name] = value.strip()
+    return merged
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError("<yaml>", str(exc).replace("\n", " "), str(path)) from None
+        return data
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("<toml>", str(exc), str(path)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                base: dict[str, Any] | None = None) -> RunConfig:
+    """A validated config from a file (or ``base``), with ``--set`` overrides applied on top."""
+    data: dict[str, Any] = json.loads(json.dumps(base)) if base else {}
+    if path is not None:
+        if not Path(path).exists():
+            raise ConfigError("<file>", "config file not found", str(path))
+        data = read_config_file(path)
+    for section, values in parse_overrides(overrides or []).items():
+        data.setdefault(section, {}).update(values)
+    return config_from_dict(data, str(path) if path else None)
+
+
+def field_help() -> dict[str, str]:
+    """``{"sample.k": "plans sampled per task ..."}`` for every field that carries help text."""
+    out = {}
+    for section in dataclasses.fields(RunConfig):
+        for f in dataclasses.fields(section.default_factory()):
+            out[f"{section.name}.{f.name}"] = f.metadata.get("help", "")
+    return out

@@ -1,0 +1,176 @@
+"""End-to-end evaluation: plan -> ground -> execute -> answer -> metric, batched, with per-task traces.
+
+``run_agents(planner, grounder, tasks, settings)`` returns one ``Trace`` per task (plan text, subgoals, actions,
+execution values, answer, correctness). ``evaluate(...)`` adds the metrics per split and domain and the
+*capability gap*: the grounder's mean log-perplexity of the gold actions given the planner's own greedy plan (the
+paper's Table 4 quantity; lower means the two agents fit each other better). The loop's ``evaluate`` stage and
+``python -m engine eval`` both call ``evaluate``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from engine import models, prompts
+from engine.config import EvaluateSection
+from engine.executor import ExecutionResult, ToolEnv, execute
+from engine.formats.lumos import parse_planner_turn
+from engine.metrics import score_answer
+from engine.tasks import Task
+from engine.tools.qa import Corpus
+from engine.turns import (
+    Agent,
+    grounder_prompt,
+    grounder_prompt_iterative,
+    planner_prompt,
+    planner_prompt_iterative,
+    read_plan,
+)
+
+
+@dataclass
+class Trace:
+    task_id: str
+    split: str
+    domain: str
+    plan: str  # raw planner text (iterative: the subgoals joined in onetime form)
+    subgoals: list[str]
+    actions: str
+    ok: bool
+    values: dict[str, str]
+    answer: str | None
+    gold: str
+    correct: bool
+    error: str | None = None
+    scores: dict[str, Any] = field(default_factory=dict)  # em / f1 for qa
+    gold_logppl: float | None = None  # grounder log-PPL of the gold actions given this plan
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tool_env(task: Task) -> ToolEnv:
+    return ToolEnv(corpus=Corpus.from_context(task.context) if task.context else None)
+
+
+def execute_for(task: Task, actions: str) -> ExecutionResult:
+    return execute(actions, task.domain, tool_env(task))
+
+
+def _trace(task: Task, plan: str, subgoals: list[str], actions: str) -> Trace:
+    result = execute_for(task, actions)
+    answer = result.answer if result.ok else None
+    scores = score_answer(task.domain, answer or "", task.answer, task.source)
+    return Trace(task.id, task.split, task.domain, plan, subgoals, actions, result.ok, result.values, answer,
+                 task.answer, bool(scores.get("correct")), result.error,
+                 {k: v for k, v in scores.items() if k in ("em", "f1")})
+
+
+def _greedy(tokens: int, batch: int) -> models.GenerationConfig:
+    return models.GenerationConfig(max_new_tokens=tokens, temperature=0.0, batch_size=batch)
+
+
+def run_onetime(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection) -> list[Trace]:
+    plans = models.generate(planner.model, planner.tokenizer, [planner_prompt(planner, t) for t in tasks],
+                            _greedy(settings.plan_max_new_tokens, settings.batch_size))
+    texts = [p[0] for p in plans]
+    subgoals = [read_plan(text)[0] for text in texts]
+    g_prompts = [grounder_prompt(grounder, t, s) for t, s in zip(tasks, subgoals)]
+    actions = models.generate(grounder.model, grounder.tokenizer, g_prompts,
+                              _greedy(settings.ground_max_new_tokens, settings.batch_size))
+    return [_trace(t, text, s, a[0]) for t, text, s, a in zip(tasks, texts, subgoals, actions)]
+
+
+def _step_result(result: ExecutionResult, group: str) -> str:
+    """What the planner is told after a subgoal: the value of its last action (or the error)."""
+    if not result.ok:
+        return f"error: {result.error}"
+    step_values = [v for s in result.steps if str(s.action) in group for v in s.values.values()]
+    return step_values[-1] if step_values else (result.answer or "")
+
+
+def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
+                  max_steps: int = 8) -> list[Trace]:
+    """Turn by turn: the planner proposes subgoal k, the grounder grounds it, the executor's result goes back."""
+    subgoals: list[list[str]] = [[] for _ in tasks]
+    actions: list[list[str]] = [[] for _ in tasks]
+    results: list[list[str]] = [[] for _ in tasks]
+    active = list(range(len(tasks)))
+    for _ in range(max_steps):
+        if not active:
+            break
+        p_prompts = [planner_prompt_iterative(planner, tasks[i], subgoals[i], results[i]) for i in active]
+        turns = models.generate(planner.model, planner.tokenizer, p_prompts,
+                                _greedy(settings.plan_max_new_tokens, settings.batch_size))
+        grounding = []
+        for i, turn in zip(active, turns):
+            try:
+                parsed = parse_planner_turn(turn[0].strip())
+            except ValueError:
+                parsed = None  # a malformed turn ends planning, as a stop would
+            if parsed is not None:
+                subgoals[i].append(parsed[1].strip())
+                grounding.append(i)
+        if not grounding:
+            break
+        g_prompts = [grounder_prompt_iterative(grounder, tasks[i], subgoals[i], actions[i], results[i])
+                     for i in grounding]
+        groups = models.generate(grounder.model, grounder.tokenizer, g_prompts,
+                                 _greedy(settings.ground_max_new_tokens, settings.batch_size))
+        for i, group in zip(grounding, groups):
+            actions[i].append(group[0].strip())
+            result = execute_for(tasks[i], "; ".join(actions[i]))
+            results[i].append(_step_result(result, group[0]))
+        active = grounding
+    return [_trace(t, prompts.format_subgoals(s), s, "; ".join(a)) for t, s, a in zip(tasks, subgoals, actions)]
+
+
+def gold_logppl(grounder: Agent, tasks: list[Task], plans: list[list[str]], batch_size: int = 32) -> list[float]:
+    """Grounder mean NLL of each task's gold actions given ``plans`` (tasks without gold actions: NaN)."""
+    keep = [i for i, t in enumerate(tasks) if t.gold_actions]
+    out = [float("nan")] * len(tasks)
+    values = models.score_targets(grounder.model, grounder.tokenizer,
+                                  [grounder_prompt(grounder, tasks[i], plans[i]) for i in keep],
+                                  [tasks[i].actions_text for i in keep], batch_size=batch_size)
+    for i, v in zip(keep, values):
+        out[i] = v
+    return out
+
+
+def summarize(traces: list[Trace]) -> dict[str, Any]:
+    """Metrics per split and domain (plus "all"): accuracy, EM/F1 where present, gap log-PPL, counts."""
+    groups: dict[tuple[str, str], list[Trace]] = defaultdict(list)
+    for t in traces:
+        groups[(t.split, t.domain)].append(t)
+        groups[(t.split, "all")].append(t)
+    out: dict[str, Any] = {}
+    for (split, domain), items in sorted(groups.items()):
+        row: dict[str, Any] = {"n": len(items), "accuracy": sum(t.correct for t in items) / len(items),
+                               "executed": sum(t.ok for t in items) / len(items),
+                               "well_formed_plans": sum(bool(t.subgoals) for t in items) / len(items)}
+        for key in ("em", "f1"):
+            vals = [t.scores[key] for t in items if key in t.scores]
+            if vals:
+                row[key] = sum(float(v) for v in vals) / len(vals)
+        gaps = [t.gold_logppl for t in items if t.gold_logppl is not None and t.gold_logppl == t.gold_logppl]
+        if gaps:
+            row["gap_logppl"] = statistics.fmean(gaps)
+        out.setdefault(split, {})[domain] = row
+    return out
+
+
+def evaluate(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
+             gap: bool = True) -> tuple[dict[str, Any], list[Trace]]:
+    """Run the agents on ``tasks`` and return ``(metrics, traces)``."""
+    if settings.formulation == "iterative":
+        traces = run_iterative(planner, grounder, tasks, settings)
+    else:
+        traces = run_onetime(planner, grounder, tasks, settings)
+    if gap:
+        values = gold_logppl(grounder, tasks, [t.subgoals for t in traces], settings.batch_size)
+        for trace, value in zip(traces, values):
+            trace.gold_logppl = value if value == value else None
+    return summarize(traces), traces

@@ -1,0 +1,205 @@
+"""The DuckDB schema of a MOAT Studio workspace, as versioned DDL.
+
+Every row a stage produces is keyed by ``(run_id, iteration, task_id, step, k)`` or a prefix of it: ``step`` is
+the planning step (0 for onetime plans, 1.. for the iterative formulation), ``k`` the index of a sampled plan.
+Primary keys make re-running a stage idempotent (``INSERT OR REPLACE``), so a resumed stage never duplicates
+rows. JSON columns hold lists/dicts as text. ``MIGRATIONS[v]`` upgrades a store from version ``v`` to ``v + 1``.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+DDL_V1 = """
+CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL);
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    config_json TEXT NOT NULL,          -- the full config snapshot the run was created with
+    run_dir TEXT NOT NULL               -- checkpoints and logs live under it
+);
+
+CREATE TABLE IF NOT EXISTS stages (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    stage TEXT NOT NULL,                -- sample | score | pairs | train_planner | ground | critique | ...
+    status TEXT NOT NULL,               -- pending | running | done | failed | stopped | skipped
+    started_at TIMESTAMP,
+    finished_at TIMESTAMP,
+    counts_json TEXT,                   -- {"rows": n, ...} what the stage wrote
+    error TEXT,
+    PRIMARY KEY (run_id, iteration, stage)
+);
+
+CREATE TABLE IF NOT EXISTS tasks (
+    run_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    domain TEXT NOT NULL,
+    source TEXT NOT NULL,
+    split TEXT NOT NULL,
+    question TEXT NOT NULL,
+    context_json TEXT NOT NULL,
+    gold_subgoals_json TEXT NOT NULL,
+    gold_actions_json TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    meta_json TEXT NOT NULL,
+    PRIMARY KEY (run_id, task_id)
+);
+
+CREATE TABLE IF NOT EXISTS plans (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    k INTEGER NOT NULL,
+    prompt TEXT NOT NULL,               -- the planner prompt the plan was sampled from
+    text TEXT NOT NULL,                 -- the raw planner output
+    subgoals_json TEXT NOT NULL,        -- parsed subgoals (empty list when malformed)
+    well_formed BOOLEAN NOT NULL,
+    created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    PRIMARY KEY (run_id, iteration, task_id, step, k)
+);
+
+CREATE TABLE IF NOT EXISTS scores (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    k INTEGER NOT NULL,
+    logppl DOUBLE NOT NULL,             -- grounder mean NLL of the gold actions (+EOS) given task + plan
+    ppl DOUBLE NOT NULL,
+    n_tokens INTEGER NOT NULL,
+    PRIMARY KEY (run_id, iteration, task_id, step, k)
+);
+
+CREATE TABLE IF NOT EXISTS pairs (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    pair_idx INTEGER NOT NULL,
+    chosen_k INTEGER NOT NULL,
+    rejected_k INTEGER NOT NULL,
+    chosen_logppl DOUBLE NOT NULL,
+    rejected_logppl DOUBLE NOT NULL,
+    margin DOUBLE NOT NULL,             -- rejected_logppl - chosen_logppl
+    rule TEXT NOT NULL,                 -- best_worst | all_above_gap | top_bottom_k
+    PRIMARY KEY (run_id, iteration, task_id, step, pair_idx)
+);
+
+CREATE TABLE IF NOT EXISTS groundings (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    k INTEGER NOT NULL,
+    prompt TEXT NOT NULL,
+    actions TEXT NOT NULL,
+    ok BOOLEAN NOT NULL,                -- parsed and executed without error
+    values_json TEXT NOT NULL,
+    answer TEXT,
+    correct BOOLEAN NOT NULL,
+    error TEXT,
+    PRIMARY KEY (run_id, iteration, task_id, step, k)
+);
+
+CREATE TABLE IF NOT EXISTS verdicts (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    k INTEGER NOT NULL,
+    backend TEXT NOT NULL,              -- reference | openai | hf
+    model TEXT,
+    status TEXT NOT NULL,               -- accepted | corrected | unfixable | unparsed | truncated | error
+    reference_guided BOOLEAN NOT NULL,  -- true when gold annotations, not a model, decided the verdict
+    raw TEXT,                           -- the critic's raw response (or the reference critic's explanation)
+    corrected_subgoals_json TEXT,       -- null unless corrected
+    corrected_actions TEXT,
+    latency_s DOUBLE,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    finish_reason TEXT,
+    created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    PRIMARY KEY (run_id, iteration, task_id, step, k)
+);
+
+CREATE TABLE IF NOT EXISTS critic_cache (
+    model TEXT NOT NULL,
+    prompt_sha256 TEXT NOT NULL,
+    response_json TEXT NOT NULL,
+    created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    PRIMARY KEY (model, prompt_sha256)
+);
+
+CREATE SEQUENCE IF NOT EXISTS override_ids START 1;
+CREATE TABLE IF NOT EXISTS overrides (
+    override_id BIGINT PRIMARY KEY DEFAULT nextval('override_ids'),
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    target TEXT NOT NULL,               -- pair | verdict
+    task_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    k INTEGER,                          -- verdict overrides: the judged plan
+    action TEXT NOT NULL,               -- pair: swap | exclude | tie | choose | restore; verdict: keep_original |
+                                        --   accept_correction | edit | drop | restore
+    before_json TEXT,
+    after_json TEXT,
+    curator TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+);
+
+CREATE TABLE IF NOT EXISTS train_logs (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    stage TEXT NOT NULL,                -- train_planner | train_grounder
+    seq INTEGER NOT NULL,               -- order of the log line within the stage
+    step INTEGER NOT NULL,              -- trainer global step
+    epoch DOUBLE,
+    loss DOUBLE,
+    logs_json TEXT NOT NULL,            -- every key TRL logged (rewards/chosen, rewards/margins, ...)
+    created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    PRIMARY KEY (run_id, iteration, stage, seq)
+);
+
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,         -- metrics of the agents *after* iteration t (t = 0: warm-start agents)
+    split TEXT NOT NULL,
+    domain TEXT NOT NULL,               -- a domain or "all"
+    name TEXT NOT NULL,                 -- accuracy | em | f1 | gap_logppl | n | ...
+    value DOUBLE NOT NULL,
+    PRIMARY KEY (run_id, iteration, split, domain, name)
+);
+
+CREATE TABLE IF NOT EXISTS eval_traces (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    split TEXT NOT NULL,
+    domain TEXT NOT NULL,
+    plan TEXT NOT NULL,
+    actions TEXT NOT NULL,
+    answer TEXT,
+    correct BOOLEAN NOT NULL,
+    gold_logppl DOUBLE,
+    trace_json TEXT NOT NULL,
+    PRIMARY KEY (run_id, iteration, task_id)
+);
+
+CREATE TABLE IF NOT EXISTS checkpoints (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,         -- the agent produced by iteration t (pi(t+1))
+    role TEXT NOT NULL,                 -- planner | grounder
+    path TEXT NOT NULL,
+    kind TEXT NOT NULL,                 -- full | lora
+    created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    PRIMARY KEY (run_id, iteration, role)
+);
+"""
+
+# version -> DDL that upgrades a store from that version to the next. Empty until version 2 exists.
+MIGRATIONS: dict[int, str] = {}

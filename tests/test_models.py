@@ -1,0 +1,67 @@
+"""Model loading, batched PPL scoring (== one at a time) and generation on tiny models built from config."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine import models
+
+
+def test_reduced_demo_build_loads_offline(tiny_agents_dir, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for role in ("planner", "grounder"):
+        path = tiny_agents_dir / role
+        assert (path / "model.safetensors").exists()
+        model = AutoModelForCausalLM.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        assert tokenizer.eos_token == "</s>" and tokenizer.pad_token == "<pad>"
+        assert model.config.vocab_size == len(tokenizer)
+    assert (tiny_agents_dir / "build.json").exists()
+
+
+def test_batched_scores_equal_one_at_a_time(tiny_agents):
+    _, grounder = tiny_agents
+    prompts = ["<|user|>\nshort\n<|assistant|>\n", "<|user|>\na much longer prompt with many words in it\n"
+               "<|assistant|>\n", "<|user|>\nmid size prompt\n<|assistant|>\n"]
+    targets = ["R1 = Calculator(3 * 4)", "R1 = Calculator(1 + 2); R2 = Calculator(R1 * 7)", "x"]
+    batched = models.score_targets(grounder.model, grounder.tokenizer, prompts, targets, batch_size=3)
+    single = [models.score_targets(grounder.model, grounder.tokenizer, [p], [t], batch_size=1)[0]
+              for p, t in zip(prompts, targets)]
+    assert all(math.isfinite(v) and v > 0 for v in batched)
+    assert batched == pytest.approx(single, abs=1e-4)
+
+
+def test_score_is_mean_nll_of_target_plus_eos(tiny_agents):
+    _, grounder = tiny_agents
+    tok, model = grounder.tokenizer, grounder.model
+    prompt, target = "<|user|>\nq\n<|assistant|>\n", "R1 = Calculator(2 + 2)"
+    p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    t_ids = tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    ids = torch.tensor([p_ids + t_ids])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+    expected = -sum(logprobs[len(p_ids) - 1 + i, t].item() for i, t in enumerate(t_ids)) / len(t_ids)
+    assert models.score_targets(model, tok, [prompt], [target])[0] == pytest.approx(expected, abs=1e-5)
+
+
+def test_generate_shapes_and_seed(tiny_agents):
+    planner, _ = tiny_agents
+    config = models.GenerationConfig(max_new_tokens=8, temperature=1.0, top_p=0.95, num_return_sequences=3,
+                                     batch_size=2)
+    prompts = ["<|user|>\nTask one\n<|assistant|>\n", "<|user|>\nTask two\n<|assistant|>\n", "<|user|>\nx\n"
+               "<|assistant|>\n"]
+    first = models.generate(planner.model, planner.tokenizer, prompts, config, seed=1)
+    again = models.generate(planner.model, planner.tokenizer, prompts, config, seed=1)
+    assert [len(o) for o in first] == [3, 3, 3]
+    assert first == again
+
+
+def test_resolve_device_and_dtype():
+    cpu = models.resolve_device("cpu")
+    assert models.resolve_dtype("auto", cpu) == torch.float32
+    assert models.resolve_dtype("bfloat16", cpu) == torch.bfloat16
