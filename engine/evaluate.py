@@ -84,7 +84,7 @@ def run_onetime(planner: Agent, grounder: Agent, tasks: list[Task], settings: Ev
     return [_trace(t, text, s, a[0]) for t, text, s, a in zip(tasks, texts, subgoals, actions)]
 
 
-def _step_result(result: ExecutionResult, group: str) -> str:
+def step_result(result: ExecutionResult, group: str) -> str:
     """What the planner is told after a subgoal: the value of its last action (or the error)."""
     if not result.ok:
         return f"error: {result.error}"
@@ -123,7 +123,7 @@ def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: 
         for i, group in zip(grounding, groups):
             actions[i].append(group[0].strip())
             result = execute_for(tasks[i], "; ".join(actions[i]))
-            results[i].append(_step_result(result, group[0]))
+            results[i].append(step_result(result, group[0]))
         active = grounding
     return [_trace(t, prompts.format_subgoals(s), s, "; ".join(a)) for t, s, a in zip(tasks, subgoals, actions)]
 
@@ -174,3 +174,12 @@ def evaluate(planner: Agent, grounder: Agent, tasks: list[Task], settings: Evalu
         for trace, value in zip(traces, values):
             trace.gold_logppl = value if value == value else None
     return summarize(traces), traces
+
+
+def gold_step_results(task: Task) -> list[str]:
+    """The executed result of each gold subgoal (the feedback the iterative planner was trained with)."""
+    results = []
+    for k in range(1, len(task.gold_actions) + 1):
+        result = execute_for(task, "; ".join(task.gold_actions[:k]))
+        results.append(step_result(result, task.gold_actions[k - 1]))
+    return results

@@ -1,0 +1,17 @@
+"""Critic backends for the ``critique`` stage: ``reference`` (offline, gold-guided), ``openai``, ``hf``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.config import CriticSection
+from engine.critics.base import Critic
+
+
+def make_critic(config: CriticSection, store: Any = None) -> Critic:
+    """The critic ``config.backend`` names; ``store`` gives the OpenAI backend its response cache."""
+    if config.backend == "reference":
+        from engine.critics.reference import ReferenceCritic
+
+        return ReferenceCritic()
+    raise NotImplementedError(f"critic backend {config.backend!r} is not available yet")

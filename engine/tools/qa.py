@@ -31,7 +31,9 @@ _STOPWORDS = frozenset(
     "when where why how many much it its this that these those as has have had can could will would should".split()
 )
 _YES_NO = re.compile(r"^(is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\b", re.IGNORECASE)
-_NUMERIC_Q = re.compile(r"\b(how many|how much|how old|what year|which year|in what year|when|population|number of)\b", re.IGNORECASE)
+_NUMERIC_Q = re.compile(
+    r"\b(how many|how much|how old|what year|which year|in what year|when|population|number of)\b", re.IGNORECASE
+)
 _NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?")
 
 

@@ -1,0 +1,48 @@
+"""``python -m engine export``: write curated DPO pairs or grounder SFT records of one iteration to a file.
+
+Contract: ``export --db D --run R --iteration T --what pairs|sft --format jsonl|parquet --out FILE [--json]``
+writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides applied) atomically and prints
+``{"what", "format", "path", "rows"}`` (``--json``) or a one-line summary; exits 0. An unknown run, a missing or
+locked DuckDB file prints ``error: ...`` on stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.commands._common import print_json
+
+HELP = "Export an iteration's curated DPO pairs or grounder SFT records as JSONL or Parquet."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", required=True, help="the workspace DuckDB file")
+    parser.add_argument("--run", required=True, help="run id (see `python -m engine status`)")
+    parser.add_argument("--iteration", required=True, type=int, help="iteration whose data to export")
+    parser.add_argument("--what", required=True, choices=("pairs", "sft"), help="DPO pairs or grounder SFT records")
+    parser.add_argument("--format", default="jsonl", choices=("jsonl", "parquet"), help="output format")
+    parser.add_argument("--out", required=True, metavar="FILE", help="output file (written atomically)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.export import export_pairs, export_sft
+    from engine.store import Store, StoreError
+
+    try:
+        with Store(args.db, read_only=True) as store:
+            if store.get_run(args.run) is None:
+                print(f"error: no run {args.run!r} in {args.db}", file=sys.stderr)
+                return 2
+            export = export_pairs if args.what == "pairs" else export_sft
+            rows = export(store, args.run, args.iteration, args.out, args.format)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = {"what": args.what, "format": args.format, "path": args.out, "rows": rows}
+    if args.json:
+        print_json(result)
+    else:
+        print(f"wrote {rows} {args.what} rows to {args.out} ({args.format})")
+    return 0

@@ -1,0 +1,76 @@
+"""``python -m engine run``: create (or resume) a run from a config and run its pending stages."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "Run the MOAT loop: every pending stage of iterations 0..N, resuming an interrupted run."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default="examples/demo.toml", help="run config (TOML or YAML)")
+    parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
+    parser.add_argument("--run", default=None, help="resume this run id instead of creating a new run")
+    parser.add_argument("--iterations", type=int, default=None, help="iterations to run (default: run.iterations)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a config field, e.g. --set sample.k=8 --set data.train_limit=32")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def progress_printer(quiet: bool):
+    """A progress sink drawing one tqdm bar per stage (stderr), or nothing."""
+    if quiet:
+        return None
+    from tqdm import tqdm
+
+    bars: dict[tuple[int, str], tqdm] = {}
+
+    def show(event: dict) -> None:
+        key = (event["iteration"], event["stage"])
+        if key not in bars:
+            for bar in bars.values():
+                bar.close()
+            bars.clear()
+            bars[key] = tqdm(total=event["total"], desc=f"iter {key[0]} {key[1]}", unit="batch", leave=True)
+        bar = bars[key]
+        bar.total = max(event["total"], 1)
+        bar.n = event["done"]
+        bar.set_postfix_str(event.get("message", ""), refresh=False)
+        bar.refresh()
+
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    import signal
+
+    from engine.commands._common import fail, print_json
+    from engine.config import load_config
+    from engine.errors import ConfigError, DataError
+    from engine.loop import create_run, run_config, run_loop
+    from engine.store import Store, StoreLockedError
+
+    stop = {"flag": False}
+
+    def request_stop(*_):  # Ctrl-C: finish the batch in flight, record "stopped", exit cleanly
+        stop["flag"] = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        with Store(args.db) as store:
+            if args.run:
+                config = run_config(store, args.run)
+                run_id = args.run
+            else:
+                config = load_config(args.config, args.set)
+                run_id = create_run(store, config)
+            status = run_loop(store, run_id, iterations=args.iterations, progress=progress_printer(args.quiet),
+                              should_stop=lambda: stop["flag"])
+            print_json({"run_id": run_id, "status": status, "db": args.db,
+                        "iterations": store.status_summary()["runs"].get(run_id, {})})
+    except (ConfigError, DataError) as exc:
+        return fail(exc)
+    except StoreLockedError as exc:
+        print(f"error: {exc}")
+        return 3
+    return 0 if status in ("done", "stopped") else 1

@@ -1,0 +1,450 @@
+"""Curator overrides of DPO pairs and critic verdicts, and the training data they produce.
+
+Contract (shared by the studio and the CLI):
+
+* Overrides are append-only rows in ``overrides``; the latest row per target wins and a latest ``restore`` row
+  means "back to what the engine decided". Every row records ``curator``, ``reason`` and ``before_json`` /
+  ``after_json`` (the effective state before and after) so the history is auditable.
+* Pair overrides (``target="pair"``) are keyed by ``(run_id, iteration, task_id, step, pair_idx)``; ``pair_idx``
+  (0 unless a multi-pair rule made several pairs for one task-step) is stored in ``after_json["pair_idx"]``
+  because the table has no pair_idx column. Actions:
+  ``swap`` flips the auto pair's chosen/rejected (and logppls); swapping a swapped pair writes a ``restore``;
+  swapping a chosen pair writes a ``choose`` with the two plans reversed. ``exclude`` and ``tie`` keep the row,
+  flagged, but take it out of training/export. ``choose`` names any two scored, differing plans of the task-step
+  (``after_json["chosen_k"/"rejected_k"]``; logppls come from ``scores``) and may create a pair the rule did not.
+  The auto ``pairs`` rows may be deleted and rebuilt by the pairs stage: overrides refer to the key, not the row,
+  so they apply to the rebuilt pair (an override of a pair the rule no longer makes is ignored, except ``choose``).
+* Verdict overrides (``target="verdict"``) are keyed by ``(run_id, iteration, task_id, step, k)``: ``keep_original``
+  (train on the grounding as it was), ``accept_correction`` (train on the critic's correction), ``edit`` (train on
+  curator-written actions, validated with ``parse_actions`` and previewed with the executor), ``drop`` (no
+  training record), ``restore``.
+* ``effective_pairs`` / ``effective_sft_records`` give the data after overrides; ``agreement`` measures how often
+  curators agreed with the critic.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from engine.actions import parse_actions
+from engine.executor import ExecutionResult, ToolEnv, execute
+from engine.store import Store
+from engine.tools.qa import Corpus
+
+PAIR_ACTIONS = ("swap", "exclude", "tie", "choose", "restore")
+VERDICT_ACTIONS = ("keep_original", "accept_correction", "edit", "drop", "restore")
+# Critic statuses that yield a training record without any override.
+TRAINABLE_STATUSES = ("accepted", "corrected")
+
+
+class InvalidActionsError(ValueError):
+    """Curator-edited actions that do not parse; ``parse_error`` holds message, span and snippet."""
+
+    def __init__(self, parse_error: Any):
+        self.parse_error = parse_error
+        super().__init__(f"invalid actions: {parse_error}")
+
+
+# -- pairs -----------------------------------------------------------------------------------------------------------
+
+
+def effective_pairs(store: Store, run_id: str, iteration: int) -> pd.DataFrame:
+    """Auto pairs with overrides applied; columns include ``overridden``, ``excluded``, ``tie``,
+    ``override_action`` and ``auto_chosen_k``/``auto_rejected_k`` (NULL for a curator-created pair)."""
+    return store.effective_pairs(run_id, iteration)
+
+
+def _current_pair(store: Store, run_id: str, iteration: int, task_id: str, step: int, pair_idx: int) -> dict | None:
+    df = store.effective_pairs(run_id, iteration, task_id=task_id)
+    df = df[(df["step"] == step) & (df["pair_idx"] == pair_idx)]
+    if not len(df):
+        return None
+    row = df.iloc[0]
+    return {
+        "chosen_k": int(row["chosen_k"]),
+        "rejected_k": int(row["rejected_k"]),
+        "action": None if pd.isna(row["override_action"]) else row["override_action"],
+    }
+
+
+def _require_pair(store: Store, run_id: str, iteration: int, task_id: str, step: int, pair_idx: int) -> dict:
+    pair = _current_pair(store, run_id, iteration, task_id, step, pair_idx)
+    if pair is None:
+        raise ValueError(f"no pair for task {task_id!r} step {step} (pair {pair_idx}) in iteration {iteration}")
+    return pair
+
+
+def _pair_override(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int,
+    action: str,
+    before: dict | None,
+    after: dict,
+    curator: str,
+    reason: str,
+) -> int:
+    return store.add_override(
+        {
+            "run_id": run_id,
+            "iteration": iteration,
+            "target": "pair",
+            "task_id": task_id,
+            "step": step,
+            "k": None,
+            "action": action,
+            "before_json": before,
+            "after_json": after,
+            "curator": curator,
+            "reason": reason,
+        }
+    )
+
+
+def swap_pair(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int = 0,
+    *,
+    pair_idx: int = 0,
+    curator: str = "curator",
+    reason: str = "",
+) -> int:
+    """Flip chosen and rejected; returns the override id. Swapping twice returns the pair to auto."""
+    before = _require_pair(store, run_id, iteration, task_id, step, pair_idx)
+    after = {"pair_idx": pair_idx, "chosen_k": before["rejected_k"], "rejected_k": before["chosen_k"]}
+    if before["action"] == "swap":
+        action = "restore"
+    elif before["action"] == "choose":
+        action = "choose"  # a flipped choice is still a choice: its ks do not come from the auto pair
+    else:
+        action = "swap"
+    return _pair_override(store, run_id, iteration, task_id, step, action, before, after, curator, reason)
+
+
+def exclude_pair(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int = 0,
+    *,
+    pair_idx: int = 0,
+    curator: str = "curator",
+    reason: str = "",
+) -> int:
+    """Keep the pair visible but out of training and export."""
+    before = _require_pair(store, run_id, iteration, task_id, step, pair_idx)
+    after = {"pair_idx": pair_idx, "chosen_k": before["chosen_k"], "rejected_k": before["rejected_k"]}
+    return _pair_override(store, run_id, iteration, task_id, step, "exclude", before, after, curator, reason)
+
+
+def tie_pair(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int = 0,
+    *,
+    pair_idx: int = 0,
+    curator: str = "curator",
+    reason: str = "",
+) -> int:
+    """Mark both plans as equally good: out of training, flagged ``tie``."""
+    before = _require_pair(store, run_id, iteration, task_id, step, pair_idx)
+    after = {"pair_idx": pair_idx, "chosen_k": before["chosen_k"], "rejected_k": before["rejected_k"]}
+    return _pair_override(store, run_id, iteration, task_id, step, "tie", before, after, curator, reason)
+
+
+def choose_pair(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int,
+    chosen_k: int,
+    rejected_k: int,
+    *,
+    pair_idx: int = 0,
+    curator: str = "curator",
+    reason: str = "",
+) -> int:
+    """Pair any two scored plans of the task-step; they must exist, differ, and have different texts."""
+    chosen_k, rejected_k = int(chosen_k), int(rejected_k)
+    if chosen_k == rejected_k:
+        raise ValueError(f"chosen and rejected must be different plans (both are k={chosen_k})")
+    plans = store.query(
+        "SELECT p.k, p.text, s.logppl FROM plans p LEFT JOIN scores s USING (run_id, iteration, task_id, step, k) "
+        "WHERE p.run_id = ? AND p.iteration = ? AND p.task_id = ? AND p.step = ? AND p.k IN (?, ?)",
+        [run_id, iteration, task_id, step, chosen_k, rejected_k],
+    )
+    found = {int(r.k): r for r in plans.itertuples(index=False)}
+    for k in (chosen_k, rejected_k):
+        if k not in found:
+            raise ValueError(f"task {task_id!r} step {step} has no plan k={k} in iteration {iteration}")
+        if pd.isna(found[k].logppl):
+            raise ValueError(f"plan k={k} of task {task_id!r} step {step} has no score yet")
+    if found[chosen_k].text == found[rejected_k].text:
+        raise ValueError(f"plans k={chosen_k} and k={rejected_k} have the same text; a pair needs two different plans")
+    before = _current_pair(store, run_id, iteration, task_id, step, pair_idx)
+    after = {"pair_idx": pair_idx, "chosen_k": chosen_k, "rejected_k": rejected_k}
+    return _pair_override(store, run_id, iteration, task_id, step, "choose", before, after, curator, reason)
+
+
+def restore_pair(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int = 0,
+    *,
+    pair_idx: int = 0,
+    curator: str = "curator",
+    reason: str = "",
+) -> int:
+    """Undo every override of the pair: back to what the pairing rule decided."""
+    before = _current_pair(store, run_id, iteration, task_id, step, pair_idx)
+    return _pair_override(
+        store, run_id, iteration, task_id, step, "restore", before, {"pair_idx": pair_idx}, curator, reason
+    )
+
+
+# -- verdicts --------------------------------------------------------------------------------------------------------
+
+
+def _verdict(store: Store, run_id: str, iteration: int, task_id: str, step: int, k: int) -> dict[str, Any]:
+    df = store.verdict_rows(run_id, iteration)
+    df = df[(df["task_id"] == task_id) & (df["step"] == step) & (df["k"] == k)]
+    if not len(df):
+        raise ValueError(f"no verdict for task {task_id!r} step {step} k={k} in iteration {iteration}")
+    return {key: (None if _missing(v) else v) for key, v in df.iloc[0].to_dict().items()}
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value) or value is pd.NA or value is pd.NaT
+
+
+def _verdict_state(v: dict[str, Any]) -> dict[str, Any]:
+    """What the row trains on now (for before_json)."""
+    return {"status": v["status"], "override": v["override_action"], "after": _loads(v["override_after_json"])}
+
+
+def _verdict_override(
+    store: Store, v: dict[str, Any], action: str, after: dict[str, Any], curator: str, reason: str
+) -> int:
+    return store.add_override(
+        {
+            "run_id": v["run_id"],
+            "iteration": int(v["iteration"]),
+            "target": "verdict",
+            "task_id": v["task_id"],
+            "step": int(v["step"]),
+            "k": int(v["k"]),
+            "action": action,
+            "before_json": _verdict_state(v),
+            "after_json": after,
+            "curator": curator,
+            "reason": reason,
+        }
+    )
+
+
+def keep_original(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int,
+    k: int,
+    *,
+    curator: str = "curator",
+    reason: str = "",
+) -> int:
+    """Train on the grounding as the grounder wrote it."""
+    v = _verdict(store, run_id, iteration, task_id, step, k)
+    if v["grounding_actions"] is None:
+        raise ValueError(f"no grounding stored for task {task_id!r} step {step} k={k}")
+    after = {"actions": v["grounding_actions"]}
+    return _verdict_override(store, v, "keep_original", after, curator, reason)
+
+
+def accept_correction(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int,
+    k: int,
+    *,
+    curator: str = "curator",
+    reason: str = "",
+) -> int:
+    """Train on the critic's correction (there must be one)."""
+    v = _verdict(store, run_id, iteration, task_id, step, k)
+    if not v["corrected_actions"]:
+        raise ValueError(f"the critic made no correction for task {task_id!r} step {step} k={k}")
+    after = {"actions": v["corrected_actions"], "subgoals": _loads(v["corrected_subgoals_json"])}
+    return _verdict_override(store, v, "accept_correction", after, curator, reason)
+
+
+def edit_correction(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int,
+    k: int,
+    actions_text: str,
+    subgoals: list[str] | None = None,
+    *,
+    curator: str = "curator",
+    reason: str = "",
+) -> ExecutionResult:
+    """Train on curator-written actions; raises ``InvalidActionsError`` (a ValueError) when they do not parse.
+
+    Returns the execution preview (values, answer, error) for display; an execution error does not block the edit
+    (the curator sees it and decides), only a parse error does.
+    """
+    parsed = parse_actions(actions_text)
+    if not parsed.ok:
+        raise InvalidActionsError(parsed.error)
+    if subgoals is not None and (not isinstance(subgoals, list) or not all(isinstance(s, str) for s in subgoals)):
+        raise ValueError("subgoals must be a list of strings")
+    v = _verdict(store, run_id, iteration, task_id, step, k)
+    task = store.get_task(run_id, task_id)
+    result = execute(actions_text, task.domain, ToolEnv(corpus=Corpus.from_context(task.context)))
+    after = {"actions": actions_text.strip(), "subgoals": subgoals, "preview": result.to_dict()}
+    _verdict_override(store, v, "edit", after, curator, reason)
+    return result
+
+
+def drop_verdict(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int,
+    k: int,
+    *,
+    curator: str = "curator",
+    reason: str = "",
+) -> int:
+    """No training record from this verdict."""
+    v = _verdict(store, run_id, iteration, task_id, step, k)
+    return _verdict_override(store, v, "drop", {}, curator, reason)
+
+
+def restore_verdict(
+    store: Store,
+    run_id: str,
+    iteration: int,
+    task_id: str,
+    step: int,
+    k: int,
+    *,
+    curator: str = "curator",
+    reason: str = "",
+) -> int:
+    """Back to the critic's verdict."""
+    v = _verdict(store, run_id, iteration, task_id, step, k)
+    return _verdict_override(store, v, "restore", {}, curator, reason)
+
+
+# -- training data ----------------------------------------------------------------------------------------------------
+
+
+def _loads(text: Any) -> Any:
+    return None if _missing(text) else json.loads(text)
+
+
+def _sft_record(v: dict[str, Any]) -> dict[str, Any] | None:
+    """The training record one verdict row yields after its override, or None."""
+    plan_subgoals = _loads(v["plan_subgoals_json"]) or []
+    corrected_subgoals = _loads(v["corrected_subgoals_json"])
+    action, after = v["override_action"], _loads(v["override_after_json"]) or {}
+    if action == "drop":
+        return None
+    if action == "keep_original":
+        actions, subgoals, source = v["grounding_actions"], plan_subgoals, "override:keep_original"
+    elif action == "accept_correction":
+        actions, subgoals, source = v["corrected_actions"], corrected_subgoals or plan_subgoals, "override:accept"
+    elif action == "edit":
+        # Edited actions usually follow the corrected subgoals when the critic rewrote them.
+        actions = after.get("actions")
+        subgoals = after.get("subgoals") or corrected_subgoals or plan_subgoals
+        source = "override:edit"
+    elif v["status"] == "accepted":
+        actions, subgoals, source = v["grounding_actions"], plan_subgoals, "accepted"
+    elif v["status"] == "corrected":
+        actions, subgoals, source = v["corrected_actions"], corrected_subgoals or plan_subgoals, "corrected"
+    else:  # unfixable | unparsed | truncated | error: nothing to learn from
+        return None
+    if not actions or not subgoals:
+        return None
+    return {
+        "task_id": v["task_id"],
+        "step": int(v["step"]),
+        "k": int(v["k"]),
+        "subgoals": list(subgoals),
+        "actions": actions,
+        "source": source,
+    }
+
+
+def effective_sft_records(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]:
+    """Grounder SFT records after overrides: ``{"task_id", "step", "k", "subgoals", "actions", "source"}`` where
+    source is accepted | corrected | override:keep_original | override:accept | override:edit."""
+    rows = store.verdict_rows(run_id, iteration)
+    records = (_sft_record({key: (None if _missing(x) else x) for key, x in r.items()}) for r in _dicts(rows))
+    return [r for r in records if r is not None]
+
+
+def _dicts(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return df.to_dict("records")
+
+
+def _agrees(status: str, action: str) -> bool:
+    """Did the curator side with the critic? keep/accept confirm an accepted/corrected verdict; drop confirms a
+    verdict that yields nothing; an edit always overrules it."""
+    if status == "accepted":
+        return action == "keep_original"
+    if status == "corrected":
+        return action == "accept_correction"
+    return action == "drop"
+
+
+def agreement(store: Store, run_id: str, iteration: int | None = None) -> dict[str, Any]:
+    """How often the latest curator decision agreed with the critic, over reviewed (overridden) verdicts.
+
+    Returns ``{"verdicts", "reviewed", "agreed", "disagreed", "rate" (None when nothing reviewed),
+    "by_action": {action: n}, "by_status": {critic status: {"reviewed", "agreed"}}}``.
+    """
+    rows = store.verdict_rows(run_id, iteration)
+    reviewed = rows[rows["override_action"].notna()]
+    by_action: dict[str, int] = {}
+    by_status: dict[str, dict[str, int]] = {}
+    agreed = 0
+    for status, action in zip(reviewed["status"], reviewed["override_action"]):
+        ok = _agrees(status, action)
+        agreed += ok
+        by_action[action] = by_action.get(action, 0) + 1
+        entry = by_status.setdefault(status, {"reviewed": 0, "agreed": 0})
+        entry["reviewed"] += 1
+        entry["agreed"] += int(ok)
+    n = len(reviewed)
+    return {
+        "verdicts": len(rows),
+        "reviewed": n,
+        "agreed": agreed,
+        "disagreed": n - agreed,
+        "rate": agreed / n if n else None,
+        "by_action": by_action,
+        "by_status": by_status,
+    }

@@ -1,0 +1,132 @@
+"""The MOAT loop: runs, iterations and stages, resumable from what the store holds.
+
+An iteration t >= 1 runs ``STAGES`` in order; iteration 0 only evaluates the starting agents. Each stage is a
+function ``run(ctx) -> counts`` (``engine.stages``) whose state lives in the store's ``stages`` table:
+pending -> running -> done | failed | stopped | skipped. ``run_loop`` runs every stage that is not done (so an
+interrupted run resumes where it stopped), ``run_stage`` runs one. ``should_stop`` is polled between batches and
+after every optimizer step; ``progress`` receives events ``{run_id, iteration, stage, done, total, eta_s, ...}``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine.config import RunConfig, config_from_dict, config_to_dict
+from engine.runtime import load_run_tasks
+from engine.stages import critique, evaluation, ground, pairs, sample, score, train
+from engine.stages.context import ProgressSink, StageContext, StageStopped
+from engine.store import Store
+
+STAGES: dict[str, Callable[[StageContext], dict[str, Any]]] = {
+    "sample": sample.run,
+    "score": score.run,
+    "pairs": pairs.run,
+    "train_planner": train.run_planner,
+    "ground": ground.run,
+    "critique": critique.run,
+    "train_grounder": train.run_grounder,
+    "evaluate": evaluation.run,
+}
+STAGE1 = ("pairs", "train_planner")
+STAGE2 = ("ground", "critique", "train_grounder")
+
+
+def create_run(store: Store, config: RunConfig) -> str:
+    """Register a run: its config snapshot, its run directory, and the tasks it will use."""
+    tasks = load_run_tasks(config)
+    run_dir = Path(config.run.workdir)
+    run_id = store.create_run(config.run.name, config_to_dict(config), run_dir)
+    store.put_tasks(run_id, tasks)
+    return run_id
+
+
+def run_config(store: Store, run_id: str) -> RunConfig:
+    run = store.get_run(run_id)
+    if run is None:
+        raise KeyError(f"no run {run_id!r} in this store")
+    return config_from_dict(run["config"])
+
+
+def run_directory(store: Store, run_id: str) -> Path:
+    return Path(store.get_run(run_id)["run_dir"]) / run_id
+
+
+def stages_of(iteration: int, config: RunConfig) -> list[str]:
+    if iteration == 0:
+        return ["evaluate"] if config.stages.evaluate_initial else []
+    return list(STAGES)
+
+
+def is_skipped(stage: str, config: RunConfig) -> str | None:
+    """Why an ablation skips ``stage`` (None: it runs)."""
+    if stage in STAGE1 and not config.stages.stage1:
+        return "stage 1 disabled (stages.stage1 = false)"
+    if stage in STAGE2 and not config.stages.stage2:
+        return "stage 2 disabled (stages.stage2 = false)"
+    if stage == "critique" and not config.stages.critic:
+        return "critic disabled (stages.critic = false): SFT uses correct groundings only"
+    return None
+
+
+def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: RunConfig | None = None,
+              progress: ProgressSink | None = None, should_stop: Callable[[], bool] = lambda: False,
+              context: StageContext | None = None) -> str:
+    """Run one stage and record its state; returns the final status."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r} (stages: {', '.join(STAGES)})")
+    config = config or run_config(store, run_id)
+    ctx = context or StageContext(store, run_id, iteration, config, run_directory(store, run_id))
+    ctx.iteration, ctx.stage, ctx.progress, ctx.should_stop = iteration, stage, progress, should_stop
+    reason = is_skipped(stage, config)
+    if reason:
+        if stage == "train_planner" or stage == "train_grounder":  # the next iteration still needs agents
+            role = "planner" if stage == "train_planner" else "grounder"
+            store.put_checkpoint(run_id, iteration, role, ctx.agent_path(role, iteration), "unchanged")
+        store.set_stage(run_id, iteration, stage, "skipped", counts={"note": reason})
+        return "skipped"
+    store.set_stage(run_id, iteration, stage, "running")
+    try:
+        counts = STAGES[stage](ctx)
+    except StageStopped as exc:
+        store.set_stage(run_id, iteration, stage, "stopped", error=str(exc))
+        return "stopped"
+    except Exception as exc:
+        store.set_stage(run_id, iteration, stage, "failed", error=f"{exc}\n{traceback.format_exc(limit=8)}")
+        raise
+    if stage.startswith("train_"):
+        ctx.forget_agents()  # the next stage loads what this one saved
+    store.set_stage(run_id, iteration, stage, "done", counts=counts)
+    return "done"
+
+
+def pending(store: Store, run_id: str, config: RunConfig, iterations: int) -> list[tuple[int, str]]:
+    """``(iteration, stage)`` still to run, in order, for iterations 0..``iterations``."""
+    todo = []
+    for t in range(0, iterations + 1):
+        states = store.stage_status(run_id, t)
+        todo += [(t, s) for s in stages_of(t, config) if states.get(s, {}).get("status") not in ("done", "skipped")]
+    return todo
+
+
+def run_loop(store: Store, run_id: str, *, iterations: int | None = None, progress: ProgressSink | None = None,
+             should_stop: Callable[[], bool] = lambda: False, on_stage: Callable[[int, str, str], None] | None = None,
+             max_stages: int | None = None) -> str:
+    """Run every pending stage of iterations 0..N; returns "done", "stopped" or the status that ended it early."""
+    config = run_config(store, run_id)
+    iterations = config.run.iterations if iterations is None else iterations
+    ctx = StageContext(store, run_id, 0, config, run_directory(store, run_id))
+    for count, (iteration, stage) in enumerate(pending(store, run_id, config, iterations)):
+        if max_stages is not None and count >= max_stages:
+            return "paused"
+        if should_stop():
+            return "stopped"
+        status = run_stage(store, run_id, iteration, stage, config=config, progress=progress,
+                           should_stop=should_stop, context=ctx)
+        if on_stage:
+            on_stage(iteration, stage, status)
+        if status == "stopped":
+            return "stopped"
+    return "done"

@@ -1,0 +1,51 @@
+"""Stage ``critique``: a critic judges the groundings (the lowest-PPL plan's per task-step, or all of them).
+
+The critic comes from ``critic.backend`` (``engine.critics.make_critic``); the stage stores one ``verdicts`` row per
+judged grounding with its backend, model, status, raw text, correction, latency and token usage. A resumed
+stage judges only groundings without a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine.critics import make_critic
+from engine.critics.base import Grounding
+from engine.stages.context import StageContext, batches
+
+
+def groundings_to_judge(ctx: StageContext):
+    if ctx.config.critic.which == "best":
+        sql = ("SELECT * FROM (SELECT g.*, p.subgoals_json, row_number() OVER (PARTITION BY g.task_id, g.step "
+               "ORDER BY s.logppl, g.k) AS rnk FROM groundings g JOIN plans p USING (run_id, iteration, task_id, "
+               "step, k) JOIN scores s USING (run_id, iteration, task_id, step, k) WHERE g.run_id = ? AND "
+               "g.iteration = ?) WHERE rnk = 1 ORDER BY task_id, step, k")
+    else:
+        sql = ("SELECT g.*, p.subgoals_json FROM groundings g JOIN plans p USING (run_id, iteration, task_id, step, "
+               "k) WHERE g.run_id = ? AND g.iteration = ? ORDER BY task_id, step, k")
+    return ctx.store.query(sql, [ctx.run_id, ctx.iteration])
+
+
+def run(ctx: StageContext) -> dict[str, int]:
+    critic = make_critic(ctx.config.critic, ctx.store)
+    judged = ctx.store.keys_done("verdicts", ctx.run_id, ctx.iteration, ("task_id", "step", "k"))
+    todo = [r for r in groundings_to_judge(ctx).itertuples(index=False) if (r.task_id, r.step, r.k) not in judged]
+    tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
+    written = 0
+    chunks = batches(todo, max(8, ctx.config.critic.concurrency * 4))
+    for index, chunk in enumerate(chunks):
+        ctx.check_stop()
+        items = [Grounding(tasks[r.task_id], int(r.step), int(r.k), json.loads(r.subgoals_json), r.actions,
+                           {"ok": bool(r.ok), "values": json.loads(r.values_json), "answer": r.answer,
+                            "error": r.error}, bool(r.correct)) for r in chunk]
+        verdicts = critic.judge(items)
+        rows = [{"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": item.task.id, "step": item.step,
+                 "k": item.k, "backend": v.backend, "model": v.model, "status": v.status,
+                 "reference_guided": v.reference_guided, "raw": v.raw,
+                 "corrected_subgoals_json": None if v.corrected_subgoals is None else json.dumps(v.corrected_subgoals),
+                 "corrected_actions": v.corrected_actions, "latency_s": v.latency_s,
+                 "prompt_tokens": v.prompt_tokens, "completion_tokens": v.completion_tokens,
+                 "finish_reason": v.finish_reason} for item, v in zip(items, verdicts)]
+        written += ctx.store.write("verdicts", rows)
+        ctx.report(index + 1, len(chunks), f"{written} verdicts")
+    return {"rows": ctx.store.count("verdicts", ctx.run_id, ctx.iteration), "new_rows": written}

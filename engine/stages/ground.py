@@ -1,0 +1,79 @@
+"""Stage ``ground``: the iteration's grounder writes actions for the sampled plans; the executor runs them.
+
+``ground.which`` = ``all`` grounds every sampled plan (identical plan texts are grounded once and shared),
+``best`` only the lowest-PPL plan per task-step. Each grounding is executed with the task's tools and judged
+against the gold answer (iterative: the step's result against the gold step's result). Rows go to
+``groundings``; a resumed stage skips plans that already have one.
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine import models
+from engine.evaluate import execute_for, gold_step_results, step_result
+from engine.metrics import maths_correct, score_answer
+from engine.stages.context import StageContext, batches
+from engine.stages.score import scoring_pair
+from engine.tasks import Task
+
+
+def plans_to_ground(ctx: StageContext):
+    if ctx.config.ground.which == "best":
+        sql = ("SELECT * FROM (SELECT p.*, row_number() OVER (PARTITION BY p.task_id, p.step ORDER BY s.logppl, p.k)"
+               " AS rnk FROM plans p JOIN scores s USING (run_id, iteration, task_id, step, k) WHERE p.run_id = ? "
+               "AND p.iteration = ?) WHERE rnk = 1 ORDER BY task_id, step, k")
+    else:
+        sql = "SELECT * FROM plans WHERE run_id = ? AND iteration = ? ORDER BY task_id, step, k"
+    return ctx.store.query(sql, [ctx.run_id, ctx.iteration])
+
+
+def judge(task: Task, step: int, actions: str, results: list[str]) -> tuple[dict, bool]:
+    """Execute a grounding; ``(execution dict, correct)``. Iterative steps run after the gold history."""
+    if step == 0:
+        result = execute_for(task, actions)
+        correct = result.ok and bool(score_answer(task.domain, result.answer or "", task.answer)["correct"])
+        return result.to_dict(), correct
+    history = task.gold_actions[:step - 1]
+    result = execute_for(task, "; ".join(history + [actions]))
+    got, want = step_result(result, actions), results[step - 1]
+    same = maths_correct(got, want) if task.domain == "maths" else got.strip().lower() == want.strip().lower()
+    return result.to_dict(), result.ok and same
+
+
+def run(ctx: StageContext) -> dict[str, int]:
+    cfg = ctx.config.ground
+    plans = plans_to_ground(ctx)
+    done = ctx.store.keys_done("groundings", ctx.run_id, ctx.iteration, ("task_id", "step", "k"))
+    todo = [r for r in plans.itertuples(index=False) if (r.task_id, r.step, r.k) not in done]
+    grounder = ctx.agent("grounder")
+    tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
+    gold_results = {}
+    gen = models.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                                  batch_size=cfg.batch_size)
+    written = 0
+    chunks = batches(todo, cfg.batch_size * 4)
+    for index, chunk in enumerate(chunks):
+        ctx.check_stop()
+        prompts_by_row = []
+        for row in chunk:
+            task = tasks[row.task_id]
+            if row.step and task.id not in gold_results:
+                gold_results[task.id] = gold_step_results(task)
+            subgoals = json.loads(row.subgoals_json) or [row.text.strip() or "(empty plan)"]
+            prompts_by_row.append(scoring_pair(grounder, task, row.step, subgoals, gold_results.get(task.id, []))[0])
+        unique = list(dict.fromkeys(prompts_by_row))  # identical plans -> one generation
+        seed = ctx.config.run.seed * 100_003 + ctx.iteration * 1_009 + 500 + index
+        generated = dict(zip(unique, (o[0] for o in models.generate(grounder.model, grounder.tokenizer, unique, gen,
+                                                                     seed=seed))))
+        rows = []
+        for row, prompt in zip(chunk, prompts_by_row):
+            task, actions = tasks[row.task_id], generated[prompt]
+            execution, correct = judge(task, row.step, actions, gold_results.get(task.id, []))
+            rows.append({"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": row.task_id, "step": row.step,
+                         "k": row.k, "prompt": prompt, "actions": actions, "ok": execution["ok"],
+                         "values_json": json.dumps(execution["values"], ensure_ascii=False),
+                         "answer": execution["answer"], "correct": correct, "error": execution["error"]})
+        written += ctx.store.write("groundings", rows)
+        ctx.report(index + 1, len(chunks), f"{written} groundings")
+    return {"rows": ctx.store.count("groundings", ctx.run_id, ctx.iteration), "new_rows": written}

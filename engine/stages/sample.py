@@ -1,0 +1,71 @@
+"""Stage ``sample``: the iteration's planner samples K plans per training task (or per planning step).
+
+Onetime: K complete plans per task. Iterative: for each step s of the gold plan, K candidate next turns given the
+gold history (gold subgoals 1..s-1 and their executed results). Writes ``plans`` rows in task batches, one
+transaction per batch; a resumed stage skips tasks that already have plans.
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine import models
+from engine.evaluate import gold_step_results
+from engine.formats.lumos import parse_planner_turn
+from engine.stages.context import StageContext, batches
+from engine.tasks import Task
+from engine.turns import planner_prompt, planner_prompt_iterative, read_plan
+
+
+def planning_units(ctx: StageContext, tasks: list[Task]) -> list[tuple[Task, int, str]]:
+    """``(task, step, planner prompt)``: one unit per task (step 0) or per gold planning step (1..n)."""
+    planner = ctx.agent("planner")
+    if ctx.config.sample.formulation == "onetime":
+        return [(t, 0, planner_prompt(planner, t)) for t in tasks]
+    units = []
+    for task in tasks:
+        results = gold_step_results(task)
+        for s in range(1, len(task.gold_subgoals) + 1):
+            history = task.gold_subgoals[:s - 1]
+            units.append((task, s, planner_prompt_iterative(planner, task, history, results[:s - 1])))
+    return units
+
+
+def read_turn(text: str, formulation: str) -> tuple[list[str], bool]:
+    if formulation == "onetime":
+        return read_plan(text)
+    try:
+        parsed = parse_planner_turn(text.strip())
+    except ValueError:
+        return [], False
+    return ([parsed[1].strip()], True) if parsed else ([], False)
+
+
+def run(ctx: StageContext) -> dict[str, int]:
+    cfg = ctx.config.sample
+    done = ctx.store.keys_done("plans", ctx.run_id, ctx.iteration, ("task_id",))
+    units = [u for u in planning_units(ctx, ctx.train_tasks()) if (u[0].id,) not in done]
+    planner = ctx.agent("planner")
+    gen = models.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                                  num_return_sequences=cfg.k, batch_size=cfg.batch_size)
+    written = 0
+    # Batches hold whole tasks so that "task has plans" means "task is done" on resume.
+    by_task: dict[str, list[tuple[Task, int, str]]] = {}
+    for unit in units:
+        by_task.setdefault(unit[0].id, []).append(unit)
+    task_batches = batches(list(by_task.values()), max(1, cfg.batch_size))
+    for index, group in enumerate(task_batches):
+        ctx.check_stop()
+        flat = [u for task_units in group for u in task_units]
+        seed = ctx.config.run.seed * 100_003 + ctx.iteration * 1_009 + index
+        outputs = models.generate(planner.model, planner.tokenizer, [u[2] for u in flat], gen, seed=seed)
+        rows = []
+        for (task, step, prompt), texts in zip(flat, outputs):
+            for k, text in enumerate(texts):
+                subgoals, well_formed = read_turn(text, cfg.formulation)
+                rows.append({"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": task.id, "step": step,
+                             "k": k, "prompt": prompt, "text": text, "subgoals_json": json.dumps(subgoals),
+                             "well_formed": well_formed})
+        written += ctx.store.write("plans", rows)
+        ctx.report(index + 1, len(task_batches), f"{written} plans")
+    return {"rows": ctx.store.count("plans", ctx.run_id, ctx.iteration), "new_rows": written}

@@ -1,0 +1,59 @@
+"""Stage ``score``: the iteration's grounder scores every sampled plan by the perplexity of the gold actions.
+
+log-PPL = mean NLL of the gold action tokens plus EOS given the grounder prompt with that plan (prompt masked;
+batched scoring equals unbatched, see ``engine.models.score_targets``). A malformed plan is scored with its raw
+text as the single subgoal, so it still gets a (typically bad) score instead of vanishing from the pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from engine import models
+from engine.evaluate import gold_step_results
+from engine.stages.context import StageContext, batches
+from engine.tasks import Task
+from engine.turns import Agent, grounder_prompt, grounder_prompt_iterative
+
+
+def scoring_pair(grounder: Agent, task: Task, step: int, subgoals: list[str], results: list[str]) -> tuple[str, str]:
+    """``(prompt, target)`` for one plan: onetime (step 0) or the iterative step ``step``."""
+    if step == 0:
+        return grounder_prompt(grounder, task, subgoals), task.actions_text
+    history = task.gold_subgoals[:step - 1] + subgoals[:1]
+    prompt = grounder_prompt_iterative(grounder, task, history, task.gold_actions[:step - 1], results)
+    return prompt, task.gold_actions[step - 1]
+
+
+def run(ctx: StageContext) -> dict[str, int]:
+    plans = ctx.store.frame("plans", ctx.run_id, ctx.iteration)
+    scored = ctx.store.keys_done("scores", ctx.run_id, ctx.iteration, ("task_id", "step", "k"))
+    todo = [r for r in plans.itertuples(index=False) if (r.task_id, r.step, r.k) not in scored]
+    grounder = ctx.agent("grounder")
+    tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
+    results_cache: dict[str, list[str]] = {}
+    written = 0
+    chunks = batches(todo, max(ctx.config.score.batch_size * 8, 64))  # a transaction per chunk of plans
+    for index, chunk in enumerate(chunks):
+        ctx.check_stop()
+        pairs = []
+        for row in chunk:
+            task = tasks[row.task_id]
+            subgoals = json.loads(row.subgoals_json) or [row.text.strip() or "(empty plan)"]
+            if row.step and task.id not in results_cache:
+                results_cache[task.id] = gold_step_results(task)
+            pairs.append(scoring_pair(grounder, task, row.step, subgoals, results_cache.get(task.id, [])))
+        logppl = models.score_targets(grounder.model, grounder.tokenizer, [p for p, _ in pairs],
+                                      [t for _, t in pairs], batch_size=ctx.config.score.batch_size)
+        n_tokens = [len(grounder.tokenizer(t, add_special_tokens=False)["input_ids"]) + 1 for _, t in pairs]
+        frame = pd.DataFrame({
+            "run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": [r.task_id for r in chunk],
+            "step": [r.step for r in chunk], "k": [r.k for r in chunk], "logppl": logppl,
+            "ppl": [math.exp(min(v, 700.0)) for v in logppl], "n_tokens": n_tokens,
+        })
+        written += ctx.store.write("scores", frame)
+        ctx.report(index + 1, len(chunks), f"{written} plans scored")
+    return {"rows": ctx.store.count("scores", ctx.run_id, ctx.iteration), "new_rows": written}

@@ -1,0 +1,800 @@
+"""The DuckDB store of a MOAT Studio workspace: every run, stage, plan, score, pair, verdict and override.
+
+Contract:
+
+* ``Store(path, read_only=False)`` opens (creating parent dirs) one DuckDB file, applies ``schema.DDL_V1`` to a new
+  file and records ``SCHEMA_VERSION``, upgrades older files with ``schema.MIGRATIONS`` in order and refuses newer
+  ones (``StoreVersionError``). A file held by another process raises ``StoreLockedError`` (DuckDB allows one
+  owning process; not even read-only readers may join). Use it as a context manager or call ``close()``.
+* One DuckDB connection per Store; every public method works on its own ``cursor()`` so a worker thread and UI
+  threads can share one Store. Writes run in one transaction each and are retried on "Conflict on update".
+* ``write(table, rows)`` / ``write_batch([(table, rows), ...], deletes=...)`` insert list-of-dict or DataFrame rows
+  with ``INSERT OR REPLACE ... BY NAME`` from an Arrow-backed DataFrame (never row by row): writing the same keys
+  twice leaves one row. Non-string values in ``*_json`` columns are JSON-encoded. Table and column names are
+  checked against the schema; values only ever travel as parameters or DataFrames.
+* Reads return plain Python (``dict``/``list``/``Task``) or pandas DataFrames; the studio's pages
+  (``pairs_page``, ``task_plans``, ``verdict_queue``) paginate in SQL and carry a ``total`` column (rows matching
+  the filters before LIMIT/OFFSET).
+* Effective pairs/verdicts (auto rows with the latest curator override applied) are computed here in SQL so pages
+  can filter and paginate them; ``engine.curation`` defines and documents the override semantics.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from engine import schema
+from engine.tasks import Task
+
+STAGE_STATUSES = ("pending", "running", "done", "failed", "stopped", "skipped")
+_FINISHED = ("done", "failed", "stopped")
+_TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema.DDL_V1))
+_CONFLICT_RETRIES = 5
+Rows = list[dict[str, Any]] | pd.DataFrame
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or used as asked."""
+
+
+class StoreLockedError(StoreError):
+    """The DuckDB file is held by another process."""
+
+
+class StoreVersionError(StoreError):
+    """The file was written by a newer schema version than this engine knows."""
+
+
+def _is_conflict(exc: Exception) -> bool:
+    """Optimistic-concurrency failures worth retrying: "Conflict on update", and a duplicate key from another
+    transaction that inserted the same new key first (our own upserts never duplicate a key themselves)."""
+    text = str(exc)
+    return (
+        isinstance(exc, duckdb.TransactionException)
+        or "Conflict on update" in text
+        or (isinstance(exc, duckdb.ConstraintException) and "Duplicate key" in text)
+    )
+
+
+def _json_cell(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _loads(text: Any, default: Any = None) -> Any:
+    if text is None or (isinstance(text, float) and text != text):  # NULL or NaN
+        return default
+    return json.loads(text)
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug[:40] or "run"
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """DataFrame rows as dicts with NaN/NaT turned into None (pandas fills missing values with NaN)."""
+    return [{k: (None if _isna(v) else v) for k, v in row.items()} for row in df.to_dict("records")]
+
+
+def _isna(value: Any) -> bool:
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # lists/arrays are never "missing"
+        return False
+
+
+class Store:
+    """One DuckDB workspace file; see the module docstring for the contract."""
+
+    def __init__(self, path: str | Path, read_only: bool = False):
+        self.path = Path(path)
+        self.read_only = read_only
+        if read_only and not self.path.exists():
+            raise StoreError(f"{self.path} does not exist (nothing to open read-only)")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower():
+                raise StoreLockedError(
+                    f"{self.path} is open in another process (the studio or a running job); "
+                    f"stop it or use --db to pick another file ({exc})"
+                ) from None
+            raise
+        except duckdb.ConnectionException as exc:
+            # Same process, same file, other read_only setting: DuckDB shares one database instance per file.
+            raise StoreError(
+                f"{self.path} is already open in this process with other settings; share that Store ({exc})"
+            ) from None
+        self._cursor_lock = threading.Lock()
+        try:
+            self.version = self._migrate()
+            self._columns, self._keys = self._catalog()
+        except BaseException:
+            self._con.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self._cursor_lock:  # cursor() itself touches shared connection state
+            cur = self._con.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+
+    def _migrate(self) -> int:
+        with self._cursor() as cur:
+            has_info = cur.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_info' AND schema_name = 'main'"
+            ).fetchall()[0][0]
+            row = cur.execute("SELECT max(version) FROM schema_info").fetchall()[0] if has_info else None
+            version = row[0] if row else None
+            if version is None:
+                if self.read_only:
+                    raise StoreError(f"{self.path} is not a MOAT Studio store (no schema_info)")
+                self._transaction(cur, lambda c: self._create(c))
+                return schema.SCHEMA_VERSION
+            if version > schema.SCHEMA_VERSION:
+                raise StoreVersionError(
+                    f"{self.path} has schema version {version}, newer than this engine's {schema.SCHEMA_VERSION}; "
+                    "upgrade the engine or use another --db"
+                )
+            if version < schema.SCHEMA_VERSION:
+                if self.read_only:
+                    raise StoreVersionError(f"{self.path} has old schema version {version}; open it writable once")
+                for v in range(version, schema.SCHEMA_VERSION):
+                    self._transaction(cur, lambda c, v=v: self._upgrade(c, v))
+            return schema.SCHEMA_VERSION
+
+    @staticmethod
+    def _create(cur: duckdb.DuckDBPyConnection) -> None:
+        cur.execute(schema.DDL_V1)
+        cur.execute("DELETE FROM schema_info")
+        cur.execute("INSERT INTO schema_info VALUES (?)", [schema.SCHEMA_VERSION])
+
+    @staticmethod
+    def _upgrade(cur: duckdb.DuckDBPyConnection, version: int) -> None:
+        if version not in schema.MIGRATIONS:
+            raise StoreVersionError(f"no migration from schema version {version} to {version + 1}")
+        cur.execute(schema.MIGRATIONS[version])
+        cur.execute("DELETE FROM schema_info")
+        cur.execute("INSERT INTO schema_info VALUES (?)", [version + 1])
+
+    def _catalog(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """Column and primary-key whitelists for the schema's tables, read from the file itself."""
+        with self._cursor() as cur:
+            cols = cur.execute(
+                "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main' "
+                "ORDER BY table_name, column_index"
+            ).fetchall()
+            keys = cur.execute(
+                "SELECT table_name, constraint_column_names FROM duckdb_constraints() "
+                "WHERE constraint_type = 'PRIMARY KEY' AND schema_name = 'main'"
+            ).fetchall()
+        columns: dict[str, list[str]] = {t: [] for t in _TABLES}
+        for table, column in cols:
+            if table in columns:
+                columns[table].append(column)
+        return columns, {t: list(k) for t, k in keys if t in columns}
+
+    # -- validation --------------------------------------------------------------------------------------------
+
+    def columns(self, table: str) -> list[str]:
+        """The columns of a schema table; any other name raises ``ValueError`` (names never come from users)."""
+        if table not in self._columns:
+            raise ValueError(f"unknown table {table!r} (tables: {', '.join(self._columns)})")
+        return self._columns[table]
+
+    def _check_columns(self, table: str, names: Iterable[str]) -> None:
+        known = set(self.columns(table))
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"unknown column(s) {', '.join(map(str, unknown))} for table {table}")
+
+    def _where(self, table: str, run_id: str | None, iteration: int | None, equals: dict[str, Any]) -> tuple:
+        """A parameterised WHERE clause over whitelisted column names."""
+        filters = dict(equals)
+        if run_id is not None:
+            filters["run_id"] = run_id
+        if iteration is not None:
+            filters["iteration"] = iteration
+        self._check_columns(table, filters)
+        clause = " AND ".join(f'"{c}" = ?' for c in filters) or "TRUE"
+        return clause, list(filters.values())
+
+    # -- transactions and bulk writes --------------------------------------------------------------------------
+
+    def _transaction(self, cur: duckdb.DuckDBPyConnection, body: Any) -> Any:
+        """Run ``body(cur)`` in one transaction, retrying DuckDB's optimistic "Conflict on update" errors."""
+        for attempt in range(_CONFLICT_RETRIES):
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                result = body(cur)
+                cur.execute("COMMIT")
+                return result
+            except Exception as exc:
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass  # a failed COMMIT has already ended the transaction
+                if not _is_conflict(exc) or attempt == _CONFLICT_RETRIES - 1:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _frame_for(self, table: str, rows: Rows) -> pd.DataFrame:
+        df = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+        self._check_columns(table, df.columns)
+        for col in df.columns:
+            if col.endswith("_json") and df[col].dtype == object:
+                df[col] = df[col].map(_json_cell)
+        keys = [k for k in self._keys.get(table, []) if k in df.columns]
+        if keys and len(keys) == len(self._keys[table]):
+            # One statement may not touch a key twice; the last row for a key wins, as a second write would.
+            df = df.drop_duplicates(subset=keys, keep="last")
+        return df
+
+    def _insert(self, cur: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame) -> int:
+        if df.empty:
+            return 0
+        view = f"_rows_{uuid.uuid4().hex}"
+        cur.register(view, df)
+        try:
+            cur.execute(f'INSERT OR REPLACE INTO "{table}" BY NAME SELECT * FROM "{view}"')
+        finally:
+            cur.unregister(view)
+        return len(df)
+
+    def write(self, table: str, rows: Rows) -> int:
+        """Insert-or-replace ``rows`` into ``table`` in one transaction; returns the number of rows written."""
+        return self.write_batch([(table, rows)])
+
+    def write_batch(
+        self, writes: Sequence[tuple[str, Rows]], deletes: Sequence[tuple[str, dict[str, Any]]] = ()
+    ) -> int:
+        """Apply ``deletes`` (``(table, {column: value})``, all equalities) then ``writes``, in ONE transaction.
+
+        A stage rebuilding its rows passes its delete and its inserts together, so readers never see a half state.
+        """
+        frames = [(table, self._frame_for(table, rows)) for table, rows in writes]
+        wheres = [(t, *self._where(t, None, None, f)) for t, f in deletes]
+        if any(not f for _, f in deletes):
+            raise ValueError("a delete needs at least one filter column")
+
+        def body(cur: duckdb.DuckDBPyConnection) -> int:
+            for table, clause, params in wheres:
+                cur.execute(f'DELETE FROM "{table}" WHERE {clause}', params)
+            return sum(self._insert(cur, table, df) for table, df in frames)
+
+        with self._cursor() as cur:
+            return self._transaction(cur, body)
+
+    def replace(self, table: str, run_id: str, iteration: int, rows: Rows, **equals: Any) -> int:
+        """Delete a run-iteration's rows (narrowed by equal columns) and write ``rows`` instead, in one transaction."""
+        filters = {"run_id": run_id, "iteration": iteration, **equals}
+        return self.write_batch([(table, rows)], deletes=[(table, filters)])
+
+    def delete(self, table: str, run_id: str, iteration: int | None = None, **equals: Any) -> int:
+        """Delete the rows of a run (and iteration, and equal columns); returns how many went."""
+        clause, params = self._where(table, run_id, iteration, equals)
+        sql = f'DELETE FROM "{table}" WHERE {clause} RETURNING 1'
+        with self._cursor() as cur:
+            return self._transaction(cur, lambda c: len(c.execute(sql, params).fetchall()))
+
+    def add_override(self, row: dict[str, Any]) -> int:
+        """Append one curator override (see ``engine.curation``); returns its ``override_id``."""
+        row = {k: (_json_cell(v) if k.endswith("_json") else v) for k, v in row.items()}
+        self._check_columns("overrides", row)
+        names = ", ".join(f'"{c}"' for c in row)
+        marks = ", ".join("?" for _ in row)
+        sql = f"INSERT INTO overrides ({names}) VALUES ({marks}) RETURNING override_id"
+        with self._cursor() as cur:
+            return self._transaction(cur, lambda c: c.execute(sql, list(row.values())).fetchall()[0][0])
+
+    # -- generic reads -----------------------------------------------------------------------------------------
+
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pd.DataFrame:
+        """Run a read query; values must be passed as ``params`` (``?`` or ``$name``), never formatted in."""
+        with self._cursor() as cur:
+            return cur.execute(sql, params if params is not None else []).df()
+
+    def frame(self, table: str, run_id: str, iteration: int | None = None, **equals: Any) -> pd.DataFrame:
+        """All rows of ``table`` for a run (and iteration, and equal columns), ordered by primary key."""
+        clause, params = self._where(table, run_id, iteration, equals)
+        order = ", ".join(f'"{k}"' for k in self._keys.get(table, [])) or "1"
+        return self.query(f'SELECT * FROM "{table}" WHERE {clause} ORDER BY {order}', params)
+
+    def count(self, table: str, run_id: str, iteration: int | None = None) -> int:
+        clause, params = self._where(table, run_id, iteration, {})
+        with self._cursor() as cur:
+            return int(cur.execute(f'SELECT count(*) FROM "{table}" WHERE {clause}', params).fetchall()[0][0])
+
+    def keys_done(
+        self, table: str, run_id: str, iteration: int, cols: Sequence[str] = ("task_id", "step")
+    ) -> set[tuple]:
+        """Distinct ``cols`` tuples already stored: what a resumed stage can skip."""
+        self._check_columns(table, cols)
+        clause, params = self._where(table, run_id, iteration, {})
+        names = ", ".join(f'"{c}"' for c in cols)
+        with self._cursor() as cur:
+            return set(cur.execute(f'SELECT DISTINCT {names} FROM "{table}" WHERE {clause}', params).fetchall())
+
+    # -- runs and stages ---------------------------------------------------------------------------------------
+
+    def create_run(self, name: str, config: dict[str, Any], run_dir: str | Path) -> str:
+        """Register a run; its id is ``<slug>-YYYYMMDD-HHMM`` (``-2``, ``-3`` ... when taken).
+
+        ``run_dir`` may contain ``{run_id}``, filled in with the new id (callers rarely know it beforehand).
+        """
+        base = f"{_slug(name)}-{datetime.now().strftime('%Y%m%d-%H%M')}"
+        config_json = json.dumps(config, ensure_ascii=False, default=str)
+
+        def body(cur: duckdb.DuckDBPyConnection) -> str:
+            rows = cur.execute("SELECT run_id FROM runs WHERE starts_with(run_id, ?)", [base]).fetchall()
+            taken = {r[0] for r in rows}
+            run_id = next(c for c in (base, *(f"{base}-{n}" for n in range(2, 10**6))) if c not in taken)
+            cur.execute(
+                "INSERT INTO runs (run_id, name, config_json, run_dir) VALUES (?, ?, ?, ?)",
+                [run_id, name, config_json, str(run_dir).replace("{run_id}", run_id)],
+            )
+            return run_id
+
+        with self._cursor() as cur:
+            for _ in range(_CONFLICT_RETRIES):  # another thread may take the same id between read and insert
+                try:
+                    return self._transaction(cur, body)
+                except duckdb.ConstraintException:
+                    continue
+        raise StoreError(f"could not allocate a run id for {name!r}")
+
+    @staticmethod
+    def _run_dict(row: dict[str, Any]) -> dict[str, Any]:
+        row = dict(row)
+        row["config"] = _loads(row.pop("config_json"), {})
+        return row
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        df = self.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        return self._run_dict(_records(df)[0]) if len(df) else None
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        return [self._run_dict(r) for r in _records(self.query("SELECT * FROM runs ORDER BY created_at, run_id"))]
+
+    def set_stage(
+        self,
+        run_id: str,
+        iteration: int,
+        stage: str,
+        status: str,
+        counts: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Record a stage transition: ``running`` stamps started_at (and clears the finish), done/failed/stopped
+        stamp finished_at; ``counts`` and ``error`` replace the stored ones when given (error is cleared on a run).
+        """
+        if status not in STAGE_STATUSES:
+            raise ValueError(f"stage status must be one of {', '.join(STAGE_STATUSES)}, got {status!r}")
+
+        def body(cur: duckdb.DuckDBPyConnection) -> None:
+            old = cur.execute(
+                "SELECT started_at, finished_at, counts_json, error FROM stages "
+                "WHERE run_id = ? AND iteration = ? AND stage = ?",
+                [run_id, iteration, stage],
+            ).fetchall()
+            old = old[0] if old else None
+            started, finished, counts_json, err = old or (None, None, None, None)
+            now = datetime.now()
+            if status == "running":
+                started, finished, err = now, None, None
+            elif status in _FINISHED:
+                finished = now
+            elif status == "pending":
+                started = finished = None
+            if counts is not None:
+                counts_json = json.dumps(counts, ensure_ascii=False, default=str)
+            if error is not None:
+                err = error
+            cur.execute(
+                "INSERT OR REPLACE INTO stages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [run_id, iteration, stage, status, started, finished, counts_json, err],
+            )
+
+        with self._cursor() as cur:
+            self._transaction(cur, body)
+
+    def stage_status(self, run_id: str, iteration: int) -> dict[str, dict[str, Any]]:
+        """``{stage: {"status", "started_at", "finished_at", "counts", "error"}}`` for one iteration."""
+        df = self.query(
+            "SELECT * FROM stages WHERE run_id = ? AND iteration = ? ORDER BY started_at NULLS LAST, stage",
+            [run_id, iteration],
+        )
+        return {
+            r["stage"]: {
+                "status": r["status"],
+                "started_at": r["started_at"],
+                "finished_at": r["finished_at"],
+                "counts": _loads(r["counts_json"], {}),
+                "error": r["error"],
+            }
+            for r in _records(df)
+        }
+
+    def _iteration_tables(self) -> list[str]:
+        return [t for t in _TABLES if "iteration" in self._columns[t] and "run_id" in self._columns[t]]
+
+    def iterations(self, run_id: str) -> list[int]:
+        """Every iteration that has a stage record or any row."""
+        tables = self._iteration_tables()
+        union = " UNION ".join(f'SELECT DISTINCT iteration FROM "{t}" WHERE run_id = $run' for t in tables)
+        df = self.query(f"SELECT iteration FROM ({union}) ORDER BY iteration", {"run": run_id})
+        return [int(i) for i in df["iteration"]]
+
+    # -- tasks ---------------------------------------------------------------------------------------------------
+
+    def put_tasks(self, run_id: str, tasks: Iterable[Task]) -> int:
+        rows = [
+            {
+                "run_id": run_id,
+                "task_id": t.id,
+                "domain": t.domain,
+                "source": t.source,
+                "split": t.split,
+                "question": t.question,
+                "context_json": list(t.context),
+                "gold_subgoals_json": list(t.gold_subgoals),
+                "gold_actions_json": list(t.gold_actions),
+                "answer": t.answer,
+                "meta_json": dict(t.meta),
+            }
+            for t in tasks
+        ]
+        return self.write("tasks", rows)
+
+    @staticmethod
+    def _task(row: dict[str, Any]) -> Task:
+        return Task(
+            id=row["task_id"],
+            domain=row["domain"],
+            source=row["source"],
+            split=row["split"],
+            question=row["question"],
+            context=_loads(row["context_json"], []),
+            gold_subgoals=_loads(row["gold_subgoals_json"], []),
+            gold_actions=_loads(row["gold_actions_json"], []),
+            answer=row["answer"],
+            meta=_loads(row["meta_json"], {}),
+        )
+
+    def get_tasks(
+        self, run_id: str, split: str | None = None, domain: str | None = None, limit: int | None = None
+    ) -> list[Task]:
+        """Tasks of a run ordered by task id, optionally one split/domain and at most ``limit``."""
+        equals = {k: v for k, v in (("split", split), ("domain", domain)) if v}
+        clause, params = self._where("tasks", run_id, None, equals)
+        sql = f"SELECT * FROM tasks WHERE {clause} ORDER BY task_id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+        return [self._task(r) for r in _records(self.query(sql, params))]
+
+    def get_task(self, run_id: str, task_id: str) -> Task:
+        df = self.query("SELECT * FROM tasks WHERE run_id = ? AND task_id = ?", [run_id, task_id])
+        if not len(df):
+            raise KeyError(f"no task {task_id!r} in run {run_id!r}")
+        return self._task(_records(df)[0])
+
+    # -- training logs, metrics, checkpoints ---------------------------------------------------------------------
+
+    def add_train_logs(self, run_id: str, iteration: int, stage: str, logs: Sequence[dict[str, Any]]) -> int:
+        """Append trainer log dicts; ``seq`` continues after the stored ones, ``step`` is ``logs["step"]`` (or
+        ``global_step``, else the seq), ``epoch``/``loss`` are copied when present, the whole dict goes to logs_json.
+        """
+
+        def body(cur: duckdb.DuckDBPyConnection) -> int:
+            last = cur.execute(
+                "SELECT coalesce(max(seq), -1) FROM train_logs WHERE run_id = ? AND iteration = ? AND stage = ?",
+                [run_id, iteration, stage],
+            ).fetchall()[0][0]
+            rows = []
+            for seq, log in enumerate(logs, start=last + 1):
+                rows.append(
+                    {
+                        "run_id": run_id,
+                        "iteration": iteration,
+                        "stage": stage,
+                        "seq": seq,
+                        "step": int(log.get("step", log.get("global_step", seq))),
+                        "epoch": _number(log.get("epoch")),
+                        "loss": _number(log.get("loss")),
+                        "logs_json": json.dumps(log, ensure_ascii=False, default=str),
+                    }
+                )
+            return self._insert(cur, "train_logs", pd.DataFrame(rows, columns=self.columns("train_logs")[:-1]))
+
+        with self._cursor() as cur:
+            return self._transaction(cur, body)
+
+    def put_metrics(self, run_id: str, iteration: int, rows: Iterable[dict[str, Any]]) -> int:
+        """Rows with ``split``, ``domain``, ``name``, ``value``."""
+        return self.write("metrics", [{**r, "run_id": run_id, "iteration": iteration} for r in rows])
+
+    def put_checkpoint(self, run_id: str, iteration: int, role: str, path: str | Path, kind: str) -> None:
+        self.write(
+            "checkpoints",
+            [{"run_id": run_id, "iteration": iteration, "role": role, "path": str(path), "kind": kind}],
+        )
+
+    def checkpoint(self, run_id: str, iteration: int, role: str) -> dict[str, Any] | None:
+        df = self.frame("checkpoints", run_id, iteration, role=role)
+        return _records(df)[0] if len(df) else None
+
+    # -- status ----------------------------------------------------------------------------------------------------
+
+    def status_summary(self) -> dict[str, Any]:
+        """``{"db", "schema_version", "runs": {run_id: {"run_id", "name", "created_at", "run_dir", "tasks",
+        "iterations": [{"iteration", "stages": {stage: {...}}, "rows": {table: n}}]}}}`` (runs in creation order;
+        timestamps as ISO strings, so the whole thing is JSON-ready) for ``engine status``."""
+        tables = self._iteration_tables()
+        union = " UNION ALL ".join(
+            f"SELECT '{t}' AS tbl, run_id, iteration, count(*) AS n FROM \"{t}\" GROUP BY run_id, iteration"
+            for t in tables
+        )
+        counts: dict[tuple[str, int], dict[str, int]] = {}
+        for tbl, run_id, it, n in self.query(union).itertuples(index=False):
+            counts.setdefault((run_id, int(it)), {})[tbl] = int(n)
+        runs: dict[str, dict[str, Any]] = {}
+        for run in self.list_runs():
+            rid = run["run_id"]
+            its = []
+            for it in self.iterations(rid):
+                stages = {
+                    s: {**v, "started_at": _iso(v["started_at"]), "finished_at": _iso(v["finished_at"])}
+                    for s, v in self.stage_status(rid, it).items()
+                }
+                rows = {t: counts.get((rid, it), {}).get(t, 0) for t in tables}
+                its.append({"iteration": it, "stages": stages, "rows": rows})
+            n_tasks = self.count("tasks", rid)
+            runs[rid] = {
+                "run_id": rid,
+                "name": run["name"],
+                "created_at": _iso(run["created_at"]),
+                "run_dir": run["run_dir"],
+                "tasks": n_tasks,
+                "iterations": its,
+            }
+        return {"db": str(self.path), "schema_version": self.version, "runs": runs}
+
+    # -- effective pairs and verdicts (semantics: engine.curation) -------------------------------------------------
+
+    def effective_pairs(self, run_id: str, iteration: int, task_id: str | None = None) -> pd.DataFrame:
+        """Auto pairs with the latest pair override applied, one row per (task_id, step, pair_idx)."""
+        where = "WHERE task_id = $task" if task_id is not None else ""
+        params: dict[str, Any] = {"run": run_id, "it": iteration}
+        if task_id is not None:
+            params["task"] = task_id
+        return self.query(f"{EFFECTIVE_PAIRS_SQL} SELECT * FROM eff {where} ORDER BY task_id, step, pair_idx", params)
+
+    def pairs_page(
+        self,
+        run_id: str,
+        iteration: int,
+        *,
+        min_margin: float | None = None,
+        max_margin: float | None = None,
+        text: str | None = None,
+        overridden: bool | None = None,
+        excluded: bool | None = None,
+        ties: bool | None = None,
+        order: str = "task",
+        limit: int = 50,
+        offset: int = 0,
+    ) -> pd.DataFrame:
+        """One page of effective pairs with the task question and both plan texts.
+
+        ``text`` matches (case-insensitively) the question or either plan; ``order`` is ``task``, ``margin`` or
+        ``-margin``. The ``total`` column counts all matching rows (0 rows -> empty frame).
+        """
+        conds, params = [], {"run": run_id, "it": iteration, "limit": int(limit), "offset": int(offset)}
+        for name, value, sql in (
+            ("min_margin", min_margin, "margin >= $min_margin"),
+            ("max_margin", max_margin, "margin <= $max_margin"),
+            ("overridden", overridden, "overridden = $overridden"),
+            ("excluded", excluded, "excluded = $excluded"),
+            ("ties", ties, "tie = $ties"),
+        ):
+            if value is not None:
+                conds.append(sql)
+                params[name] = value
+        if text:
+            conds.append(
+                "(contains(lower(question), lower($text)) OR contains(lower(chosen_text), lower($text)) "
+                "OR contains(lower(rejected_text), lower($text)))"
+            )
+            params["text"] = text
+        orders = {"task": "task_id, step, pair_idx", "margin": "margin, task_id", "-margin": "margin DESC, task_id"}
+        if order not in orders:
+            raise ValueError(f"order must be one of {', '.join(orders)}")
+        sql = f"""{EFFECTIVE_PAIRS_SQL}, joined AS (
+            SELECT e.*, t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text, pc.prompt
+            FROM eff e
+            LEFT JOIN tasks t ON t.run_id = $run AND t.task_id = e.task_id
+            LEFT JOIN plans pc ON pc.run_id = $run AND pc.iteration = $it AND pc.task_id = e.task_id
+                AND pc.step = e.step AND pc.k = e.chosen_k
+            LEFT JOIN plans pr ON pr.run_id = $run AND pr.iteration = $it AND pr.task_id = e.task_id
+                AND pr.step = e.step AND pr.k = e.rejected_k)
+        SELECT *, count(*) OVER () AS total FROM joined WHERE {" AND ".join(conds) or "TRUE"}
+        ORDER BY {orders[order]} LIMIT $limit OFFSET $offset"""
+        return self.query(sql, params)
+
+    def task_plans(self, run_id: str, iteration: int, task_id: str, step: int | None = None) -> pd.DataFrame:
+        """The K plans of a task (every step, or one) with scores, sorted by step then logppl (best first), flagged
+        ``chosen``/``rejected`` from the effective pairs (``in_training`` when that pair is neither excluded nor tie).
+        """
+        params: dict[str, Any] = {"run": run_id, "it": iteration, "task": task_id}
+        step_cond = ""
+        if step is not None:
+            step_cond, params["step"] = "AND p.step = $step", int(step)
+        sql = f"""{EFFECTIVE_PAIRS_SQL}, flags AS (
+            SELECT step, k, bool_or(role = 'chosen') AS chosen, bool_or(role = 'rejected') AS rejected,
+                   bool_or(NOT excluded AND NOT tie) AS in_training
+            FROM (SELECT step, chosen_k AS k, 'chosen' AS role, excluded, tie FROM eff WHERE task_id = $task
+                  UNION ALL
+                  SELECT step, rejected_k, 'rejected', excluded, tie FROM eff WHERE task_id = $task)
+            GROUP BY step, k)
+        SELECT p.task_id, p.step, p.k, p.text, p.subgoals_json, p.well_formed, s.logppl, s.ppl, s.n_tokens,
+               coalesce(f.chosen, FALSE) AS chosen, coalesce(f.rejected, FALSE) AS rejected,
+               coalesce(f.in_training, FALSE) AS in_training
+        FROM plans p
+        LEFT JOIN scores s USING (run_id, iteration, task_id, step, k)
+        LEFT JOIN flags f ON f.step = p.step AND f.k = p.k
+        WHERE p.run_id = $run AND p.iteration = $it AND p.task_id = $task {step_cond}
+        ORDER BY p.step, s.logppl NULLS LAST, p.k"""
+        return self.query(sql, params)
+
+    def verdict_rows(self, run_id: str, iteration: int | None = None) -> pd.DataFrame:
+        """Every verdict with its grounding, judged plan, task and latest verdict override (all iterations when
+        ``iteration`` is None)."""
+        params: dict[str, Any] = {"run": run_id}
+        cond = "TRUE"
+        if iteration is not None:
+            cond, params["it"] = "iteration = $it", int(iteration)
+        return self.query(f"{_verdicts_sql(cond)} SELECT * FROM vrows ORDER BY iteration, task_id, step, k", params)
+
+    def verdict_queue(
+        self,
+        run_id: str,
+        iteration: int,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        overridden: bool | None = None,
+    ) -> pd.DataFrame:
+        """A page of verdicts (optionally one critic ``status``, or only (not) overridden) with a ``total`` column."""
+        params: dict[str, Any] = {"run": run_id, "it": int(iteration), "limit": int(limit), "offset": int(offset)}
+        conds = []
+        if status is not None:
+            conds.append("status = $status")
+            params["status"] = status
+        if overridden is not None:
+            conds.append("(override_action IS NOT NULL) = $overridden")
+            params["overridden"] = overridden
+        sql = f"""{_verdicts_sql("iteration = $it")}
+        SELECT *, count(*) OVER () AS total FROM vrows WHERE {" AND ".join(conds) or "TRUE"}
+        ORDER BY task_id, step, k LIMIT $limit OFFSET $offset"""
+        return self.query(sql, params)
+
+
+def status_summary(db: str | Path) -> dict[str, Any]:
+    """Open ``db`` read-only and summarise it (``python -m engine status --json``)."""
+    with Store(db, read_only=True) as store:
+        return store.status_summary()
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if hasattr(value, "isoformat") and not _isna(value) else None
+
+
+# Latest pair override per (task_id, step, pair_idx); a "restore" as the latest row means "back to auto".
+# Pair overrides carry pair_idx (default 0) and, for "choose", chosen_k/rejected_k in after_json.
+EFFECTIVE_PAIRS_SQL = """
+WITH po AS (
+    SELECT o.*, coalesce(TRY_CAST(json_extract_string(o.after_json, '$.pair_idx') AS INTEGER), 0) AS pidx
+    FROM overrides o WHERE o.run_id = $run AND o.iteration = $it AND o.target = 'pair'),
+lo AS (
+    SELECT * FROM (SELECT po.*, row_number() OVER (PARTITION BY task_id, step, pidx ORDER BY override_id DESC) AS rn
+                   FROM po)
+    WHERE rn = 1 AND action <> 'restore'),
+base AS (
+    SELECT coalesce(p.task_id, lo.task_id) AS task_id, coalesce(p.step, lo.step) AS step,
+           coalesce(p.pair_idx, lo.pidx) AS pair_idx, coalesce(p.rule, 'manual') AS rule,
+           p.chosen_k AS auto_chosen_k, p.rejected_k AS auto_rejected_k,
+           p.chosen_logppl AS a_chosen_logppl, p.rejected_logppl AS a_rejected_logppl,
+           lo.action AS override_action, lo.override_id, lo.curator, lo.reason AS override_reason,
+           TRY_CAST(json_extract_string(lo.after_json, '$.chosen_k') AS INTEGER) AS o_chosen_k,
+           TRY_CAST(json_extract_string(lo.after_json, '$.rejected_k') AS INTEGER) AS o_rejected_k
+    FROM (SELECT * FROM pairs WHERE run_id = $run AND iteration = $it) p
+    FULL OUTER JOIN lo ON p.task_id = lo.task_id AND p.step = lo.step AND p.pair_idx = lo.pidx
+    -- an override of a pair the rule no longer produces has nothing to act on, except an explicit choice
+    WHERE p.task_id IS NOT NULL OR lo.action = 'choose'),
+ks AS (
+    SELECT b.*,
+        CASE override_action WHEN 'swap' THEN auto_rejected_k WHEN 'choose' THEN o_chosen_k ELSE auto_chosen_k END
+            AS chosen_k,
+        CASE override_action WHEN 'swap' THEN auto_chosen_k WHEN 'choose' THEN o_rejected_k ELSE auto_rejected_k END
+            AS rejected_k
+    FROM base b),
+lp AS (
+    SELECT ks.*,
+        CASE override_action WHEN 'swap' THEN a_rejected_logppl WHEN 'choose' THEN sc.logppl
+            ELSE a_chosen_logppl END AS chosen_logppl,
+        CASE override_action WHEN 'swap' THEN a_chosen_logppl WHEN 'choose' THEN sr.logppl
+            ELSE a_rejected_logppl END AS rejected_logppl
+    FROM ks
+    LEFT JOIN scores sc ON sc.run_id = $run AND sc.iteration = $it AND sc.task_id = ks.task_id
+        AND sc.step = ks.step AND sc.k = ks.chosen_k
+    LEFT JOIN scores sr ON sr.run_id = $run AND sr.iteration = $it AND sr.task_id = ks.task_id
+        AND sr.step = ks.step AND sr.k = ks.rejected_k),
+eff AS (
+    SELECT $run AS run_id, CAST($it AS INTEGER) AS iteration, task_id, step, pair_idx, chosen_k, rejected_k,
+           chosen_logppl, rejected_logppl, rejected_logppl - chosen_logppl AS margin, rule,
+           auto_chosen_k, auto_rejected_k,
+           override_action IS NOT NULL AS overridden,
+           coalesce(override_action = 'exclude', FALSE) AS excluded,
+           coalesce(override_action = 'tie', FALSE) AS tie,
+           override_action, override_id, curator, override_reason
+    FROM lp)
+"""
+
+
+def _verdicts_sql(iteration_cond: str) -> str:
+    """Verdict rows joined with grounding, plan, task and latest verdict override; ``iteration_cond`` is one of
+    two fixed snippets chosen in code (never user text)."""
+    return f"""
+WITH vo AS (
+    SELECT * FROM (
+        SELECT o.*, row_number() OVER (PARTITION BY iteration, task_id, step, k ORDER BY override_id DESC) AS rn
+        FROM overrides o WHERE o.run_id = $run AND o.target = 'verdict' AND {iteration_cond})
+    WHERE rn = 1 AND action <> 'restore'),
+vrows AS (
+    SELECT v.*, vo.action AS override_action, vo.after_json AS override_after_json, vo.curator,
+           vo.reason AS override_reason, vo.override_id,
+           g.actions AS grounding_actions, g.ok AS grounding_ok, g.correct AS grounding_correct,
+           p.text AS plan_text, p.subgoals_json AS plan_subgoals_json, t.question, t.domain
+    FROM (SELECT * FROM verdicts WHERE run_id = $run AND {iteration_cond}) v
+    LEFT JOIN vo ON vo.iteration = v.iteration AND vo.task_id = v.task_id AND vo.step = v.step AND vo.k = v.k
+    LEFT JOIN groundings g ON g.run_id = v.run_id AND g.iteration = v.iteration AND g.task_id = v.task_id
+        AND g.step = v.step AND g.k = v.k
+    LEFT JOIN plans p ON p.run_id = v.run_id AND p.iteration = v.iteration AND p.task_id = v.task_id
+        AND p.step = v.step AND p.k = v.k
+    LEFT JOIN tasks t ON t.run_id = v.run_id AND t.task_id = v.task_id)
+"""

@@ -1,0 +1,320 @@
+"""Store: schema creation and versions, idempotent bulk writes, JSON columns, stages, the one-process lock,
+resume keys, threads sharing one Store, and the studio's paginated queries."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from engine import schema
+from engine.commands import status as status_command
+from engine.store import Store, StoreVersionError, status_summary
+from engine.tasks import Task
+from tests._store_world import IT, RUN, build_world
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str]) -> int:
+    """Run the ``status`` command alone (the full CLI imports every command module, some owned elsewhere)."""
+    parser = argparse.ArgumentParser()
+    status_command.add_arguments(parser)
+    return status_command.run(parser.parse_args(argv[1:]))
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "sub" / "ws.duckdb") as s:
+        yield s
+
+
+def plan_row(task_id: str, k: int, text: str = "plan", run_id: str = "r", iteration: int = 0) -> dict:
+    return dict(
+        run_id=run_id,
+        iteration=iteration,
+        task_id=task_id,
+        step=0,
+        k=k,
+        prompt="p",
+        text=text,
+        subgoals_json=["a", "b"],
+        well_formed=True,
+    )
+
+
+def test_new_file_gets_schema_and_version(tmp_path):
+    path = tmp_path / "a" / "b" / "ws.duckdb"
+    with Store(path) as s:
+        tables = set(s.query("SELECT table_name FROM duckdb_tables()")["table_name"])
+        assert {"runs", "stages", "tasks", "plans", "scores", "pairs", "verdicts", "overrides"} <= tables
+        assert s.version == schema.SCHEMA_VERSION
+    with Store(path) as s:  # reopening keeps the version and does not duplicate schema_info
+        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [schema.SCHEMA_VERSION]
+
+
+def test_newer_version_refused_and_older_migrated(tmp_path, monkeypatch):
+    path = tmp_path / "ws.duckdb"
+    Store(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE schema_info SET version = 99")
+    con.close()
+    with pytest.raises(StoreVersionError, match="newer"):
+        Store(path)
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE schema_info SET version = 0")
+    con.close()
+    monkeypatch.setattr(schema, "MIGRATIONS", {0: "CREATE TABLE extra_v1 (x INTEGER);"})
+    with Store(path) as s:
+        assert s.version == schema.SCHEMA_VERSION
+        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [1]
+        assert s.query("SELECT count(*) AS n FROM extra_v1")["n"][0] == 0
+
+
+def test_write_same_keys_twice_leaves_one_row(store):
+    assert store.write("plans", [plan_row("t", 0, "first"), plan_row("t", 1)]) == 2
+    store.write("plans", [plan_row("t", 0, "second")])
+    df = store.frame("plans", "r", 0)
+    assert df["k"].tolist() == [0, 1]
+    assert df.loc[df["k"] == 0, "text"].item() == "second"
+    # Duplicate keys inside one call: the last one wins, as a second write would.
+    store.write("plans", [plan_row("t", 0, "x"), plan_row("t", 0, "y")])
+    assert store.frame("plans", "r", 0, k=0)["text"].tolist() == ["y"]
+
+
+def test_bulk_write_100k_rows_from_dataframe(store):
+    n = 100_000
+    df = pd.DataFrame(
+        {
+            "run_id": "r",
+            "iteration": 0,
+            "task_id": [f"t{i}" for i in range(n)],
+            "step": 0,
+            "k": 0,
+            "logppl": 0.5,
+            "ppl": 1.6,
+            "n_tokens": 7,
+        }
+    )
+    assert store.write("scores", df) == n
+    assert store.count("scores", "r", 0) == n
+
+
+def test_json_columns_encoded_and_tasks_round_trip(store):
+    task = Task(
+        id="t1",
+        domain="qa",
+        source="s",
+        split="train",
+        question="Où est né Ünal?",
+        context=["Ünal: né à Zürich."],
+        gold_subgoals=["Trouver."],
+        gold_actions=["R1 = QA([x], y)"],
+        answer="Zürich",
+        meta={"level": 2, "tags": ["é"]},
+    )
+    store.put_tasks("r", [task])
+    raw = store.query("SELECT context_json, meta_json FROM tasks")
+    assert raw["context_json"][0] == '["Ünal: né à Zürich."]'  # ensure_ascii=False
+    assert raw["meta_json"][0] == '{"level": 2, "tags": ["é"]}'
+    assert store.get_task("r", "t1") == task
+    assert store.get_tasks("r", split="train", domain="qa") == [task]
+    assert store.get_tasks("r", domain="maths") == []
+    with pytest.raises(KeyError):
+        store.get_task("r", "nope")
+    store.write("plans", [{**plan_row("t", 0), "subgoals_json": '["already", "text"]'}])  # strings pass through
+    assert store.frame("plans", "r")["subgoals_json"][0] == '["already", "text"]'
+
+
+def test_names_are_checked_against_the_schema(store):
+    with pytest.raises(ValueError, match="unknown table"):
+        store.write("plans; DROP TABLE runs", [plan_row("t", 0)])
+    with pytest.raises(ValueError, match="unknown column"):
+        store.write("plans", [{**plan_row("t", 0), "evil": 1}])
+    with pytest.raises(ValueError, match="unknown column"):
+        store.frame("plans", "r", **{"k = 0 OR 1": 1})
+    assert store.count("runs", "r") == 0
+
+
+def test_runs_ids_and_config(store):
+    a = store.create_run("Demo Run!", {"k": 4, "lr": 1e-6}, "runs/{run_id}")
+    b = store.create_run("Demo Run!", {}, "runs/x")
+    assert a.startswith("demo-run-") and b == a + "-2"
+    run = store.get_run(a)
+    assert run["config"] == {"k": 4, "lr": 1e-6} and run["run_dir"] == f"runs/{a}"
+    assert [r["run_id"] for r in store.list_runs()] == [a, b]
+    assert store.get_run("missing") is None
+
+
+def test_stage_status_transitions(store):
+    store.set_stage("r", 0, "sample", "pending")
+    assert store.stage_status("r", 0)["sample"]["started_at"] is None
+    store.set_stage("r", 0, "sample", "running")
+    s = store.stage_status("r", 0)["sample"]
+    assert s["status"] == "running" and s["started_at"] is not None and s["finished_at"] is None
+    store.set_stage("r", 0, "sample", "failed", error="boom")
+    s = store.stage_status("r", 0)["sample"]
+    assert s["status"] == "failed" and s["finished_at"] is not None and s["error"] == "boom"
+    store.set_stage("r", 0, "sample", "running")  # a retry clears the old error and finish
+    store.set_stage("r", 0, "sample", "done", counts={"rows": 12})
+    s = store.stage_status("r", 0)["sample"]
+    assert s["status"] == "done" and s["error"] is None and s["counts"] == {"rows": 12}
+    assert s["finished_at"] >= s["started_at"]
+    store.set_stage("r", 1, "score", "stopped")
+    assert store.iterations("r") == [0, 1]
+    with pytest.raises(ValueError):
+        store.set_stage("r", 0, "sample", "exploded")
+
+
+def test_second_process_gets_store_locked_error(store):
+    code = (
+        "import sys\nfrom engine.store import Store, StoreLockedError\n"
+        "try:\n    Store(sys.argv[1])\nexcept StoreLockedError as exc:\n    print('LOCKED', exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(store.path)], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert "LOCKED" in out.stdout, out.stderr
+    assert "open in another process" in out.stdout and "--db" in out.stdout
+
+
+def test_keys_done_for_resume(store):
+    store.write("plans", [plan_row("a", 0), plan_row("a", 1), plan_row("b", 0), plan_row("c", 0, iteration=1)])
+    assert store.keys_done("plans", "r", 0) == {("a", 0), ("b", 0)}
+    assert store.keys_done("plans", "r", 0, cols=("task_id", "k")) == {("a", 0), ("a", 1), ("b", 0)}
+    assert store.keys_done("plans", "other", 0) == set()
+
+
+def test_threads_share_one_store(store):
+    errors: list[BaseException] = []
+
+    def writer(table: str, make) -> None:
+        try:
+            for batch in range(20):
+                store.write(table, [make(batch, i) for i in range(50)])
+                store.count(table, "r")
+        except BaseException as exc:  # noqa: BLE001 - collected and re-raised in the main thread
+            errors.append(exc)
+
+    def plan(b, i):
+        return plan_row(f"t{b}", i)
+
+    def score(b, i):
+        return dict(run_id="r", iteration=0, task_id=f"t{b}", step=0, k=i, logppl=1.0, ppl=2.7, n_tokens=3)
+
+    def metric(b, i):
+        return dict(run_id="r", iteration=b, split="train", domain="all", name=f"m{i}", value=float(i))
+
+    threads = [
+        threading.Thread(target=writer, args=a) for a in (("plans", plan), ("scores", score), ("metrics", metric))
+    ]
+    for t in threads:
+        t.start()
+    for _ in range(10):  # a UI thread reading meanwhile
+        store.status_summary()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert store.count("plans", "r") == store.count("scores", "r") == store.count("metrics", "r") == 1000
+
+
+def test_concurrent_updates_of_the_same_rows_are_retried(store):
+    errors: list[BaseException] = []
+
+    def bump(n: int) -> None:
+        try:
+            for _ in range(10):
+                store.set_stage("r", 0, "sample", "running", counts={"by": n})
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=bump, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert store.stage_status("r", 0)["sample"]["status"] == "running"
+
+
+def test_write_batch_with_delete_rebuilds_in_one_transaction(store):
+    store.write("plans", [plan_row("a", k) for k in range(3)])
+    store.write_batch(
+        [("plans", [plan_row("a", 0, "new"), plan_row("a", 1, "new")])],
+        deletes=[("plans", {"run_id": "r", "iteration": 0, "task_id": "a"})],
+    )
+    assert store.frame("plans", "r", 0)["text"].tolist() == ["new", "new"]
+    with pytest.raises(ValueError):  # a rebuild with a bad row changes nothing
+        store.write_batch([("plans", [{**plan_row("a", 5), "bogus": 1}])], deletes=[("plans", {"run_id": "r"})])
+    assert store.count("plans", "r") == 2
+    store.replace("plans", "r", 0, [plan_row("b", 0)])
+    assert store.keys_done("plans", "r", 0, cols=("task_id", "k")) == {("b", 0)}
+    assert store.delete("plans", "r", 0, task_id="b") == 1
+
+
+def test_train_logs_metrics_checkpoints(store):
+    store.add_train_logs("r", 0, "train_planner", [{"loss": 0.9, "step": 1, "epoch": 0.5}, {"rewards/margins": 0.2}])
+    store.add_train_logs("r", 0, "train_planner", [{"loss": 0.4, "step": 5}])
+    df = store.frame("train_logs", "r", 0)
+    assert df["seq"].tolist() == [0, 1, 2]
+    assert df["step"].tolist() == [1, 1, 5]
+    assert df["loss"].isna().tolist() == [False, True, False]
+    assert '"rewards/margins": 0.2' in df["logs_json"][1]
+    store.put_metrics("r", 0, [{"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.5}])
+    store.put_metrics("r", 0, [{"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.75}])
+    assert store.frame("metrics", "r", 0)["value"].tolist() == [0.75]
+    store.put_checkpoint("r", 0, "planner", Path("/x/p"), "lora")
+    assert store.checkpoint("r", 0, "planner")["path"] == "/x/p"
+    assert store.checkpoint("r", 0, "grounder") is None
+
+
+def test_status_summary_and_cli(tmp_path, capsys):
+    path = tmp_path / "ws.duckdb"
+    with Store(path) as s:
+        build_world(s)
+        s.set_stage(RUN, IT, "pairs", "done", counts={"pairs": 3})
+    summary = status_summary(path)
+    run = summary["runs"][RUN]
+    assert run["run_id"] == RUN and run["tasks"] == 3
+    it0 = run["iterations"][0]
+    assert it0["stages"]["pairs"]["status"] == "done"
+    assert it0["rows"]["plans"] == 8 and it0["rows"]["pairs"] == 3 and it0["rows"]["verdicts"] == 3
+    assert main(["status", "--db", str(path), "--json"]) == 0
+    assert f'"run_id": "{RUN}"' in capsys.readouterr().out
+    assert main(["status", "--db", str(tmp_path / "none.duckdb")]) == 2
+
+
+def test_pairs_page_filters_and_paginates(store):
+    build_world(store)
+    page = store.pairs_page(RUN, IT)
+    assert page["task_id"].tolist() == ["m1", "m2", "q1"] and page["total"].tolist() == [3, 3, 3]
+    assert page.loc[0, "chosen_text"].startswith("Subgoal 1: Multiply") and page.loc[0, "rejected_text"] == (
+        "Subgoal 1: Guess."
+    )
+    assert "Tom has" in page.loc[0, "question"]
+    assert store.pairs_page(RUN, IT, min_margin=0.5)["task_id"].tolist() == ["m1", "q1"]
+    assert store.pairs_page(RUN, IT, max_margin=0.5)["task_id"].tolist() == ["m2"]
+    assert store.pairs_page(RUN, IT, text="LOVELACE")["task_id"].tolist() == ["q1"]
+    assert store.pairs_page(RUN, IT, text="%")["task_id"].tolist() == []  # no LIKE wildcards from users
+    second = store.pairs_page(RUN, IT, order="-margin", limit=1, offset=1)
+    assert second["task_id"].tolist() == ["q1"] and second["total"].tolist() == [3]
+    assert store.pairs_page(RUN, IT, overridden=True).empty
+
+
+def test_task_plans_and_verdict_queue(store):
+    build_world(store)
+    plans = store.task_plans(RUN, IT, "m1")
+    assert plans["k"].tolist() == [0, 2, 1, 3]  # by logppl, ties by k
+    assert plans["chosen"].tolist() == [True, False, False, False]
+    assert plans["rejected"].tolist() == [False, False, False, True]
+    queue = store.verdict_queue(RUN, IT)
+    assert queue["task_id"].tolist() == ["m1", "m2", "q1"] and queue["total"][0] == 3
+    corrected = store.verdict_queue(RUN, IT, status="corrected")
+    assert corrected["task_id"].tolist() == ["m2"] and corrected["grounding_actions"][0] == "R1 = Calculator(10+4)"
+    assert store.verdict_queue(RUN, IT, limit=1, offset=2)["task_id"].tolist() == ["q1"]
