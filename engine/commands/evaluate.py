@@ -16,6 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override a config field (repeatable)")
     parser.add_argument("--traces", default=None, help="write per-task traces to this JSONL file")
+    parser.add_argument("--plan-styles", action="store_true",
+                        help="demo world: also measure the grounder on concrete vs vague plans of the same tasks")
     parser.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
 
 
@@ -42,11 +44,16 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     planner, grounder = load_agent(config.planner), load_agent(config.grounder)
     metrics, traces = evaluate(planner, grounder, chosen, config.evaluate)
+    extra = {}
+    if args.plan_styles:
+        from engine.demo.gap import plan_style_gap
+
+        extra["plan_style_gap"] = {s: plan_style_gap(grounder, [t for t in chosen if t.split == s]) for s in splits}
     if args.traces:
         with open(args.traces, "w", encoding="utf-8") as out:
             for trace in traces:
                 out.write(json.dumps(trace.to_dict(), ensure_ascii=False) + "\n")
     print_json({"config": args.config, "formulation": config.evaluate.formulation, "splits": splits,
-                "counts": {s: sum(t.split == s for t in chosen) for s in splits}, "metrics": metrics,
+                "counts": {s: sum(t.split == s for t in chosen) for s in splits}, "metrics": metrics, **extra,
                 "seconds": round(time.perf_counter() - started, 1)})
     return 0

@@ -1,4 +1,8 @@
-"""Critic backends for the ``critique`` stage: ``reference`` (offline, gold-guided), ``openai``, ``hf``."""
+"""Critic backends for the ``critique`` stage: ``reference`` (offline, gold-guided), ``openai``, ``hf``.
+
+``make_critic(config, store)`` builds the backend ``config.backend`` names; backends import their heavy
+dependencies (openai, torch) only when chosen.
+"""
 
 from __future__ import annotations
 
@@ -14,4 +18,12 @@ def make_critic(config: CriticSection, store: Any = None) -> Critic:
         from engine.critics.reference import ReferenceCritic
 
         return ReferenceCritic()
+    if config.backend == "openai":
+        from engine.critics.openai_backend import OpenAICritic
+
+        return OpenAICritic(config, store)
+    if config.backend == "hf":
+        from engine.critics.hf import HFCritic
+
+        return HFCritic(config)
     raise NotImplementedError(f"critic backend {config.backend!r} is not available yet")

@@ -102,14 +102,19 @@ def plan_in_style(task: Task, style: str, rng: random.Random) -> list[str]:
     return _flawed(concrete, rng)
 
 
-def planner_warm_start(tasks: list[Task], seed: int) -> list[tuple[Task, list[str], str]]:
-    """(task, subgoals, style) for each training task, styles drawn from ``PLAN_STYLES``."""
+def planner_warm_start(tasks: list[Task], seed: int, draws: int = 2) -> list[tuple[Task, list[str], str]]:
+    """(task, subgoals, style) rows, ``draws`` per training task, styles drawn from ``PLAN_STYLES``.
+
+    Several independent draws per task keep the planner from memorising one style per question: it has to learn
+    the mixture, so its samples for the same task disagree -- which is what the PPL ranking needs.
+    """
     rng = random.Random(seed)
     styles, weights = zip(*PLAN_STYLES)
     rows = []
     for task in tasks:
-        style = rng.choices(styles, weights)[0]
-        rows.append((task, plan_in_style(task, style, rng), style))
+        for _ in range(draws):
+            style = rng.choices(styles, weights)[0]
+            rows.append((task, plan_in_style(task, style, rng), style))
     return rows
 
 

@@ -1,0 +1,364 @@
+"""The ``openai`` critic against a real local HTTP server speaking ``POST /v1/chat/completions``.
+
+The fake server picks its behaviour from a ``[[marker]]`` in the prompt's task text (429 then success, 500 then
+success, 500 forever, a slow reply, a malformed body, a ``<think>`` prefix, finish_reason ``length``, ...) and
+records every request: marker, Authorization header and how many requests were in flight at once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from engine.config import CriticSection, load_config
+from engine.critics import make_critic
+from engine.critics.base import Grounding
+from engine.critics.openai_backend import OpenAICritic, retry_after_s
+from engine.store import Store
+from engine.tasks import Task, write_tasks
+
+SECRET = "sk-test-SECRET-0123456789"
+CORRECTION = ("Corrected Subgoals: Subgoal 1: Multiply 3 by 4.; Subgoal 2: Subtract from 20.\n"
+              "Corrected Actions: R1 = Calculator(3*4); R2 = Calculator(20-R1)")
+
+
+class FakeOpenAI:
+    """Scripted behaviours keyed by the prompt's ``[[marker]]``; thread-safe request log."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self.auth: list[str | None] = []
+        self.bodies: list[dict] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def enter(self, marker: str, auth: str | None, body: dict) -> int:
+        with self.lock:
+            self.counts[marker] += 1
+            self.auth.append(auth)
+            self.bodies.append(body)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            return self.counts[marker]
+
+    def leave(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+    @staticmethod
+    def completion(body: dict, content: str, finish: str = "stop") -> tuple[int, dict, bytes, float]:
+        prompt = sum(len(m["content"]) for m in body["messages"]) // 4
+        data = {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                             "finish_reason": finish}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": len(content) // 4 + 1,
+                          "total_tokens": prompt + len(content) // 4 + 1}}
+        return 200, {}, json.dumps(data).encode(), 0.0
+
+    @staticmethod
+    def failure(status: int, message: str, headers: dict | None = None) -> tuple[int, dict, bytes, float]:
+        return status, headers or {}, json.dumps({"error": {"message": message, "type": "test"}}).encode(), 0.0
+
+    def behave(self, marker: str, n: int, auth: str | None, body: dict) -> tuple[int, dict, bytes, float]:
+        ok = self.completion(body, "Final answer reached")
+        if marker == "r429":
+            return self.failure(429, "slow down", {"Retry-After": "1"}) if n == 1 else ok
+        if marker == "r500":
+            return self.failure(500, "boom") if n == 1 else ok
+        if marker == "500":
+            return self.failure(500, "boom forever")
+        if marker == "400":
+            return self.failure(400, f"bad request from {auth}")
+        if marker == "slow":
+            return ok[:3] + (2.0,)
+        if marker == "slowok":
+            return ok[:3] + (0.3,)
+        if marker == "notjson":
+            return 200, {"Content-Type": "application/json"}, b"<html>gateway hiccup</html>", 0.0
+        if marker == "nochoices":
+            return 200, {}, json.dumps({"id": "x", "object": "chat.completion", "created": 0}).encode(), 0.0
+        if marker == "think":
+            return self.completion(body, "<think>R1 = 12, then 20 - 12 = 8. Looks right.</think>\n\nFinal answer "
+                                         "reached.")
+        if marker == "length":
+            return self.completion(body, CORRECTION, "length")
+        if marker == "correct":
+            return self.completion(body, CORRECTION)
+        if marker == "echo":
+            return self.completion(body, f"Your header was {auth}. Final answer reached")
+        return ok
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # keep pytest output clean
+        pass
+
+    def do_POST(self) -> None:
+        fake: FakeOpenAI = self.server.fake  # type: ignore[attr-defined]
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.path != "/v1/chat/completions":
+            self._send(404, {}, b'{"error": {"message": "not found"}}')
+            return
+        text = " ".join(m.get("content", "") for m in body.get("messages", []))
+        found = re.search(r"\[\[([\w-]+)\]\]", text)
+        marker = found.group(1) if found else "default"
+        n = fake.enter(marker, self.headers.get("Authorization"), body)
+        try:
+            status, headers, payload, delay = fake.behave(marker, n, self.headers.get("Authorization"), body)
+            time.sleep(delay)
+        finally:
+            fake.leave()
+        self._send(status, headers, payload)
+
+    def _send(self, status: int, headers: dict, payload: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
+            pass
+
+
+@pytest.fixture
+def fake_server():
+    """``(FakeOpenAI, base_url)`` for a ThreadingHTTPServer on a free port of 127.0.0.1."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.fake = FakeOpenAI()  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server.fake, f"http://127.0.0.1:{server.server_address[1]}/v1"  # type: ignore[attr-defined]
+    server.shutdown()
+    server.server_close()
+
+
+def _config(base_url: str, **kw) -> CriticSection:
+    values = dict(backend="openai", base_url=base_url, model="critic-m", api_key_env="MOAT_TEST_CRITIC_KEY",
+                  max_tokens=256, timeout_s=5.0, max_retries=2, concurrency=4)
+    values.update(kw)
+    return CriticSection(**values)
+
+
+def _item(marker: str, index: int = 0) -> Grounding:
+    task = Task(id=f"t{index}", domain="maths", source="test", split="train",
+                question=f"[[{marker}]] #{index} Tom buys 3 pens at 4 dollars and pays with 20. Change?", answer="8")
+    return Grounding(task, 0, 0, ["Multiply 3 by 4.", "Subtract from 20."],
+                     "R1 = Calculator(3*4); R2 = Calculator(20+R1)",
+                     {"ok": True, "values": {"R1": "12", "R2": "32"}, "answer": "32", "error": None}, False)
+
+
+def _critic(base_url: str, store=None, **kw) -> OpenAICritic:
+    return OpenAICritic(_config(base_url, **kw), store, backoff_base_s=0.01)
+
+
+def test_429_with_retry_after_then_success(fake_server):
+    fake, url = fake_server
+    start = time.perf_counter()
+    [verdict] = _critic(url).judge([_item("r429")])
+    assert time.perf_counter() - start >= 0.9  # Retry-After: 1 was honoured
+    assert fake.counts["r429"] == 2
+    assert verdict.status == "accepted" and verdict.extra["attempts"] == 2
+    assert verdict.latency_s >= 0.9
+
+
+def test_500_then_success_and_500_forever_is_bounded(fake_server):
+    fake, url = fake_server
+    good, bad = _critic(url, max_retries=3).judge([_item("r500"), _item("500")])
+    assert good.status == "accepted" and fake.counts["r500"] == 2
+    assert bad.status == "error" and "500" in bad.raw and "InternalServerError" in bad.raw
+    assert fake.counts["500"] == 1 + 3 and bad.extra["attempts"] == 4
+
+
+def test_other_4xx_is_never_retried(fake_server, monkeypatch):
+    monkeypatch.setenv("MOAT_TEST_CRITIC_KEY", SECRET)
+    fake, url = fake_server
+    [verdict] = _critic(url).judge([_item("400")])
+    assert verdict.status == "error" and fake.counts["400"] == 1
+    assert SECRET not in verdict.raw and "***" in verdict.raw  # the server echoed the key; we masked it
+
+
+def test_slow_reply_times_out_within_bounds(fake_server):
+    fake, url = fake_server
+    start = time.perf_counter()
+    [verdict] = _critic(url, timeout_s=0.5, max_retries=1).judge([_item("slow")])
+    elapsed = time.perf_counter() - start
+    assert verdict.status == "error" and "Timeout" in verdict.raw
+    assert fake.counts["slow"] == 2
+    assert elapsed < 1.9  # two 0.5 s attempts and a tiny backoff, not the server's 2 s
+
+
+@pytest.mark.parametrize("marker", ["notjson", "nochoices"])
+def test_malformed_body_is_an_error_verdict(fake_server, marker):
+    fake, url = fake_server
+    [verdict] = _critic(url).judge([_item(marker)])
+    assert verdict.status == "error" and verdict.raw
+    assert fake.counts[marker] == 1  # a malformed 200 is not retried
+
+
+def test_think_prefix_correction_and_length(fake_server):
+    _, url = fake_server
+    think, corrected, cut = _critic(url).judge([_item("think"), _item("correct"), _item("length")])
+    assert think.status == "accepted" and think.raw.startswith("<think>")
+    assert corrected.status == "corrected" and corrected.corrected_actions == "R1 = Calculator(3*4); R2 = " \
+                                                                              "Calculator(20-R1)"
+    assert corrected.corrected_subgoals == ["Multiply 3 by 4.", "Subtract from 20."]
+    assert cut.status == "truncated" and cut.finish_reason == "length" and cut.raw == CORRECTION
+    for v in (think, corrected, cut):
+        assert v.backend == "openai" and v.model == "critic-m" and v.prompt_tokens > 0 and v.completion_tokens > 0
+        assert v.latency_s is not None and v.latency_s >= 0
+
+
+def test_request_carries_explicit_sampling_settings(fake_server):
+    fake, url = fake_server
+    _critic(url, max_tokens=321, temperature=0.1, top_p=0.95).judge([_item("default")])
+    [body] = fake.bodies
+    assert body["max_tokens"] == 321 and body["temperature"] == 0.1 and body["top_p"] == 0.95
+    assert body["model"] == "critic-m" and [m["role"] for m in body["messages"]] == ["system", "user"]
+
+
+def test_api_key_is_sent_but_never_stored(fake_server, monkeypatch, tmp_path):
+    monkeypatch.setenv("MOAT_TEST_CRITIC_KEY", SECRET)
+    fake, url = fake_server
+    with Store(tmp_path / "c.duckdb") as store:
+        [verdict] = _critic(url, store).judge([_item("echo")])
+        assert fake.auth == [f"Bearer {SECRET}"]
+        assert verdict.status == "accepted" and SECRET not in verdict.raw
+        rows = store.query("SELECT * FROM critic_cache").to_dict("records")
+        assert len(rows) == 1 and SECRET not in json.dumps(rows, default=str)
+
+
+def test_missing_key_env_sends_a_placeholder(fake_server, monkeypatch):
+    monkeypatch.delenv("MOAT_TEST_CRITIC_KEY", raising=False)
+    fake, url = fake_server
+    _critic(url).judge([_item("default")])
+    assert fake.auth == ["Bearer EMPTY"]
+
+
+def test_requests_run_concurrently_but_bounded(fake_server):
+    fake, url = fake_server
+    verdicts = _critic(url, concurrency=3).judge([_item("slowok", i) for i in range(7)])
+    assert [v.status for v in verdicts] == ["accepted"] * 7
+    assert 2 <= fake.max_in_flight <= 3
+
+
+def test_second_judge_hits_the_cache(fake_server, tmp_path):
+    fake, url = fake_server
+    items = [_item("correct", 0), _item("default", 1), _item("500", 2), _item("length", 3), _item("default", 1)]
+    with Store(tmp_path / "c.duckdb") as store:
+        first = _critic(url, store, max_retries=0).judge(items)
+        assert [v.status for v in first] == ["corrected", "accepted", "error", "truncated", "accepted"]
+        assert fake.counts["default"] == 1  # the duplicate prompt was sent once
+        sent = fake.total
+        second = _critic(url, store, max_retries=0).judge(items[:2])
+        assert fake.total == sent  # zero HTTP requests
+        assert [v.status for v in second] == ["corrected", "accepted"]
+        assert all(v.latency_s == 0 and v.extra["cache"] == "hit" for v in second)
+        assert second[0].corrected_actions == first[0].corrected_actions
+        assert store.query("SELECT count(*) AS n FROM critic_cache").n[0] == 2  # errors/truncations not cached
+        _critic(url, store, max_retries=0).judge(items[2:4])
+        assert fake.total == sent + 2  # the error and the truncated reply are asked again
+
+
+def test_unreachable_server_and_bad_domain_never_raise():
+    critic = _critic("http://127.0.0.1:9/v1", max_retries=1)
+    odd = _item("default")
+    odd.task.domain = "chess"
+    verdicts = critic.judge([_item("default"), odd])
+    assert [v.status for v in verdicts] == ["error", "error"]
+    assert "Connection" in verdicts[0].raw and "chess" in verdicts[1].raw
+
+
+def test_retry_after_header_forms():
+    assert retry_after_s({"retry-after": "3"}) == 3.0
+    assert retry_after_s({"retry-after-ms": "250"}) == 0.25
+    assert 8 <= retry_after_s({"retry-after": formatdate(time.time() + 10, usegmt=True)}) <= 10
+    assert retry_after_s({"retry-after": "soon"}) is None and retry_after_s({}) is None
+
+
+def test_make_critic_builds_each_backend(fake_server):
+    _, url = fake_server
+    assert make_critic(_config(url)).name == "openai"
+    assert make_critic(CriticSection(backend="hf", model="some/dir")).name == "hf"
+    assert make_critic(CriticSection()).name == "reference"
+
+
+# -- the critique stage and the CLI, end to end ---------------------------------------------------------------
+
+@pytest.fixture
+def grounded_run(tmp_path, tiny_agents_dir, demo_tasks):
+    """A run whose iteration 1 has plans, scores and groundings (tiny models, few tasks): ``(db, run_id)``."""
+    from engine.loop import create_run, run_stage
+
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(demo_tasks, tasks_file)
+    config = load_config(None, [
+        f"data.tasks={tasks_file}", "data.train_limit=3", "data.eval_limit=2", f"run.workdir={tmp_path / 'runs'}",
+        f"planner.path={tiny_agents_dir / 'planner'}", f"grounder.path={tiny_agents_dir / 'grounder'}",
+        "sample.k=2", "sample.max_new_tokens=16", "sample.batch_size=4", "score.batch_size=8",
+        "ground.max_new_tokens=16", "ground.batch_size=8", "critic.which=all",
+    ])
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        run_id = create_run(store, config)
+        for stage in ("sample", "score", "ground"):
+            assert run_stage(store, run_id, 1, stage) == "done"
+    return db, run_id
+
+
+@pytest.mark.slow
+def test_critique_stage_and_cli_against_the_fake_server(fake_server, grounded_run, monkeypatch, capsys):
+    from engine.__main__ import main
+    from engine.loop import run_config, run_stage
+
+    monkeypatch.setenv("MOAT_TEST_CRITIC_KEY", SECRET)
+    fake, url = fake_server
+    db, run_id = grounded_run
+    with Store(db) as store:
+        config = run_config(store, run_id)
+        for key, value in (("backend", "openai"), ("base_url", url), ("model", "critic-m"),
+                           ("api_key_env", "MOAT_TEST_CRITIC_KEY"), ("concurrency", 3)):
+            setattr(config.critic, key, value)
+        assert run_stage(store, run_id, 1, "critique", config=config) == "done"
+        groundings = store.frame("groundings", run_id, 1)
+        verdicts = store.frame("verdicts", run_id, 1)
+        assert len(groundings) > 0 and len(verdicts) == len(groundings)
+        assert set(map(tuple, verdicts[["task_id", "step", "k"]].values)) == \
+            set(map(tuple, groundings[["task_id", "step", "k"]].values))
+        assert set(verdicts.backend) == {"openai"} and set(verdicts.model) == {"critic-m"}
+        assert set(verdicts.status) == {"accepted"} and set(verdicts.finish_reason) == {"stop"}
+        assert verdicts.latency_s.notna().all() and (verdicts.prompt_tokens > 0).all()
+        assert (verdicts.completion_tokens > 0).all() and not verdicts.reference_guided.any()
+        assert fake.total > 0 and set(fake.auth) == {f"Bearer {SECRET}"}
+        for table in ("verdicts", "critic_cache", "runs", "stages"):
+            dump = json.dumps(store.query(f"SELECT * FROM {table}").to_dict("records"), default=str)
+            assert SECRET not in dump, table
+        store.delete("verdicts", run_id, 1)
+        config.critic.api_key_env = "OPENAI_API_KEY"
+    sent = fake.total
+    code = main(["step", "critique", "--run", run_id, "--iteration", "1", "--db", str(db), "--critic", "openai",
+                 "--base-url", url, "--model", "critic-m", "--quiet"])
+    assert code == 0 and '"status": "done"' in capsys.readouterr().out
+    assert fake.total == sent  # the re-run was served from the cache
+    with Store(db) as store:
+        again = store.frame("verdicts", run_id, 1)
+        assert len(again) == len(groundings) and set(again.status) == {"accepted"}
+        assert (again.latency_s == 0).all()

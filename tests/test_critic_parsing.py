@@ -1,0 +1,154 @@
+"""Critic reply parsing and critic prompts: hand-written replies in the forms real models produce."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.critics.base import Grounding
+from engine.critics.parsing import parse_response
+from engine.critics.prompts import critic_messages
+from engine.tasks import Task
+
+CORRECTION = ("Corrected Subgoals: Subgoal 1: Find the total cost.; Subgoal 2: Subtract it from 20.\n"
+              "Corrected Actions: R1 = Calculator(3*4); R2 = Calculator(20-R1)")
+
+
+@pytest.mark.parametrize("text", [
+    "Final answer reached",
+    "final answer reached.",
+    "Final Answer Reached.",
+    "  FINAL   ANSWER   REACHED!  ",
+    "**Final answer reached**",
+    "The subgoals and actions look right.\n\nFinal answer reached.",
+    "```\nFinal answer reached\n```",
+    "<think>Let me check R1 = 12... the sum is right.</think>\nFinal answer reached",
+    "Okay, checking the arithmetic: 3*4 = 12.\n</think>\n\nFinal answer reached.",
+    "Final answer reached.\nCorrected Subgoals: None\nCorrected Actions: None",
+])
+def test_accept_forms(text):
+    fields = parse_response(text, "stop")
+    assert fields["status"] == "accepted", fields
+    assert fields["raw"] == text
+    assert fields["corrected_actions"] is None and fields["corrected_subgoals"] is None
+
+
+@pytest.mark.parametrize("text", [
+    CORRECTION,
+    "CORRECTED SUBGOALS:subgoal 1:Find the total cost.;  SUBGOAL 2 :  Subtract it from 20.\n"
+    "corrected   actions :   R1 = Calculator(3*4);R2 = Calculator(20-R1)  ",
+    "**Corrected Subgoals:** Subgoal 1: Find the total cost.; Subgoal 2: Subtract it from 20.\n"
+    "**Corrected Actions:** R1 = Calculator(3*4); R2 = Calculator(20-R1)",
+    "### Corrected Subgoals:\n- Subgoal 1: Find the total cost.\n- Subgoal 2: Subtract it from 20.\n\n"
+    "### Corrected Actions:\n```\nR1 = Calculator(3*4)\nR2 = Calculator(20-R1)\n```\n",
+    "Corrected  subgoals :\n1. **Subgoal 1:** Find the total cost.\n2. **Subgoal 2:** Subtract it from 20.\n"
+    "Corrected actions:\n* `R1 = Calculator(3*4);`\n* `R2 = Calculator(20-R1).`\n\nThis fixes the subtraction.",
+    "<think>The grounder multiplied wrongly. Corrected Actions: maybe R1 = ?</think>\n" + CORRECTION,
+    "Final answer reached? No: the second step is wrong.\n" + CORRECTION,
+    "Corrected Subgoals: Subgoal 1: Find the total cost.; Subgoal 2: Subtract it from 20.\n"
+    "Corrected Actions:\nHere are the fixed actions:\nR1 = Calculator(3*4) = 12; R2 = Calculator(20-R1) = 8",
+])
+def test_correction_forms(text):
+    fields = parse_response(text, "stop")
+    assert fields["status"] == "corrected", fields
+    assert fields["raw"] == text
+    assert fields["corrected_subgoals"] == ["Find the total cost.", "Subtract it from 20."]
+    assert fields["corrected_actions"] == "R1 = Calculator(3*4); R2 = Calculator(20-R1)"
+
+
+def test_correction_without_subgoals_keeps_the_plan_and_multiline_code_survives():
+    text = "Corrected Actions: R1 = Code(def f(x):\n    return x + 1\n); R2 = Calculator(R1 * 2)\nWhy: shorter."
+    fields = parse_response(text, "stop")
+    assert fields["status"] == "corrected" and fields["corrected_subgoals"] is None
+    assert fields["corrected_actions"].startswith("R1 = Code(def f(x):") and "R2 = Calculator(R1 * 2)" in \
+        fields["corrected_actions"]
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("Corrected Subgoals: Subgoal 1: Add.\nCorrected Actions: R1 = Calculator(3*4", "corrected actions"),
+    ("Corrected Subgoals: Subgoal 1: Add.\nCorrected Actions: R1 Calculator(3)", "corrected actions"),
+    ("Corrected Subgoals: Subgoal 1: Add.\nCorrected Actions:", "corrected actions"),
+    ("Corrected Subgoals: Subgoal 1: Add.; Subgoal 3: Oops.\nCorrected Actions: R1 = Calculator(1)",
+     "corrected subgoals"),
+    ("Corrected Subgoals: just add them\nCorrected Actions: R1 = Calculator(1)", "corrected subgoals"),
+    ("Corrected Subgoals: Subgoal 1: Add.", "without corrected actions"),
+    ("The answer looks plausible to me.", "neither"),
+    ("The final answer reached by these actions is wrong.", "neither"),
+    ("", "empty"),
+    ("<think>Still thinking about whether R1 is right", "never closed"),
+])
+def test_unparsed_keeps_raw_and_says_why(text, reason):
+    fields = parse_response(text, "stop")
+    assert fields["status"] == "unparsed", fields
+    assert fields["raw"] == text
+    assert reason in fields["extra"]["parse_error"]
+    assert fields["corrected_actions"] is None
+
+
+def test_length_is_truncated_even_when_the_text_looks_whole():
+    for text in ("Final answer reached", CORRECTION, "Corrected Actions: R1 = Calcul"):
+        fields = parse_response(text, "length")
+        assert fields["status"] == "truncated" and fields["raw"] == text and fields["finish_reason"] == "length"
+        assert fields["corrected_actions"] is None
+
+
+def test_none_text_and_content_filter():
+    assert parse_response(None, "stop")["status"] == "unparsed"
+    assert parse_response(None, "stop")["raw"] == ""
+    assert parse_response("", "content_filter")["status"] == "error"
+
+
+def _item(domain: str, question: str, execution: dict) -> Grounding:
+    task = Task(id="t1", domain=domain, source="test", split="train", question=question, answer="GOLD-ANSWER")
+    return Grounding(task, 0, 0, ["Find the total cost.", "Subtract it from 20."],
+                     "R1 = Calculator(3*4); R2 = Calculator(20-R1)", execution, False)
+
+
+@pytest.mark.parametrize("domain, tool", [("maths", "SolveEquation"), ("qa", "KnowledgeQuery"), ("web", "CLICK")])
+def test_prompts_per_domain(domain, tool):
+    execution = {"ok": True, "values": {"R1": "12", "R2": "x" * 1000}, "answer": "8", "error": None}
+    messages = critic_messages(_item(domain, "Tom buys 3 pens at 4 dollars; he pays with 20.", execution))
+    assert [m["role"] for m in messages] == ["system", "user"]
+    user = messages[1]["content"]
+    assert tool in user and "Tom buys 3 pens" in user
+    assert "Subgoal 1: Find the total cost.; Subgoal 2: Subtract it from 20." in user
+    assert "R1 = Calculator(3*4); R2 = Calculator(20-R1)" in user and "R1 = 12" in user
+    assert "Final answer reached" in user and "Corrected Subgoals:" in user and "Corrected Actions:" in user
+    assert "x" * 400 not in user  # long values are shortened
+    assert "GOLD-ANSWER" not in user  # the critic judges the work, it is not told the answer
+
+
+def test_prompt_shows_execution_errors():
+    execution = {"ok": False, "values": {}, "answer": None, "error": "R1 = Foo(1): unknown tool Foo"}
+    user = critic_messages(_item("maths", "q?", execution))[1]["content"]
+    assert "unknown tool Foo" in user
+
+
+@pytest.mark.slow
+def test_hf_critic_on_a_tiny_model_never_crashes(tiny_agents_dir):
+    from engine.config import CriticSection
+    from engine.critics import make_critic
+
+    critic = make_critic(CriticSection(backend="hf", model=str(tiny_agents_dir / "grounder"), max_tokens=6,
+                                       concurrency=2))
+    execution = {"ok": True, "values": {"R1": "12"}, "answer": "12", "error": None}
+    items = [_item(domain, "How much change from 20?", execution) for domain in ("maths", "qa", "web")]
+    verdicts = critic.judge(items)
+    assert len(verdicts) == 3
+    for v in verdicts:
+        assert v.backend == "hf" and v.model == str(tiny_agents_dir / "grounder")
+        assert v.status in ("unparsed", "truncated"), v  # a tiny demo model writes no critique
+        assert isinstance(v.raw, str) and v.prompt_tokens > 0 and v.latency_s >= 0
+        assert v.finish_reason in ("length", "stop")
+        assert (v.finish_reason == "length") == (v.completion_tokens >= 6)
+    rendered = critic.render(critic_messages(items[0]))
+    assert "How much change from 20?" in rendered and "Final answer reached" in rendered
+
+
+def test_hf_critic_with_a_missing_model_gives_error_verdicts(tmp_path):
+    from engine.config import CriticSection
+    from engine.critics.hf import HFCritic
+
+    execution = {"ok": True, "values": {}, "answer": "1", "error": None}
+    verdicts = HFCritic(CriticSection(backend="hf", model=str(tmp_path / "nope"))).judge(
+        [_item("maths", "q?", execution)])
+    assert [v.status for v in verdicts] == ["error"] and verdicts[0].raw
