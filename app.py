@@ -1,12 +1,69 @@
-"""Launch MOAT Studio. Until the studio lands, print what it will serve and exit 0."""
+"""Launch MOAT Studio: ``python app.py [--db FILE] [--config FILE] [--host H] [--port P] [--auth U:P|FILE]
+[--read-only]``.
+
+Thin by design: parse flags (env: MOAT_DB, MOAT_CONFIG, GRADIO_SERVER_NAME, GRADIO_SERVER_PORT, MOAT_AUTH,
+MOAT_READ_ONLY), open the one DuckDB store this process owns, build the studio (``studio.app.build_app``) and
+launch. Nothing is trained at start-up. Spaces mode (env ``SPACE_ID`` set) caps run sizes and allows only the demo
+agents. Flags are parsed in ``main`` only, never at import (Spaces imports this file).
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+from pathlib import Path
+
+
+def parse_auth(value: str | None) -> list[tuple[str, str]] | None:
+    """``user:password``, or a file of ``user:password`` lines (blank lines and ``#`` comments skipped)."""
+    if not value:
+        return None
+    lines = Path(value).read_text(encoding="utf-8").splitlines() if Path(value).is_file() else [value]
+    pairs = []
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep or not user or not password:
+            raise SystemExit(f"--auth: expected user:password, got {line[:40]!r}")
+        pairs.append((user, password))
+    return pairs or None
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env = os.environ
+    p = argparse.ArgumentParser(description="MOAT Studio: run, watch, curate and steer the MOAT loop.")
+    p.add_argument("--db", default=env.get("MOAT_DB", "runs/studio.duckdb"), help="DuckDB store (env MOAT_DB)")
+    p.add_argument("--config", default=env.get("MOAT_CONFIG", "examples/demo.toml"), help="config shown in Run tab")
+    p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"), help="interface to listen on")
+    p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT", "7860")), help="port")
+    p.add_argument("--auth", default=env.get("MOAT_AUTH"), help="user:password, or a file of user:password lines")
+    p.add_argument("--read-only", action="store_true", default=env.get("MOAT_READ_ONLY", "") in ("1", "true"),
+                   help="viewers only: no overrides, no jobs")
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("MOAT Studio: the Gradio studio is not built yet; use `python -m engine --help` for the engine CLI.")
+    args = parse_args(argv)
+    spaces = bool(os.environ.get("SPACE_ID"))
+    if spaces and args.host == "127.0.0.1":
+        args.host = "0.0.0.0"  # Spaces routes to the container's port
+    from engine.store import Store, StoreError
+    from studio.app import HEAD, build_app
+
+    try:
+        store = Store(args.db, read_only=args.read_only)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    demo = build_app(store, args.config, read_only=args.read_only, spaces=spaces)
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, auth=parse_auth(args.auth), head=HEAD)
+    finally:
+        demo.moat_jobs.stop()
+        store.close()
     return 0
 
 

@@ -29,8 +29,8 @@ class AgentBuildConfig:
     intermediate_size: int = 768
     max_positions: int = 512
     vocab_size: int = 2048  # BPE merges stop earlier when the demo text runs out of pairs
-    planner_steps: int = 450  # optimizer steps of warm-start SFT
-    grounder_steps: int = 450
+    planner_steps: int = 300  # optimizer steps of warm-start SFT (two plan draws per task: ~3 epochs)
+    grounder_steps: int = 400  # ~8 epochs of the concrete-plan grounder data
     batch_size: int = 32
     learning_rate: float = 2e-3  # tiny models from scratch want a large rate
     max_train_tasks: int = 0  # 0 = every train task

@@ -94,23 +94,33 @@ def _person_country(world: FactWorld, rng: random.Random) -> QAProblem:
     city = world.born_in[person]
     return QAProblem(
         "person_country", False, f"In which country was {person} born?",
-        [f"Answer in which city {person} was born.", "Answer which country the city from Subgoal 1 is located in."],
-        ["Find the place.", "Find the country."],
+        ["Answer in which city the person was born.", "Answer which country that city is located in."],
+        ["Look it up.", "Look up the next fact."],
         [_lookup(1, person, f"In which city was {person} born?"),
          _lookup(4, "R3", "Which country is R3 located in?")],
         world.country_of[city], [person, city])
 
 
-def _founder_birthplace(world: FactWorld, rng: random.Random) -> QAProblem:
+def _founder_city(world: FactWorld, rng: random.Random) -> QAProblem:
     company = rng.choice(world.companies)
     founder = world.founder_of[company]
     return QAProblem(
-        "founder_birthplace", False, f"In which city was the founder of {company} born?",
-        [f"Answer who {company} was founded by.", "Answer in which city the person from Subgoal 1 was born."],
-        ["Find the person.", "Find the city."],
+        "founder_city", False, f"In which city was the founder of {company} born?",
+        ["Answer who the company was founded by.", "Answer in which city that person was born."],
+        ["Look it up.", "Look up the next fact."],
         [_lookup(1, company, f"Who was {company} founded by?"),
          _lookup(4, "R3", "In which city was R3 born?")],
         world.born_in[founder], [company, founder])
+
+
+def _city_river(world: FactWorld, rng: random.Random) -> QAProblem:
+    city = rng.choice(world.cities)
+    return QAProblem(
+        "city_river", False, f"Which river is {city} on?",
+        ["Answer which river the city is on."],
+        ["Look it up."],
+        [_lookup(1, city, f"Which river is {city} on?")],
+        world.river_of[city], [city])
 
 
 def _founding_gap(world: FactWorld, rng: random.Random) -> QAProblem:
@@ -118,9 +128,9 @@ def _founding_gap(world: FactWorld, rng: random.Random) -> QAProblem:
     y1, y2 = world.founded_year[first], world.founded_year[second]
     return QAProblem(
         "founding_gap", False, f"How many years apart were {first} and {second} founded?",
-        [f"Answer in which year {first} was founded.", f"Answer in which year {second} was founded.",
-         "Calculate the absolute difference between the years from Subgoal 1 and Subgoal 2."],
-        ["Find the first year.", "Find the second year.", "Find the gap."],
+        ["Answer in which year the first company was founded.", "Answer in which year the second company was "
+         "founded.", "Calculate the absolute difference between the two years."],
+        ["Look it up.", "Look up the other one.", "Work out the answer."],
         [_lookup(1, first, f"In which year was {first} founded?"),
          _lookup(4, second, f"In which year was {second} founded?"),
          "R7 = Calculator(abs(R3 - R6))"],
@@ -132,31 +142,30 @@ def _person_river(world: FactWorld, rng: random.Random) -> QAProblem:
     city = world.born_in[person]
     return QAProblem(
         "person_river", True, f"Which river is the city where {person} was born on?",
-        [f"Answer in which city {person} was born.", "Answer which river the city from Subgoal 1 is on."],
-        ["Find the place.", "Find the river."],
+        ["Answer in which city the person was born.", "Answer which river that city is on."],
+        ["Look it up.", "Look up the next fact."],
         [_lookup(1, person, f"In which city was {person} born?"),
          _lookup(4, "R3", "Which river is R3 on?")],
         world.river_of[city], [person, city])
 
 
-def _founded_before(world: FactWorld, rng: random.Random) -> QAProblem:
-    first, second = rng.sample(world.companies, 2)
-    while world.founded_year[first] == world.founded_year[second]:
-        second = rng.choice(world.companies)
-    earlier = world.founded_year[first] < world.founded_year[second]
+def _founder_country(world: FactWorld, rng: random.Random) -> QAProblem:
+    company = rng.choice(world.companies)
+    founder = world.founder_of[company]
+    city = world.born_in[founder]
     return QAProblem(
-        "founded_before", True, f"Was {first} founded before {second}?",
-        [f"Answer in which year {first} was founded.", f"Answer in which year {second} was founded.",
-         "Determine if the year from Subgoal 1 is smaller than the year from Subgoal 2."],
-        ["Find the first year.", "Find the second year.", "Compare them."],
-        [_lookup(1, first, f"In which year was {first} founded?"),
-         _lookup(4, second, f"In which year was {second} founded?"),
-         "R7 = Calculator(R3 < R6)"],
-        "yes" if earlier else "no", [first, second])
+        "founder_country", True, f"In which country was the founder of {company} born?",
+        ["Answer who the company was founded by.", "Answer in which city that person was born.",
+         "Answer which country that city is located in."],
+        ["Look it up.", "Look up the next fact.", "Look up the next fact."],
+        [_lookup(1, company, f"Who was {company} founded by?"),
+         _lookup(4, "R3", "In which city was R3 born?"),
+         _lookup(7, "R6", "Which country is R6 located in?")],
+        world.country_of[city], [company, founder, city])
 
 
-HELD_IN = (_person_country, _founder_birthplace, _founding_gap)
-HELD_OUT = (_person_river, _founded_before)
+HELD_IN = (_person_country, _founder_city, _city_river, _founding_gap)
+HELD_OUT = (_person_river, _founder_country)
 
 
 def task_context(world: FactWorld, problem: QAProblem, rng: random.Random, distractors: int = 2) -> list[str]:

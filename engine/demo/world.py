@@ -70,9 +70,10 @@ def generate_suite(config: WorldConfig = WorldConfig()) -> list[Task]:
     """All demo tasks: held-in templates give train + held_in, held-out templates give held_out only."""
     rng = random.Random(config.seed)
     seen: set[str] = set()
-    tasks = _maths_tasks(rng, "train", config.maths_train, maths_world.HELD_IN, seen)
-    tasks += _maths_tasks(rng, "held_in", config.maths_held_in, maths_world.HELD_IN, seen)
-    tasks += _maths_tasks(rng, "held_out", config.maths_held_out, maths_world.HELD_OUT, seen)
+    held_in, held_out = maths_world.split_templates()
+    tasks = _maths_tasks(rng, "train", config.maths_train, held_in, seen)
+    tasks += _maths_tasks(rng, "held_in", config.maths_held_in, held_in, seen)
+    tasks += _maths_tasks(rng, "held_out", config.maths_held_out, held_out, seen)
     world = qa_world.build_world(rng)
     tasks += _qa_tasks(rng, world, "train", config.qa_train, qa_world.HELD_IN, seen)
     tasks += _qa_tasks(rng, world, "held_in", config.qa_held_in, qa_world.HELD_IN, seen)
@@ -83,6 +84,8 @@ def generate_suite(config: WorldConfig = WorldConfig()) -> list[Task]:
 def _flawed(subgoals: list[str], rng: random.Random) -> list[str]:
     """A concrete plan with two subgoals swapped or one dropped (a planner's typical slip)."""
     plan = list(subgoals)
+    if len(plan) < 2:
+        return plan
     if len(plan) >= 3 and rng.random() < 0.5:
         del plan[rng.randrange(len(plan))]
     else:

@@ -1,0 +1,66 @@
+"""``build_app(store, config_path, read_only, spaces) -> gr.Blocks``: one Blocks app of small per-tab builders.
+
+The app owns no state of its own: the store is passed in (one owning process per DuckDB file), one ``JobWorker``
+per store is created here (or passed in) and shared by every session, and everything per session (picked run and
+iteration, the curator's name) lives in components and ``gr.State``. Pass ``HEAD`` to ``launch(head=...)`` for the
+keyboard shortcuts. The worker is exposed as ``demo.moat_jobs`` for the launcher and tests.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from engine.store import Store
+from studio import tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
+from studio.common import Ctx, default_iteration, run_iterations
+from studio.jobs import JobWorker
+
+HEAD = tab_pairs.SHORTCUTS_JS
+TABS = ("Run", "Plans", "Pairs", "Critic", "Metrics", "Export")
+
+
+def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: bool = False, spaces: bool = False,
+              jobs: JobWorker | None = None) -> gr.Blocks:
+    jobs = jobs or JobWorker(store, read_only=read_only)
+    with gr.Blocks(title="MOAT Studio") as demo:
+        mode = " · read-only" if read_only else ""
+        mode += " · Spaces demo (sizes capped, demo agents only)" if spaces else ""
+        gr.Markdown(f"## MOAT Studio\nStore `{store.path}`{mode}")
+        with gr.Row():
+            run = gr.Dropdown([], label="Run", elem_id="pick-run", scale=3)
+            iteration = gr.Dropdown([], label="Iteration", elem_id="pick-iteration", scale=1)
+            name = gr.Textbox(label="Curator name (once per session)", elem_id="curator-name", scale=2)
+            who = gr.Markdown(elem_id="curator-who")
+        curator = gr.State("")
+        ctx = Ctx(store=store, jobs=jobs, read_only=read_only, spaces=spaces, run=run, iteration=iteration,
+                  curator=curator)
+        with gr.Tabs():
+            with gr.Tab("Run", id="run"):
+                tab_run.build(ctx, config_path)
+            with gr.Tab("Plans", id="plans"):
+                tab_plans.build(ctx)
+            with gr.Tab("Pairs", id="pairs"):
+                tab_pairs.build(ctx)
+            with gr.Tab("Critic", id="critic"):
+                tab_critic.build(ctx)
+            with gr.Tab("Metrics", id="metrics"):
+                tab_metrics.build(ctx)
+            with gr.Tab("Export", id="export"):
+                tab_export.build(ctx)
+
+        def on_load(request: gr.Request):
+            runs = [r["run_id"] for r in store.list_runs()]
+            user = getattr(request, "username", None)
+            return (gr.update(choices=runs, value=runs[-1] if runs else None),
+                    f"Curating as **{user}**" if user else "")
+
+        def on_run(run_id):
+            its = run_iterations(store, run_id)
+            return gr.update(choices=its, value=default_iteration(its))
+
+        demo.load(on_load, None, [run, who])
+        run.change(on_run, run, iteration)
+        name.submit(lambda n: (n.strip(), f"Curating as **{n.strip()}**" if n.strip() else ""), name, [curator, who])
+        name.blur(lambda n: (n.strip(), f"Curating as **{n.strip()}**" if n.strip() else ""), name, [curator, who])
+    demo.moat_jobs = jobs
+    return demo

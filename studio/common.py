@@ -1,0 +1,108 @@
+"""What every tab shares: the ``Ctx`` handed to tab builders, curator identity, Spaces caps and small renderers.
+
+Nothing here keeps state between calls: ``Ctx`` holds the store, the job worker and the components shared by the
+tabs (run and iteration pickers, the session's curator ``gr.State``); per-session values live in those components.
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from engine.config import RunConfig
+from engine.errors import ConfigError
+from engine.store import Store
+from studio.jobs import JobWorker
+
+DEMO_AGENTS = ("assets/demo/planner", "assets/demo/grounder")
+# Spaces mode: (dotted field, largest value allowed).
+SPACES_CAPS = (("data.train_limit", 16), ("data.eval_limit", 20), ("sample.k", 4), ("run.iterations", 1))
+
+
+@dataclass
+class Ctx:
+    store: Store
+    jobs: JobWorker
+    read_only: bool
+    spaces: bool
+    run: gr.Dropdown  # the run every tab shows
+    iteration: gr.Dropdown  # the iteration every tab shows
+    curator: gr.State  # the name entered once per session ("" until entered)
+
+
+def curator_of(name: str | None, request: gr.Request | None) -> str:
+    """The authenticated user, else the name entered for this session; raises ``gr.Error`` when neither."""
+    user = getattr(request, "username", None) if request is not None else None
+    if user:
+        return str(user)
+    if name and name.strip():
+        return name.strip()
+    raise gr.Error("Enter your curator name at the top of the page first (it is recorded on every override).")
+
+
+def check_writable(read_only: bool) -> None:
+    if read_only:
+        raise gr.Error("This studio is read-only.")
+
+
+def spaces_policy(config: RunConfig) -> RunConfig:
+    """Spaces mode: only the demo agents and the reference critic; sizes capped (raises ``ConfigError``)."""
+    for role, path in zip(("planner", "grounder"), DEMO_AGENTS):
+        if getattr(config, role).path.rstrip("/") != path:
+            raise ConfigError(f"{role}.path", f"only the demo agent {path} is allowed on Spaces")
+    if config.critic.backend != "reference":
+        raise ConfigError("critic.backend", "only the reference critic is allowed on Spaces")
+    for dotted, cap in SPACES_CAPS:
+        section, name = dotted.split(".")
+        value = getattr(getattr(config, section), name)
+        if value == 0 or value > cap:  # 0 means "all" for the limits
+            setattr(getattr(config, section), name, cap)
+    return config
+
+
+def run_iterations(store: Store, run_id: str | None) -> list[int]:
+    return store.iterations(run_id) if run_id else []
+
+
+def default_iteration(iterations: list[int]) -> int | None:
+    """The newest training iteration (>= 1) when there is one, else the newest."""
+    training = [i for i in iterations if i >= 1]
+    return (training or iterations or [None])[-1]
+
+
+def word_diff_html(a: str, b: str) -> str:
+    """Word-level diff of two texts as HTML: words only in ``a`` in <del>, only in ``b`` in <ins>."""
+    wa, wb = (a or "").split(), (b or "").split()
+    out: list[str] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=wa, b=wb, autojunk=False).get_opcodes():
+        if op == "equal":
+            out.append(html.escape(" ".join(wa[i1:i2])))
+            continue
+        if i2 > i1:
+            out.append(f"<del style='background:#fdd'>{html.escape(' '.join(wa[i1:i2]))}</del>")
+        if j2 > j1:
+            out.append(f"<ins style='background:#dfd'>{html.escape(' '.join(wb[j1:j2]))}</ins>")
+    return f"<div class='moat-diff' style='white-space:pre-wrap'>{' '.join(out)}</div>"
+
+
+def pre(text: Any) -> str:
+    return f"<pre style='white-space:pre-wrap'>{html.escape('' if text is None else str(text))}</pre>"
+
+
+def page_info(total: int, page: int, size: int) -> str:
+    pages = max(1, -(-total // size))
+    return f"{total} rows · page {min(page, pages)} of {pages}"
+
+
+def tri(value: str) -> bool | None:
+    """A "any / yes / no" radio as None / True / False."""
+    return {"yes": True, "no": False}.get(value)
+
+
+def first_cell(evt: gr.SelectData) -> Any:
+    """A Dataframe row click -> the row's first cell (its key), for wiring ``table.select`` to a picker."""
+    return evt.row_value[0] if evt.row_value else gr.update()

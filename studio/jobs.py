@@ -1,0 +1,135 @@
+"""The job worker: runs engine.loop work on a background thread that outlives any browser tab.
+
+Contract:
+
+* One ``JobWorker`` per ``Store`` (created once by ``studio.app.build_app`` and shared by every session: the one
+  sanctioned piece of shared state, like LLaMA-Factory's runner but per store, never a module global).
+* At most one job at a time: ``submit``/``start_loop`` return a refusal message while a job runs (``None`` when the
+  job started). A read-only worker refuses every job.
+* ``stop()`` sets a ``threading.Event`` the engine polls as ``should_stop`` (between batches / optimizer steps);
+  the stage is then recorded ``stopped`` in the store and resumes later from what is stored.
+* Progress events from the engine are kept in memory (the last ``max_events``) next to the job's state;
+  ``snapshot()`` returns a plain dict any session (or a reloaded page) renders, so a reload re-attaches. The
+  durable record is the store's ``stages`` and ``train_logs`` tables.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from engine.loop import pending, run_config, run_loop
+from engine.store import Store
+
+JobFn = Callable[[Callable[[dict[str, Any]], None], Callable[[], bool]], str]
+LOOP_KINDS = ("next_stage", "rest_of_iteration", "next_iteration")
+
+
+class JobWorker:
+    """One background job at a time on one store; see the module docstring."""
+
+    def __init__(self, store: Store, read_only: bool = False, max_events: int = 200):
+        self.store = store
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._events: deque[dict[str, Any]] = deque(maxlen=max_events)
+        self._state: dict[str, Any] = {"status": "idle"}
+
+    # -- starting and stopping -------------------------------------------------------------------------------
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, label: str, run_id: str, fn: JobFn, user: str = "") -> str | None:
+        """Start ``fn(progress, should_stop) -> status`` on the worker thread; a message when refused."""
+        if self.read_only:
+            return "This studio is read-only: jobs cannot be started."
+        with self._lock:
+            if self.running():
+                st = self._state
+                return (f"Refused: a job is already running on this store ({st['label']} on {st['run_id']}, "
+                        f"started by {st.get('user') or 'someone'}). Stop it or wait for it to finish.")
+            self._stop.clear()
+            self._events.clear()
+            self._state = {"status": "running", "label": label, "run_id": run_id, "user": user,
+                           "started_at": time.time(), "finished_at": None, "result": None, "error": None}
+            self._thread = threading.Thread(target=self._main, args=(fn,), name=f"moat-job-{label}", daemon=True)
+            self._thread.start()
+        return None
+
+    def start_loop(self, kind: str, run_id: str, user: str = "") -> str | None:
+        """``next_stage`` | ``rest_of_iteration`` | ``next_iteration`` of a run; a message when refused."""
+        if kind not in LOOP_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(LOOP_KINDS)}")
+        if self.store.get_run(run_id) is None:
+            return f"No run {run_id!r} in this store."
+        return self.submit(kind, run_id, lambda progress, stop: loop_job(self.store, run_id, kind, progress, stop),
+                           user=user)
+
+    def stop(self) -> str:
+        if not self.running():
+            return "No job is running."
+        self._stop.set()
+        return "Stop requested: the job stops after the batch in flight."
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Join the job thread (tests, shutdown); True when no job is running afterwards."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.running()
+
+    # -- state -------------------------------------------------------------------------------------------------
+
+    def _progress(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self._events.append({**event, "time": time.time()})
+
+    def _main(self, fn: JobFn) -> None:
+        try:
+            result, error = fn(self._progress, self._stop.is_set), None
+        except Exception as exc:  # the stage is already recorded "failed" in the store by engine.loop
+            result, error = "failed", f"{exc}\n{traceback.format_exc(limit=4)}"
+        with self._lock:
+            self._state.update(status="stopped" if result == "stopped" else ("failed" if error else "finished"),
+                               result=result, error=error, finished_at=time.time())
+
+    def snapshot(self) -> dict[str, Any]:
+        """The current (or last) job: its state, the stop flag and the last progress events (oldest first)."""
+        with self._lock:
+            state = dict(self._state)
+            state["running"] = self.running()
+            state["stop_requested"] = self._stop.is_set()
+            state["events"] = list(self._events)
+        return state
+
+
+def loop_target(store: Store, run_id: str, kind: str) -> tuple[int, int | None]:
+    """``(iterations, max_stages)`` for ``run_loop`` so it runs the next stage, the rest of the first unfinished
+    iteration, or everything through the next iteration not yet started."""
+    config = run_config(store, run_id)
+    horizon = max([config.run.iterations, *store.iterations(run_id)]) + 1
+    todo = pending(store, run_id, config, horizon)
+    if not todo:
+        return horizon, 0
+    first = todo[0][0]
+    if kind == "next_stage":
+        return first, 1
+    if kind == "rest_of_iteration":
+        return first, None
+    started = any(s.get("status") not in (None, "pending") for s in store.stage_status(run_id, first).values())
+    return (first + 1 if started else first), None
+
+
+def loop_job(store: Store, run_id: str, kind: str, progress: Callable[[dict[str, Any]], None],
+             should_stop: Callable[[], bool]) -> str:
+    iterations, max_stages = loop_target(store, run_id, kind)
+    if max_stages == 0:
+        return "nothing to run"
+    return run_loop(store, run_id, iterations=iterations, progress=progress, should_stop=should_stop,
+                    max_stages=max_stages)

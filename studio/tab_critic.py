@@ -1,0 +1,194 @@
+"""Critic tab: a review queue of verdicts (filtered by critic status and reviewed or not, paginated in SQL by
+``Store.verdict_queue``); the original plan/grounding and the critic's correction side by side with a word diff;
+curator decisions through ``engine.curation`` (accept original, accept correction, edit, drop, restore); an edit is
+previewed with ``engine.executor`` on a button and saved only when it parses; the critic-curator agreement rate.
+
+Handlers: ``verdict_table``, ``verdict_detail``, ``verdict_action``, ``preview_edit``, ``save_edit``,
+``agreement_markdown``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from engine import curation
+from engine.executor import ExecutionResult, ToolEnv, execute
+from engine.store import Store
+from engine.tools.qa import Corpus
+from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, word_diff_html
+
+PAGE = 20
+STATUSES = ["", "accepted", "corrected", "unfixable", "unparsed", "truncated", "error"]
+COLUMNS = ["key", "domain", "question", "status", "grounding_ok", "override_action", "curator"]
+
+
+def verdict_key(task_id: str, step: int, k: int) -> str:
+    return f"{task_id}|{int(step)}|{int(k)}"
+
+
+def parse_key(key: str) -> tuple[str, int, int]:
+    task_id, step, k = key.rsplit("|", 2)
+    return task_id, int(step), int(k)
+
+
+def verdict_table(store: Store, run_id: str | None, iteration: int | None, status: str = "",
+                  reviewed: str = "any", page: int = 1, size: int = PAGE) -> tuple[pd.DataFrame, int]:
+    if not run_id or iteration is None:
+        return pd.DataFrame(columns=COLUMNS), 0
+    df = store.verdict_queue(run_id, int(iteration), status=status or None, limit=size,
+                             offset=(max(int(page), 1) - 1) * size,
+                             overridden={"yes": True, "no": False}.get(reviewed))
+    total = int(df["total"].iloc[0]) if len(df) else 0
+    df = df.assign(key=[verdict_key(*r) for r in zip(df["task_id"], df["step"], df["k"])])
+    return df[COLUMNS], total
+
+
+def _row(store: Store, run_id: str, iteration: int, key: str) -> dict[str, Any] | None:
+    task_id, step, k = parse_key(key)
+    df = store.verdict_rows(run_id, int(iteration))
+    df = df[(df["task_id"] == task_id) & (df["step"] == step) & (df["k"] == k)]
+    return None if not len(df) else {c: (None if _na(v) else v) for c, v in df.iloc[0].to_dict().items()}
+
+
+def _na(v: Any) -> bool:
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _subgoals(text: Any) -> str:
+    return "\n".join(f"{i}. {s}" for i, s in enumerate(json.loads(text) if text else [], 1))
+
+
+def verdict_detail(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> tuple[str, str, str,
+                                                                                                       str]:
+    """``(original HTML, corrected HTML, diff HTML, actions to start an edit from)``."""
+    if not (run_id and key) or iteration is None:
+        return "", "", "", ""
+    v = _row(store, run_id, iteration, key)
+    if v is None:
+        return "<p>No such verdict.</p>", "", "", ""
+    head = f"<p><b>{v['status']}</b> ({v['backend']}) · {v['question']}</p>"
+    decided = f"<p>Curator: <b>{v['override_action']}</b> by {v['curator']}</p>" if v["override_action"] else ""
+    original = (head + decided + "<b>Plan subgoals</b>" + pre(_subgoals(v["plan_subgoals_json"]) or v["plan_text"])
+                + "<b>Grounded actions</b>" + pre(v["grounding_actions"]))
+    corrected = ("<b>Corrected subgoals</b>" + pre(_subgoals(v["corrected_subgoals_json"]))
+                 + "<b>Corrected actions</b>" + pre(v["corrected_actions"]) + "<b>Critic says</b>" + pre(v["raw"]))
+    diff = word_diff_html(v["grounding_actions"] or "", v["corrected_actions"] or "")
+    return original, corrected, diff, v["corrected_actions"] or v["grounding_actions"] or ""
+
+
+def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: str, curator: str,
+                   reason: str = "") -> str:
+    """keep_original | accept_correction | drop | restore (edits go through ``save_edit``)."""
+    fns = {"keep_original": curation.keep_original, "accept_correction": curation.accept_correction,
+           "drop": curation.drop_verdict, "restore": curation.restore_verdict}
+    task_id, step, k = parse_key(key)
+    fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
+    return f"{action} recorded for {key} by {curator}."
+
+
+def _result_markdown(result: ExecutionResult) -> str:
+    values = "\n".join(f"- `{name}` = {value}" for name, value in result.values.items())
+    status = "runs cleanly" if result.ok else f"execution error: {result.error}"
+    return f"**{status}** · answer: `{result.answer}`\n\n{values}"
+
+
+def preview_edit(store: Store, run_id: str, key: str, actions: str) -> str:
+    """Execute the edited actions without saving: the values, or the parse/execution error."""
+    task = store.get_task(run_id, parse_key(key)[0])
+    return _result_markdown(execute(actions, task.domain, ToolEnv(corpus=Corpus.from_context(task.context))))
+
+
+def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str, curator: str,
+              reason: str = "") -> str:
+    """Validate (parse), execute and record the edit; a parse error is shown and nothing is saved."""
+    task_id, step, k = parse_key(key)
+    try:
+        result = curation.edit_correction(store, run_id, int(iteration), task_id, step, k, actions,
+                                          curator=curator, reason=reason)
+    except curation.InvalidActionsError as exc:
+        return f"**Not saved — parse error:** {exc.parse_error}"
+    return f"Edit saved for {key} by {curator}.\n\n" + _result_markdown(result)
+
+
+def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) -> str:
+    if not run_id or iteration is None:
+        return ""
+    a = curation.agreement(store, run_id, int(iteration))
+    rate = "—" if a["rate"] is None else f"{a['rate']:.0%}"
+    return (f"**Agreement critic ↔ curators: {rate}** ({a['agreed']}/{a['reviewed']} reviewed of {a['verdicts']} "
+            f"verdicts) · by action: {a['by_action'] or '—'}")
+
+
+def build(ctx: Ctx) -> None:
+    with gr.Row():
+        status = gr.Dropdown(STATUSES, value="", label="Critic status")
+        reviewed = gr.Radio(["any", "yes", "no"], value="any", label="Reviewed")
+        page = gr.Number(1, label="Page", precision=0, minimum=1)
+    agreement = gr.Markdown(elem_id="critic-agreement")
+    info = gr.Markdown()
+    table = gr.Dataframe(interactive=False, elem_id="critic-table", max_height=300)
+    pick = gr.Dropdown([], label="Verdict (task|step|k)", elem_id="critic-pick")
+    with gr.Row():
+        original, corrected = gr.HTML(elem_id="critic-original"), gr.HTML(elem_id="critic-corrected")
+    diff = gr.HTML()
+    with gr.Row():
+        acts = {a: gr.Button(label, elem_id=f"critic-{a}", interactive=not ctx.read_only) for a, label in (
+            ("keep_original", "Accept original"), ("accept_correction", "Accept correction"), ("drop", "Drop"),
+            ("restore", "Restore"))}
+    edit = gr.Textbox(label="Edit actions", lines=4, elem_id="critic-edit")
+    reason = gr.Textbox(label="Reason (optional)")
+    with gr.Row():
+        preview_btn = gr.Button("Run edit (preview)", elem_id="critic-preview")
+        save_btn = gr.Button("Save edit", variant="primary", elem_id="critic-save", interactive=not ctx.read_only)
+    result = gr.Markdown(elem_id="critic-result")
+
+    def load(run_id, it, st, rv, pg, current):
+        df, total = verdict_table(ctx.store, run_id, it, st, rv, int(pg or 1))
+        keys = list(df["key"])
+        keep = current if current in keys else (keys[0] if keys else None)
+        return (page_info(total, int(pg or 1), PAGE), df, gr.update(choices=keys, value=keep),
+                agreement_markdown(ctx.store, run_id, it))
+
+    def act(action):
+        def handler(run_id, it, key, name, why, request: gr.Request):
+            check_writable(ctx.read_only)
+            if not key:
+                raise gr.Error("Pick a verdict first.")
+            try:
+                return verdict_action(ctx.store, run_id, it, key, action, curator_of(name, request), why)
+            except ValueError as exc:
+                raise gr.Error(str(exc)) from None
+        return handler
+
+    def on_save(run_id, it, key, actions, name, why, request: gr.Request):
+        check_writable(ctx.read_only)
+        if not key:
+            raise gr.Error("Pick a verdict first.")
+        return save_edit(ctx.store, run_id, it, key, actions, curator_of(name, request), why)
+
+    filters = [ctx.run, ctx.iteration, status, reviewed, page, pick]
+    outputs = [info, table, pick, agreement]
+    detail = [original, corrected, diff, edit]
+    for trigger in (status.change, reviewed.change, page.change, ctx.iteration.change, ctx.run.change):
+        trigger(load, filters, outputs)
+    table.select(first_cell, None, pick)
+    pick.change(lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail)
+    def reload(*args):  # after an action: refresh everything but the picked verdict
+        info_md, df, _, agree = load(*args)
+        return info_md, df, agree
+
+    for action, btn in acts.items():
+        btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result).success(
+            reload, filters, [info, table, agreement]).then(lambda r, i, k: verdict_detail(ctx.store, r, i, k),
+                                         [ctx.run, ctx.iteration, pick], detail)
+    preview_btn.click(lambda r, k, a: preview_edit(ctx.store, r, k, a) if r and k else "", [ctx.run, pick, edit],
+                      result)
+    save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result).success(
+        reload, filters, [info, table, agreement])

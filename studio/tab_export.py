@@ -1,0 +1,68 @@
+"""Export tab: the curated pairs (TRL preference format) or grounder SFT records of an iteration as JSONL or Parquet
+through ``engine.export``, offered as a download, and pushed to a Hugging Face Hub dataset (``datasets``'
+``push_to_hub``) when ``HF_TOKEN`` is set; without a token the tab says so.
+
+Handlers: ``export_file(store, run_id, iteration, kind, fmt, out_dir) -> (path, rows)``, ``push_to_hub``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import gradio as gr
+
+from engine import export
+from engine.store import Store
+from studio.common import Ctx
+
+KINDS = {"pairs": export.export_pairs, "sft": export.export_sft}
+
+
+def export_file(store: Store, run_id: str, iteration: int, kind: str, fmt: str, out_dir: str | Path) -> tuple[Path,
+                                                                                                             int]:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}")
+    path = Path(out_dir) / f"{run_id}-it{int(iteration)}-{kind}.{fmt}"
+    return path, KINDS[kind](store, run_id, int(iteration), path, fmt)
+
+
+def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: str, token: str | None) -> str:
+    """Push the export to ``repo_id`` (a dataset repo); a message either way, never an exception for no token."""
+    if not token:
+        return "No HF_TOKEN in the studio's environment: download the file and upload it yourself."
+    if not repo_id or "/" not in repo_id:
+        return "Give the dataset repo as owner/name."
+    import datasets
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path, rows = export_file(store, run_id, iteration, kind, "parquet", tmp)
+        datasets.Dataset.from_parquet(str(path)).push_to_hub(repo_id, token=token, split=f"iteration_{iteration}")
+    return f"Pushed {rows} {kind} rows to https://huggingface.co/datasets/{repo_id} (split iteration_{iteration})."
+
+
+def build(ctx: Ctx) -> None:
+    out_dir = tempfile.mkdtemp(prefix="moat-export-")
+    with gr.Row():
+        kind = gr.Radio(list(KINDS), value="pairs", label="What", elem_id="export-kind")
+        fmt = gr.Radio(list(export.FORMATS), value="jsonl", label="Format", elem_id="export-format")
+        make = gr.Button("Export", variant="primary", elem_id="export-go")
+    message = gr.Markdown(elem_id="export-message")
+    file = gr.File(label="Download", elem_id="export-file")
+    has_token = bool(os.environ.get("HF_TOKEN"))
+    gr.Markdown("HF_TOKEN found: pushing is enabled." if has_token else
+                "Set `HF_TOKEN` in the studio's environment to push exports to the Hugging Face Hub.")
+    with gr.Row():
+        repo = gr.Textbox(label="Hub dataset repo (owner/name)", interactive=has_token and not ctx.read_only)
+        push = gr.Button("Push to Hub", interactive=has_token and not ctx.read_only)
+
+    def on_export(run_id, it, k, f):
+        if not run_id or it is None:
+            raise gr.Error("Pick a run and an iteration first.")
+        path, rows = export_file(ctx.store, run_id, it, k, f, out_dir)
+        return f"Exported {rows} {k} rows to `{path.name}`.", str(path)
+
+    make.click(on_export, [ctx.run, ctx.iteration, kind, fmt], [message, file])
+    push.click(lambda r, i, k, rp: push_to_hub(ctx.store, r, i, k, rp, os.environ.get("HF_TOKEN")),
+               [ctx.run, ctx.iteration, kind, repo], message)

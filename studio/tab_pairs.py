@@ -1,0 +1,201 @@
+"""Pairs tab: the effective DPO pairs of an iteration, filtered and paginated in SQL (``Store.pairs_page``); a
+side-by-side view of prompt / chosen / rejected with both log-PPLs; curator actions (swap, exclude, tie, choose two
+other plans, restore) through ``engine.curation``; a margin histogram and the chosen-vs-rejected length bias.
+
+Keyboard shortcuts (outside text fields, on this tab): s swap, x exclude, t tie, r restore (``SHORTCUTS_JS`` is
+passed to ``launch(head=...)``). Handlers: ``pairs_table``, ``pair_detail``, ``pair_action``, ``margin_figure``,
+``length_figure``.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+import plotly.graph_objects as go
+
+from engine import curation
+from engine.store import EFFECTIVE_PAIRS_SQL, Store
+from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, tri
+
+PAGE = 20
+COLUMNS = ["key", "domain", "question", "chosen_k", "rejected_k", "chosen_logppl", "rejected_logppl", "margin",
+           "override_action", "curator"]
+SHORTCUTS_JS = """<script>
+document.addEventListener('keydown', (e) => {
+  const tag = (e.target && e.target.tagName || '').toLowerCase();
+  if (tag === 'input' || tag === 'textarea' || e.target.isContentEditable) return;
+  if (e.ctrlKey || e.metaKey || e.altKey) return;
+  const ids = {s: 'pairs-swap', x: 'pairs-exclude', t: 'pairs-tie', r: 'pairs-restore'};
+  const el = ids[e.key] && document.getElementById(ids[e.key]);
+  if (el && el.offsetParent !== null) { el.click(); e.preventDefault(); }
+});
+</script>"""
+
+
+def pair_key(task_id: str, step: int, pair_idx: int) -> str:
+    return f"{task_id}|{int(step)}|{int(pair_idx)}"
+
+
+def parse_key(key: str) -> tuple[str, int, int]:
+    task_id, step, idx = key.rsplit("|", 2)
+    return task_id, int(step), int(idx)
+
+
+def number(text: str | float | None) -> float | None:
+    """A margin filter box: blank means no bound; anything else must be a number."""
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise gr.Error(f"margin bounds must be numbers, got {text!r}") from None
+
+
+def pairs_table(store: Store, run_id: str | None, iteration: int | None, *, min_margin: float | None = None,
+                max_margin: float | None = None, text: str = "", overridden: str = "any", excluded: str = "any",
+                ties: str = "any", order: str = "task", page: int = 1, size: int = PAGE) -> tuple[pd.DataFrame, int]:
+    """One page of effective pairs as display rows (``key`` = task|step|pair_idx) and the matching total."""
+    if not run_id or iteration is None:
+        return pd.DataFrame(columns=COLUMNS), 0
+    df = store.pairs_page(run_id, int(iteration), min_margin=min_margin, max_margin=max_margin, text=text or None,
+                          overridden=tri(overridden), excluded=tri(excluded), ties=tri(ties), order=order,
+                          limit=size, offset=(max(int(page), 1) - 1) * size)
+    total = int(df["total"].iloc[0]) if len(df) else 0
+    df = df.assign(key=[pair_key(*r) for r in zip(df["task_id"], df["step"], df["pair_idx"])])
+    return df[COLUMNS].round({"chosen_logppl": 4, "rejected_logppl": 4, "margin": 4}), total
+
+
+def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> tuple[str, str, str]:
+    """``(prompt, chosen, rejected)`` HTML of one pair, each plan with its log-PPL."""
+    if not (run_id and key) or iteration is None:
+        return "", "", ""
+    task_id, step, idx = parse_key(key)
+    eff = store.effective_pairs(run_id, int(iteration), task_id=task_id)
+    eff = eff[(eff["step"] == step) & (eff["pair_idx"] == idx)]
+    if not len(eff):
+        return "<p>This pair no longer exists.</p>", "", ""
+    pair = eff.iloc[0]
+    plans = store.query("SELECT k, text, prompt FROM plans WHERE run_id = ? AND iteration = ? AND task_id = ? "
+                        "AND step = ?", [run_id, int(iteration), task_id, step])
+    by_k = {int(r.k): r for r in plans.itertuples(index=False)}
+    flags = ", ".join(f for f in ("excluded", "tie") if bool(pair[f])) or "in training"
+    chosen, rejected = by_k.get(int(pair["chosen_k"])), by_k.get(int(pair["rejected_k"]))
+    head = f"<p>{key} · {flags}{' · ' + str(pair['override_action']) if pair['overridden'] else ''}</p>"
+    return (head + pre(chosen.prompt if chosen else ""),
+            f"<b>chosen k={pair['chosen_k']} · log-PPL {pair['chosen_logppl']:.4f}</b>" + pre(chosen and chosen.text),
+            f"<b>rejected k={pair['rejected_k']} · log-PPL {pair['rejected_logppl']:.4f}</b>"
+            + pre(rejected and rejected.text))
+
+
+def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str, curator: str,
+                chosen_k: int | None = None, rejected_k: int | None = None, reason: str = "") -> str:
+    """Apply one curator action (swap | exclude | tie | choose | restore) and say what happened."""
+    task_id, step, idx = parse_key(key)
+    kw = {"pair_idx": idx, "curator": curator, "reason": reason}
+    fns = {"swap": curation.swap_pair, "exclude": curation.exclude_pair, "tie": curation.tie_pair,
+           "restore": curation.restore_pair}
+    if action == "choose":
+        if chosen_k is None or rejected_k is None:
+            raise ValueError("choose needs both plan numbers")
+        curation.choose_pair(store, run_id, int(iteration), task_id, step, int(chosen_k), int(rejected_k), **kw)
+    else:
+        fns[action](store, run_id, int(iteration), task_id, step, **kw)
+    return f"{action} recorded for {key} by {curator}."
+
+
+def _pair_stats(store: Store, run_id: str, iteration: int) -> pd.DataFrame:
+    return store.query(EFFECTIVE_PAIRS_SQL + """
+        SELECT e.margin, e.excluded, e.tie, length(pc.text) AS chosen_len, length(pr.text) AS rejected_len FROM eff e
+        LEFT JOIN plans pc ON pc.run_id = $run AND pc.iteration = $it AND pc.task_id = e.task_id AND pc.step = e.step
+            AND pc.k = e.chosen_k
+        LEFT JOIN plans pr ON pr.run_id = $run AND pr.iteration = $it AND pr.task_id = e.task_id AND pr.step = e.step
+            AND pr.k = e.rejected_k""", {"run": run_id, "it": int(iteration)})
+
+
+def margin_figure(store: Store, run_id: str | None, iteration: int | None) -> go.Figure:
+    fig = go.Figure()
+    if run_id and iteration is not None:
+        fig.add_histogram(x=_pair_stats(store, run_id, iteration)["margin"], nbinsx=30)
+    fig.update_layout(title="Margin (rejected − chosen log-PPL)", height=300, margin=dict(l=40, r=10, t=40, b=40))
+    return fig
+
+
+def length_figure(store: Store, run_id: str | None, iteration: int | None) -> go.Figure:
+    """Chosen vs rejected plan length (characters): points above the diagonal = the rule prefers longer plans."""
+    fig = go.Figure()
+    if run_id and iteration is not None:
+        df = _pair_stats(store, run_id, iteration)
+        fig.add_scatter(x=df["rejected_len"], y=df["chosen_len"], mode="markers", name="pairs")
+        top = float(max(df["chosen_len"].max(), df["rejected_len"].max())) if len(df) else 1.0
+        fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="equal", line=dict(dash="dot"))
+        bias = (df["chosen_len"] - df["rejected_len"]).mean() if len(df) else 0.0
+        fig.update_layout(title=f"Length bias: chosen − rejected = {bias:+.1f} chars on average")
+    fig.update_layout(xaxis_title="rejected length", yaxis_title="chosen length", height=300,
+                      margin=dict(l=40, r=10, t=40, b=40))
+    return fig
+
+
+def build(ctx: Ctx) -> None:
+    with gr.Row():
+        text = gr.Textbox(label="Search", scale=2, elem_id="pairs-search")
+        min_m = gr.Textbox(label="Min margin", placeholder="any")
+        max_m = gr.Textbox(label="Max margin", placeholder="any")
+        order = gr.Dropdown(["task", "margin", "-margin"], value="task", label="Order")
+    with gr.Row():
+        overridden, excluded, ties = (gr.Radio(["any", "yes", "no"], value="any", label=lbl)
+                                      for lbl in ("Overridden", "Excluded", "Ties"))
+        page = gr.Number(1, label="Page", precision=0, minimum=1)
+    info = gr.Markdown()
+    table = gr.Dataframe(interactive=False, elem_id="pairs-table", max_height=320)
+    pair = gr.Dropdown([], label="Pair (task|step|pair)", elem_id="pairs-pick")
+    with gr.Row():
+        prompt = gr.HTML(elem_id="pairs-prompt")
+        chosen, rejected = gr.HTML(elem_id="pairs-chosen"), gr.HTML(elem_id="pairs-rejected")
+    with gr.Row():
+        acts = {a: gr.Button(a.capitalize() + f" ({a[0] if a != 'exclude' else 'x'})", elem_id=f"pairs-{a}",
+                             interactive=not ctx.read_only) for a in ("swap", "exclude", "tie", "restore")}
+        ck = gr.Number(None, label="Choose: chosen k", precision=0)
+        rk = gr.Number(None, label="rejected k", precision=0)
+        choose = gr.Button("Choose these plans", elem_id="pairs-choose", interactive=not ctx.read_only)
+    reason = gr.Textbox(label="Reason (optional)")
+    status = gr.Markdown(elem_id="pairs-status")
+    with gr.Row():
+        hist, bias = gr.Plot(), gr.Plot()
+
+    filters = [ctx.run, ctx.iteration, min_m, max_m, text, overridden, excluded, ties, order, page]
+
+    def load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current):
+        df, total = pairs_table(ctx.store, run_id, it, min_margin=number(lo), max_margin=number(hi), text=txt,
+                                overridden=ov,
+                                excluded=ex, ties=ti, order=od, page=int(pg or 1))
+        keys = list(df["key"])
+        keep = current if current in keys else (keys[0] if keys else None)
+        return (page_info(total, int(pg or 1), PAGE), df, gr.update(choices=keys, value=keep),
+                margin_figure(ctx.store, run_id, it), length_figure(ctx.store, run_id, it))
+
+    def act(action):
+        def handler(run_id, it, key, name, c, r, why, request: gr.Request):
+            check_writable(ctx.read_only)
+            if not key:
+                raise gr.Error("Pick a pair first.")
+            try:
+                return pair_action(ctx.store, run_id, it, key, action, curator_of(name, request), c, r, why)
+            except ValueError as exc:
+                raise gr.Error(str(exc)) from None
+        return handler
+
+    outputs = [info, table, pair, hist, bias]
+    for trigger in (text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change,
+                    ties.change, page.change, ctx.iteration.change, ctx.run.change):
+        trigger(load, [*filters, pair], outputs)
+    table.select(first_cell, None, pair)
+    pair.change(lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
+                [prompt, chosen, rejected])
+    def reload(*args):  # after an action: refresh everything but the picked pair
+        info_md, df, _, h, b = load(*args)
+        return info_md, df, h, b
+
+    for action, btn in [*acts.items(), ("choose", choose)]:
+        btn.click(act(action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status).success(
+            reload, [*filters, pair], [info, table, hist, bias]).then(lambda r, i, k: pair_detail(ctx.store, r, i, k),
+                                                  [ctx.run, ctx.iteration, pair], [prompt, chosen, rejected])

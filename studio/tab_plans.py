@@ -1,0 +1,114 @@
+"""Plans tab: browse a run's tasks (search, domain, split; paginated in SQL) and a task's K plans in the chosen
+iteration, sorted by log-PPL with bars and chosen/rejected marks, plus a word diff between any two plans.
+
+Handlers: ``task_page``, ``plans_html``, ``plan_diff``: plain functions of the store.
+"""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+import pandas as pd
+
+from engine.store import Store
+from studio.common import Ctx, first_cell, page_info, word_diff_html
+
+PAGE = 20
+
+
+def task_page(store: Store, run_id: str | None, iteration: int | None, text: str = "", domain: str = "",
+              split: str = "", page: int = 1, size: int = PAGE) -> pd.DataFrame:
+    """One page of tasks with how many plans they have in ``iteration``; a ``total`` column counts all matches."""
+    cols = ["task_id", "domain", "split", "question", "plans", "total"]
+    if not run_id:
+        return pd.DataFrame(columns=cols)
+    conds, params = ["t.run_id = $run"], {"run": run_id, "it": int(iteration or 0), "limit": int(size),
+                                          "offset": (max(int(page), 1) - 1) * int(size)}
+    if text:
+        conds.append("(contains(lower(t.question), lower($text)) OR contains(lower(t.task_id), lower($text)))")
+        params["text"] = text
+    for name, value in (("domain", domain), ("split", split)):
+        if value:
+            conds.append(f"t.{name} = ${name}")
+            params[name] = value
+    sql = f"""SELECT t.task_id, t.domain, t.split, t.question,
+                (SELECT count(*) FROM plans p WHERE p.run_id = $run AND p.iteration = $it AND p.task_id = t.task_id)
+                AS plans, count(*) OVER () AS total
+              FROM tasks t WHERE {" AND ".join(conds)}
+              ORDER BY plans DESC, t.task_id LIMIT $limit OFFSET $offset"""
+    return store.query(sql, params)[cols]
+
+
+def plans_html(store: Store, run_id: str | None, iteration: int | None, task_id: str | None) -> str:
+    """The task's plans (best log-PPL first) as an HTML table with a bar per plan and chosen/rejected badges."""
+    if not (run_id and iteration is not None and task_id):
+        return "<p>Pick a task.</p>"
+    plans = store.task_plans(run_id, int(iteration), task_id)
+    if not len(plans):
+        return f"<p>No plans for {html.escape(task_id)} in iteration {iteration}.</p>"
+    lo, hi = plans["logppl"].min(), plans["logppl"].max()
+    rows = []
+    for r in plans.itertuples(index=False):
+        scored = pd.notna(r.logppl)
+        width = 10 + 90 * ((r.logppl - lo) / (hi - lo) if hi > lo else 0.5) if scored else 0
+        badge = ("<b style='color:#070'>chosen</b>" if r.chosen else "") + (
+            " <b style='color:#a00'>rejected</b>" if r.rejected else "")
+        rows.append(
+            f"<tr><td>{r.step}</td><td>k={r.k}</td><td>{r.logppl:.4f}</td>" if scored else
+            f"<tr><td>{r.step}</td><td>k={r.k}</td><td>—</td>")
+        rows.append(f"<td style='width:160px'><div style='background:#69c;height:10px;width:{width:.0f}%'></div></td>"
+                    f"<td>{badge}</td><td>{'' if r.well_formed else '⚠ malformed'}</td>"
+                    f"<td style='white-space:pre-wrap'>{html.escape(r.text)}</td></tr>")
+    head = "<tr><th>step</th><th>plan</th><th>log-PPL</th><th>bar</th><th></th><th></th><th>text</th></tr>"
+    return f"<table class='moat-plans'>{head}{''.join(rows)}</table>"
+
+
+def plan_diff(store: Store, run_id: str | None, iteration: int | None, task_id: str | None, k_a: int | None,
+              k_b: int | None) -> str:
+    if not (run_id and task_id) or k_a is None or k_b is None:
+        return ""
+    plans = store.task_plans(run_id, int(iteration), task_id)
+    texts = {int(r.k): r.text for r in plans.itertuples(index=False)}
+    if int(k_a) not in texts or int(k_b) not in texts:
+        return "<p>Both plans must exist.</p>"
+    return word_diff_html(texts[int(k_a)], texts[int(k_b)])
+
+
+def build(ctx: Ctx) -> None:
+    with gr.Row():
+        search = gr.Textbox(label="Search question / task id", scale=3, elem_id="plans-search")
+        domain = gr.Dropdown(["", "maths", "qa", "web"], value="", label="Domain", scale=1)
+        split = gr.Dropdown(["", "train", "held_in", "held_out"], value="", label="Split", scale=1)
+        page = gr.Number(1, label="Page", precision=0, minimum=1, scale=1)
+    info = gr.Markdown()
+    table = gr.Dataframe(interactive=False, elem_id="plans-tasks", max_height=300)
+    task = gr.Dropdown([], label="Task", elem_id="plans-task")
+    plans = gr.HTML(elem_id="plans-view")
+    with gr.Row():
+        k_a = gr.Dropdown([], label="Diff: plan A")
+        k_b = gr.Dropdown([], label="Diff: plan B")
+    diff = gr.HTML(elem_id="plans-diff")
+
+    def load(run_id, it, text, dom, spl, pg):
+        df = task_page(ctx.store, run_id, it, text, dom, spl, int(pg or 1))
+        total = int(df["total"].iloc[0]) if len(df) else 0
+        ids = list(df["task_id"])
+        return (page_info(total, int(pg or 1), PAGE), df.drop(columns="total"),
+                gr.update(choices=ids, value=ids[0] if ids else None))
+
+    def show(run_id, it, task_id):
+        ks = []
+        if run_id and task_id and it is not None:
+            ks = [int(k) for k in ctx.store.task_plans(run_id, int(it), task_id)["k"]]
+        return (plans_html(ctx.store, run_id, it, task_id), gr.update(choices=ks, value=ks[0] if ks else None),
+                gr.update(choices=ks, value=ks[-1] if ks else None))
+
+    inputs = [ctx.run, ctx.iteration, search, domain, split, page]
+    for trigger in (search.submit, domain.change, split.change, page.change, ctx.iteration.change, ctx.run.change):
+        trigger(load, inputs, [info, table, task])
+    table.select(first_cell, None, task)
+    task.change(show, [ctx.run, ctx.iteration, task], [plans, k_a, k_b])
+    for trigger in (k_a.change, k_b.change):
+        trigger(lambda r, i, t, a, b: plan_diff(ctx.store, r, i, t, a, b), [ctx.run, ctx.iteration, task, k_a, k_b],
+                diff)

@@ -1,0 +1,190 @@
+"""Run tab: edit a config (TOML) in the page, validate it with field-level errors, see the equivalent CLI command,
+create a run, and drive the shared ``JobWorker`` (next stage / rest of iteration / next iteration / stop) with live
+progress (stage table, counts, ETA, log tail, TRL loss curves) refreshed by a ``gr.Timer``.
+
+Handlers: ``validate_config``, ``cli_command``, ``create_run_from_text``, ``stage_table``, ``job_markdown``,
+``loss_figure``: plain functions of the store / worker / text, called by the Gradio wiring in ``build``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+import plotly.graph_objects as go
+
+from engine.config import RunConfig, config_from_dict, config_to_dict, load_config
+from engine.errors import ConfigError, DataError
+from engine.loop import create_run
+from engine.store import Store
+from studio.common import Ctx, check_writable, curator_of, spaces_policy
+from studio.jobs import JobWorker
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+def validate_config(text: str, spaces: bool = False) -> tuple[RunConfig | None, str]:
+    """Parse and validate TOML text: ``(config, "")`` or ``(None, "**field**: message")``."""
+    try:
+        data = tomllib.loads(text or "")
+    except tomllib.TOMLDecodeError as exc:
+        return None, f"**<toml>**: {exc}"
+    try:
+        config = config_from_dict(data, "editor")
+        if spaces:
+            config = spaces_policy(config)
+    except ConfigError as exc:
+        return None, f"**{exc.field}**: {exc.message}"
+    return config, ""
+
+
+def _flat(d: dict[str, Any]) -> dict[str, Any]:
+    return {f"{s}.{k}": v for s, fields in d.items() for k, v in fields.items()}
+
+
+def cli_command(config_path: str, text: str, spaces: bool = False) -> str:
+    """``python -m engine run --config FILE --set a.b=v ...`` for the fields the editor changed from the file."""
+    config, error = validate_config(text, spaces)
+    if config is None:
+        return f"# fix the config first: {error}"
+    try:
+        base = _flat(config_to_dict(load_config(config_path)))
+    except (ConfigError, OSError):
+        base = _flat(config_to_dict(RunConfig()))
+    sets = []
+    for key, value in _flat(config_to_dict(config)).items():
+        if base.get(key) != value:
+            shown = json.dumps(value) if isinstance(value, list) else str(value).lower() if isinstance(
+                value, bool) else str(value)
+            sets.append(f"--set {shlex.quote(f'{key}={shown}')}")
+    return " ".join(["python -m engine run --config", shlex.quote(config_path), *sets])
+
+
+def create_run_from_text(store: Store, text: str, spaces: bool = False) -> tuple[str | None, str]:
+    """Validate, then register a run (tasks loaded; nothing trained): ``(run_id, message)``."""
+    config, error = validate_config(text, spaces)
+    if config is None:
+        return None, f"Not created: {error}"
+    try:
+        run_id = create_run(store, config)
+    except (DataError, OSError) as exc:
+        return None, f"Not created: {exc}"
+    return run_id, f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks)."
+
+
+def stage_table(store: Store, run_id: str | None) -> pd.DataFrame:
+    rows = []
+    for it in store.iterations(run_id) if run_id else []:
+        for stage, s in store.stage_status(run_id, it).items():
+            took = (s["finished_at"] - s["started_at"]).total_seconds() if s["finished_at"] and s[
+                "started_at"] else None
+            rows.append({"iteration": it, "stage": stage, "status": s["status"],
+                         "counts": json.dumps(s["counts"])[:120], "seconds": None if took is None else round(took, 1),
+                         "error": (s["error"] or "")[:160]})
+    return pd.DataFrame(rows, columns=["iteration", "stage", "status", "counts", "seconds", "error"])
+
+
+def job_markdown(jobs: JobWorker) -> str:
+    """The worker's job as markdown: state, the latest event per stage (counts, ETA) and the log tail."""
+    snap = jobs.snapshot()
+    if snap["status"] == "idle":
+        return "No job has run in this studio yet."
+    took = (snap["finished_at"] or time.time()) - snap["started_at"]
+    lines = [f"**Job** `{snap['label']}` on `{snap['run_id']}` — **{snap['status']}**"
+             f"{' (stop requested)' if snap['stop_requested'] and snap['running'] else ''} · {took:.0f}s"
+             f"{' · by ' + snap['user'] if snap.get('user') else ''}"]
+    if snap.get("result") and not snap["running"]:
+        lines.append(f"Result: {snap['result']}")
+    if snap.get("error"):
+        lines.append(f"```\n{snap['error'][-800:]}\n```")
+    latest: dict[tuple, dict] = {}
+    for e in snap["events"]:
+        latest[(e.get("iteration"), e.get("stage"))] = e
+    for (it, stage), e in latest.items():
+        eta = f", ETA {e['eta_s']:.0f}s" if e.get("eta_s") is not None else ""
+        lines.append(f"- iteration {it} · {stage}: {e.get('done')}/{e.get('total')}{eta}")
+    tail = [f"{time.strftime('%H:%M:%S', time.localtime(e['time']))} {e.get('stage')} {e.get('done')}/"
+            f"{e.get('total')} {e.get('message', '')}" for e in snap["events"][-8:]]
+    if tail:
+        lines.append("```\n" + "\n".join(tail) + "\n```")
+    return "\n\n".join(lines)
+
+
+def loss_figure(store: Store, run_id: str | None) -> go.Figure:
+    """Training loss per logged step for each (iteration, training stage) of the run."""
+    fig = go.Figure()
+    if run_id:
+        logs = store.query("SELECT iteration, stage, step, loss FROM train_logs WHERE run_id = ? AND loss IS NOT NULL"
+                           " ORDER BY iteration, stage, seq", [run_id])
+        for (it, stage), df in logs.groupby(["iteration", "stage"]):
+            fig.add_scatter(x=df["step"], y=df["loss"], mode="lines+markers", name=f"it {it} {stage}")
+    fig.update_layout(title="TRL loss", xaxis_title="step", yaxis_title="loss", height=320,
+                      margin=dict(l=40, r=10, t=40, b=40))
+    return fig
+
+
+def build(ctx: Ctx, config_path: str) -> None:
+    text = Path(config_path).read_text(encoding="utf-8") if Path(config_path).exists() else ""
+    with gr.Row():
+        with gr.Column(scale=3):
+            editor = gr.Code(value=text, label=f"Run config (TOML, from {config_path})", lines=18,
+                             elem_id="run-config")
+            with gr.Row():
+                validate_btn = gr.Button("Validate", elem_id="run-validate")
+                create_btn = gr.Button("Create run", variant="primary", interactive=not ctx.read_only,
+                                       elem_id="run-create")
+            verdict = gr.Markdown(elem_id="run-validation")
+            command = gr.Textbox(label="Equivalent CLI command", interactive=False, elem_id="run-cli",
+                                 value=cli_command(config_path, text, ctx.spaces))
+        with gr.Column(scale=4):
+            with gr.Row():
+                labels = (("next_stage", "Next stage"), ("rest_of_iteration", "Rest of iteration"),
+                          ("next_iteration", "Next iteration"))
+                buttons = {kind: gr.Button(label, interactive=not ctx.read_only, elem_id=f"run-{kind}")
+                           for kind, label in labels}
+                stop_btn = gr.Button("Stop", variant="stop", interactive=not ctx.read_only, elem_id="run-stop")
+            message = gr.Markdown(elem_id="run-message")
+            job = gr.Markdown(job_markdown(ctx.jobs), elem_id="run-job")
+            stages = gr.Dataframe(label="Stages", interactive=False, elem_id="run-stages")
+            loss = gr.Plot(label="Loss")
+    timer = gr.Timer(2.0)
+
+    def on_validate(t: str) -> tuple[str, str]:
+        _, error = validate_config(t, ctx.spaces)
+        return (error or "Config is valid."), cli_command(config_path, t, ctx.spaces)
+
+    def on_create(t: str):
+        check_writable(ctx.read_only)
+        run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces)
+        choices = [r["run_id"] for r in ctx.store.list_runs()]
+        return msg, gr.update(choices=choices, value=run_id) if run_id else gr.update()
+
+    def starter(kind: str):
+        def start(run_id: str | None, name: str, request: gr.Request) -> str:
+            check_writable(ctx.read_only)
+            if not run_id:
+                return "Pick or create a run first."
+            refused = ctx.jobs.start_loop(kind, run_id, user=curator_of(name, request) if name or getattr(
+                request, "username", None) else "")
+            return refused or f"Started `{kind}` on `{run_id}`."
+        return start
+
+    def refresh(run_id: str | None):
+        return job_markdown(ctx.jobs), stage_table(ctx.store, run_id), loss_figure(ctx.store, run_id)
+
+    validate_btn.click(on_validate, editor, [verdict, command])
+    editor.change(lambda t: cli_command(config_path, t, ctx.spaces), editor, command, show_progress="hidden")
+    create_btn.click(on_create, editor, [verdict, ctx.run])
+    for kind, btn in buttons.items():
+        btn.click(starter(kind), [ctx.run, ctx.curator], message)
+    stop_btn.click(lambda: ctx.jobs.stop(), None, message)
+    timer.tick(refresh, ctx.run, [job, stages, loss], show_progress="hidden")
+    ctx.run.change(refresh, ctx.run, [job, stages, loss])

@@ -1,0 +1,159 @@
+"""The studio in a real browser: Debian's Chromium driven by Playwright against the app served in-process on a free
+port, on a tmp store made by a tiny loop. Visits every tab (a screenshot each under test-artifacts/), overrides a
+pair and a critic verdict through the UI and checks the store changed, and checks that a reload (and a second
+browser session) re-attaches to a running job. Skips cleanly without /usr/bin/chromium or playwright."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+TABS = ("Run", "Plans", "Pairs", "Critic", "Metrics", "Export")
+
+pytestmark = pytest.mark.browser
+sync_api = pytest.importorskip("playwright.sync_api")
+if not CHROMIUM.exists():
+    pytest.skip("Debian's chromium is not installed (/usr/bin/chromium)", allow_module_level=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_agents_dir, demo_tasks):
+    """(url, store, run_id, demo): the studio on a tmp store, served in this process."""
+    from test_studio_handlers import build_studio_store
+
+    from engine.store import Store
+    from studio.app import HEAD, build_app
+
+    path = tmp_path_factory.mktemp("studio_browser") / "studio.duckdb"
+    run_id = build_studio_store(path, tiny_agents_dir, demo_tasks)
+    store = Store(path)
+    demo = build_app(store, "examples/demo.toml")
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, head=HEAD)
+    yield f"http://127.0.0.1:{port}/", store, run_id, demo
+    demo.moat_jobs.stop()
+    demo.moat_jobs.wait(10)
+    demo.close()
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+def _open(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(30_000)
+    page.goto(url)
+    sync_api.expect(page.get_by_text("MOAT Studio").first).to_be_visible()
+    return page
+
+
+def _tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+
+
+def _shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"studio-{name.lower()}.png"), full_page=True)
+
+
+def test_every_tab_and_overrides_through_the_ui(served, browser):
+    url, store, run_id, _ = served
+    page = _open(browser, url)
+    expect = sync_api.expect
+    expect(page.locator("#pick-run input")).to_have_value(run_id)
+    name = page.locator("#curator-name textarea, #curator-name input").first
+    name.fill("ui-curator")
+    name.press("Enter")
+    expect(page.locator("#curator-who")).to_contain_text("ui-curator")
+    expect(page.locator("#run-stages")).to_contain_text("critique")
+    _shot(page, "Run")
+
+    _tab(page, "Plans")
+    expect(page.locator("#plans-view")).to_contain_text("k=")
+    _shot(page, "Plans")
+
+    _tab(page, "Pairs")
+    expect(page.locator("#pairs-chosen")).to_contain_text("chosen k=")
+    _shot(page, "Pairs")
+    page.locator("#pairs-swap").click()
+    expect(page.locator("#pairs-status")).to_contain_text("swap recorded")
+    swapped = store.pairs_page(run_id, 1, overridden=True)
+    assert list(swapped["curator"]) == ["ui-curator"] and list(swapped["override_action"]) == ["swap"]
+    expect(page.locator("#pairs-prompt")).to_contain_text("· swap")  # the action's refresh chain has finished
+    page.locator("body").press("x")  # keyboard shortcut: exclude
+    expect(page.locator("#pairs-status")).to_contain_text("exclude recorded")
+    assert store.pairs_page(run_id, 1, excluded=True)["total"][0] == 1
+
+    _tab(page, "Critic")
+    expect(page.locator("#critic-original")).to_contain_text("Grounded actions")
+    _shot(page, "Critic")
+    page.locator("#critic-drop").click()
+    expect(page.locator("#critic-result")).to_contain_text("drop recorded")
+    dropped = store.verdict_queue(run_id, 1, overridden=True)
+    assert list(dropped["override_action"]) == ["drop"] and list(dropped["curator"]) == ["ui-curator"]
+    expect(page.locator("#critic-agreement")).to_contain_text("Agreement")
+
+    _tab(page, "Metrics")
+    expect(page.locator("#metrics-accuracy .js-plotly-plot, #metrics-accuracy svg").first).to_be_visible()
+    _shot(page, "Metrics")
+
+    _tab(page, "Export")
+    page.locator("#export-go").click()
+    expect(page.locator("#export-message")).to_contain_text("Exported")
+    _shot(page, "Export")
+    page.close()
+
+
+def test_reload_and_a_second_session_reattach_to_a_running_job(served, browser):
+    url, store, run_id, demo = served
+    started = threading.Event()
+
+    def job(progress, should_stop):
+        progress({"iteration": 1, "stage": "sample", "done": 2, "total": 5, "eta_s": 9.0, "message": "batch"})
+        started.set()
+        while not should_stop():
+            threading.Event().wait(0.05)
+        return "stopped"
+
+    assert demo.moat_jobs.submit("next_stage", run_id, job, user="someone") is None
+    assert started.wait(10)
+    page = _open(browser, url)
+    job_panel = page.locator("#run-job")
+    sync_api.expect(job_panel).to_contain_text("running")
+    sync_api.expect(job_panel).to_contain_text("2/5")
+    page.reload()
+    sync_api.expect(page.locator("#run-job")).to_contain_text("running")
+    other = _open(browser, url)  # a second browser session sees the same job
+    sync_api.expect(other.locator("#run-job")).to_contain_text("next_stage")
+    other.locator("#run-next_iteration").click()
+    sync_api.expect(other.locator("#run-message")).to_contain_text("Refused")
+    page.locator("#run-stop").click()
+    assert demo.moat_jobs.wait(15)
+    sync_api.expect(other.locator("#run-job")).to_contain_text("stopped")
+    page.close()
+    other.close()
+
+
+def test_artifacts_dir_is_ignored():
+    assert "test-artifacts/" in (Path(__file__).resolve().parents[1] / ".gitignore").read_text()
+    assert shutil.which("chromium") or CHROMIUM.exists()

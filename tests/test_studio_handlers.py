@@ -1,0 +1,276 @@
+"""Studio handlers called directly (no server) on a tmp store made by a tiny loop: sample, score, pairs, ground and
+critique of iteration 1 with the tiny agents, plus a few metrics/train-log rows for the charts."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.config import load_config
+from engine.loop import create_run, run_stage
+from engine.store import Store
+from engine.tasks import write_tasks
+
+
+def tiny_overrides(tmp: Path, agents: Path, tasks_file: Path) -> list[str]:
+    """The tests/test_loop.py ``loop_config`` settings: tiny agents, 4 training tasks, k=3."""
+    return [
+        f"data.tasks={tasks_file}", "data.train_limit=4", "data.eval_limit=2", f"run.workdir={tmp / 'runs'}",
+        f"planner.path={agents / 'planner'}", f"grounder.path={agents / 'grounder'}",
+        "sample.k=3", "sample.max_new_tokens=16", "sample.batch_size=2", "score.batch_size=4",
+        "ground.max_new_tokens=16", "ground.batch_size=4", "evaluate.plan_max_new_tokens=12",
+        "evaluate.ground_max_new_tokens=12", "evaluate.batch_size=4", "pairs.min_gap=0.0",
+        "dpo.max_steps=2", "dpo.batch_size=2", "dpo.learning_rate=1e-3", "dpo.max_length=160",
+        "sft.max_steps=2", "sft.batch_size=2", "sft.learning_rate=1e-3", "sft.max_length=256", "run.iterations=1",
+    ]
+
+
+def build_studio_store(path: Path, agents: Path, demo_tasks) -> str:
+    """Write a store with one run through critique of iteration 1 (and chart rows); returns the run id."""
+    tasks_file = path.parent / "tasks.jsonl"
+    write_tasks(demo_tasks, tasks_file)
+    config = load_config(None, tiny_overrides(path.parent, agents, tasks_file))
+    with Store(path) as store:
+        run_id = create_run(store, config)
+        for stage in ("sample", "score", "pairs", "ground", "critique"):
+            assert run_stage(store, run_id, 1, stage, config=config) == "done"
+        for it in (0, 1):
+            store.put_metrics(run_id, it, [{"split": s, "domain": d, "name": n, "value": 0.1 * (it + 1)}
+                                           for s in ("held_in", "held_out") for d in ("maths", "qa", "all")
+                                           for n in ("accuracy", "gap_logppl")])
+        store.add_train_logs(run_id, 1, "train_planner", [
+            {"step": i, "loss": 0.7 - 0.1 * i, "rewards/margins": 0.1 * i, "rewards/accuracies": 0.5} for i in (1, 2)])
+        store.add_train_logs(run_id, 1, "train_grounder", [{"step": i, "loss": 3.0 - i} for i in (1, 2)])
+    return run_id
+
+
+@pytest.fixture(scope="session")
+def studio_db(tmp_path_factory, tiny_agents_dir, demo_tasks) -> tuple[Path, str]:
+    path = tmp_path_factory.mktemp("studio_db") / "studio.duckdb"
+    return path, build_studio_store(path, tiny_agents_dir, demo_tasks)
+
+
+@pytest.fixture
+def store(studio_db, tmp_path):
+    copy = tmp_path / "studio.duckdb"
+    shutil.copy(studio_db[0], copy)
+    with Store(copy) as s:
+        yield s
+
+
+@pytest.fixture
+def run_id(studio_db) -> str:
+    return studio_db[1]
+
+
+def test_pairs_filters_and_override_changes_the_store(store, run_id):
+    from studio import tab_pairs
+
+    df, total = tab_pairs.pairs_table(store, run_id, 1)
+    assert total == len(df) > 0 and df["key"].str.count(r"\|").eq(2).all()
+    key = df["key"][0]
+    question = df["question"][0]
+    assert tab_pairs.pairs_table(store, run_id, 1, text=question[:12])[1] >= 1
+    assert tab_pairs.pairs_table(store, run_id, 1, min_margin=1e9)[1] == 0
+    assert tab_pairs.pairs_table(store, run_id, 1, overridden="yes")[1] == 0
+    prompt, chosen, rejected = tab_pairs.pair_detail(store, run_id, 1, key)
+    assert "log-PPL" in chosen and "log-PPL" in rejected and "&lt;|user|&gt;" in prompt
+
+    assert "swap recorded" in tab_pairs.pair_action(store, run_id, 1, key, "swap", "alice")
+    after = store.pairs_page(run_id, 1, overridden=True)
+    assert list(after["curator"]) == ["alice"] and after["chosen_k"][0] == df["rejected_k"][0]
+    tab_pairs.pair_action(store, run_id, 1, key, "exclude", "alice", reason="noise")
+    assert tab_pairs.pairs_table(store, run_id, 1, excluded="yes")[1] == 1
+    tab_pairs.pair_action(store, run_id, 1, key, "tie", "bob")
+    assert tab_pairs.pairs_table(store, run_id, 1, ties="yes")[1] == 1
+    tab_pairs.pair_action(store, run_id, 1, key, "restore", "bob")
+    assert tab_pairs.pairs_table(store, run_id, 1, overridden="yes")[1] == 0
+    ks = sorted(int(k) for k in store.task_plans(run_id, 1, key.split("|")[0])["k"])
+    with pytest.raises(ValueError):
+        tab_pairs.pair_action(store, run_id, 1, key, "choose", "bob", ks[0], ks[0])
+    assert tab_pairs.margin_figure(store, run_id, 1).data and tab_pairs.length_figure(store, run_id, 1).data
+
+
+def test_plans_browse_bars_and_diff(store, run_id):
+    from studio import tab_plans
+
+    page = tab_plans.task_page(store, run_id, 1, size=5)
+    assert len(page) == 5 and page["total"][0] == store.count("tasks", run_id) and page["plans"][0] == 3
+    assert tab_plans.task_page(store, run_id, 1, domain="qa")["domain"].eq("qa").all()
+    assert tab_plans.task_page(store, run_id, 1, text=page["task_id"][0])["total"][0] == 1
+    html = tab_plans.plans_html(store, run_id, 1, page["task_id"][0])
+    assert html.count("k=") == 3 and "chosen" in html and "rejected" in html
+    diff = tab_plans.plan_diff(store, run_id, 1, page["task_id"][0], 0, 1)
+    assert "moat-diff" in diff
+    from studio.common import word_diff_html
+
+    assert word_diff_html("a b c", "a x c") == ("<div class='moat-diff' style='white-space:pre-wrap'>a "
+                                                "<del style='background:#fdd'>b</del> "
+                                                "<ins style='background:#dfd'>x</ins> c</div>")
+
+
+def test_critic_queue_edit_validates_and_executes(store, run_id):
+    from studio import tab_critic
+
+    df, total = tab_critic.verdict_table(store, run_id, 1)
+    assert total == len(df) > 0
+    key = df["key"][0]
+    original, corrected, diff, start = tab_critic.verdict_detail(store, run_id, 1, key)
+    assert "Grounded actions" in original and "Corrected actions" in corrected
+    bad = tab_critic.save_edit(store, run_id, 1, key, "R1 Calculator(2 + 3", "carol")
+    assert "parse error" in bad and tab_critic.verdict_table(store, run_id, 1, reviewed="yes")[1] == 0
+    preview = tab_critic.preview_edit(store, run_id, key, "R1 = Calculator(2 + 3)")
+    assert "5" in preview
+    saved = tab_critic.save_edit(store, run_id, 1, key, "R1 = Calculator(2 + 3)", "carol")
+    assert "Edit saved" in saved and "R1" in saved
+    row = store.verdict_queue(run_id, 1, overridden=True)
+    assert list(row["override_action"]) == ["edit"] and list(row["curator"]) == ["carol"]
+    assert tab_critic.verdict_action(store, run_id, 1, key, "drop", "dave").startswith("drop")
+    assert "Agreement" in tab_critic.agreement_markdown(store, run_id, 1)
+    assert tab_critic.verdict_table(store, run_id, 1, status="no-such-status")[1] == 0
+
+
+def test_metrics_figures_build_and_compare(store, run_id):
+    from studio import tab_metrics
+
+    figs = tab_metrics.figures(store, run_id)
+    assert set(figs) == set(tab_metrics.FIGURES)
+    for name in ("accuracy", "gap_logppl", "dpo_rewards", "dpo_loss", "sft_loss", "pairs", "critic"):
+        assert figs[name].data, name
+    other = store.create_run("ablation", store.get_run(run_id)["config"], "runs")
+    store.put_metrics(other, 0, [{"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.3}])
+    both = tab_metrics.figures(store, run_id, other)
+    names = [t.name for t in both["accuracy"].data]
+    assert any(n.startswith("A ") for n in names) and "B held_in/all" in names
+
+
+def test_export_writes_files(store, run_id, tmp_path):
+    from studio import tab_export
+
+    path, rows = tab_export.export_file(store, run_id, 1, "pairs", "jsonl", tmp_path)
+    assert path.exists() and rows == len(path.read_text().splitlines()) > 0
+    path, rows = tab_export.export_file(store, run_id, 1, "sft", "parquet", tmp_path)
+    assert path.exists() and path.suffix == ".parquet"
+    assert "No HF_TOKEN" in tab_export.push_to_hub(store, run_id, 1, "pairs", "me/data", None)
+
+
+def test_config_validation_names_the_field_and_cli_command():
+    from studio import tab_run
+
+    text = Path("examples/demo.toml").read_text()
+    assert tab_run.validate_config(text)[1] == ""
+    config, error = tab_run.validate_config(text.replace("k = 15", "k = 1"))
+    assert config is None and error.startswith("**sample.k**")
+    assert tab_run.validate_config(text + "\n[sample]\nbogus = 1\n")[1].startswith("**<toml>**")
+    assert tab_run.validate_config(text.replace("top_p = 0.95", "top_p = 2", 1))[1].startswith("**sample.top_p**")
+    cmd = tab_run.cli_command("examples/demo.toml", text.replace("k = 15", "k = 4"))
+    assert cmd == "python -m engine run --config examples/demo.toml --set sample.k=4"
+    capped, error = tab_run.validate_config(text, spaces=True)
+    assert error == "" and capped.sample.k == 4 and capped.data.train_limit == 16
+    assert tab_run.validate_config(text.replace("assets/demo/planner", "gpt2"), spaces=True)[1].startswith(
+        "**planner.path**")
+
+
+def _blocking_job(started: threading.Event):
+    def job(progress, should_stop):
+        progress({"iteration": 1, "stage": "sample", "done": 1, "total": 4, "eta_s": 3.0, "message": "batch"})
+        started.set()
+        while not should_stop():
+            threading.Event().wait(0.02)
+        return "stopped"
+    return job
+
+
+def test_job_worker_refuses_a_second_job_and_reattaches(store, run_id):
+    from studio import tab_run
+    from studio.jobs import JobWorker
+
+    jobs = JobWorker(store)
+    started = threading.Event()
+    assert jobs.submit("next_stage", run_id, _blocking_job(started), user="alice") is None
+    assert started.wait(10)
+    refused = jobs.start_loop("next_iteration", run_id, user="bob")
+    assert refused and refused.startswith("Refused") and "alice" in refused
+    # A second session (or a reload) only has the shared worker: it sees the running job and its progress.
+    snap = jobs.snapshot()
+    assert snap["running"] and snap["label"] == "next_stage" and snap["events"][-1]["done"] == 1
+    page = tab_run.job_markdown(jobs)
+    assert "running" in page and "1/4" in page and "ETA 3s" in page
+    assert jobs.stop().startswith("Stop requested") and jobs.wait(10)
+    assert jobs.snapshot()["status"] == "stopped"
+    assert JobWorker(store, read_only=True).start_loop("next_stage", run_id).startswith("This studio is read-only")
+
+
+def test_job_worker_runs_the_next_real_stage(store, run_id):
+    from studio.jobs import JobWorker, loop_target
+
+    assert loop_target(store, run_id, "next_stage") == (0, 1)  # iteration 0's evaluate comes first
+    assert loop_target(store, run_id, "rest_of_iteration") == (0, None)
+    store.set_stage(run_id, 0, "evaluate", "skipped")
+    assert loop_target(store, run_id, "next_stage") == (1, 1)
+    assert loop_target(store, run_id, "next_iteration") == (2, None)  # iteration 1 has started
+    jobs = JobWorker(store)
+    store.set_stage(run_id, 1, "pairs", "pending")
+    assert jobs.start_loop("next_stage", run_id) is None and jobs.wait(60)
+    assert jobs.snapshot()["result"] == "paused"
+    assert store.stage_status(run_id, 1)["pairs"]["status"] == "done"
+
+
+def test_two_sessions_see_each_others_overrides(store, run_id):
+    """Two sessions share the store object: a pair swapped in one shows in the other's next page load."""
+    from studio import tab_critic, tab_pairs
+
+    key = tab_pairs.pairs_table(store, run_id, 1)[0]["key"][0]
+    tab_pairs.pair_action(store, run_id, 1, key, "swap", "session-a")
+    seen = tab_pairs.pairs_table(store, run_id, 1, overridden="yes")[0]
+    assert list(seen["curator"]) == ["session-a"]
+    vkey = tab_critic.verdict_table(store, run_id, 1)[0]["key"][0]
+    tab_critic.verdict_action(store, run_id, 1, vkey, "drop", "session-b")
+    assert list(tab_critic.verdict_table(store, run_id, 1, reviewed="yes")[0]["curator"]) == ["session-b"]
+
+
+def test_build_app_and_curator_identity(store, run_id):
+    import gradio as gr
+
+    from studio.app import build_app
+    from studio.common import curator_of
+
+    demo = build_app(store, "examples/demo.toml")
+    assert isinstance(demo, gr.Blocks) and demo.moat_jobs.store is store
+    assert curator_of("  erin ", None) == "erin"
+    with pytest.raises(gr.Error):
+        curator_of("", None)
+
+    class Req:
+        username = "frank"
+
+    assert curator_of("erin", Req()) == "frank"
+
+
+def test_app_flags(tmp_path, monkeypatch):
+    import app
+
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7999")
+    monkeypatch.delenv("MOAT_DB", raising=False)
+    args = app.parse_args([])
+    assert (args.db, args.config, args.port, args.read_only) == ("runs/studio.duckdb", "examples/demo.toml", 7999,
+                                                                 False)
+    users = tmp_path / "users.txt"
+    users.write_text("# team\nann:pw1\n\nben:pw2\n")
+    assert app.parse_auth(str(users)) == [("ann", "pw1"), ("ben", "pw2")]
+    assert app.parse_auth("ann:pw") == [("ann", "pw")]
+    with pytest.raises(SystemExit):
+        app.parse_auth("nopassword")
+
+
+def test_requirements_match_pyproject():
+    """Spaces installs requirements.txt; it must list exactly pyproject's dependencies."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    lines = (root / "requirements.txt").read_text().splitlines()
+    assert [line.strip() for line in lines if line.strip() and not line.startswith(("#", "--"))] == deps
