@@ -1,5 +1,5 @@
 """Launch MOAT Studio: ``python app.py [--db FILE] [--config FILE] [--host H] [--port P] [--auth U:P|FILE]
-[--read-only]``.
+[--viewers U:P|FILE] [--read-only]``.
 
 Thin by design: parse flags (env: MOAT_DB, MOAT_CONFIG, GRADIO_SERVER_NAME, GRADIO_SERVER_PORT, MOAT_AUTH,
 MOAT_READ_ONLY), open the one DuckDB store this process owns, build the studio (``studio.app.build_app``) and
@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"), help="interface to listen on")
     p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT", "7860")), help="port")
     p.add_argument("--auth", default=env.get("MOAT_AUTH"), help="user:password, or a file of user:password lines")
+    p.add_argument("--viewers", default=env.get("MOAT_VIEWERS"),
+                   help="read-only accounts: user:password, or a file of user:password lines (env MOAT_VIEWERS)")
     p.add_argument("--read-only", action="store_true", default=env.get("MOAT_READ_ONLY", "") in ("1", "true"),
                    help="viewers only: no overrides, no jobs")
     return p.parse_args(argv)
@@ -58,9 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
-    demo = build_app(store, args.config, read_only=args.read_only, spaces=spaces)
+    viewers = parse_auth(args.viewers) or []
+    accounts = (parse_auth(args.auth) or []) + viewers
+    demo = build_app(store, args.config, read_only=args.read_only, spaces=spaces,
+                     viewers=frozenset(user for user, _ in viewers))
     try:
-        demo.launch(server_name=args.host, server_port=args.port, auth=parse_auth(args.auth), head=HEAD)
+        demo.launch(server_name=args.host, server_port=args.port, auth=accounts or None, head=HEAD)
     finally:
         demo.moat_jobs.stop()
         store.close()

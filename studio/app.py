@@ -20,7 +20,7 @@ TABS = ("Run", "Plans", "Pairs", "Critic", "Metrics", "Export")
 
 
 def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: bool = False, spaces: bool = False,
-              jobs: JobWorker | None = None) -> gr.Blocks:
+              jobs: JobWorker | None = None, viewers: frozenset[str] = frozenset()) -> gr.Blocks:
     jobs = jobs or JobWorker(store, read_only=read_only)
     with gr.Blocks(title="MOAT Studio") as demo:
         mode = " · read-only" if read_only else ""
@@ -33,7 +33,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             who = gr.Markdown(elem_id="curator-who")
         curator = gr.State("")
         ctx = Ctx(store=store, jobs=jobs, read_only=read_only, spaces=spaces, run=run, iteration=iteration,
-                  curator=curator)
+                  curator=curator, viewers=frozenset(viewers))
         with gr.Tabs():
             with gr.Tab("Run", id="run"):
                 tab_run.build(ctx, config_path)

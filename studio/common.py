@@ -32,6 +32,7 @@ class Ctx:
     run: gr.Dropdown  # the run every tab shows
     iteration: gr.Dropdown  # the iteration every tab shows
     curator: gr.State  # the name entered once per session ("" until entered)
+    viewers: frozenset[str] = frozenset()  # authenticated users who may look but not change anything
 
 
 def curator_of(name: str | None, request: gr.Request | None) -> str:
@@ -44,9 +45,13 @@ def curator_of(name: str | None, request: gr.Request | None) -> str:
     raise gr.Error("Enter your curator name at the top of the page first (it is recorded on every override).")
 
 
-def check_writable(read_only: bool) -> None:
-    if read_only:
+def check_writable(ctx: Ctx, request: gr.Request | None = None) -> None:
+    """Refuse a change in a read-only studio, or from a viewer account (``--viewers``)."""
+    if ctx.read_only:
         raise gr.Error("This studio is read-only.")
+    user = getattr(request, "username", None) if request is not None else None
+    if user and user in ctx.viewers:
+        raise gr.Error(f"{user} has a read-only viewer account.")
 
 
 def spaces_policy(config: RunConfig) -> RunConfig:

@@ -158,7 +158,7 @@ def build(ctx: Ctx) -> None:
 
     def act(action):
         def handler(run_id, it, key, name, why, request: gr.Request):
-            check_writable(ctx.read_only)
+            check_writable(ctx, request)
             if not key:
                 raise gr.Error("Pick a verdict first.")
             try:
@@ -168,7 +168,7 @@ def build(ctx: Ctx) -> None:
         return handler
 
     def on_save(run_id, it, key, actions, name, why, request: gr.Request):
-        check_writable(ctx.read_only)
+        check_writable(ctx, request)
         if not key:
             raise gr.Error("Pick a verdict first.")
         return save_edit(ctx.store, run_id, it, key, actions, curator_of(name, request), why)

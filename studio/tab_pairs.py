@@ -175,7 +175,7 @@ def build(ctx: Ctx) -> None:
 
     def act(action):
         def handler(run_id, it, key, name, c, r, why, request: gr.Request):
-            check_writable(ctx.read_only)
+            check_writable(ctx, request)
             if not key:
                 raise gr.Error("Pick a pair first.")
             try:

@@ -161,15 +161,15 @@ def build(ctx: Ctx, config_path: str) -> None:
         _, error = validate_config(t, ctx.spaces)
         return (error or "Config is valid."), cli_command(config_path, t, ctx.spaces)
 
-    def on_create(t: str):
-        check_writable(ctx.read_only)
+    def on_create(t: str, request: gr.Request):
+        check_writable(ctx, request)
         run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces)
         choices = [r["run_id"] for r in ctx.store.list_runs()]
         return msg, gr.update(choices=choices, value=run_id) if run_id else gr.update()
 
     def starter(kind: str):
         def start(run_id: str | None, name: str, request: gr.Request) -> str:
-            check_writable(ctx.read_only)
+            check_writable(ctx, request)
             if not run_id:
                 return "Pick or create a run first."
             refused = ctx.jobs.start_loop(kind, run_id, user=curator_of(name, request) if name or getattr(
@@ -185,6 +185,10 @@ def build(ctx: Ctx, config_path: str) -> None:
     create_btn.click(on_create, editor, [verdict, ctx.run])
     for kind, btn in buttons.items():
         btn.click(starter(kind), [ctx.run, ctx.curator], message)
-    stop_btn.click(lambda: ctx.jobs.stop(), None, message)
+    def on_stop(request: gr.Request) -> str:
+        check_writable(ctx, request)
+        return ctx.jobs.stop()
+
+    stop_btn.click(on_stop, None, message)
     timer.tick(refresh, ctx.run, [job, stages, loss], show_progress="hidden")
     ctx.run.change(refresh, ctx.run, [job, stages, loss])

@@ -274,3 +274,25 @@ def test_requirements_match_pyproject():
     deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
     lines = (root / "requirements.txt").read_text().splitlines()
     assert [line.strip() for line in lines if line.strip() and not line.startswith(("#", "--"))] == deps
+
+
+def test_viewer_accounts_cannot_change_anything(store):
+    import gradio as gr
+
+    from studio.common import Ctx, check_writable
+
+    ctx = Ctx(store=store, jobs=None, read_only=False, spaces=False, run=None, iteration=None, curator=None,
+              viewers=frozenset({"vera"}))
+
+    class Viewer:
+        username = "vera"
+
+    class Curator:
+        username = "ann"
+
+    with pytest.raises(gr.Error, match="read-only viewer"):
+        check_writable(ctx, Viewer())
+    check_writable(ctx, Curator())  # a curator account may change things
+    ctx.read_only = True
+    with pytest.raises(gr.Error, match="read-only"):
+        check_writable(ctx, Curator())
