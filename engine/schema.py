@@ -8,7 +8,7 @@ rows. JSON columns hold lists/dicts as text. ``MIGRATIONS[v]`` upgrades a store 
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 DDL_V1 = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL);
@@ -201,5 +201,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 """
 
-# version -> DDL that upgrades a store from that version to the next. Empty until version 2 exists.
-MIGRATIONS: dict[int, str] = {}
+# version -> DDL that upgrades a store from that version to the next. New stores run DDL_V1 and then all of them.
+MIGRATIONS: dict[int, str] = {
+    # v2: keep what a critic reports beyond the fixed columns (parse error, cache hit, retry attempts).
+    1: "ALTER TABLE verdicts ADD COLUMN extra_json TEXT;",
+}

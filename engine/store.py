@@ -174,7 +174,10 @@ class Store:
 
     @staticmethod
     def _create(cur: duckdb.DuckDBPyConnection) -> None:
+        # A new store takes the same path as an old one: version 1, then every migration in order.
         cur.execute(schema.DDL_V1)
+        for version in range(1, schema.SCHEMA_VERSION):
+            cur.execute(schema.MIGRATIONS[version])
         cur.execute("DELETE FROM schema_info")
         cur.execute("INSERT INTO schema_info VALUES (?)", [schema.SCHEMA_VERSION])
 
@@ -640,16 +643,26 @@ class Store:
         orders = {"task": "task_id, step, pair_idx", "margin": "margin, task_id", "-margin": "margin DESC, task_id"}
         if order not in orders:
             raise ValueError(f"order must be one of {', '.join(orders)}")
-        sql = f"""{EFFECTIVE_PAIRS_SQL}, joined AS (
-            SELECT e.*, t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text, pc.prompt
-            FROM eff e
-            LEFT JOIN tasks t ON t.run_id = $run AND t.task_id = e.task_id
+        join = """LEFT JOIN tasks t ON t.run_id = $run AND t.task_id = e.task_id
             LEFT JOIN plans pc ON pc.run_id = $run AND pc.iteration = $it AND pc.task_id = e.task_id
                 AND pc.step = e.step AND pc.k = e.chosen_k
             LEFT JOIN plans pr ON pr.run_id = $run AND pr.iteration = $it AND pr.task_id = e.task_id
-                AND pr.step = e.step AND pr.k = e.rejected_k)
-        SELECT *, count(*) OVER () AS total FROM joined WHERE {" AND ".join(conds) or "TRUE"}
-        ORDER BY {orders[order]} LIMIT $limit OFFSET $offset"""
+                AND pr.step = e.step AND pr.k = e.rejected_k"""
+        if text:  # the filter needs the plan texts: join every pair, then page
+            sql = f"""{EFFECTIVE_PAIRS_SQL}, joined AS (
+                SELECT e.*, t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text, pc.prompt
+                FROM eff e {join})
+            SELECT *, count(*) OVER () AS total FROM joined WHERE {" AND ".join(conds)}
+            ORDER BY {orders[order]} LIMIT $limit OFFSET $offset"""
+        else:  # page the effective pairs first, then join texts for the page's rows only (bench store: 1M plans)
+            sql = f"""{EFFECTIVE_PAIRS_SQL}, page AS (
+                SELECT *, count(*) OVER () AS total FROM eff WHERE {" AND ".join(conds) or "TRUE"}
+                ORDER BY {orders[order]} LIMIT $limit OFFSET $offset),
+            joined AS (
+                SELECT e.* EXCLUDE (total), t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text,
+                       pc.prompt, e.total
+                FROM page e {join})
+            SELECT * FROM joined ORDER BY {orders[order]}"""
         return self.query(sql, params)
 
     def task_plans(self, run_id: str, iteration: int, task_id: str, step: int | None = None) -> pd.DataFrame:

@@ -59,7 +59,7 @@ def test_new_file_gets_schema_and_version(tmp_path):
         assert s.query("SELECT version FROM schema_info")["version"].tolist() == [schema.SCHEMA_VERSION]
 
 
-def test_newer_version_refused_and_older_migrated(tmp_path, monkeypatch):
+def test_newer_version_refused(tmp_path):
     path = tmp_path / "ws.duckdb"
     Store(path).close()
     con = duckdb.connect(str(path))
@@ -67,14 +67,22 @@ def test_newer_version_refused_and_older_migrated(tmp_path, monkeypatch):
     con.close()
     with pytest.raises(StoreVersionError, match="newer"):
         Store(path)
+
+
+def test_a_version_1_store_is_migrated_in_place(tmp_path):
+    path = tmp_path / "v1.duckdb"
     con = duckdb.connect(str(path))
-    con.execute("UPDATE schema_info SET version = 0")
+    con.execute(schema.DDL_V1)
+    con.execute("INSERT INTO schema_info VALUES (1)")
+    con.execute("INSERT INTO verdicts (run_id, iteration, task_id, step, k, backend, status, reference_guided) "
+                "VALUES ('r', 1, 't', 0, 0, 'reference', 'accepted', true)")
     con.close()
-    monkeypatch.setattr(schema, "MIGRATIONS", {0: "CREATE TABLE extra_v1 (x INTEGER);"})
     with Store(path) as s:
-        assert s.version == schema.SCHEMA_VERSION
-        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [1]
-        assert s.query("SELECT count(*) AS n FROM extra_v1")["n"][0] == 0
+        assert s.version == schema.SCHEMA_VERSION == 2
+        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [2]
+        rows = s.query("SELECT status, extra_json FROM verdicts")
+        assert rows["status"].tolist() == ["accepted"] and rows["extra_json"].isna().all()
+        assert "extra_json" in s.columns("verdicts")
 
 
 def test_write_same_keys_twice_leaves_one_row(store):

@@ -45,7 +45,8 @@ def run(ctx: StageContext) -> dict[str, int]:
                  "corrected_subgoals_json": None if v.corrected_subgoals is None else json.dumps(v.corrected_subgoals),
                  "corrected_actions": v.corrected_actions, "latency_s": v.latency_s,
                  "prompt_tokens": v.prompt_tokens, "completion_tokens": v.completion_tokens,
-                 "finish_reason": v.finish_reason} for item, v in zip(items, verdicts)]
+                 "finish_reason": v.finish_reason, "extra_json": json.dumps(v.extra, default=str)}
+                for item, v in zip(items, verdicts)]
         written += ctx.store.write("verdicts", rows)
         ctx.report(index + 1, len(chunks), f"{written} verdicts")
     return {"rows": ctx.store.count("verdicts", ctx.run_id, ctx.iteration), "new_rows": written}
