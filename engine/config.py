@@ -138,6 +138,14 @@ class EvaluateSection:
 
 
 @dataclass
+class ToolsSection:
+    qa_base_url: str = _f("", "QA tool: OpenAI-compatible endpoint answering QA(...) actions (empty: extractive "
+                              "fallback, labelled as such)")
+    qa_model: str = _f("", "QA tool: model name at qa_base_url")
+    qa_api_key_env: str = _f("OPENAI_API_KEY", "QA tool: NAME of the environment variable holding the key")
+
+
+@dataclass
 class StagesSection:
     stage1: bool = _f(True, "planner alignment (sample, score, pairs, DPO); false = the 'no stage 1' ablation")
     stage2: bool = _f(True, "grounder improvement (ground, critique, SFT); false = the 'no stage 2' ablation")
@@ -166,6 +174,7 @@ class RunConfig:
     critic: CriticSection = field(default_factory=CriticSection)
     sft: SFTSection = field(default_factory=SFTSection)
     evaluate: EvaluateSection = field(default_factory=EvaluateSection)
+    tools: ToolsSection = field(default_factory=ToolsSection)
     stages: StagesSection = field(default_factory=StagesSection)
 
 
@@ -213,6 +222,8 @@ def _validate(config: RunConfig, source: str | None) -> None:
         raise ConfigError("critic.model", f"required for the {config.critic.backend} backend", source)
     if config.critic.backend == "openai" and not config.critic.base_url:
         raise ConfigError("critic.base_url", "required for the openai backend", source)
+    if bool(config.tools.qa_base_url) != bool(config.tools.qa_model):
+        raise ConfigError("tools.qa_model", "set both tools.qa_base_url and tools.qa_model, or neither", source)
     for split in config.evaluate.splits:
         if split not in ("train", "held_in", "held_out"):
             raise ConfigError("evaluate.splits", f"{split!r} is not one of train, held_in, held_out", source)

@@ -52,16 +52,17 @@ class Trace:
         return asdict(self)
 
 
-def tool_env(task: Task) -> ToolEnv:
-    return ToolEnv(corpus=Corpus.from_context(task.context) if task.context else None)
+def tool_env(task: Task, qa_model: Any = None) -> ToolEnv:
+    """The task's tools: its context passages as the corpus, and the QA model when one is configured."""
+    return ToolEnv(corpus=Corpus.from_context(task.context) if task.context else None, qa_model=qa_model)
 
 
-def execute_for(task: Task, actions: str) -> ExecutionResult:
-    return execute(actions, task.domain, tool_env(task))
+def execute_for(task: Task, actions: str, qa_model: Any = None) -> ExecutionResult:
+    return execute(actions, task.domain, tool_env(task, qa_model))
 
 
-def _trace(task: Task, plan: str, subgoals: list[str], actions: str) -> Trace:
-    result = execute_for(task, actions)
+def _trace(task: Task, plan: str, subgoals: list[str], actions: str, qa_model: Any = None) -> Trace:
+    result = execute_for(task, actions, qa_model)
     answer = result.answer if result.ok else None
     scores = score_answer(task.domain, answer or "", task.answer, task.source)
     return Trace(task.id, task.split, task.domain, plan, subgoals, actions, result.ok, result.values, answer,
@@ -73,7 +74,8 @@ def _greedy(tokens: int, batch: int) -> models.GenerationConfig:
     return models.GenerationConfig(max_new_tokens=tokens, temperature=0.0, batch_size=batch)
 
 
-def run_onetime(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection) -> list[Trace]:
+def run_onetime(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
+                qa_model: Any = None) -> list[Trace]:
     plans = models.generate(planner.model, planner.tokenizer, [planner_prompt(planner, t) for t in tasks],
                             _greedy(settings.plan_max_new_tokens, settings.batch_size))
     texts = [p[0] for p in plans]
@@ -81,7 +83,7 @@ def run_onetime(planner: Agent, grounder: Agent, tasks: list[Task], settings: Ev
     g_prompts = [grounder_prompt(grounder, t, s) for t, s in zip(tasks, subgoals)]
     actions = models.generate(grounder.model, grounder.tokenizer, g_prompts,
                               _greedy(settings.ground_max_new_tokens, settings.batch_size))
-    return [_trace(t, text, s, a[0]) for t, text, s, a in zip(tasks, texts, subgoals, actions)]
+    return [_trace(t, text, s, a[0], qa_model) for t, text, s, a in zip(tasks, texts, subgoals, actions)]
 
 
 def step_result(result: ExecutionResult, group: str) -> str:
@@ -93,7 +95,7 @@ def step_result(result: ExecutionResult, group: str) -> str:
 
 
 def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
-                  max_steps: int = 8) -> list[Trace]:
+                  max_steps: int = 8, qa_model: Any = None) -> list[Trace]:
     """Turn by turn: the planner proposes subgoal k, the grounder grounds it, the executor's result goes back."""
     subgoals: list[list[str]] = [[] for _ in tasks]
     actions: list[list[str]] = [[] for _ in tasks]
@@ -122,10 +124,11 @@ def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: 
                                  _greedy(settings.ground_max_new_tokens, settings.batch_size))
         for i, group in zip(grounding, groups):
             actions[i].append(group[0].strip())
-            result = execute_for(tasks[i], "; ".join(actions[i]))
+            result = execute_for(tasks[i], "; ".join(actions[i]), qa_model)
             results[i].append(step_result(result, group[0]))
         active = grounding
-    return [_trace(t, prompts.format_subgoals(s), s, "; ".join(a)) for t, s, a in zip(tasks, subgoals, actions)]
+    return [_trace(t, prompts.format_subgoals(s), s, "; ".join(a), qa_model)
+            for t, s, a in zip(tasks, subgoals, actions)]
 
 
 def gold_logppl(grounder: Agent, tasks: list[Task], plans: list[list[str]], batch_size: int = 32) -> list[float]:
@@ -163,12 +166,12 @@ def summarize(traces: list[Trace]) -> dict[str, Any]:
 
 
 def evaluate(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
-             gap: bool = True) -> tuple[dict[str, Any], list[Trace]]:
-    """Run the agents on ``tasks`` and return ``(metrics, traces)``."""
+             gap: bool = True, qa_model: Any = None) -> tuple[dict[str, Any], list[Trace]]:
+    """Run the agents on ``tasks`` and return ``(metrics, traces)``; ``qa_model`` answers QA(...) actions."""
     if settings.formulation == "iterative":
-        traces = run_iterative(planner, grounder, tasks, settings)
+        traces = run_iterative(planner, grounder, tasks, settings, qa_model=qa_model)
     else:
-        traces = run_onetime(planner, grounder, tasks, settings)
+        traces = run_onetime(planner, grounder, tasks, settings, qa_model)
     if gap:
         values = gold_logppl(grounder, tasks, [t.subgoals for t in traces], settings.batch_size)
         for trace, value in zip(traces, values):

@@ -97,6 +97,8 @@ class FakeOpenAI:
             return self.completion(body, CORRECTION, "length")
         if marker == "correct":
             return self.completion(body, CORRECTION)
+        if marker == "qa":
+            return self.completion(body, "Brindleford")
         if marker == "echo":
             return self.completion(body, f"Your header was {auth}. Final answer reached")
         return ok
@@ -362,3 +364,20 @@ def test_critique_stage_and_cli_against_the_fake_server(fake_server, grounded_ru
         again = store.frame("verdicts", run_id, 1)
         assert len(again) == len(groundings) and set(again.status) == {"accepted"}
         assert (again.latency_s == 0).all()
+
+
+def test_qa_tool_answers_through_an_openai_compatible_model(fake_server):
+    """The QA(...) action asks the configured model instead of the extractive fallback."""
+    from engine.executor import ToolEnv, execute
+    from engine.tools.qa import Corpus, OpenAIQA
+
+    fake, base_url = fake_server
+    corpus = Corpus.from_context(["Alma Varden: Alma Varden was born in Brindleford. Alma Varden was a pilot."])
+    actions = ("R1 = KnowledgeQuery(Alma Varden); R2 = ParagraphRetrieve(R1, Query: Where was Alma Varden born?); "
+               "R3 = QA([R2], Question: [[qa]] Where was Alma Varden born?)")
+    model = OpenAIQA("qa-model", base_url=base_url, api_key="EMPTY")
+    result = execute(actions, "qa", ToolEnv(corpus=corpus, qa_model=model))
+    assert result.ok and result.answer == "Brindleford" and fake.counts["qa"] == 1
+    assert result.steps[-1].note is None  # a model's answer is not labelled as the extractive fallback
+    offline = execute(actions, "qa", ToolEnv(corpus=corpus))
+    assert offline.steps[-1].note == "extractive fallback"

@@ -19,6 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--actions", required=True, help='actions, e.g. "R1 = Calculator(3*4); R2 = Calculator(R1+5)"')
     parser.add_argument("--context", metavar="FILE", help='corpus JSONL of {"title", "text"} rows (qa)')
     parser.add_argument("--time-limit", type=float, default=2.0, help="seconds per tool call (default 2)")
+    parser.add_argument("--qa-base-url", help="OpenAI-compatible endpoint for QA(...) actions (default: extractive)")
+    parser.add_argument("--qa-model", help="model name at --qa-base-url")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,6 +31,15 @@ def run(args: argparse.Namespace) -> int:
         corpus = Corpus.from_jsonl(args.context) if args.context else None
     except DataError as exc:
         return fail(exc)
-    result = execute(args.actions, args.domain, ToolEnv(corpus=corpus, time_limit_s=args.time_limit))
+    qa_model = None
+    if args.qa_model:
+        import os
+
+        from engine.tools.qa import OpenAIQA
+
+        key = os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        qa_model = OpenAIQA(args.qa_model, base_url=args.qa_base_url, api_key=key)
+    env = ToolEnv(corpus=corpus, qa_model=qa_model, time_limit_s=args.time_limit)
+    result = execute(args.actions, args.domain, env)
     print_json(result.to_dict())
     return 0

@@ -13,6 +13,7 @@ import json
 from engine import models
 from engine.evaluate import execute_for, gold_step_results, step_result
 from engine.metrics import maths_correct, score_answer
+from engine.runtime import qa_model
 from engine.stages.context import StageContext, batches
 from engine.stages.score import scoring_pair
 from engine.tasks import Task
@@ -28,14 +29,14 @@ def plans_to_ground(ctx: StageContext):
     return ctx.store.query(sql, [ctx.run_id, ctx.iteration])
 
 
-def judge(task: Task, step: int, actions: str, results: list[str]) -> tuple[dict, bool]:
+def judge(task: Task, step: int, actions: str, results: list[str], qa_model=None) -> tuple[dict, bool]:
     """Execute a grounding; ``(execution dict, correct)``. Iterative steps run after the gold history."""
     if step == 0:
-        result = execute_for(task, actions)
+        result = execute_for(task, actions, qa_model)
         correct = result.ok and bool(score_answer(task.domain, result.answer or "", task.answer)["correct"])
         return result.to_dict(), correct
     history = task.gold_actions[:step - 1]
-    result = execute_for(task, "; ".join(history + [actions]))
+    result = execute_for(task, "; ".join(history + [actions]), qa_model)
     got, want = step_result(result, actions), results[step - 1]
     same = maths_correct(got, want) if task.domain == "maths" else got.strip().lower() == want.strip().lower()
     return result.to_dict(), result.ok and same
@@ -49,6 +50,7 @@ def run(ctx: StageContext) -> dict[str, int]:
     grounder = ctx.agent("grounder")
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
     gold_results = {}
+    qa = qa_model(ctx.config)
     gen = models.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                                   batch_size=cfg.batch_size)
     written = 0
@@ -69,7 +71,7 @@ def run(ctx: StageContext) -> dict[str, int]:
         rows = []
         for row, prompt in zip(chunk, prompts_by_row):
             task, actions = tasks[row.task_id], generated[prompt]
-            execution, correct = judge(task, row.step, actions, gold_results.get(task.id, []))
+            execution, correct = judge(task, row.step, actions, gold_results.get(task.id, []), qa)
             rows.append({"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": row.task_id, "step": row.step,
                          "k": row.k, "prompt": prompt, "actions": actions, "ok": execution["ok"],
                          "values_json": json.dumps(execution["values"], ensure_ascii=False),
