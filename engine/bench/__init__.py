@@ -1,0 +1,25 @@
+"""The benchmark suite: ``python -m engine bench NAME --json [--size tiny|default] [--repeats N] [--device D]``.
+
+Each module here (``score``, ``sample``, ``ground``, ``store``, ``train``, ``iteration``) exposes
+``run(size, repeats, device) -> dict``: one JSON-able report with ``sizes``, per-variant ``median_s`` (and all
+``times_s``) over ``repeats``, ``ratios`` of variants measured side by side in the same process and run, and a
+``correct`` section checking the fast path against its baseline. Timings are reported, never asserted (tests run
+every benchmark at ``size="tiny"`` and assert only correctness). Numbers measured here: ``RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+BENCHMARKS = ("score", "sample", "ground", "store", "train", "iteration")
+SIZES = ("tiny", "default")
+
+
+def run(name: str, size: str = "default", repeats: int = 3, device: str = "cpu") -> dict:
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r} (one of {', '.join(BENCHMARKS)})")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}")
+    module = importlib.import_module(f"engine.bench.{name}")
+    report = module.run(size=size, repeats=max(1, int(repeats)), device=device)
+    return {"benchmark": name, "size": size, "repeats": repeats, "device": device, **report}

@@ -1,0 +1,66 @@
+"""``bench iteration``: wall time per stage of one MOAT iteration (plus the iteration-0 evaluation) on a tmp store.
+
+``default``: ``examples/demo.toml`` as is, with the committed demo agents (``assets/demo``) -- their absence is
+reported and the tiny agents are used instead, sizes unchanged. ``tiny``: the test suite's loop sizes (4 tasks, K=3,
+16 new tokens, 2 optimizer steps) on the tiny agents. No variants: this is a regression tracker.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from engine.bench import common
+
+TINY = ["data.train_limit=4", "data.eval_limit=2", "sample.k=3", "sample.max_new_tokens=16", "sample.batch_size=2",
+        "score.batch_size=4", "ground.max_new_tokens=16", "ground.batch_size=4", "evaluate.plan_max_new_tokens=12",
+        "evaluate.ground_max_new_tokens=12", "evaluate.batch_size=4", "pairs.min_gap=0.0", "dpo.max_steps=2",
+        "dpo.batch_size=2", "dpo.max_length=160", "sft.max_steps=2", "sft.batch_size=2", "sft.max_length=256"]
+
+
+def run(size: str, repeats: int, device: str) -> dict:
+    from engine.config import load_config
+    from engine.demo.world import WorldConfig, generate_suite
+    from engine.loop import create_run, run_loop
+    from engine.store import Store
+    from engine.tasks import write_tasks
+
+    agents = common.agents_dir(size)
+    with tempfile.TemporaryDirectory(prefix="moat-bench-iter-") as tmp:
+        overrides = [f"run.workdir={Path(tmp) / 'runs'}", "run.iterations=1", f"planner.path={agents / 'planner'}",
+                     f"grounder.path={agents / 'grounder'}", f"planner.device={device}", f"grounder.device={device}"]
+        path = common.REPO / "examples" / "demo.toml"
+        if size == "tiny":
+            tasks_file = Path(tmp) / "tasks.jsonl"
+            write_tasks(generate_suite(WorldConfig(maths_train=60, maths_held_in=12, maths_held_out=12, qa_train=30,
+                                                   qa_held_in=6, qa_held_out=6)), tasks_file)
+            overrides += [f"data.tasks={tasks_file}", *TINY]
+            path = None
+        else:
+            overrides.append(f"data.tasks={common.REPO / 'examples' / 'demo' / 'tasks.jsonl'}")
+        config = load_config(path, overrides)
+        stages: dict[str, float] = {}
+        with Store(Path(tmp) / "bench.duckdb") as store:
+            run_id = create_run(store, config)
+            mark = [time.perf_counter()]
+
+            def on_stage(iteration: int, stage: str, status: str) -> None:
+                now = time.perf_counter()
+                stages[f"{iteration}:{stage}"] = round(now - mark[0], 3)
+                mark[0] = now
+
+            started = time.perf_counter()
+            status = run_loop(store, run_id, on_stage=on_stage)
+            total = time.perf_counter() - started
+    iteration1 = sum(v for k, v in stages.items() if k.startswith("1:"))
+    return {
+        "sizes": {"config": str(path) if path else "tiny overrides", "agents": str(agents),
+                  "demo_agents_present": agents == common.DEMO_AGENTS, "train_limit": config.data.train_limit,
+                  "k": config.sample.k},
+        "stages_s": stages,
+        "iteration_s": round(iteration1, 2),
+        "total_s": round(total, 2),
+        "ratios": {},
+        "correct": {"status": status, "ok": status == "done"},
+    }

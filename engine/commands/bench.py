@@ -1,0 +1,40 @@
+"""``python -m engine bench NAME``: run one benchmark of ``engine.bench`` and print its report.
+
+Contract: ``bench NAME [--size tiny|default] [--repeats N] [--device cpu|cuda] [--json]`` prints one JSON object
+(``--json``; without it an indented one) with sizes, per-variant medians, side-by-side ratios and a ``correct``
+section; exits 0 when the fast path matched its baseline (``correct.ok``), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from engine.commands._common import print_json
+
+HELP = "Benchmark a hot path against the naive way (score, sample, ground, store, train, iteration)."
+NAMES = ("score", "sample", "ground", "store", "train", "iteration")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=NAMES, help="the benchmark")
+    parser.add_argument("--size", choices=("tiny", "default"), default="default", help="workload size")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per variant (median reported)")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    parser.add_argument("--json", action="store_true", help="print one compact JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    import contextlib
+    import sys
+
+    from engine import bench
+
+    # Trainers print their logs on stdout; keep stdout for the one JSON object.
+    with contextlib.redirect_stdout(sys.stderr):
+        report = bench.run(args.name, size=args.size, repeats=args.repeats, device=args.device)
+    if args.json:
+        print_json(report)
+    else:
+        print(json.dumps(report, indent=2, default=str))
+    return 0 if report.get("correct", {}).get("ok", True) else 1
