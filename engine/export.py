@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 
 from engine.curation import effective_sft_records
 from engine.prompts import grounder_messages
-from engine.store import EFFECTIVE_PAIRS_SQL, Store
+from engine.store import Store
+from engine.views import EFFECTIVE_PAIRS_SQL
 
 FORMATS = ("jsonl", "parquet")
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "chosen_logppl", "rejected_logppl", "task_id", "step")

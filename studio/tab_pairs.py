@@ -14,7 +14,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine import curation
-from engine.store import EFFECTIVE_PAIRS_SQL, Store
+from engine.store import Store
+from engine.views import EFFECTIVE_PAIRS_SQL
 from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, tri
 
 PAGE = 20

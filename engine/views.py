@@ -1,0 +1,222 @@
+"""The read models behind the studio's pages and the curated exports, as a mixin of ``Store``.
+
+Effective pairs and verdicts are the auto results with the latest curator override applied (semantics:
+``engine.curation``); the pages are filtered and paginated in SQL with a ``total`` column (matching rows before
+LIMIT/OFFSET). ``StudioViews`` only reads: it relies on the host class's ``query(sql, params)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+
+class StudioViews:
+    """Page queries shared by the studio, the curation functions and the exports."""
+
+    def query(self, sql: str, params: Any = None) -> pd.DataFrame:  # provided by Store
+        raise NotImplementedError
+
+    def effective_pairs(self, run_id: str, iteration: int, task_id: str | None = None) -> pd.DataFrame:
+        """Auto pairs with the latest pair override applied, one row per (task_id, step, pair_idx)."""
+        where = "WHERE task_id = $task" if task_id is not None else ""
+        params: dict[str, Any] = {"run": run_id, "it": iteration}
+        if task_id is not None:
+            params["task"] = task_id
+        return self.query(f"{EFFECTIVE_PAIRS_SQL} SELECT * FROM eff {where} ORDER BY task_id, step, pair_idx", params)
+
+    def pairs_page(
+        self,
+        run_id: str,
+        iteration: int,
+        *,
+        min_margin: float | None = None,
+        max_margin: float | None = None,
+        text: str | None = None,
+        overridden: bool | None = None,
+        excluded: bool | None = None,
+        ties: bool | None = None,
+        order: str = "task",
+        limit: int = 50,
+        offset: int = 0,
+    ) -> pd.DataFrame:
+        """One page of effective pairs with the task question and both plan texts.
+
+        ``text`` matches (case-insensitively) the question or either plan; ``order`` is ``task``, ``margin`` or
+        ``-margin``. The ``total`` column counts all matching rows (0 rows -> empty frame).
+        """
+        conds, params = [], {"run": run_id, "it": iteration, "limit": int(limit), "offset": int(offset)}
+        for name, value, sql in (
+            ("min_margin", min_margin, "margin >= $min_margin"),
+            ("max_margin", max_margin, "margin <= $max_margin"),
+            ("overridden", overridden, "overridden = $overridden"),
+            ("excluded", excluded, "excluded = $excluded"),
+            ("ties", ties, "tie = $ties"),
+        ):
+            if value is not None:
+                conds.append(sql)
+                params[name] = value
+        if text:
+            conds.append(
+                "(contains(lower(question), lower($text)) OR contains(lower(chosen_text), lower($text)) "
+                "OR contains(lower(rejected_text), lower($text)))"
+            )
+            params["text"] = text
+        orders = {"task": "task_id, step, pair_idx", "margin": "margin, task_id", "-margin": "margin DESC, task_id"}
+        if order not in orders:
+            raise ValueError(f"order must be one of {', '.join(orders)}")
+        join = """LEFT JOIN tasks t ON t.run_id = $run AND t.task_id = e.task_id
+            LEFT JOIN plans pc ON pc.run_id = $run AND pc.iteration = $it AND pc.task_id = e.task_id
+                AND pc.step = e.step AND pc.k = e.chosen_k
+            LEFT JOIN plans pr ON pr.run_id = $run AND pr.iteration = $it AND pr.task_id = e.task_id
+                AND pr.step = e.step AND pr.k = e.rejected_k"""
+        if text:  # the filter needs the plan texts: join every pair, then page
+            sql = f"""{EFFECTIVE_PAIRS_SQL}, joined AS (
+                SELECT e.*, t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text, pc.prompt
+                FROM eff e {join})
+            SELECT *, count(*) OVER () AS total FROM joined WHERE {" AND ".join(conds)}
+            ORDER BY {orders[order]} LIMIT $limit OFFSET $offset"""
+        else:  # page the effective pairs first, then join texts for the page's rows only (bench store: 1M plans)
+            sql = f"""{EFFECTIVE_PAIRS_SQL}, page AS (
+                SELECT *, count(*) OVER () AS total FROM eff WHERE {" AND ".join(conds) or "TRUE"}
+                ORDER BY {orders[order]} LIMIT $limit OFFSET $offset),
+            joined AS (
+                SELECT e.* EXCLUDE (total), t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text,
+                       pc.prompt, e.total
+                FROM page e {join})
+            SELECT * FROM joined ORDER BY {orders[order]}"""
+        return self.query(sql, params)
+
+    def task_plans(self, run_id: str, iteration: int, task_id: str, step: int | None = None) -> pd.DataFrame:
+        """The K plans of a task (every step, or one) with scores, sorted by step then logppl (best first), flagged
+        ``chosen``/``rejected`` from the effective pairs (``in_training`` when that pair is neither excluded nor tie).
+        """
+        params: dict[str, Any] = {"run": run_id, "it": iteration, "task": task_id}
+        step_cond = ""
+        if step is not None:
+            step_cond, params["step"] = "AND p.step = $step", int(step)
+        sql = f"""{EFFECTIVE_PAIRS_SQL}, flags AS (
+            SELECT step, k, bool_or(role = 'chosen') AS chosen, bool_or(role = 'rejected') AS rejected,
+                   bool_or(NOT excluded AND NOT tie) AS in_training
+            FROM (SELECT step, chosen_k AS k, 'chosen' AS role, excluded, tie FROM eff WHERE task_id = $task
+                  UNION ALL
+                  SELECT step, rejected_k, 'rejected', excluded, tie FROM eff WHERE task_id = $task)
+            GROUP BY step, k)
+        SELECT p.task_id, p.step, p.k, p.text, p.subgoals_json, p.well_formed, s.logppl, s.ppl, s.n_tokens,
+               coalesce(f.chosen, FALSE) AS chosen, coalesce(f.rejected, FALSE) AS rejected,
+               coalesce(f.in_training, FALSE) AS in_training
+        FROM plans p
+        LEFT JOIN scores s USING (run_id, iteration, task_id, step, k)
+        LEFT JOIN flags f ON f.step = p.step AND f.k = p.k
+        WHERE p.run_id = $run AND p.iteration = $it AND p.task_id = $task {step_cond}
+        ORDER BY p.step, s.logppl NULLS LAST, p.k"""
+        return self.query(sql, params)
+
+    def verdict_rows(self, run_id: str, iteration: int | None = None) -> pd.DataFrame:
+        """Every verdict with its grounding, judged plan, task and latest verdict override (all iterations when
+        ``iteration`` is None)."""
+        params: dict[str, Any] = {"run": run_id}
+        cond = "TRUE"
+        if iteration is not None:
+            cond, params["it"] = "iteration = $it", int(iteration)
+        return self.query(f"{_verdicts_sql(cond)} SELECT * FROM vrows ORDER BY iteration, task_id, step, k", params)
+
+    def verdict_queue(
+        self,
+        run_id: str,
+        iteration: int,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        overridden: bool | None = None,
+    ) -> pd.DataFrame:
+        """A page of verdicts (optionally one critic ``status``, or only (not) overridden) with a ``total`` column."""
+        params: dict[str, Any] = {"run": run_id, "it": int(iteration), "limit": int(limit), "offset": int(offset)}
+        conds = []
+        if status is not None:
+            conds.append("status = $status")
+            params["status"] = status
+        if overridden is not None:
+            conds.append("(override_action IS NOT NULL) = $overridden")
+            params["overridden"] = overridden
+        sql = f"""{_verdicts_sql("iteration = $it")}
+        SELECT *, count(*) OVER () AS total FROM vrows WHERE {" AND ".join(conds) or "TRUE"}
+        ORDER BY task_id, step, k LIMIT $limit OFFSET $offset"""
+        return self.query(sql, params)
+
+
+# Latest pair override per (task_id, step, pair_idx); a "restore" as the latest row means "back to auto".
+# Pair overrides carry pair_idx (default 0) and, for "choose", chosen_k/rejected_k in after_json.
+EFFECTIVE_PAIRS_SQL = """
+WITH po AS (
+    SELECT o.*, coalesce(TRY_CAST(json_extract_string(o.after_json, '$.pair_idx') AS INTEGER), 0) AS pidx
+    FROM overrides o WHERE o.run_id = $run AND o.iteration = $it AND o.target = 'pair'),
+lo AS (
+    SELECT * FROM (SELECT po.*, row_number() OVER (PARTITION BY task_id, step, pidx ORDER BY override_id DESC) AS rn
+                   FROM po)
+    WHERE rn = 1 AND action <> 'restore'),
+base AS (
+    SELECT coalesce(p.task_id, lo.task_id) AS task_id, coalesce(p.step, lo.step) AS step,
+           coalesce(p.pair_idx, lo.pidx) AS pair_idx, coalesce(p.rule, 'manual') AS rule,
+           p.chosen_k AS auto_chosen_k, p.rejected_k AS auto_rejected_k,
+           p.chosen_logppl AS a_chosen_logppl, p.rejected_logppl AS a_rejected_logppl,
+           lo.action AS override_action, lo.override_id, lo.curator, lo.reason AS override_reason,
+           TRY_CAST(json_extract_string(lo.after_json, '$.chosen_k') AS INTEGER) AS o_chosen_k,
+           TRY_CAST(json_extract_string(lo.after_json, '$.rejected_k') AS INTEGER) AS o_rejected_k
+    FROM (SELECT * FROM pairs WHERE run_id = $run AND iteration = $it) p
+    FULL OUTER JOIN lo ON p.task_id = lo.task_id AND p.step = lo.step AND p.pair_idx = lo.pidx
+    -- an override of a pair the rule no longer produces has nothing to act on, except an explicit choice
+    WHERE p.task_id IS NOT NULL OR lo.action = 'choose'),
+ks AS (
+    SELECT b.*,
+        CASE override_action WHEN 'swap' THEN auto_rejected_k WHEN 'choose' THEN o_chosen_k ELSE auto_chosen_k END
+            AS chosen_k,
+        CASE override_action WHEN 'swap' THEN auto_chosen_k WHEN 'choose' THEN o_rejected_k ELSE auto_rejected_k END
+            AS rejected_k
+    FROM base b),
+lp AS (
+    SELECT ks.*,
+        CASE override_action WHEN 'swap' THEN a_rejected_logppl WHEN 'choose' THEN sc.logppl
+            ELSE a_chosen_logppl END AS chosen_logppl,
+        CASE override_action WHEN 'swap' THEN a_chosen_logppl WHEN 'choose' THEN sr.logppl
+            ELSE a_rejected_logppl END AS rejected_logppl
+    FROM ks
+    LEFT JOIN scores sc ON sc.run_id = $run AND sc.iteration = $it AND sc.task_id = ks.task_id
+        AND sc.step = ks.step AND sc.k = ks.chosen_k
+    LEFT JOIN scores sr ON sr.run_id = $run AND sr.iteration = $it AND sr.task_id = ks.task_id
+        AND sr.step = ks.step AND sr.k = ks.rejected_k),
+eff AS (
+    SELECT $run AS run_id, CAST($it AS INTEGER) AS iteration, task_id, step, pair_idx, chosen_k, rejected_k,
+           chosen_logppl, rejected_logppl, rejected_logppl - chosen_logppl AS margin, rule,
+           auto_chosen_k, auto_rejected_k,
+           override_action IS NOT NULL AS overridden,
+           coalesce(override_action = 'exclude', FALSE) AS excluded,
+           coalesce(override_action = 'tie', FALSE) AS tie,
+           override_action, override_id, curator, override_reason
+    FROM lp)
+"""
+
+
+def _verdicts_sql(iteration_cond: str) -> str:
+    """Verdict rows joined with grounding, plan, task and latest verdict override; ``iteration_cond`` is one of
+    two fixed snippets chosen in code (never user text)."""
+    return f"""
+WITH vo AS (
+    SELECT * FROM (
+        SELECT o.*, row_number() OVER (PARTITION BY iteration, task_id, step, k ORDER BY override_id DESC) AS rn
+        FROM overrides o WHERE o.run_id = $run AND o.target = 'verdict' AND {iteration_cond})
+    WHERE rn = 1 AND action <> 'restore'),
+vrows AS (
+    SELECT v.*, vo.action AS override_action, vo.after_json AS override_after_json, vo.curator,
+           vo.reason AS override_reason, vo.override_id,
+           g.actions AS grounding_actions, g.ok AS grounding_ok, g.correct AS grounding_correct,
+           p.text AS plan_text, p.subgoals_json AS plan_subgoals_json, t.question, t.domain
+    FROM (SELECT * FROM verdicts WHERE run_id = $run AND {iteration_cond}) v
+    LEFT JOIN vo ON vo.iteration = v.iteration AND vo.task_id = v.task_id AND vo.step = v.step AND vo.k = v.k
+    LEFT JOIN groundings g ON g.run_id = v.run_id AND g.iteration = v.iteration AND g.task_id = v.task_id
+        AND g.step = v.step AND g.k = v.k
+    LEFT JOIN plans p ON p.run_id = v.run_id AND p.iteration = v.iteration AND p.task_id = v.task_id
+        AND p.step = v.step AND p.k = v.k
+    LEFT JOIN tasks t ON t.run_id = v.run_id AND t.task_id = v.task_id)
+"""
