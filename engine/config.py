@@ -90,6 +90,8 @@ class SampleSection:
     max_new_tokens: int = _f(128, "longest plan in tokens")
     batch_size: int = _f(16, "prompts per generate call")
     formulation: str = _f("onetime", "onetime | iterative")
+    backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the planner "
+                            "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])")
 
 
 @dataclass
@@ -111,6 +113,30 @@ class GroundSection:
     max_new_tokens: int = _f(192, "longest grounding in tokens")
     batch_size: int = _f(16, "prompts per generate call")
     which: str = _f("all", "all: ground every sampled plan | best: only the lowest-PPL plan per task")
+    backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the grounder "
+                            "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])")
+
+
+@dataclass
+class VLLMSection:
+    gpu_memory_utilization: float = _f(0.5, "share of GPU memory vLLM may take; the in-process HF planner and "
+                                            "grounder (scoring) stay loaded beside it")
+    tensor_parallel_size: int = _f(1, "GPUs one vLLM engine shards the model over")
+    max_model_len: int = _f(0, "context length vLLM reserves KV cache for (0: the model's own)")
+    enforce_eager: bool = _f(False, "skip CUDA-graph capture: faster start-up, slower decoding")
+
+
+@dataclass
+class LaunchSection:
+    mode: str = _f("inprocess", "inprocess: train_planner/train_grounder run TRL in this process | accelerate: "
+                                "each runs as an `accelerate launch` subprocess (multi-GPU, DeepSpeed, FSDP)")
+    accelerate_config: str = _f("examples/accelerate/single_process.yaml",
+                                "accelerate: the `accelerate launch --config_file` (relative paths: from the "
+                                "working directory); see examples/accelerate/")
+    num_processes: int = _f(1, "accelerate: training processes (one per GPU); overrides the config file's")
+    extra_args: list[str] = _f([], "accelerate: more `accelerate launch` arguments, e.g. [\"--main_process_port\", "
+                                    "\"29501\"]")
+    poll_s: float = _f(1.0, "accelerate: seconds between reads of the worker's log and the stop flag")
 
 
 @dataclass
@@ -176,6 +202,8 @@ class RunConfig:
     evaluate: EvaluateSection = field(default_factory=EvaluateSection)
     tools: ToolsSection = field(default_factory=ToolsSection)
     stages: StagesSection = field(default_factory=StagesSection)
+    vllm: VLLMSection = field(default_factory=VLLMSection)
+    launch: LaunchSection = field(default_factory=LaunchSection)
 
 
 CHOICES = {
@@ -193,10 +221,14 @@ CHOICES = {
     "dpo.reference": ("previous", "initial"),
     "dpo.bf16": ("auto", "true", "false"),
     "sft.bf16": ("auto", "true", "false"),
+    "sample.backend": ("hf", "vllm"),
+    "ground.backend": ("hf", "vllm"),
+    "launch.mode": ("inprocess", "accelerate"),
 }
 POSITIVE = ("sample.k", "sample.max_new_tokens", "sample.batch_size", "score.batch_size", "ground.batch_size",
             "ground.max_new_tokens", "critic.max_tokens", "critic.concurrency", "dpo.batch_size", "sft.batch_size",
-            "evaluate.batch_size", "run.iterations", "dpo.max_length", "sft.max_length")
+            "evaluate.batch_size", "run.iterations", "dpo.max_length", "sft.max_length", "launch.num_processes",
+            "vllm.tensor_parallel_size")
 
 
 def _validate(config: RunConfig, source: str | None) -> None:
@@ -224,6 +256,19 @@ def _validate(config: RunConfig, source: str | None) -> None:
         raise ConfigError("critic.base_url", "required for the openai backend", source)
     if bool(config.tools.qa_base_url) != bool(config.tools.qa_model):
         raise ConfigError("tools.qa_model", "set both tools.qa_base_url and tools.qa_model, or neither", source)
+    for dotted, role in (("sample.backend", "planner"), ("ground.backend", "grounder")):
+        if _get(config, dotted) == "vllm" and getattr(config, role).adapter:
+            # vLLM serves plain weights here; merging on the fly would write a second copy of the model.
+            raise ConfigError(f"{role}.adapter", f"not supported with {dotted} = vllm: merge the adapter into the "
+                                                 "model first (or use the hf backend)", source)
+    if not 0 < config.vllm.gpu_memory_utilization <= 1:
+        raise ConfigError("vllm.gpu_memory_utilization", "must be in (0, 1]", source)
+    if config.launch.mode == "accelerate" and not config.launch.accelerate_config:
+        raise ConfigError("launch.accelerate_config", "required when launch.mode = accelerate", source)
+    if config.vllm.max_model_len < 0:
+        raise ConfigError("vllm.max_model_len", "must be >= 0 (0: the model's own)", source)
+    if config.launch.poll_s <= 0:
+        raise ConfigError("launch.poll_s", "must be > 0", source)
     for split in config.evaluate.splits:
         if split not in ("train", "held_in", "held_out"):
             raise ConfigError("evaluate.splits", f"{split!r} is not one of train, held_in, held_out", source)

@@ -3,7 +3,8 @@
 ``ground.which`` = ``all`` grounds every sampled plan (identical plan texts are grounded once and shared),
 ``best`` only the lowest-PPL plan per task-step. Each grounding is executed with the task's tools and judged
 against the gold answer (iterative: the step's result against the gold step's result). Rows go to
-``groundings``; a resumed stage skips plans that already have one.
+``groundings``; a resumed stage skips plans that already have one. ``ground.backend`` picks the generator (``hf``:
+the in-memory grounder; ``vllm``: a vLLM engine on the grounder checkpoint, see engine/vllm_backend.py).
 """
 
 from __future__ import annotations
@@ -55,27 +56,35 @@ def run(ctx: StageContext) -> dict[str, int]:
                                   batch_size=cfg.batch_size)
     written = 0
     chunks = batches(todo, cfg.batch_size * 4)
-    for index, chunk in enumerate(chunks):
-        ctx.check_stop()
-        prompts_by_row = []
-        for row in chunk:
-            task = tasks[row.task_id]
-            if row.step and task.id not in gold_results:
-                gold_results[task.id] = gold_step_results(task)
-            subgoals = json.loads(row.subgoals_json) or [row.text.strip() or "(empty plan)"]
-            prompts_by_row.append(scoring_pair(grounder, task, row.step, subgoals, gold_results.get(task.id, []))[0])
-        unique = list(dict.fromkeys(prompts_by_row))  # identical plans -> one generation
-        seed = ctx.config.run.seed * 100_003 + ctx.iteration * 1_009 + 500 + index
-        generated = dict(zip(unique, (o[0] for o in models.generate(grounder.model, grounder.tokenizer, unique, gen,
-                                                                     seed=seed))))
-        rows = []
-        for row, prompt in zip(chunk, prompts_by_row):
-            task, actions = tasks[row.task_id], generated[prompt]
-            execution, correct = judge(task, row.step, actions, gold_results.get(task.id, []), qa)
-            rows.append({"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": row.task_id, "step": row.step,
-                         "k": row.k, "prompt": prompt, "actions": actions, "ok": execution["ok"],
-                         "values_json": json.dumps(execution["values"], ensure_ascii=False),
-                         "answer": execution["answer"], "correct": correct, "error": execution["error"]})
-        written += ctx.store.write("groundings", rows)
-        ctx.report(index + 1, len(chunks), f"{written} groundings")
+    if not chunks:  # resumed with nothing left: do not start a (vLLM) engine for nothing
+        return {"rows": ctx.store.count("groundings", ctx.run_id, ctx.iteration), "new_rows": 0}
+    generator = models.generator_for(cfg.backend, grounder, ctx.agent_path("grounder", ctx.iteration),
+                                     field="ground.backend", dtype=ctx.config.grounder.dtype, options=ctx.config.vllm)
+    try:
+        for index, chunk in enumerate(chunks):
+            ctx.check_stop()
+            prompts_by_row = []
+            for row in chunk:
+                task = tasks[row.task_id]
+                if row.step and task.id not in gold_results:
+                    gold_results[task.id] = gold_step_results(task)
+                subgoals = json.loads(row.subgoals_json) or [row.text.strip() or "(empty plan)"]
+                prompts_by_row.append(scoring_pair(grounder, task, row.step, subgoals,
+                                                   gold_results.get(task.id, []))[0])
+            unique = list(dict.fromkeys(prompts_by_row))  # identical plans -> one generation
+            seed = ctx.config.run.seed * 100_003 + ctx.iteration * 1_009 + 500 + index
+            generated = dict(zip(unique, (o[0] for o in generator.generate(unique, gen, seed=seed))))
+            rows = []
+            for row, prompt in zip(chunk, prompts_by_row):
+                task, actions = tasks[row.task_id], generated[prompt]
+                execution, correct = judge(task, row.step, actions, gold_results.get(task.id, []), qa)
+                rows.append({"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": row.task_id,
+                             "step": row.step, "k": row.k, "prompt": prompt, "actions": actions,
+                             "ok": execution["ok"],
+                             "values_json": json.dumps(execution["values"], ensure_ascii=False),
+                             "answer": execution["answer"], "correct": correct, "error": execution["error"]})
+            written += ctx.store.write("groundings", rows)
+            ctx.report(index + 1, len(chunks), f"{written} groundings")
+    finally:
+        generator.close()  # a vLLM engine's GPU memory goes back before the next stage
     return {"rows": ctx.store.count("groundings", ctx.run_id, ctx.iteration), "new_rows": written}

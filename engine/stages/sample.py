@@ -2,7 +2,8 @@
 
 Onetime: K complete plans per task. Iterative: for each step s of the gold plan, K candidate next turns given the
 gold history (gold subgoals 1..s-1 and their executed results). Writes ``plans`` rows in task batches, one
-transaction per batch; a resumed stage skips tasks that already have plans.
+transaction per batch; a resumed stage skips tasks that already have plans. ``sample.backend`` picks the generator
+(``hf``: the in-memory planner; ``vllm``: a vLLM engine on the planner checkpoint, see engine/vllm_backend.py).
 """
 
 from __future__ import annotations
@@ -54,18 +55,25 @@ def run(ctx: StageContext) -> dict[str, int]:
     for unit in units:
         by_task.setdefault(unit[0].id, []).append(unit)
     task_batches = batches(list(by_task.values()), max(1, cfg.batch_size))
-    for index, group in enumerate(task_batches):
-        ctx.check_stop()
-        flat = [u for task_units in group for u in task_units]
-        seed = ctx.config.run.seed * 100_003 + ctx.iteration * 1_009 + index
-        outputs = models.generate(planner.model, planner.tokenizer, [u[2] for u in flat], gen, seed=seed)
-        rows = []
-        for (task, step, prompt), texts in zip(flat, outputs):
-            for k, text in enumerate(texts):
-                subgoals, well_formed = read_turn(text, cfg.formulation)
-                rows.append({"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": task.id, "step": step,
-                             "k": k, "prompt": prompt, "text": text, "subgoals_json": json.dumps(subgoals),
-                             "well_formed": well_formed})
-        written += ctx.store.write("plans", rows)
-        ctx.report(index + 1, len(task_batches), f"{written} plans")
+    if not task_batches:  # resumed with nothing left: do not start a (vLLM) engine for nothing
+        return {"rows": ctx.store.count("plans", ctx.run_id, ctx.iteration), "new_rows": 0}
+    generator = models.generator_for(cfg.backend, planner, ctx.agent_path("planner", ctx.iteration),
+                                     field="sample.backend", dtype=ctx.config.planner.dtype, options=ctx.config.vllm)
+    try:
+        for index, group in enumerate(task_batches):
+            ctx.check_stop()
+            flat = [u for task_units in group for u in task_units]
+            seed = ctx.config.run.seed * 100_003 + ctx.iteration * 1_009 + index
+            outputs = generator.generate([u[2] for u in flat], gen, seed=seed)
+            rows = []
+            for (task, step, prompt), texts in zip(flat, outputs):
+                for k, text in enumerate(texts):
+                    subgoals, well_formed = read_turn(text, cfg.formulation)
+                    rows.append({"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": task.id, "step": step,
+                                 "k": k, "prompt": prompt, "text": text, "subgoals_json": json.dumps(subgoals),
+                                 "well_formed": well_formed})
+            written += ctx.store.write("plans", rows)
+            ctx.report(index + 1, len(task_batches), f"{written} plans")
+    finally:
+        generator.close()  # a vLLM engine's GPU memory goes back before the next stage
     return {"rows": ctx.store.count("plans", ctx.run_id, ctx.iteration), "new_rows": written}

@@ -4,6 +4,11 @@ Both train a fresh copy of the iteration's starting agent with TRL, log every TR
 honour the stop flag after each optimizer step, and save the result as the iteration's checkpoint
 (``run_dir/iter_TT/<role>``, full weights; a LoRA run merges its adapter first). With nothing to train on they
 record the starting checkpoint unchanged, so the next iteration always has a planner and a grounder.
+
+``launch.mode = "accelerate"`` trains in an ``accelerate launch`` subprocess instead (engine/launch.py and
+engine/train_worker.py: same rows, settings, seed, reference rule and trainer functions; logs streamed into
+``train_logs`` while it runs; the stop flag terminates it). The parent then loads no model at all: the grounder's
+rows need only its tokenizer, and cached agents are dropped so the GPUs are free for the training ranks.
 """
 
 from __future__ import annotations
@@ -51,6 +56,55 @@ def _steps(n_rows: int, settings) -> int:
     return max(1, int(-(-n_rows // per_step) * settings.epochs))
 
 
+def _launched(ctx: StageContext) -> bool:
+    return ctx.config.launch.mode == "accelerate"
+
+
+def _model_ref(ctx: StageContext, role: str, iteration: int):
+    """What ``ctx.agent(role, iteration)`` would load, as a path for the training subprocess."""
+    from engine.launch import ModelRef
+
+    section = getattr(ctx.config, role)
+    path = ctx.agent_path(role, iteration)
+    # As in runtime.load_agent: the configured adapter applies to the configured model only, not to checkpoints.
+    return ModelRef(path=path, adapter=section.adapter if path == section.path else "", dtype=section.dtype)
+
+
+def _prompt_agent(ctx: StageContext, role: str) -> Agent:
+    """The starting agent without its weights (the tokenizer renders the rows; the subprocess loads the model)."""
+    from engine.models import load_tokenizer
+
+    ref = _model_ref(ctx, role, ctx.iteration)
+    return Agent(None, load_tokenizer(ref.adapter or ref.path), getattr(ctx.config, role).chat_template)
+
+
+def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str, str]], settings) -> int:
+    """Train ``role`` on ``rows`` in an ``accelerate launch`` subprocess, record its checkpoint; the log lines."""
+    import gc
+
+    import torch
+
+    from engine.launch import run_training
+
+    ctx.forget_agents()  # the parent's cached models would sit on GPU 0 beside a training rank
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    reference = None
+    if kind == "dpo" and settings.reference == "initial" and ctx.iteration > 1:
+        reference = _model_ref(ctx, role, 1)  # the warm-start planner, frozen
+    stage = ctx.stage or f"train_{role}"
+    ranks = ctx.config.launch.num_processes
+    output = ctx.iteration_dir() / role
+    lines = run_training(stage=stage, kind=kind, work_dir=ctx.iteration_dir() / "launch" / stage, output_dir=output,
+                         rows=rows, settings=settings, model=_model_ref(ctx, role, ctx.iteration),
+                         reference=reference, launch=ctx.config.launch,
+                         on_log=_train_logger(ctx, _steps(-(-len(rows) // ranks), settings)),
+                         should_stop=ctx.should_stop)
+    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, str(output), "lora-merged" if settings.lora else "full")
+    return lines
+
+
 def run_planner(ctx: StageContext) -> dict[str, int | str]:
     from engine.training import dpo_train
 
@@ -58,6 +112,10 @@ def run_planner(ctx: StageContext) -> dict[str, int | str]:
             for r in pair_rows(ctx.store, ctx.run_id, ctx.iteration)]
     if not rows:
         return _keep_previous(ctx, "planner", "no preference pairs: planner unchanged")
+    if _launched(ctx):
+        settings = copy.deepcopy(ctx.config.dpo)
+        settings.seed = ctx.config.run.seed + ctx.iteration
+        return {"rows": len(rows), "log_lines": _train_launched(ctx, "planner", "dpo", rows, settings)}
     start = ctx.agent("planner")
     settings = copy.deepcopy(ctx.config.dpo)
     settings.seed = ctx.config.run.seed + ctx.iteration
@@ -106,7 +164,7 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
     original = original_grounder_rows(ctx.config, ctx.store.get_tasks(ctx.run_id, split="train"))
     n_original = min(len(original), int(round(len(new) * ctx.config.sft.original_ratio)))
     mixed = new + random.Random(ctx.config.run.seed + ctx.iteration).sample(original, n_original)
-    start = ctx.agent("grounder")
+    start = _prompt_agent(ctx, "grounder") if _launched(ctx) else ctx.agent("grounder")
     rows = []
     for task, subgoals, actions in mixed:
         prompt, completion = prompts.prompt_and_completion(prompts.grounder_messages(task, subgoals, [actions]),
@@ -114,6 +172,9 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
         rows.append({"prompt": prompt, "completion": completion.removesuffix(start.tokenizer.eos_token or "")})
     settings = copy.deepcopy(ctx.config.sft)
     settings.seed = ctx.config.run.seed + ctx.iteration
+    if _launched(ctx):
+        lines = _train_launched(ctx, "grounder", "sft", rows, settings)
+        return {"rows": len(rows), "new_rows": len(new), "original_rows": n_original, "log_lines": lines}
     model = copy.deepcopy(start.model)
     model.train()
     trained, history = sft_train(model, start.tokenizer, rows, settings,

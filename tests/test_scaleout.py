@@ -1,0 +1,223 @@
+"""Scale-out: generation backends (hf default, optional vLLM), training through `accelerate launch`, GPU presets.
+
+Runs on a CPU: the accelerate path is exercised with one process (examples/accelerate/single_process.yaml); vLLM
+tests skip unless the package is installed (it needs a CUDA GPU).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import models
+from engine.config import LaunchSection, TrainSettings, load_config
+from engine.errors import ConfigError
+from engine.loop import create_run, run_stage
+from engine.store import Store
+from engine.tasks import write_tasks
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+HAS_CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture
+def loop_config(tmp_path, tiny_agents_dir, demo_tasks):
+    """The tiny one-iteration loop of tests/test_loop.py."""
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(demo_tasks, tasks_file)
+    overrides = [
+        f"data.tasks={tasks_file}", "data.train_limit=4", "data.eval_limit=2", f"run.workdir={tmp_path / 'runs'}",
+        f"planner.path={tiny_agents_dir / 'planner'}", f"grounder.path={tiny_agents_dir / 'grounder'}",
+        "sample.k=3", "sample.max_new_tokens=16", "sample.batch_size=2", "score.batch_size=4",
+        "ground.max_new_tokens=16", "ground.batch_size=4", "evaluate.plan_max_new_tokens=12",
+        "evaluate.ground_max_new_tokens=12", "evaluate.batch_size=4", "pairs.min_gap=0.0",
+        "dpo.max_steps=2", "dpo.batch_size=2", "dpo.learning_rate=1e-3", "dpo.max_length=160",
+        "sft.max_steps=2", "sft.batch_size=2", "sft.learning_rate=1e-3", "sft.max_length=256", "run.iterations=1",
+    ]
+    return load_config(None, overrides)
+
+
+# -- config and presets ----------------------------------------------------------------------------------------------
+
+def test_gpu_presets_load():
+    one = load_config(ROOT / "examples" / "gpu-24gb.toml")
+    assert "0.5B" in one.planner.path and one.dpo.lora and one.sft.lora and one.launch.mode == "inprocess"
+    eight = load_config(ROOT / "examples" / "gpu-8x.toml")
+    assert eight.launch.mode == "accelerate" and eight.launch.num_processes == 8
+    assert eight.launch.accelerate_config == "examples/accelerate/zero2.yaml"
+    assert (eight.sample.backend, eight.ground.backend) == ("vllm", "vllm")
+    assert (eight.dpo.learning_rate, eight.dpo.beta, eight.sft.learning_rate) == (4e-7, 0.2, 2e-5)
+    assert not eight.dpo.lora and not eight.sft.lora and eight.dpo.bf16 == eight.sft.bf16 == "true"
+    for preset in (one, eight):  # every referenced accelerate config ships with the repository
+        assert (ROOT / preset.launch.accelerate_config).is_file()
+
+
+def test_defaults_keep_the_single_process_paths():
+    config = load_config(None)
+    assert (config.sample.backend, config.ground.backend, config.launch.mode) == ("hf", "hf", "inprocess")
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    (["sample.backend=tgi"], "sample.backend: 'tgi' is not one of hf, vllm"),
+    (["ground.backend=x"], "ground.backend: 'x' is not one of hf, vllm"),
+    (["launch.mode=slurm"], "launch.mode: 'slurm' is not one of inprocess, accelerate"),
+    (["launch.num_processes=0"], "launch.num_processes: must be >= 1"),
+    (["launch.mode=accelerate", "launch.accelerate_config="], "launch.accelerate_config: required"),
+    (["sample.backend=vllm", "planner.adapter=/x"], "planner.adapter: not supported with sample.backend = vllm"),
+    (["vllm.gpu_memory_utilization=1.5"], "vllm.gpu_memory_utilization: must be in (0, 1]"),
+])
+def test_scaleout_fields_are_validated(override, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_config(None, override)
+
+
+def test_accelerate_configs_parse():
+    import yaml
+
+    for name in ("single_process", "ddp", "zero2", "zero3", "fsdp"):
+        data = yaml.safe_load((ROOT / "examples" / "accelerate" / f"{name}.yaml").read_text())
+        assert data["distributed_type"] in ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP"), name
+        ds_file = data.get("deepspeed_config", {}).get("deepspeed_config_file")
+        if ds_file:
+            assert json.loads((ROOT / ds_file).read_text())["zero_optimization"]["stage"] in (2, 3)
+
+
+# -- generation backends ---------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed: the missing-package error cannot happen")
+def test_vllm_backend_without_vllm_names_the_field_and_the_install(tmp_path, loop_config):
+    loop_config.sample.backend = "vllm"
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, loop_config)
+        with pytest.raises(ConfigError) as caught:
+            run_stage(store, run_id, 1, "sample")
+        assert store.stage_status(run_id, 1)["sample"]["status"] == "failed"
+    assert caught.value.field == "sample.backend"
+    assert "pip install moat-studio[vllm]" in str(caught.value)
+
+
+def test_hf_generator_is_plain_generate(tiny_agents):
+    planner, _ = tiny_agents
+    config = models.GenerationConfig(max_new_tokens=6, temperature=1.0, top_p=0.95, num_return_sequences=2)
+    prompts = ["<|user|>\nplan 1 + 2\n<|assistant|>\n", "<|user|>\nplan 3 * 4\n<|assistant|>\n"]
+    generator = models.generator_for("hf", planner, "unused", field="sample.backend")
+    via_backend = generator.generate(prompts, config, seed=7)
+    generator.close()
+    assert via_backend == models.generate(planner.model, planner.tokenizer, prompts, config, seed=7)
+    assert [len(g) for g in via_backend] == [2, 2]
+
+
+@pytest.mark.skipif(not (HAS_VLLM and HAS_CUDA), reason="needs vLLM and a CUDA GPU")
+def test_vllm_backend_outputs_contract(tiny_agents_dir, tiny_agents):
+    from engine.vllm_backend import VLLMGenerator
+
+    planner, _ = tiny_agents
+    prompts = ["<|user|>\nplan 1 + 2\n<|assistant|>\n", "<|user|>\nplan 3 * 4\n<|assistant|>\n"]
+    with VLLMGenerator(str(tiny_agents_dir / "planner"), dtype="float32", tokenizer=planner.tokenizer) as gen:
+        sampled = gen.generate(prompts, models.GenerationConfig(max_new_tokens=8, num_return_sequences=3), seed=1)
+        greedy = gen.generate(prompts, models.GenerationConfig(max_new_tokens=8, temperature=0.0), seed=1)
+    assert [len(s) for s in sampled] == [3, 3] and all(isinstance(t, str) for s in sampled for t in s)
+    assert [len(g) for g in greedy] == [1, 1]
+
+
+# -- training through accelerate launch ------------------------------------------------------------------------------
+
+def _params(path):
+    from transformers import AutoModelForCausalLM
+
+    return {n: p.detach().clone() for n, p in AutoModelForCausalLM.from_pretrained(path).named_parameters()}
+
+
+@pytest.mark.slow
+def test_accelerate_launch_trains_planner_and_grounder(tmp_path, loop_config, tiny_agents_dir):
+    loop_config.launch.mode = "accelerate"
+    loop_config.launch.accelerate_config = str(ROOT / "examples" / "accelerate" / "single_process.yaml")
+    loop_config.launch.poll_s = 0.2
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, loop_config)
+        for stage in ("sample", "score", "pairs", "ground", "critique", "train_planner", "train_grounder"):
+            assert run_stage(store, run_id, 1, stage) == "done", (stage, store.stage_status(run_id, 1)[stage])
+        assert store.count("pairs", run_id, 1) > 0, "min_gap 0 over 3 samples should give pairs"
+        logs = store.frame("train_logs", run_id, 1)
+        for stage, role in (("train_planner", "planner"), ("train_grounder", "grounder")):
+            checkpoint = store.checkpoint(run_id, 1, role)
+            assert checkpoint["path"].endswith(f"iter_01/{role}") and checkpoint["kind"] == "full"
+            before, after = _params(tiny_agents_dir / role), _params(checkpoint["path"])
+            assert all(not (before[n] == after[n]).all() for n in before if "norm" not in n), role
+            assert (logs.stage == stage).sum() >= 2, stage  # per-step lines plus the final summary
+            counts = store.stage_status(run_id, 1)[stage]["counts"]
+            assert counts["log_lines"] == (logs.stage == stage).sum()
+            work = Path(checkpoint["path"]).parent / "launch" / stage
+            spec = json.loads((work / "spec.json").read_text())
+            assert spec["kind"] == ("dpo" if role == "planner" else "sft") and spec["settings"]["seed"] == 1
+        assert any("rewards/margins" in text for text in logs[logs.stage == "train_planner"].logs_json)
+        assert logs[logs.stage == "train_grounder"].loss.notna().any()
+        grounder_ckpt = store.checkpoint(run_id, 1, "grounder")["path"]
+    # The subprocess trains exactly what the in-process path would: same rows, settings, seed, trainer function.
+    from engine.config import SFTSection
+    from engine.training import sft_train
+
+    work = Path(grounder_ckpt).parent / "launch" / "train_grounder"
+    rows = [json.loads(line) for line in (work / "rows.jsonl").read_text().splitlines()]
+    settings = SFTSection(**json.loads((work / "spec.json").read_text())["settings"])
+    model, tokenizer = models.load_model(models.ModelSpec(str(tiny_agents_dir / "grounder")), trainable=True)
+    trained, _ = sft_train(model, tokenizer, rows, settings)
+    launched = _params(grounder_ckpt)
+    assert all(torch.allclose(p, launched[n], atol=1e-6) for n, p in trained.named_parameters())
+
+
+def _fake_launch(monkeypatch, script: str):
+    """Replace the accelerate command with a small Python script (the parent-side mechanics, in a second)."""
+    from engine import launch
+
+    monkeypatch.setattr(launch, "launch_command", lambda settings, spec: [sys.executable, "-c", script, str(spec)])
+
+
+def _kwargs(tmp_path, seen: list, should_stop=lambda: False) -> dict:
+    from engine.launch import ModelRef
+
+    return dict(stage="train_grounder", kind="sft", work_dir=tmp_path / "w", output_dir=tmp_path / "out",
+                rows=[{"prompt": "p", "completion": "c"}], settings=TrainSettings(), model=ModelRef("m"),
+                reference=None, launch=LaunchSection(mode="accelerate", poll_s=0.1), on_log=seen.append,
+                should_stop=should_stop)
+
+
+def test_launch_failure_carries_the_output_tail(tmp_path, monkeypatch):
+    _fake_launch(monkeypatch, "import sys; print('loading model...'); sys.exit('CUDA out of memory on rank 3')")
+    from engine.launch import LaunchFailed, run_training
+
+    with pytest.raises(LaunchFailed, match=r"(?s)exited with status 1.*CUDA out of memory on rank 3"):
+        run_training(**_kwargs(tmp_path, []))
+
+
+def test_launch_streams_logs_and_stop_terminates(tmp_path, monkeypatch):
+    from engine.launch import run_training
+    from engine.stages.context import StageStopped
+
+    script = ("import json, sys, time; spec = json.load(open(sys.argv[1]))\n"
+              "for step in range(1, 1000):\n"
+              "    open(spec['log'], 'a').write(json.dumps({'step': step, 'loss': 1.0 / step}) + '\\n')\n"
+              "    time.sleep(0.05)\n")
+    _fake_launch(monkeypatch, script)
+    seen: list = []
+    with pytest.raises(StageStopped):
+        run_training(**_kwargs(tmp_path, seen, should_stop=lambda: len(seen) >= 3))
+    assert seen[0] == {"step": 1, "loss": 1.0} and [s["step"] for s in seen] == list(range(1, len(seen) + 1))
+    n = len((tmp_path / "w" / "train_log.jsonl").read_text().splitlines())
+    time.sleep(0.3)  # terminated: the log stops growing
+    assert len((tmp_path / "w" / "train_log.jsonl").read_text().splitlines()) == n
+
+
+def test_launch_success_without_checkpoint_fails(tmp_path, monkeypatch):
+    _fake_launch(monkeypatch, "print('nothing to do')")
+    from engine.launch import LaunchFailed, run_training
+
+    with pytest.raises(LaunchFailed, match="wrote no checkpoint"):
+        run_training(**_kwargs(tmp_path, []))
