@@ -175,17 +175,21 @@ ks AS (
         CASE override_action WHEN 'swap' THEN auto_chosen_k WHEN 'choose' THEN o_rejected_k ELSE auto_rejected_k END
             AS rejected_k
     FROM base b),
-lp AS (
-    SELECT ks.*,
-        CASE override_action WHEN 'swap' THEN a_rejected_logppl WHEN 'choose' THEN sc.logppl
-            ELSE a_chosen_logppl END AS chosen_logppl,
-        CASE override_action WHEN 'swap' THEN a_chosen_logppl WHEN 'choose' THEN sr.logppl
-            ELSE a_rejected_logppl END AS rejected_logppl
-    FROM ks
+-- logppls of curator-chosen plans: only the few 'choose' rows touch the (large) scores table
+ch AS (
+    SELECT ks.task_id, ks.step, ks.pair_idx, sc.logppl AS c_logppl, sr.logppl AS r_logppl
+    FROM (SELECT * FROM ks WHERE override_action = 'choose') ks
     LEFT JOIN scores sc ON sc.run_id = $run AND sc.iteration = $it AND sc.task_id = ks.task_id
         AND sc.step = ks.step AND sc.k = ks.chosen_k
     LEFT JOIN scores sr ON sr.run_id = $run AND sr.iteration = $it AND sr.task_id = ks.task_id
         AND sr.step = ks.step AND sr.k = ks.rejected_k),
+lp AS (
+    SELECT ks.*,
+        CASE override_action WHEN 'swap' THEN a_rejected_logppl WHEN 'choose' THEN ch.c_logppl
+            ELSE a_chosen_logppl END AS chosen_logppl,
+        CASE override_action WHEN 'swap' THEN a_chosen_logppl WHEN 'choose' THEN ch.r_logppl
+            ELSE a_rejected_logppl END AS rejected_logppl
+    FROM ks LEFT JOIN ch USING (task_id, step, pair_idx)),
 eff AS (
     SELECT $run AS run_id, CAST($it AS INTEGER) AS iteration, task_id, step, pair_idx, chosen_k, rejected_k,
            chosen_logppl, rejected_logppl, rejected_logppl - chosen_logppl AS margin, rule,
