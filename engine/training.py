@@ -79,6 +79,15 @@ def _lora_config(settings: TrainSettings):
                       target_modules=list(settings.lora_target_modules), task_type="CAUSAL_LM")
 
 
+def _quiet(trainer):
+    """Drop the callback that prints every log dict to stdout: logs go to ``on_log`` (the store), and the CLI's
+    stdout is reserved for its one JSON object."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
 def _finish(trainer, lora: bool):
     model = trainer.model
     if lora:
@@ -101,7 +110,7 @@ def sft_train(model, tokenizer, rows: list[dict[str, str]], settings: TrainSetti
             peft_config=_lora_config(settings) if settings.lora else None,
             callbacks=[StepHooks(on_log, should_stop)],
         )
-        trainer.train()
+        _quiet(trainer).train()
         return _finish(trainer, settings.lora), list(trainer.state.log_history)
 
 
@@ -130,5 +139,5 @@ def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSetting
             processing_class=tokenizer, peft_config=_lora_config(settings) if settings.lora else None,
             callbacks=[StepHooks(on_log, should_stop)],
         )
-        trainer.train()
+        _quiet(trainer).train()
         return _finish(trainer, settings.lora), list(trainer.state.log_history)
