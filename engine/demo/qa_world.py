@@ -11,22 +11,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-# Invented entities get distinct plain words as names: each becomes one token of the demo tokenizer, so copying a
-# name from the question is one step for a tiny model (syllable soups like "Quilo"/"Quitu" were miscopied).
-FIRST_NAMES = ("Alma", "Boris", "Cleo", "Dario", "Edith", "Felix", "Greta", "Hector", "Ines", "Jonas", "Katya",
-               "Leon", "Mira", "Nils", "Oskar", "Petra", "Rufus", "Selma", "Tobias", "Vera")
-SURNAMES = ("Ashby", "Brook", "Carver", "Dunmore", "Ellery", "Fairfax", "Gale", "Hollis", "Ivers", "Jarrow",
-            "Kestrel", "Lowry", "Marsh", "Norcott", "Orwin", "Pryce", "Quarry", "Rowe", "Stroud", "Thorne")
-CITY_NAMES = ("Ambleton", "Brackwater", "Coldharbor", "Dunmere", "Eastwick", "Fernhollow", "Glenrock", "Highmoor",
-              "Ironbridge", "Juniper", "Kingsreach", "Larkfield", "Millbrook", "Northgate", "Oakvale", "Pinecrest",
-              "Queensbury", "Redcliff", "Saltmarsh", "Thornbury", "Umberfield", "Westerly", "Yarrowby", "Zephyrton")
-COUNTRY_NAMES = ("Arvenia", "Belloria", "Caldora", "Dravonia", "Estmark", "Fennland")
-RIVER_NAMES = ("Amber", "Brill", "Corran", "Dove", "Elwy", "Fleet", "Glass", "Heron", "Isle", "Jade")
-COMPANY_WORDS = ("Maple", "Cedar", "Birch", "Willow", "Aspen", "Rowan", "Hazel", "Alder", "Elm", "Juniper",
-                 "Cobalt", "Copper", "Silver", "Granite", "Marble", "Quartz", "Onyx", "Amber", "Coral", "Ivory",
-                 "Falcon", "Raven", "Otter", "Badger", "Heron", "Lynx", "Marten", "Osprey", "Wren", "Finch",
-                 "Summit", "Harbor", "Beacon", "Anchor", "Compass", "Lantern", "Meadow", "Orchard", "Prairie",
-                 "Tundra")
+_SYLLABLES = ("ka", "lo", "ve", "tri", "mon", "sa", "dor", "el", "bri", "nu", "ra", "ost", "fen", "qui", "zar",
+              "hal", "mer", "tu", "vin", "gor", "pel", "ash", "wyn", "cor")
+
+
+def _word(rng: random.Random, parts: int) -> str:
+    return "".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
 
 
 @dataclass
@@ -48,13 +38,21 @@ class FactWorld:
 
 
 def build_world(rng: random.Random, n_people: int = 60, n_cities: int = 24, n_companies: int = 40) -> FactWorld:
+    names: set[str] = set()
+
+    def fresh(make) -> str:
+        while True:
+            candidate = make()
+            if candidate not in names:
+                names.add(candidate)
+                return candidate
+
     world = FactWorld()
-    countries = list(COUNTRY_NAMES)
-    rivers = list(RIVER_NAMES)
-    world.cities = list(CITY_NAMES[:n_cities])
-    people = [f"{first} {last}" for first in FIRST_NAMES for last in SURNAMES]
-    world.people = rng.sample(people, n_people)
-    world.companies = [f"{word} Works" for word in COMPANY_WORDS[:n_companies]]
+    countries = [fresh(lambda: _word(rng, 2) + "ia") for _ in range(6)]
+    rivers = [fresh(lambda: _word(rng, 1) + "r") for _ in range(10)]
+    world.cities = [fresh(lambda: _word(rng, 2)) for _ in range(n_cities)]
+    world.people = [fresh(lambda: f"{_word(rng, 2)} {_word(rng, 2)}") for _ in range(n_people)]
+    world.companies = [fresh(lambda: _word(rng, 2) + " Works") for _ in range(n_companies)]
     for city in world.cities:
         world.country_of[city] = rng.choice(countries)
         world.river_of[city] = rng.choice(rivers)
