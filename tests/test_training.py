@@ -1,0 +1,61 @@
+"""TRL training on tiny models: LoRA DPO (reference = adapter off), precomputed reference log-probs, LoRA SFT,
+the stop flag, and every log line reaching the sink. Each trains for two steps; assertions can fail."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from engine import prompts
+from engine.config import DPOSettings, TrainSettings
+from engine.training import dpo_train, sft_train
+
+ROWS = [
+    {"prompt": "<|user|>\nPlan for task one\n<|assistant|>\n", "chosen": "Subgoal 1: Add 2 and 3.",
+     "rejected": "Subgoal 1: Find it."},
+    {"prompt": "<|user|>\nPlan for task two\n<|assistant|>\n", "chosen": "Subgoal 1: Multiply 4 by 5.",
+     "rejected": "Subgoal 1: Update the count."},
+]
+
+
+def _changed(before, after) -> int:
+    old = dict(before.named_parameters())
+    return sum(not torch.equal(old[n], p) for n, p in after.named_parameters())
+
+
+@pytest.mark.parametrize("variant", ["lora", "precompute"])
+def test_dpo_variants_train_and_log(tiny_agents, variant):
+    planner, _ = tiny_agents
+    start = copy.deepcopy(planner.model)
+    settings = DPOSettings(learning_rate=5e-3, max_steps=2, batch_size=2, max_length=128, logging_steps=1,
+                           lora=variant == "lora", lora_r=4, lora_alpha=8,
+                           precompute_ref_log_probs=variant == "precompute")
+    logs = []
+    trained, history = dpo_train(planner.model, planner.tokenizer, ROWS, settings, on_log=logs.append)
+    assert type(trained).__name__ == "LlamaForCausalLM"  # LoRA merged back into a plain model
+    assert _changed(start, trained) > 0
+    assert any("rewards/margins" in line for line in logs) and len(logs) >= 2
+    assert history[-1]["step"] == 2
+
+
+def test_lora_sft_merges_and_stop_flag_ends_training(tiny_agents, demo_tasks):
+    _, grounder = tiny_agents
+    rows = []
+    for task in demo_tasks[:8]:
+        prompt, completion = prompts.prompt_and_completion(
+            prompts.grounder_messages(task, task.gold_subgoals, task.gold_actions))
+        rows.append({"prompt": prompt, "completion": completion.removesuffix("</s>")})
+    start = copy.deepcopy(grounder.model)
+    settings = TrainSettings(learning_rate=5e-3, max_steps=5, batch_size=2, max_length=256, lora=True, lora_r=4,
+                             lora_alpha=8, logging_steps=1)
+    calls = {"n": 0}
+
+    def stop_after_two() -> bool:
+        calls["n"] += 1
+        return calls["n"] >= 2
+
+    trained, history = sft_train(grounder.model, grounder.tokenizer, rows, settings, should_stop=stop_after_two)
+    assert _changed(start, trained) > 0
+    assert max(h["step"] for h in history) == 2  # stopped after the second optimizer step, not at max_steps=5
