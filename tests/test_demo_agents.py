@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from engine import models
-from engine.config import EvaluateSection
 from engine.tasks import load_tasks
 from engine.turns import Agent, planner_prompt, read_plan
 
