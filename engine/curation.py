@@ -129,38 +129,24 @@ def swap_pair(
     return _pair_override(store, run_id, iteration, task_id, step, action, before, after, curator, reason)
 
 
-def exclude_pair(
-    store: Store,
-    run_id: str,
-    iteration: int,
-    task_id: str,
-    step: int = 0,
-    *,
-    pair_idx: int = 0,
-    curator: str = "curator",
-    reason: str = "",
-) -> int:
+def _flag_pair(store: Store, run_id: str, iteration: int, task_id: str, step: int, action: str, pair_idx: int,
+               curator: str, reason: str) -> int:
+    """Keep the pair's plans as they are and flag it (``exclude`` or ``tie``): out of training and export."""
+    before = _require_pair(store, run_id, iteration, task_id, step, pair_idx)
+    after = {"pair_idx": pair_idx, "chosen_k": before["chosen_k"], "rejected_k": before["rejected_k"]}
+    return _pair_override(store, run_id, iteration, task_id, step, action, before, after, curator, reason)
+
+
+def exclude_pair(store: Store, run_id: str, iteration: int, task_id: str, step: int = 0, *, pair_idx: int = 0,
+                 curator: str = "curator", reason: str = "") -> int:
     """Keep the pair visible but out of training and export."""
-    before = _require_pair(store, run_id, iteration, task_id, step, pair_idx)
-    after = {"pair_idx": pair_idx, "chosen_k": before["chosen_k"], "rejected_k": before["rejected_k"]}
-    return _pair_override(store, run_id, iteration, task_id, step, "exclude", before, after, curator, reason)
+    return _flag_pair(store, run_id, iteration, task_id, step, "exclude", pair_idx, curator, reason)
 
 
-def tie_pair(
-    store: Store,
-    run_id: str,
-    iteration: int,
-    task_id: str,
-    step: int = 0,
-    *,
-    pair_idx: int = 0,
-    curator: str = "curator",
-    reason: str = "",
-) -> int:
+def tie_pair(store: Store, run_id: str, iteration: int, task_id: str, step: int = 0, *, pair_idx: int = 0,
+             curator: str = "curator", reason: str = "") -> int:
     """Mark both plans as equally good: out of training, flagged ``tie``."""
-    before = _require_pair(store, run_id, iteration, task_id, step, pair_idx)
-    after = {"pair_idx": pair_idx, "chosen_k": before["chosen_k"], "rejected_k": before["rejected_k"]}
-    return _pair_override(store, run_id, iteration, task_id, step, "tie", before, after, curator, reason)
+    return _flag_pair(store, run_id, iteration, task_id, step, "tie", pair_idx, curator, reason)
 
 
 def choose_pair(
