@@ -16,6 +16,22 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.prefix_cache import (
+    KV,
+    KernelStats,
+    TrieNode,
+    cache_arg,
+    device_of,
+    empty_kv,
+    encode_texts,
+    forward_on,
+    length_batches,
+    necessary_tokens,
+    prefill_root,
+    prefix_trie,
+    walk_trie,
+)
+
 
 @dataclass
 class ModelSpec:
@@ -61,51 +77,6 @@ def load_model(spec: ModelSpec, *, trainable: bool = False):
     return model, load_tokenizer(spec.adapter or spec.path)
 
 
-def _device_of(model) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    # No special tokens: prompts are rendered in full (chat layout included) by engine.prompts.
-    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-
-
-@dataclass
-class KernelStats:
-    """Token accounting of one kernel call, filled when a caller passes ``stats=``.
-
-    ``computed``: tokens run through the model (padding included; for ``generate`` the prompt prefill only).
-    ``necessary``: the minimum -- every distinct token prefix of the rows once (the size of their token trie), so
-    ``computed / necessary`` is 1.0 at best. ``forwards``: model forward calls (prefill only for ``generate``).
-    """
-
-    computed: int = 0
-    necessary: int = 0
-    forwards: int = 0
-
-    @property
-    def ratio(self) -> float:
-        return self.computed / max(self.necessary, 1)
-
-
-def necessary_tokens(rows: Sequence[Sequence[int]]) -> int:
-    """Distinct token prefixes of ``rows`` (= nodes of their trie): in sorted order each row adds what it does not
-    share with its predecessor."""
-    total, previous = 0, ()
-    for row in sorted(tuple(r) for r in rows):
-        total += len(row) - _lcp(previous, row)
-        previous = row
-    return total
-
-
-def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def _score_rows(tokenizer, prompts: Sequence[str], targets: Sequence[str],
                 max_length: int | None) -> list[tuple[list[int], int]]:
     """``(ids, n_label)`` per pair: prompt + target + EOS ids (truncated at the start to ``max_length``, keeping
@@ -114,7 +85,7 @@ def _score_rows(tokenizer, prompts: Sequence[str], targets: Sequence[str],
     if len(prompts) != len(targets):
         raise ValueError(f"{len(prompts)} prompts but {len(targets)} targets")
     rows = []
-    for p, t in zip(_encode(tokenizer, prompts), _encode(tokenizer, targets)):
+    for p, t in zip(encode_texts(tokenizer, prompts), encode_texts(tokenizer, targets)):
         ids = p + t + [tokenizer.eos_token_id]
         if max_length is not None:
             ids = ids[-max_length:]  # keep the target: truncate the prompt's start
@@ -145,7 +116,7 @@ def score_targets_naive(model, tokenizer, prompts: Sequence[str], targets: Seque
         order_.sort(key=lambda i: len(rows[i][0]))
     elif order != "arrival":
         raise ValueError(f"order must be length or arrival, not {order!r}")
-    device = _device_of(model)
+    device = device_of(model)
     results: list[float] = [math.nan] * len(rows)
     was_training = model.training
     model.eval()
@@ -183,152 +154,7 @@ def score_targets_naive(model, tokenizer, prompts: Sequence[str], targets: Seque
 # removes it and every cache we keep is exact (no holes). A node is only made where it saves at least
 # ``MIN_SAVING`` tokens, because each node costs a forward call.
 
-MIN_SAVING = 16  # tokens a trie node must save ((members - 1) x segment): a forward has a fixed cost
-MAX_PAD_FRACTION = 0.1  # close a batch of segments before padding exceeds this share of it
 
-
-@dataclass
-class _Node:
-    start: int  # the parent's cache covers ids[:start]
-    end: int  # this node's cache covers ids[:end] of every member
-    rep: int  # a member whose ids[start:end] is the segment
-    children: list[_Node]
-    leaves: list[int]
-
-
-def _build_tree(ids: Sequence[Sequence[int]], caps: Sequence[int], members: list[int], start: int,
-                root: bool = False) -> _Node:
-    """Radix node over ``members`` (sorted by ids) below ``start``; ``caps[i]``: most tokens of row i a cache may
-    hold (the token before the first one whose logits we need must be computed in the leaf)."""
-    end = min(caps[i] for i in members)
-    first, last = ids[members[0]], ids[members[-1]]  # sorted: the first and last share the group's common prefix
-    end = min(end, _lcp(first, last))
-    if root and (len(members) - 1) * end < MIN_SAVING:
-        end = 0  # nothing worth a root forward; children start from scratch
-    node = _Node(start, end, members[0], [], [])
-    group: list[int] = []
-
-    def close(group: list[int]) -> None:
-        if len(group) < 2:
-            node.leaves.extend(group)
-            return
-        ext = min(min(caps[i] for i in group), _lcp(ids[group[0]], ids[group[-1]])) - end
-        if (len(group) - 1) * ext >= MIN_SAVING:
-            node.children.append(_build_tree(ids, caps, group, end))
-        else:
-            node.leaves.extend(group)
-
-    for i in members:
-        if caps[i] <= end:
-            node.leaves.append(i)
-        elif group and ids[group[0]][end] != ids[i][end]:
-            close(group)
-            group = [i]
-        else:
-            group.append(i)
-    close(group)
-    return node
-
-
-def _tree(rows: Sequence[Sequence[int]], caps: Sequence[int]) -> _Node:
-    members = sorted(range(len(rows)), key=lambda i: rows[i])
-    return _build_tree(rows, caps, members, 0, root=True)
-
-
-def _length_batches(items: list[int], lengths: dict[int, int] | Sequence[int], batch_size: int) -> list[list[int]]:
-    """Length-sorted batches of at most ``batch_size`` with at most ``MAX_PAD_FRACTION`` padding each."""
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    total = 0
-    for i in sorted(items, key=lambda i: lengths[i]):
-        n = lengths[i]
-        if batch and (len(batch) >= batch_size or n * (len(batch) + 1) - (total + n) > MAX_PAD_FRACTION * n *
-                      (len(batch) + 1)):
-            batches.append(batch)
-            batch, total = [], 0
-        batch.append(i)
-        total += n
-    if batch:
-        batches.append(batch)
-    return batches
-
-
-KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), batch 1, shape [1, heads, length, dim]
-
-
-def _cache_arg(model) -> str:
-    # transformers 5.x calls the cache argument ``cache``; 4.x called it ``past_key_values``.
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def _forward_on(model, segments: list[list[int]], kv: KV | None, past: int, pad_id: int, *, logits: bool):
-    """Run right-padded ``segments`` on top of ``kv`` (covering ``past`` tokens, shared by every row).
-
-    Returns ``(logits [B, W, V] or None, cache)``; the cache holds ``past + W`` positions per row.
-    """
-    from transformers import DynamicCache
-
-    device = _device_of(model)
-    width, n = max(len(s) for s in segments), len(segments)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attention = torch.ones((n, past + width), dtype=torch.long)
-    attention[:, past:] = 0
-    for r, seg in enumerate(segments):
-        input_ids[r, :len(seg)] = torch.tensor(seg)
-        attention[r, past:past + len(seg)] = 1
-    if kv:
-        cache = DynamicCache(ddp_cache_data=[(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in kv],
-                             config=model.config)
-    else:
-        cache = DynamicCache(config=model.config)
-    positions = torch.arange(past, past + width, device=device).unsqueeze(0).expand(n, -1)
-    kwargs = {_cache_arg(model): cache}
-    if not logits:
-        kwargs["logits_to_keep"] = 1  # a cache-only forward: skip the LM head on every position but one
-    out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), position_ids=positions,
-                use_cache=True, **kwargs)
-    return (out.logits if logits else None), cache
-
-
-def _row_kv(cache, row: int, length: int) -> KV:
-    # Clone: a view would keep the whole batch's cache alive while the subtree runs.
-    return [(layer.keys[row:row + 1, :, :length].clone(), layer.values[row:row + 1, :, :length].clone())
-            for layer in cache.layers]
-
-
-def _walk(model, rows: Sequence[Sequence[int]], node: _Node, kv: KV | None, pad_id: int, batch_size: int,
-          stats: KernelStats | None, visit) -> None:
-    """Compute every child's segment on ``kv`` (batched), recurse, and hand ``(node, kv)`` to ``visit`` when the
-    node has leaves."""
-    if node.leaves:
-        visit(node, kv)
-    lengths = [c.end - node.end for c in node.children]
-    for batch_index in _length_batches(list(range(len(node.children))), lengths, batch_size):
-        batch = [node.children[b] for b in batch_index]
-        segments = [list(rows[c.rep][node.end:c.end]) for c in batch]
-        _, cache = _forward_on(model, segments, kv, node.end, pad_id, logits=False)
-        if stats is not None:
-            stats.computed += len(batch) * max(len(s) for s in segments)
-            stats.forwards += 1
-        child_kvs = [_row_kv(cache, r, c.end) for r, c in enumerate(batch)]
-        del cache
-        for child, child_kv in zip(batch, child_kvs):
-            _walk(model, rows, child, child_kv, pad_id, batch_size, stats, visit)
-
-
-def _prefill_root(model, rows, root: _Node, pad_id: int, stats: KernelStats | None) -> KV | None:
-    if root.end == 0:
-        return None
-    _, cache = _forward_on(model, [list(rows[root.rep][:root.end])], None, 0, pad_id, logits=False)
-    if stats is not None:
-        stats.computed += root.end
-        stats.forwards += 1
-    return _row_kv(cache, 0, root.end)
-
-
-@torch.no_grad()
 def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[str], *, batch_size: int = 16,
                   max_length: int | None = None, fast: bool = False, stats: KernelStats | None = None) -> list[float]:
     """Mean NLL (natural log) per target token, EOS included; ``exp`` of it is the perplexity.
@@ -350,17 +176,17 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
         return results
     ids = [r[0] for r in rows]
     caps = [max(0, len(i) - n - 1) for i, n in rows]
-    root = _tree(ids, caps)
-    device = _device_of(model)
+    root = prefix_trie(ids, caps)
+    device = device_of(model)
     pad_id = tokenizer.pad_token_id
     was_training = model.training
     model.eval()
 
-    def score_leaves(node: _Node, kv: KV | None) -> None:
+    def score_leaves(node: TrieNode, kv: KV | None) -> None:
         lengths = {i: len(ids[i]) - node.end for i in node.leaves}
-        for batch in _length_batches(node.leaves, lengths, batch_size):
+        for batch in length_batches(node.leaves, lengths, batch_size):
             segments = [ids[i][node.end:] for i in batch]
-            logits, _ = _forward_on(model, segments, kv, node.end, pad_id, logits=True)
+            logits, _ = forward_on(model, segments, kv, node.end, pad_id, logits=True)
             width = logits.shape[1]
             labels = torch.full((len(batch), width), -100, dtype=torch.long)
             for r, i in enumerate(batch):
@@ -375,8 +201,8 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
                 stats.forwards += 1
 
     try:
-        kv = _prefill_root(model, ids, root, pad_id, stats)
-        _walk(model, ids, root, kv, pad_id, batch_size, stats, score_leaves)
+        kv = prefill_root(model, ids, root, pad_id, stats)
+        walk_trie(model, ids, root, kv, pad_id, batch_size, stats, score_leaves)
     finally:
         model.train(was_training)
     if stats is not None:
@@ -400,14 +226,14 @@ def generate_naive(model, tokenizer, prompts: Sequence[str], config: GenerationC
     prefilling its prompt again."""
     if seed is not None:
         torch.manual_seed(seed)
-    device = _device_of(model)
+    device = device_of(model)
     was_training = model.training
     model.eval()
     outputs: list[list[str]] = []
     k = config.num_return_sequences
     for start in range(0, len(prompts), config.batch_size):
         chunk = list(prompts[start:start + config.batch_size])
-        encoded = _encode(tokenizer, chunk)
+        encoded = encode_texts(tokenizer, chunk)
         width = max(len(ids) for ids in encoded)
         # Left padding keeps every prompt's last token at the same position, where generation starts.
         input_ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
@@ -457,7 +283,7 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
         torch.manual_seed(seed)
     from transformers import DynamicCache
 
-    device = _device_of(model)
+    device = device_of(model)
     pad_id = tokenizer.pad_token_id
     was_training = model.training
     model.eval()
@@ -465,13 +291,13 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
     k = config.num_return_sequences
     try:
         for start in range(0, len(prompts), config.batch_size):
-            encoded = _encode(tokenizer, list(prompts[start:start + config.batch_size]))
+            encoded = encode_texts(tokenizer, list(prompts[start:start + config.batch_size]))
             rows = [ids for ids in encoded for _ in range(k)]  # prompt-major, like num_return_sequences
             caps = [max(0, len(ids) - 1) for ids in rows]  # the last prompt token runs in generate: its logits
-            root = _tree(rows, caps)
-            groups: list[tuple[_Node, KV | None]] = []
-            kv = _prefill_root(model, rows, root, pad_id, stats)
-            _walk(model, rows, root, kv, pad_id, max(config.batch_size, 1), stats,
+            root = prefix_trie(rows, caps)
+            groups: list[tuple[TrieNode, KV | None]] = []
+            kv = prefill_root(model, rows, root, pad_id, stats)
+            walk_trie(model, rows, root, kv, pad_id, max(config.batch_size, 1), stats,
                   lambda node, node_kv, found=groups: found.append((node, node_kv)))
             # Stack the group caches: [groups, heads, cached, dim], right-padded; rows pick their group's cache.
             cached = max(node.end for node, _ in groups)
@@ -494,12 +320,12 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
                 for layer in range(len(next(kv for _, kv in groups if kv is not None))):
                     keys, values = [], []
                     for _, node_kv in groups:
-                        k_, v_ = node_kv[layer] if node_kv is not None else _empty_kv(groups, layer)
+                        k_, v_ = node_kv[layer] if node_kv is not None else empty_kv(groups, layer)
                         pad = cached - k_.shape[2]
                         keys.append(torch.nn.functional.pad(k_, (0, 0, 0, pad)))
                         values.append(torch.nn.functional.pad(v_, (0, 0, 0, pad)))
                     layers.append((torch.cat(keys)[index], torch.cat(values)[index]))
-                kwargs[_cache_arg(model)] = DynamicCache(ddp_cache_data=layers, config=model.config)
+                kwargs[cache_arg(model)] = DynamicCache(ddp_cache_data=layers, config=model.config)
             generated = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                                        num_return_sequences=1, **_sampling_kwargs(tokenizer, config), **kwargs)
             texts = tokenizer.batch_decode(generated[:, cached + suffix:], skip_special_tokens=True)
@@ -511,12 +337,6 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
     finally:
         model.train(was_training)
     return outputs
-
-
-def _empty_kv(groups, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A zero-length cache for a group with nothing cached, shaped like the others at ``layer``."""
-    k, v = next(kv for _, kv in groups if kv is not None)[layer]
-    return k[:, :, :0], v[:, :, :0]
 
 
 # -- generation backends ---------------------------------------------------------------------------------------------

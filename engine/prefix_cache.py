@@ -1,0 +1,213 @@
+"""Shared-prefix KV-cache machinery behind the opt-in fast paths of ``engine.models`` (``fast=True``).
+
+Token rows are arranged in a trie by shared prefix; each shared prefix is run once with ``use_cache=True`` and its
+keys/values reused for every continuation below it (the K plans of a task share the grounder prompt; the K samples
+of a prompt share its prefill). ``KernelStats`` counts computed vs necessary tokens. Plain tensors in, plain tensors
+out: nothing here knows about tasks or prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+def device_of(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    # No special tokens: prompts are rendered in full (chat layout included) by engine.prompts.
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+@dataclass
+class KernelStats:
+    """Token accounting of one kernel call, filled when a caller passes ``stats=``.
+
+    ``computed``: tokens run through the model (padding included; for ``generate`` the prompt prefill only).
+    ``necessary``: the minimum -- every distinct token prefix of the rows once (the size of their token trie), so
+    ``computed / necessary`` is 1.0 at best. ``forwards``: model forward calls (prefill only for ``generate``).
+    """
+
+    computed: int = 0
+    necessary: int = 0
+    forwards: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.computed / max(self.necessary, 1)
+
+
+def necessary_tokens(rows: Sequence[Sequence[int]]) -> int:
+    """Distinct token prefixes of ``rows`` (= nodes of their trie): in sorted order each row adds what it does not
+    share with its predecessor."""
+    total, previous = 0, ()
+    for row in sorted(tuple(r) for r in rows):
+        total += len(row) - _lcp(previous, row)
+        previous = row
+    return total
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+MIN_SAVING = 16  # tokens a trie node must save ((members - 1) x segment): a forward has a fixed cost
+MAX_PAD_FRACTION = 0.1  # close a batch of segments before padding exceeds this share of it
+
+
+@dataclass
+class TrieNode:
+    start: int  # the parent's cache covers ids[:start]
+    end: int  # this node's cache covers ids[:end] of every member
+    rep: int  # a member whose ids[start:end] is the segment
+    children: list[TrieNode]
+    leaves: list[int]
+
+
+def _build_tree(ids: Sequence[Sequence[int]], caps: Sequence[int], members: list[int], start: int,
+                root: bool = False) -> TrieNode:
+    """Radix node over ``members`` (sorted by ids) below ``start``; ``caps[i]``: most tokens of row i a cache may
+    hold (the token before the first one whose logits we need must be computed in the leaf)."""
+    end = min(caps[i] for i in members)
+    first, last = ids[members[0]], ids[members[-1]]  # sorted: the first and last share the group's common prefix
+    end = min(end, _lcp(first, last))
+    if root and (len(members) - 1) * end < MIN_SAVING:
+        end = 0  # nothing worth a root forward; children start from scratch
+    node = TrieNode(start, end, members[0], [], [])
+    group: list[int] = []
+
+    def close(group: list[int]) -> None:
+        if len(group) < 2:
+            node.leaves.extend(group)
+            return
+        ext = min(min(caps[i] for i in group), _lcp(ids[group[0]], ids[group[-1]])) - end
+        if (len(group) - 1) * ext >= MIN_SAVING:
+            node.children.append(_build_tree(ids, caps, group, end))
+        else:
+            node.leaves.extend(group)
+
+    for i in members:
+        if caps[i] <= end:
+            node.leaves.append(i)
+        elif group and ids[group[0]][end] != ids[i][end]:
+            close(group)
+            group = [i]
+        else:
+            group.append(i)
+    close(group)
+    return node
+
+
+def prefix_trie(rows: Sequence[Sequence[int]], caps: Sequence[int]) -> TrieNode:
+    members = sorted(range(len(rows)), key=lambda i: rows[i])
+    return _build_tree(rows, caps, members, 0, root=True)
+
+
+def length_batches(items: list[int], lengths: dict[int, int] | Sequence[int], batch_size: int) -> list[list[int]]:
+    """Length-sorted batches of at most ``batch_size`` with at most ``MAX_PAD_FRACTION`` padding each."""
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    total = 0
+    for i in sorted(items, key=lambda i: lengths[i]):
+        n = lengths[i]
+        if batch and (len(batch) >= batch_size or n * (len(batch) + 1) - (total + n) > MAX_PAD_FRACTION * n *
+                      (len(batch) + 1)):
+            batches.append(batch)
+            batch, total = [], 0
+        batch.append(i)
+        total += n
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), batch 1, shape [1, heads, length, dim]
+
+
+def cache_arg(model) -> str:
+    # transformers 5.x calls the cache argument ``cache``; 4.x called it ``past_key_values``.
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def forward_on(model, segments: list[list[int]], kv: KV | None, past: int, pad_id: int, *, logits: bool):
+    """Run right-padded ``segments`` on top of ``kv`` (covering ``past`` tokens, shared by every row).
+
+    Returns ``(logits [B, W, V] or None, cache)``; the cache holds ``past + W`` positions per row.
+    """
+    from transformers import DynamicCache
+
+    device = device_of(model)
+    width, n = max(len(s) for s in segments), len(segments)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention = torch.ones((n, past + width), dtype=torch.long)
+    attention[:, past:] = 0
+    for r, seg in enumerate(segments):
+        input_ids[r, :len(seg)] = torch.tensor(seg)
+        attention[r, past:past + len(seg)] = 1
+    if kv:
+        cache = DynamicCache(ddp_cache_data=[(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in kv],
+                             config=model.config)
+    else:
+        cache = DynamicCache(config=model.config)
+    positions = torch.arange(past, past + width, device=device).unsqueeze(0).expand(n, -1)
+    kwargs = {cache_arg(model): cache}
+    if not logits:
+        kwargs["logits_to_keep"] = 1  # a cache-only forward: skip the LM head on every position but one
+    out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), position_ids=positions,
+                use_cache=True, **kwargs)
+    return (out.logits if logits else None), cache
+
+
+def _row_kv(cache, row: int, length: int) -> KV:
+    # Clone: a view would keep the whole batch's cache alive while the subtree runs.
+    return [(layer.keys[row:row + 1, :, :length].clone(), layer.values[row:row + 1, :, :length].clone())
+            for layer in cache.layers]
+
+
+def walk_trie(model, rows: Sequence[Sequence[int]], node: TrieNode, kv: KV | None, pad_id: int, batch_size: int,
+          stats: KernelStats | None, visit) -> None:
+    """Compute every child's segment on ``kv`` (batched), recurse, and hand ``(node, kv)`` to ``visit`` when the
+    node has leaves."""
+    if node.leaves:
+        visit(node, kv)
+    lengths = [c.end - node.end for c in node.children]
+    for batch_index in length_batches(list(range(len(node.children))), lengths, batch_size):
+        batch = [node.children[b] for b in batch_index]
+        segments = [list(rows[c.rep][node.end:c.end]) for c in batch]
+        _, cache = forward_on(model, segments, kv, node.end, pad_id, logits=False)
+        if stats is not None:
+            stats.computed += len(batch) * max(len(s) for s in segments)
+            stats.forwards += 1
+        child_kvs = [_row_kv(cache, r, c.end) for r, c in enumerate(batch)]
+        del cache
+        for child, child_kv in zip(batch, child_kvs):
+            walk_trie(model, rows, child, child_kv, pad_id, batch_size, stats, visit)
+
+
+def prefill_root(model, rows, root: TrieNode, pad_id: int, stats: KernelStats | None) -> KV | None:
+    if root.end == 0:
+        return None
+    _, cache = forward_on(model, [list(rows[root.rep][:root.end])], None, 0, pad_id, logits=False)
+    if stats is not None:
+        stats.computed += root.end
+        stats.forwards += 1
+    return _row_kv(cache, 0, root.end)
+
+
+@torch.no_grad()
+
+
+def empty_kv(groups, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A zero-length cache for a group with nothing cached, shaped like the others at ``layer``."""
+    k, v = next(kv for _, kv in groups if kv is not None)[layer]
+    return k[:, :, :0], v[:, :, :0]
