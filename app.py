@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     spaces = bool(os.environ.get("SPACE_ID"))
     if spaces and args.host == "127.0.0.1":
         args.host = "0.0.0.0"  # Spaces routes to the container's port
+    # No usage analytics calls home from a curation studio unless the operator asks for them.
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from engine.store import Store, StoreError
     from studio.app import HEAD, build_app
 
