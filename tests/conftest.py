@@ -55,16 +55,9 @@ def loop_config(tmp_path, tiny_agents_dir, demo_tasks):
     """A one-iteration loop on the tiny agents and the small demo world: every stage runs in seconds."""
     from engine.config import load_config
     from engine.tasks import write_tasks
+    from tests._tiny import tiny_overrides
 
     tasks_file = tmp_path / "tasks.jsonl"
     write_tasks(demo_tasks, tasks_file)
-    overrides = [
-        f"data.tasks={tasks_file}", "data.train_limit=4", "data.eval_limit=2", f"run.workdir={tmp_path / 'runs'}",
-        f"planner.path={tiny_agents_dir / 'planner'}", f"grounder.path={tiny_agents_dir / 'grounder'}",
-        "sample.k=3", "sample.max_new_tokens=16", "sample.batch_size=2", "score.batch_size=4",
-        "ground.max_new_tokens=16", "ground.batch_size=4", "evaluate.plan_max_new_tokens=12",
-        "evaluate.ground_max_new_tokens=12", "evaluate.batch_size=4", "pairs.min_gap=0.0",
-        "dpo.max_steps=2", "dpo.batch_size=2", "dpo.learning_rate=1e-3", "dpo.max_length=160",
-        "sft.max_steps=2", "sft.batch_size=2", "sft.learning_rate=1e-3", "sft.max_length=256", "run.iterations=1",
-    ]
+    overrides = tiny_overrides(tmp_path, tiny_agents_dir, tasks_file)
     return load_config(None, overrides)

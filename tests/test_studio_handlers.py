@@ -13,19 +13,7 @@ from engine.config import load_config
 from engine.loop import create_run, run_stage
 from engine.store import Store
 from engine.tasks import write_tasks
-
-
-def tiny_overrides(tmp: Path, agents: Path, tasks_file: Path) -> list[str]:
-    """The tests/test_loop.py ``loop_config`` settings: tiny agents, 4 training tasks, k=3."""
-    return [
-        f"data.tasks={tasks_file}", "data.train_limit=4", "data.eval_limit=2", f"run.workdir={tmp / 'runs'}",
-        f"planner.path={agents / 'planner'}", f"grounder.path={agents / 'grounder'}",
-        "sample.k=3", "sample.max_new_tokens=16", "sample.batch_size=2", "score.batch_size=4",
-        "ground.max_new_tokens=16", "ground.batch_size=4", "evaluate.plan_max_new_tokens=12",
-        "evaluate.ground_max_new_tokens=12", "evaluate.batch_size=4", "pairs.min_gap=0.0",
-        "dpo.max_steps=2", "dpo.batch_size=2", "dpo.learning_rate=1e-3", "dpo.max_length=160",
-        "sft.max_steps=2", "sft.batch_size=2", "sft.learning_rate=1e-3", "sft.max_length=256", "run.iterations=1",
-    ]
+from tests._tiny import tiny_overrides
 
 
 def build_studio_store(path: Path, agents: Path, demo_tasks) -> str:
