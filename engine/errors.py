@@ -23,3 +23,15 @@ class ConfigError(ValueError):
         self.field, self.message, self.source = field, message, source
         prefix = f"{source}: " if source else ""
         super().__init__(f"{prefix}{field}: {message}")
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or used as asked."""
+
+
+class StoreLockedError(StoreError):
+    """The DuckDB file is held by another process."""
+
+
+class StoreVersionError(StoreError):
+    """The file was written by a newer schema version than this engine knows."""

@@ -15,21 +15,19 @@ Contract:
 * Reads return plain Python (``dict``/``list``/``Task``) or pandas DataFrames; the studio's pages
   (``pairs_page``, ``task_plans``, ``verdict_queue``) paginate in SQL and carry a ``total`` column (rows matching
   the filters before LIMIT/OFFSET).
-* Effective pairs/verdicts (auto rows with the latest curator override applied) are computed here in SQL so pages
-  can filter and paginate them; ``engine.curation`` defines and documents the override semantics.
+* Runs and stage states come from the ``RunLedger`` mixin (``engine.ledger``); effective pairs/verdicts and the
+  studio's pages from the ``StudioViews`` mixin (``engine.views``); ``engine.curation`` defines the override semantics.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import re
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,69 +35,24 @@ import duckdb
 import pandas as pd
 
 from engine import schema
+from engine.dbutil import (
+    CONFLICT_RETRIES,
+    TABLES,
+    is_conflict,
+    json_cell,
+    loads,
+    number,
+    records,
+)
+from engine.errors import StoreError, StoreLockedError, StoreVersionError
+from engine.ledger import RunLedger
 from engine.tasks import Task
 from engine.views import StudioViews
 
-STAGE_STATUSES = ("pending", "running", "done", "failed", "stopped", "skipped")
-_FINISHED = ("done", "failed", "stopped")
-_TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema.DDL_V1))
-_CONFLICT_RETRIES = 25  # writers in one process conflict only briefly; a loaded CPU stretches that
 Rows = list[dict[str, Any]] | pd.DataFrame
 
 
-class StoreError(RuntimeError):
-    """The store cannot be opened or used as asked."""
-
-
-class StoreLockedError(StoreError):
-    """The DuckDB file is held by another process."""
-
-
-class StoreVersionError(StoreError):
-    """The file was written by a newer schema version than this engine knows."""
-
-
-def _is_conflict(exc: Exception) -> bool:
-    """Optimistic-concurrency failures worth retrying: "Conflict on update", and a duplicate key from another
-    transaction that inserted the same new key first (our own upserts never duplicate a key themselves)."""
-    text = str(exc)
-    return (
-        isinstance(exc, duckdb.TransactionException)
-        or "Conflict on update" in text
-        or (isinstance(exc, duckdb.ConstraintException) and "Duplicate key" in text)
-    )
-
-
-def _json_cell(value: Any) -> Any:
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _loads(text: Any, default: Any = None) -> Any:
-    if text is None or (isinstance(text, float) and text != text):  # NULL or NaN
-        return default
-    return json.loads(text)
-
-
-def _slug(name: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return slug[:40] or "run"
-
-
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """DataFrame rows as dicts with NaN/NaT turned into None (pandas fills missing values with NaN)."""
-    return [{k: (None if _isna(v) else v) for k, v in row.items()} for row in df.to_dict("records")]
-
-
-def _isna(value: Any) -> bool:
-    try:
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):  # lists/arrays are never "missing"
-        return False
-
-
-class Store(StudioViews):
+class Store(RunLedger, StudioViews):
     """One DuckDB workspace file; see the module docstring for the contract."""
 
     def __init__(self, path: str | Path, read_only: bool = False):
@@ -202,7 +155,7 @@ class Store(StudioViews):
                 "SELECT table_name, constraint_column_names FROM duckdb_constraints() "
                 "WHERE constraint_type = 'PRIMARY KEY' AND schema_name = 'main'"
             ).fetchall()
-        columns: dict[str, list[str]] = {t: [] for t in _TABLES}
+        columns: dict[str, list[str]] = {t: [] for t in TABLES}
         for table, column in cols:
             if table in columns:
                 columns[table].append(column)
@@ -237,7 +190,7 @@ class Store(StudioViews):
 
     def _transaction(self, cur: duckdb.DuckDBPyConnection, body: Any) -> Any:
         """Run ``body(cur)`` in one transaction, retrying DuckDB's optimistic "Conflict on update" errors."""
-        for attempt in range(_CONFLICT_RETRIES):
+        for attempt in range(CONFLICT_RETRIES):
             cur.execute("BEGIN TRANSACTION")
             try:
                 result = body(cur)
@@ -248,7 +201,7 @@ class Store(StudioViews):
                     cur.execute("ROLLBACK")
                 except duckdb.Error:
                     pass  # a failed COMMIT has already ended the transaction
-                if not _is_conflict(exc) or attempt == _CONFLICT_RETRIES - 1:
+                if not is_conflict(exc) or attempt == CONFLICT_RETRIES - 1:
                     raise
                 time.sleep(min(0.5, 0.01 * 2 ** attempt) * (0.5 + random.random()))  # backoff with jitter
         raise AssertionError("unreachable")
@@ -258,7 +211,7 @@ class Store(StudioViews):
         self._check_columns(table, df.columns)
         for col in df.columns:
             if col.endswith("_json") and df[col].dtype == object:
-                df[col] = df[col].map(_json_cell)
+                df[col] = df[col].map(json_cell)
         keys = [k for k in self._keys.get(table, []) if k in df.columns]
         if keys and len(keys) == len(self._keys[table]):
             # One statement may not touch a key twice; the last row for a key wins, as a second write would.
@@ -314,7 +267,7 @@ class Store(StudioViews):
 
     def add_override(self, row: dict[str, Any]) -> int:
         """Append one curator override (see ``engine.curation``); returns its ``override_id``."""
-        row = {k: (_json_cell(v) if k.endswith("_json") else v) for k, v in row.items()}
+        row = {k: (json_cell(v) if k.endswith("_json") else v) for k, v in row.items()}
         self._check_columns("overrides", row)
         names = ", ".join(f'"{c}"' for c in row)
         marks = ", ".join("?" for _ in row)
@@ -350,116 +303,6 @@ class Store(StudioViews):
         with self._cursor() as cur:
             return set(cur.execute(f'SELECT DISTINCT {names} FROM "{table}" WHERE {clause}', params).fetchall())
 
-    # -- runs and stages ---------------------------------------------------------------------------------------
-
-    def create_run(self, name: str, config: dict[str, Any], run_dir: str | Path) -> str:
-        """Register a run; its id is ``<slug>-YYYYMMDD-HHMM`` (``-2``, ``-3`` ... when taken).
-
-        ``run_dir`` may contain ``{run_id}``, filled in with the new id (callers rarely know it beforehand).
-        """
-        base = f"{_slug(name)}-{datetime.now().strftime('%Y%m%d-%H%M')}"
-        config_json = json.dumps(config, ensure_ascii=False, default=str)
-
-        def body(cur: duckdb.DuckDBPyConnection) -> str:
-            rows = cur.execute("SELECT run_id FROM runs WHERE starts_with(run_id, ?)", [base]).fetchall()
-            taken = {r[0] for r in rows}
-            run_id = next(c for c in (base, *(f"{base}-{n}" for n in range(2, 10**6))) if c not in taken)
-            cur.execute(
-                "INSERT INTO runs (run_id, name, config_json, run_dir) VALUES (?, ?, ?, ?)",
-                [run_id, name, config_json, str(run_dir).replace("{run_id}", run_id)],
-            )
-            return run_id
-
-        with self._cursor() as cur:
-            for _ in range(_CONFLICT_RETRIES):  # another thread may take the same id between read and insert
-                try:
-                    return self._transaction(cur, body)
-                except duckdb.ConstraintException:
-                    continue
-        raise StoreError(f"could not allocate a run id for {name!r}")
-
-    @staticmethod
-    def _run_dict(row: dict[str, Any]) -> dict[str, Any]:
-        row = dict(row)
-        row["config"] = _loads(row.pop("config_json"), {})
-        return row
-
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
-        df = self.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
-        return self._run_dict(_records(df)[0]) if len(df) else None
-
-    def list_runs(self) -> list[dict[str, Any]]:
-        return [self._run_dict(r) for r in _records(self.query("SELECT * FROM runs ORDER BY created_at, run_id"))]
-
-    def set_stage(
-        self,
-        run_id: str,
-        iteration: int,
-        stage: str,
-        status: str,
-        counts: dict[str, Any] | None = None,
-        error: str | None = None,
-    ) -> None:
-        """Record a stage transition: ``running`` stamps started_at (and clears the finish), done/failed/stopped
-        stamp finished_at; ``counts`` and ``error`` replace the stored ones when given (error is cleared on a run).
-        """
-        if status not in STAGE_STATUSES:
-            raise ValueError(f"stage status must be one of {', '.join(STAGE_STATUSES)}, got {status!r}")
-
-        def body(cur: duckdb.DuckDBPyConnection) -> None:
-            old = cur.execute(
-                "SELECT started_at, finished_at, counts_json, error FROM stages "
-                "WHERE run_id = ? AND iteration = ? AND stage = ?",
-                [run_id, iteration, stage],
-            ).fetchall()
-            old = old[0] if old else None
-            started, finished, counts_json, err = old or (None, None, None, None)
-            now = datetime.now()
-            if status == "running":
-                started, finished, err = now, None, None
-            elif status in _FINISHED:
-                finished = now
-            elif status == "pending":
-                started = finished = None
-            if counts is not None:
-                counts_json = json.dumps(counts, ensure_ascii=False, default=str)
-            if error is not None:
-                err = error
-            cur.execute(
-                "INSERT OR REPLACE INTO stages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [run_id, iteration, stage, status, started, finished, counts_json, err],
-            )
-
-        with self._cursor() as cur:
-            self._transaction(cur, body)
-
-    def stage_status(self, run_id: str, iteration: int) -> dict[str, dict[str, Any]]:
-        """``{stage: {"status", "started_at", "finished_at", "counts", "error"}}`` for one iteration."""
-        df = self.query(
-            "SELECT * FROM stages WHERE run_id = ? AND iteration = ? ORDER BY started_at NULLS LAST, stage",
-            [run_id, iteration],
-        )
-        return {
-            r["stage"]: {
-                "status": r["status"],
-                "started_at": r["started_at"],
-                "finished_at": r["finished_at"],
-                "counts": _loads(r["counts_json"], {}),
-                "error": r["error"],
-            }
-            for r in _records(df)
-        }
-
-    def _iteration_tables(self) -> list[str]:
-        return [t for t in _TABLES if "iteration" in self._columns[t] and "run_id" in self._columns[t]]
-
-    def iterations(self, run_id: str) -> list[int]:
-        """Every iteration that has a stage record or any row."""
-        tables = self._iteration_tables()
-        union = " UNION ".join(f'SELECT DISTINCT iteration FROM "{t}" WHERE run_id = $run' for t in tables)
-        df = self.query(f"SELECT iteration FROM ({union}) ORDER BY iteration", {"run": run_id})
-        return [int(i) for i in df["iteration"]]
-
     # -- tasks ---------------------------------------------------------------------------------------------------
 
     def put_tasks(self, run_id: str, tasks: Iterable[Task]) -> int:
@@ -489,11 +332,11 @@ class Store(StudioViews):
             source=row["source"],
             split=row["split"],
             question=row["question"],
-            context=_loads(row["context_json"], []),
-            gold_subgoals=_loads(row["gold_subgoals_json"], []),
-            gold_actions=_loads(row["gold_actions_json"], []),
+            context=loads(row["context_json"], []),
+            gold_subgoals=loads(row["gold_subgoals_json"], []),
+            gold_actions=loads(row["gold_actions_json"], []),
             answer=row["answer"],
-            meta=_loads(row["meta_json"], {}),
+            meta=loads(row["meta_json"], {}),
         )
 
     def get_tasks(
@@ -506,13 +349,13 @@ class Store(StudioViews):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(int(limit))
-        return [self._task(r) for r in _records(self.query(sql, params))]
+        return [self._task(r) for r in records(self.query(sql, params))]
 
     def get_task(self, run_id: str, task_id: str) -> Task:
         df = self.query("SELECT * FROM tasks WHERE run_id = ? AND task_id = ?", [run_id, task_id])
         if not len(df):
             raise KeyError(f"no task {task_id!r} in run {run_id!r}")
-        return self._task(_records(df)[0])
+        return self._task(records(df)[0])
 
     # -- training logs, metrics, checkpoints ---------------------------------------------------------------------
 
@@ -535,8 +378,8 @@ class Store(StudioViews):
                         "stage": stage,
                         "seq": seq,
                         "step": int(log.get("step", log.get("global_step", seq))),
-                        "epoch": _number(log.get("epoch")),
-                        "loss": _number(log.get("loss")),
+                        "epoch": number(log.get("epoch")),
+                        "loss": number(log.get("loss")),
                         "logs_json": json.dumps(log, ensure_ascii=False, default=str),
                     }
                 )
@@ -557,54 +400,10 @@ class Store(StudioViews):
 
     def checkpoint(self, run_id: str, iteration: int, role: str) -> dict[str, Any] | None:
         df = self.frame("checkpoints", run_id, iteration, role=role)
-        return _records(df)[0] if len(df) else None
-
-    # -- status ----------------------------------------------------------------------------------------------------
-
-    def status_summary(self) -> dict[str, Any]:
-        """``{"db", "schema_version", "runs": {run_id: {"run_id", "name", "created_at", "run_dir", "tasks",
-        "iterations": [{"iteration", "stages": {stage: {...}}, "rows": {table: n}}]}}}`` (runs in creation order;
-        timestamps as ISO strings, so the whole thing is JSON-ready) for ``engine status``."""
-        tables = self._iteration_tables()
-        union = " UNION ALL ".join(
-            f"SELECT '{t}' AS tbl, run_id, iteration, count(*) AS n FROM \"{t}\" GROUP BY run_id, iteration"
-            for t in tables
-        )
-        counts: dict[tuple[str, int], dict[str, int]] = {}
-        for tbl, run_id, it, n in self.query(union).itertuples(index=False):
-            counts.setdefault((run_id, int(it)), {})[tbl] = int(n)
-        runs: dict[str, dict[str, Any]] = {}
-        for run in self.list_runs():
-            rid = run["run_id"]
-            its = []
-            for it in self.iterations(rid):
-                stages = {
-                    s: {**v, "started_at": _iso(v["started_at"]), "finished_at": _iso(v["finished_at"])}
-                    for s, v in self.stage_status(rid, it).items()
-                }
-                rows = {t: counts.get((rid, it), {}).get(t, 0) for t in tables}
-                its.append({"iteration": it, "stages": stages, "rows": rows})
-            n_tasks = self.count("tasks", rid)
-            runs[rid] = {
-                "run_id": rid,
-                "name": run["name"],
-                "created_at": _iso(run["created_at"]),
-                "run_dir": run["run_dir"],
-                "tasks": n_tasks,
-                "iterations": its,
-            }
-        return {"db": str(self.path), "schema_version": self.version, "runs": runs}
+        return records(df)[0] if len(df) else None
 
 
 def status_summary(db: str | Path) -> dict[str, Any]:
     """Open ``db`` read-only and summarise it (``python -m engine status --json``)."""
     with Store(db, read_only=True) as store:
         return store.status_summary()
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _iso(value: Any) -> str | None:
-    return value.isoformat() if hasattr(value, "isoformat") and not _isna(value) else None

@@ -1,0 +1,167 @@
+"""Runs and their stage states, as a mixin of ``Store``: create and list runs (with their config snapshot), record
+stage transitions (pending -> running -> done | failed | stopped | skipped, with timestamps, counts and errors), list
+iterations, and summarise a store for ``python -m engine status``. Relies on the host's ``_cursor``,
+``_transaction``, ``query`` and ``_columns``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from engine.dbutil import CONFLICT_RETRIES, FINISHED, STAGE_STATUSES, TABLES, iso, loads, records, slug
+from engine.errors import StoreError
+
+
+class RunLedger:
+    """Run and stage bookkeeping shared by the loop, the CLI and the studio."""
+
+    # -- runs and stages ---------------------------------------------------------------------------------------
+
+    def create_run(self, name: str, config: dict[str, Any], run_dir: str | Path) -> str:
+        """Register a run; its id is ``<slug>-YYYYMMDD-HHMM`` (``-2``, ``-3`` ... when taken).
+
+        ``run_dir`` may contain ``{run_id}``, filled in with the new id (callers rarely know it beforehand).
+        """
+        base = f"{slug(name)}-{datetime.now().strftime('%Y%m%d-%H%M')}"
+        config_json = json.dumps(config, ensure_ascii=False, default=str)
+
+        def body(cur: duckdb.DuckDBPyConnection) -> str:
+            rows = cur.execute("SELECT run_id FROM runs WHERE starts_with(run_id, ?)", [base]).fetchall()
+            taken = {r[0] for r in rows}
+            run_id = next(c for c in (base, *(f"{base}-{n}" for n in range(2, 10**6))) if c not in taken)
+            cur.execute(
+                "INSERT INTO runs (run_id, name, config_json, run_dir) VALUES (?, ?, ?, ?)",
+                [run_id, name, config_json, str(run_dir).replace("{run_id}", run_id)],
+            )
+            return run_id
+
+        with self._cursor() as cur:
+            for _ in range(CONFLICT_RETRIES):  # another thread may take the same id between read and insert
+                try:
+                    return self._transaction(cur, body)
+                except duckdb.ConstraintException:
+                    continue
+        raise StoreError(f"could not allocate a run id for {name!r}")
+
+    @staticmethod
+    def _run_dict(row: dict[str, Any]) -> dict[str, Any]:
+        row = dict(row)
+        row["config"] = loads(row.pop("config_json"), {})
+        return row
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        df = self.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        return self._run_dict(records(df)[0]) if len(df) else None
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        return [self._run_dict(r) for r in records(self.query("SELECT * FROM runs ORDER BY created_at, run_id"))]
+
+    def set_stage(
+        self,
+        run_id: str,
+        iteration: int,
+        stage: str,
+        status: str,
+        counts: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Record a stage transition: ``running`` stamps started_at (and clears the finish), done/failed/stopped
+        stamp finished_at; ``counts`` and ``error`` replace the stored ones when given (error is cleared on a run).
+        """
+        if status not in STAGE_STATUSES:
+            raise ValueError(f"stage status must be one of {', '.join(STAGE_STATUSES)}, got {status!r}")
+
+        def body(cur: duckdb.DuckDBPyConnection) -> None:
+            old = cur.execute(
+                "SELECT started_at, finished_at, counts_json, error FROM stages "
+                "WHERE run_id = ? AND iteration = ? AND stage = ?",
+                [run_id, iteration, stage],
+            ).fetchall()
+            old = old[0] if old else None
+            started, finished, counts_json, err = old or (None, None, None, None)
+            now = datetime.now()
+            if status == "running":
+                started, finished, err = now, None, None
+            elif status in FINISHED:
+                finished = now
+            elif status == "pending":
+                started = finished = None
+            if counts is not None:
+                counts_json = json.dumps(counts, ensure_ascii=False, default=str)
+            if error is not None:
+                err = error
+            cur.execute(
+                "INSERT OR REPLACE INTO stages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [run_id, iteration, stage, status, started, finished, counts_json, err],
+            )
+
+        with self._cursor() as cur:
+            self._transaction(cur, body)
+
+    def stage_status(self, run_id: str, iteration: int) -> dict[str, dict[str, Any]]:
+        """``{stage: {"status", "started_at", "finished_at", "counts", "error"}}`` for one iteration."""
+        df = self.query(
+            "SELECT * FROM stages WHERE run_id = ? AND iteration = ? ORDER BY started_at NULLS LAST, stage",
+            [run_id, iteration],
+        )
+        return {
+            r["stage"]: {
+                "status": r["status"],
+                "started_at": r["started_at"],
+                "finished_at": r["finished_at"],
+                "counts": loads(r["counts_json"], {}),
+                "error": r["error"],
+            }
+            for r in records(df)
+        }
+
+    def _iteration_tables(self) -> list[str]:
+        return [t for t in TABLES if "iteration" in self._columns[t] and "run_id" in self._columns[t]]
+
+    def iterations(self, run_id: str) -> list[int]:
+        """Every iteration that has a stage record or any row."""
+        tables = self._iteration_tables()
+        union = " UNION ".join(f'SELECT DISTINCT iteration FROM "{t}" WHERE run_id = $run' for t in tables)
+        df = self.query(f"SELECT iteration FROM ({union}) ORDER BY iteration", {"run": run_id})
+        return [int(i) for i in df["iteration"]]
+
+    # -- status ----------------------------------------------------------------------------------------------------
+
+    def status_summary(self) -> dict[str, Any]:
+        """``{"db", "schema_version", "runs": {run_id: {"run_id", "name", "created_at", "run_dir", "tasks",
+        "iterations": [{"iteration", "stages": {stage: {...}}, "rows": {table: n}}]}}}`` (runs in creation order;
+        timestamps as ISO strings, so the whole thing is JSON-ready) for ``engine status``."""
+        tables = self._iteration_tables()
+        union = " UNION ALL ".join(
+            f"SELECT '{t}' AS tbl, run_id, iteration, count(*) AS n FROM \"{t}\" GROUP BY run_id, iteration"
+            for t in tables
+        )
+        counts: dict[tuple[str, int], dict[str, int]] = {}
+        for tbl, run_id, it, n in self.query(union).itertuples(index=False):
+            counts.setdefault((run_id, int(it)), {})[tbl] = int(n)
+        runs: dict[str, dict[str, Any]] = {}
+        for run in self.list_runs():
+            rid = run["run_id"]
+            its = []
+            for it in self.iterations(rid):
+                stages = {
+                    s: {**v, "started_at": iso(v["started_at"]), "finished_at": iso(v["finished_at"])}
+                    for s, v in self.stage_status(rid, it).items()
+                }
+                rows = {t: counts.get((rid, it), {}).get(t, 0) for t in tables}
+                its.append({"iteration": it, "stages": stages, "rows": rows})
+            n_tasks = self.count("tasks", rid)
+            runs[rid] = {
+                "run_id": rid,
+                "name": run["name"],
+                "created_at": iso(run["created_at"]),
+                "run_dir": run["run_dir"],
+                "tasks": n_tasks,
+                "iterations": its,
+            }
+        return {"db": str(self.path), "schema_version": self.version, "runs": runs}
