@@ -20,12 +20,17 @@ Contract (shared by the studio and the CLI):
   training record), ``restore``.
 * ``effective_pairs`` / ``effective_sft_records`` give the data after overrides; ``agreement`` measures how often
   curators agreed with the critic.
+* Each action reads the current state and appends its row under ``Store.serialized()``: concurrent sessions acting
+  on one item are applied one after the other, each seeing the previous one's override (swapping a pair twice
+  at once still ends where it started, and ``before_json`` chains without gaps).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -38,6 +43,21 @@ PAIR_ACTIONS = ("swap", "exclude", "tie", "choose", "restore")
 VERDICT_ACTIONS = ("keep_original", "accept_correction", "edit", "drop", "restore")
 # Critic statuses that yield a training record without any override.
 TRAINABLE_STATUSES = ("accepted", "corrected")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _atomic(fn: F) -> F:
+    """Run a curator action (``fn(store, ...)``) under ``store.serialized()``: its read of the current state and its
+    append form one step, so no other session's override lands in between."""
+
+    @functools.wraps(fn)
+    def wrapper(store: Store, *args: Any, **kwargs: Any) -> Any:
+        with store.serialized():
+            return fn(store, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class InvalidActionsError(ValueError):
@@ -106,6 +126,7 @@ def _pair_override(
     )
 
 
+@_atomic
 def swap_pair(
     store: Store,
     run_id: str,
@@ -129,6 +150,7 @@ def swap_pair(
     return _pair_override(store, run_id, iteration, task_id, step, action, before, after, curator, reason)
 
 
+@_atomic
 def _flag_pair(store: Store, run_id: str, iteration: int, task_id: str, step: int, action: str, pair_idx: int,
                curator: str, reason: str) -> int:
     """Keep the pair's plans as they are and flag it (``exclude`` or ``tie``): out of training and export."""
@@ -149,6 +171,7 @@ def tie_pair(store: Store, run_id: str, iteration: int, task_id: str, step: int 
     return _flag_pair(store, run_id, iteration, task_id, step, "tie", pair_idx, curator, reason)
 
 
+@_atomic
 def choose_pair(
     store: Store,
     run_id: str,
@@ -184,6 +207,7 @@ def choose_pair(
     return _pair_override(store, run_id, iteration, task_id, step, "choose", before, after, curator, reason)
 
 
+@_atomic
 def restore_pair(
     store: Store,
     run_id: str,
@@ -242,6 +266,7 @@ def _verdict_override(
     )
 
 
+@_atomic
 def keep_original(
     store: Store,
     run_id: str,
@@ -261,6 +286,7 @@ def keep_original(
     return _verdict_override(store, v, "keep_original", after, curator, reason)
 
 
+@_atomic
 def accept_correction(
     store: Store,
     run_id: str,
@@ -303,14 +329,18 @@ def edit_correction(
         raise InvalidActionsError(parsed.error)
     if subgoals is not None and (not isinstance(subgoals, list) or not all(isinstance(s, str) for s in subgoals)):
         raise ValueError("subgoals must be a list of strings")
-    v = _verdict(store, run_id, iteration, task_id, step, k)
     task = store.get_task(run_id, task_id)
+    # Executing the edit may take a while (tools): outside the lock; only the read of the verdict and the append
+    # need to be one step.
     result = execute(actions_text, task.domain, ToolEnv(corpus=Corpus.from_context(task.context)))
     after = {"actions": actions_text.strip(), "subgoals": subgoals, "preview": result.to_dict()}
-    _verdict_override(store, v, "edit", after, curator, reason)
+    with store.serialized():
+        v = _verdict(store, run_id, iteration, task_id, step, k)
+        _verdict_override(store, v, "edit", after, curator, reason)
     return result
 
 
+@_atomic
 def drop_verdict(
     store: Store,
     run_id: str,
@@ -327,6 +357,7 @@ def drop_verdict(
     return _verdict_override(store, v, "drop", {}, curator, reason)
 
 
+@_atomic
 def restore_verdict(
     store: Store,
     run_id: str,

@@ -8,6 +8,8 @@ Contract:
   owning process; not even read-only readers may join). Use it as a context manager or call ``close()``.
 * One DuckDB connection per Store; every public method works on its own ``cursor()`` so a worker thread and UI
   threads can share one Store. Writes run in one transaction each and are retried on "Conflict on update".
+  ``serialized()`` holds the Store's lock around a read-then-append sequence (a curator override reads the
+  current state it records as ``before_json``), so two threads never act on the same state.
 * ``write(table, rows)`` / ``write_batch([(table, rows), ...], deletes=...)`` insert list-of-dict or DataFrame rows
   with ``INSERT OR REPLACE ... BY NAME`` from an Arrow-backed DataFrame (never row by row): writing the same keys
   twice leaves one row. Non-string values in ``*_json`` columns are JSON-encoded. Table and column names are
@@ -76,6 +78,7 @@ class Store(RunLedger, StudioViews):
                 f"{self.path} is already open in this process with other settings; share that Store ({exc})"
             ) from None
         self._cursor_lock = threading.Lock()
+        self._serial = threading.RLock()
         try:
             self.version = self._migrate()
             self._columns, self._keys = self._catalog()
@@ -102,6 +105,17 @@ class Store(RunLedger, StudioViews):
             yield cur
         finally:
             cur.close()
+
+    @contextmanager
+    def serialized(self) -> Iterator[None]:
+        """Run a read-then-write sequence alone among this process's threads (re-entrant).
+
+        DuckDB's snapshot isolation lets two transactions read the same state, and appends never conflict, so two
+        curators swapping one pair at once would both swap the original; holding this lock makes the second see
+        the first's override. One owning process per file (see the contract), so a process-local lock is enough.
+        """
+        with self._serial:
+            yield
 
     def _migrate(self) -> int:
         with self._cursor() as cur:

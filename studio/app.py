@@ -17,6 +17,10 @@ from studio.jobs import JobWorker
 
 HEAD = tab_pairs.SHORTCUTS_JS
 TABS = ("Run", "Plans", "Pairs", "Critic", "Metrics", "Export")
+# Events of one kind (say, eight curators loading the Pairs page) may run this many at once. Gradio's default is 1
+# per event, which queues every session behind the others; handlers only query the store (a DuckDB cursor each,
+# thread-safe) or append an override, so they can overlap. Jobs run on the worker thread, not in these slots.
+CONCURRENCY = 8
 
 
 def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: bool = False, spaces: bool = False,
@@ -58,9 +62,12 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             its = run_iterations(store, run_id)
             return gr.update(choices=its, value=default_iteration(its))
 
-        demo.load(on_load, None, [run, who])
-        run.change(on_run, run, iteration)
-        name.submit(lambda n: (n.strip(), f"Curating as **{n.strip()}**" if n.strip() else ""), name, [curator, who])
-        name.blur(lambda n: (n.strip(), f"Curating as **{n.strip()}**" if n.strip() else ""), name, [curator, who])
+        def set_curator(n: str) -> tuple[str, str]:
+            return n.strip(), f"Curating as **{n.strip()}**" if n.strip() else ""
+
+        demo.load(on_load, None, [run, who], api_name="on_load")
+        run.change(on_run, run, iteration, api_name="on_run")
+        gr.on([name.submit, name.blur], set_curator, name, [curator, who], api_name="set_curator")
+    demo.queue(default_concurrency_limit=CONCURRENCY)
     demo.moat_jobs = jobs
     return demo

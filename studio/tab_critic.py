@@ -89,8 +89,8 @@ def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: 
     fns = {"keep_original": curation.keep_original, "accept_correction": curation.accept_correction,
            "drop": curation.drop_verdict, "restore": curation.restore_verdict}
     task_id, step, k = parse_key(key)
-    fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
-    return f"{action} recorded for {key} by {curator}."
+    oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
+    return f"{action} recorded for {key} by {curator} (override #{oid})."
 
 
 def _result_markdown(result: ExecutionResult) -> str:
@@ -176,19 +176,22 @@ def build(ctx: Ctx) -> None:
     filters = [ctx.run, ctx.iteration, status, reviewed, page, pick]
     outputs = [info, table, pick, agreement]
     detail = [original, corrected, diff, edit]
-    for trigger in (status.change, reviewed.change, page.change, ctx.iteration.change, ctx.run.change):
-        trigger(load, filters, outputs)
+    gr.on([status.change, reviewed.change, page.change, ctx.iteration.change, ctx.run.change], load, filters,
+          outputs, api_name="verdicts_page")
     table.select(first_cell, None, pick)
-    pick.change(lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail)
+    pick.change(lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
+                api_name="verdict_detail")
     def reload(*args):  # after an action: refresh everything but the picked verdict
         info_md, df, _, agree = load(*args)
         return info_md, df, agree
 
     for action, btn in acts.items():
-        btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result).success(
+        btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result,
+                  api_name=f"verdict_{action}").success(
             reload, filters, [info, table, agreement]).then(lambda r, i, k: verdict_detail(ctx.store, r, i, k),
                                          [ctx.run, ctx.iteration, pick], detail)
     preview_btn.click(lambda r, k, a: preview_edit(ctx.store, r, k, a) if r and k else "", [ctx.run, pick, edit],
                       result)
-    save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result).success(
+    save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result,
+                   api_name="verdict_edit").success(
         reload, filters, [info, table, agreement])

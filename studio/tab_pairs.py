@@ -98,10 +98,10 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
     if action == "choose":
         if chosen_k is None or rejected_k is None:
             raise ValueError("choose needs both plan numbers")
-        curation.choose_pair(store, run_id, int(iteration), task_id, step, int(chosen_k), int(rejected_k), **kw)
+        oid = curation.choose_pair(store, run_id, int(iteration), task_id, step, int(chosen_k), int(rejected_k), **kw)
     else:
-        fns[action](store, run_id, int(iteration), task_id, step, **kw)
-    return f"{action} recorded for {key} by {curator}."
+        oid = fns[action](store, run_id, int(iteration), task_id, step, **kw)
+    return f"{action} recorded for {key} by {curator} (override #{oid})."
 
 
 def _pair_stats(store: Store, run_id: str, iteration: int) -> pd.DataFrame:
@@ -186,17 +186,18 @@ def build(ctx: Ctx) -> None:
         return handler
 
     outputs = [info, table, pair, hist, bias]
-    for trigger in (text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change,
-                    ties.change, page.change, ctx.iteration.change, ctx.run.change):
-        trigger(load, [*filters, pair], outputs)
+    # One event for every filter change: one named endpoint (``/pairs_page``) for scripts and the load test.
+    gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change, ties.change,
+           page.change, ctx.iteration.change, ctx.run.change], load, [*filters, pair], outputs, api_name="pairs_page")
     table.select(first_cell, None, pair)
     pair.change(lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
-                [prompt, chosen, rejected])
+                [prompt, chosen, rejected], api_name="pair_detail")
     def reload(*args):  # after an action: refresh everything but the picked pair
         info_md, df, _, h, b = load(*args)
         return info_md, df, h, b
 
     for action, btn in [*acts.items(), ("choose", choose)]:
-        btn.click(act(action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status).success(
+        btn.click(act(action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status,
+                  api_name=f"pair_{action}").success(
             reload, [*filters, pair], [info, table, hist, bias]).then(lambda r, i, k: pair_detail(ctx.store, r, i, k),
                                                   [ctx.run, ctx.iteration, pair], [prompt, chosen, rejected])

@@ -184,11 +184,11 @@ def build(ctx: Ctx, config_path: str) -> None:
     editor.change(lambda t: cli_command(config_path, t, ctx.spaces), editor, command, show_progress="hidden")
     create_btn.click(on_create, editor, [verdict, ctx.run])
     for kind, btn in buttons.items():
-        btn.click(starter(kind), [ctx.run, ctx.curator], message)
+        btn.click(starter(kind), [ctx.run, ctx.curator], message, api_name=f"start_{kind}")
     def on_stop(request: gr.Request) -> str:
         check_writable(ctx, request)
         return ctx.jobs.stop()
 
-    stop_btn.click(on_stop, None, message)
+    stop_btn.click(on_stop, None, message, api_name="stop_job")
     timer.tick(refresh, ctx.run, [job, stages, loss], show_progress="hidden")
     ctx.run.change(refresh, ctx.run, [job, stages, loss])

@@ -16,11 +16,12 @@ from engine.tasks import write_tasks
 from tests._tiny import tiny_overrides
 
 
-def build_studio_store(path: Path, agents: Path, demo_tasks) -> str:
-    """Write a store with one run through critique of iteration 1 (and chart rows); returns the run id."""
+def build_studio_store(path: Path, agents: Path, demo_tasks, extra: tuple[str, ...] = ()) -> str:
+    """Write a store with one run through critique of iteration 1 (and chart rows); returns the run id.
+    ``extra`` are more ``--set`` overrides on top of the tiny loop's (the load test uses more tasks)."""
     tasks_file = path.parent / "tasks.jsonl"
     write_tasks(demo_tasks, tasks_file)
-    config = load_config(None, tiny_overrides(path.parent, agents, tasks_file))
+    config = load_config(None, [*tiny_overrides(path.parent, agents, tasks_file), *extra])
     with Store(path) as store:
         run_id = create_run(store, config)
         for stage in ("sample", "score", "pairs", "ground", "critique"):
