@@ -4,6 +4,11 @@ The app owns no state of its own: the store is passed in (one owning process per
 per store is created here (or passed in) and shared by every session, and everything per session (picked run and
 iteration, the curator's name) lives in components and ``gr.State``. Pass ``HEAD`` to ``launch(head=...)`` for the
 keyboard shortcuts. The worker is exposed as ``demo.moat_jobs`` for the launcher and tests.
+
+Under load: the queue runs up to ``CONCURRENCY`` calls of one event at once (Gradio's default is one), and the
+endpoints a session needs have stable names (``/on_load``, ``/on_run``, ``/set_curator``, ``/start_<kind>``,
+``/stop_job`` and those listed in the Pairs and Critic tabs), so scripts and the load test drive it with
+``gradio_client``.
 """
 
 from __future__ import annotations

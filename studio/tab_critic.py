@@ -4,7 +4,8 @@ curator decisions through ``engine.curation`` (accept original, accept correctio
 previewed with ``engine.executor`` on a button and saved only when it parses; the critic-curator agreement rate.
 
 Handlers: ``verdict_table``, ``verdict_detail``, ``verdict_action``, ``preview_edit``, ``save_edit``,
-``agreement_markdown``.
+``agreement_markdown``. API endpoints (``gradio_client``): ``/verdicts_page``, ``/verdict_detail``,
+``/verdict_<action>`` (keep_original, accept_correction, drop, restore) and ``/verdict_edit``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ other plans, restore) through ``engine.curation``; a margin histogram and the ch
 
 Keyboard shortcuts (outside text fields, on this tab): s swap, x exclude, t tie, r restore (``SHORTCUTS_JS`` is
 passed to ``launch(head=...)``). Handlers: ``pairs_table``, ``pair_detail``, ``pair_action``, ``margin_figure``,
-``length_figure``.
+``length_figure``. API endpoints (``gradio_client``): ``/pairs_page`` (any filter change), ``/pair_detail`` and
+``/pair_<action>`` for swap, exclude, tie, choose and restore.
 """
 
 from __future__ import annotations
@@ -113,19 +114,22 @@ def _pair_stats(store: Store, run_id: str, iteration: int) -> pd.DataFrame:
             AND pr.k = e.rejected_k""", {"run": run_id, "it": int(iteration)})
 
 
-def margin_figure(store: Store, run_id: str | None, iteration: int | None) -> go.Figure:
+def margin_figure(store: Store, run_id: str | None, iteration: int | None,
+                  stats: pd.DataFrame | None = None) -> go.Figure:
+    """Histogram of the effective pairs' margins; ``stats`` (``_pair_stats``) when the caller already has them."""
     fig = go.Figure()
     if run_id and iteration is not None:
-        fig.add_histogram(x=_pair_stats(store, run_id, iteration)["margin"], nbinsx=30)
+        fig.add_histogram(x=(_pair_stats(store, run_id, iteration) if stats is None else stats)["margin"], nbinsx=30)
     fig.update_layout(title="Margin (rejected − chosen log-PPL)", height=300, margin=dict(l=40, r=10, t=40, b=40))
     return fig
 
 
-def length_figure(store: Store, run_id: str | None, iteration: int | None) -> go.Figure:
+def length_figure(store: Store, run_id: str | None, iteration: int | None,
+                  stats: pd.DataFrame | None = None) -> go.Figure:
     """Chosen vs rejected plan length (characters): points above the diagonal = the rule prefers longer plans."""
     fig = go.Figure()
     if run_id and iteration is not None:
-        df = _pair_stats(store, run_id, iteration)
+        df = _pair_stats(store, run_id, iteration) if stats is None else stats
         fig.add_scatter(x=df["rejected_len"], y=df["chosen_len"], mode="markers", name="pairs")
         top = float(max(df["chosen_len"].max(), df["rejected_len"].max())) if len(df) else 1.0
         fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="equal", line=dict(dash="dot"))
@@ -171,8 +175,10 @@ def build(ctx: Ctx) -> None:
                                 excluded=ex, ties=ti, order=od, page=int(pg or 1))
         keys = list(df["key"])
         keep = current if current in keys else (keys[0] if keys else None)
+        # Both charts from one stats query: this page is the one every curator reloads after each action.
+        stats = _pair_stats(ctx.store, run_id, it) if run_id and it is not None else None
         return (page_info(total, int(pg or 1), PAGE), df, gr.update(choices=keys, value=keep),
-                margin_figure(ctx.store, run_id, it), length_figure(ctx.store, run_id, it))
+                margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats))
 
     def act(action):
         def handler(run_id, it, key, name, c, r, why, request: gr.Request):
