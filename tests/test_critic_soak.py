@@ -10,7 +10,8 @@ attempt only. The healthy replies accept, correct or ramble (unparsed).
 Checked: the stage is ``done``; ``verdicts`` holds exactly one row for each of the 1,000 groundings; each row's
 status is the one its prompt's script implies, with the raw text or the error message; the attempts recorded per
 verdict equal the requests the server received for that prompt (so retries are counted, bounded by
-``1 + max_retries`` and spent only on retryable faults). Runtime and retry counts are printed (``-s``).
+``1 + max_retries`` and spent only on retryable faults); requests overlap but never exceed ``critic.concurrency``;
+exactly the completed replies are cached. Runtime and retry counts are printed (``-s``).
 """
 
 from __future__ import annotations
@@ -63,17 +64,24 @@ def expected(prompt: str) -> tuple[str, int]:
 
 
 class Faults:
-    """Thread-safe request log: requests per prompt, and how many of each fault were served."""
+    """Thread-safe request log: requests per prompt, how many of each fault were served, most in flight at once."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.seen: Counter[str] = Counter()
         self.served: Counter[str] = Counter()
+        self.in_flight = self.max_in_flight = 0
 
     def arrive(self, prompt: str) -> int:
         with self.lock:
             self.seen[prompt] += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
             return self.seen[prompt]
+
+    def leave(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
 
     def serve(self, kind: str) -> None:
         with self.lock:
@@ -91,6 +99,12 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         prompt = body["messages"][-1]["content"]
         n = faults.arrive(prompt)
+        try:
+            self._reply(faults, prompt, n, body)
+        finally:
+            faults.leave()
+
+    def _reply(self, faults: Faults, prompt: str, n: int, body: dict) -> None:
         fault, healthy = script(prompt)
         if fault in TRANSIENT and n > 1:
             fault = None
@@ -222,9 +236,11 @@ def test_thousand_critic_calls_under_injected_faults(fault_server, tmp_path, mon
         statuses = Counter(r["status"] for r in rows)
         assert set(statuses) == {"accepted", "corrected", "unparsed", "truncated", "error"}
         sent = sum(faults.seen.values())
+        assert 2 <= faults.max_in_flight <= 8  # critic.concurrency bounds the requests in flight
         assert sent == sum(n * c for n, c in attempts.items())
         cached = store.query("SELECT count(*) AS n FROM critic_cache WHERE model = 'soak-critic'").n[0]
         assert cached == statuses["accepted"] + statuses["corrected"] + statuses["unparsed"]
         print(f"\ncritic soak: {len(rows)} verdicts in {elapsed:.1f} s; {sent} requests ({sent - len(rows)} "
               f"retries, {spurious} of them unscripted); attempts per verdict {dict(sorted(attempts.items()))}; "
-              f"faults served {dict(sorted(faults.served.items()))}; statuses {dict(sorted(statuses.items()))}")
+              f"faults served {dict(sorted(faults.served.items()))}; statuses {dict(sorted(statuses.items()))}; "
+              f"at most {faults.max_in_flight} requests in flight")
