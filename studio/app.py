@@ -5,7 +5,8 @@ per store is created here (or passed in) and shared by every session, and everyt
 iteration, the curator's name) lives in components and ``gr.State``. Pass ``HEAD`` to ``launch(head=...)`` for the
 keyboard shortcuts. The worker is exposed as ``demo.moat_jobs`` for the launcher and tests.
 
-Under load: the queue runs up to ``CONCURRENCY`` calls of one event at once (Gradio's default is one), and the
+Under load: the queue runs up to ``CONCURRENCY`` calls of one event at once (Gradio's default is one); a view that
+several triggers refresh is one ``always_last`` event, so one session's calls of it never overtake each other; the
 endpoints a session needs have stable names (``/on_load``, ``/on_run``, ``/set_curator``, ``/start_<kind>``,
 ``/stop_job`` and those listed in the Pairs and Critic tabs), so scripts and the load test drive it with
 ``gradio_client``.
@@ -24,7 +25,10 @@ HEAD = tab_pairs.SHORTCUTS_JS
 TABS = ("Run", "Plans", "Pairs", "Critic", "Metrics", "Export")
 # Events of one kind (say, eight curators loading the Pairs page) may run this many at once. Gradio's default is 1
 # per event, which queues every session behind the others; handlers only query the store (a DuckDB cursor each,
-# thread-safe) or append an override, so they can overlap. Jobs run on the worker thread, not in these slots.
+# thread-safe) or append an override (atomic, see engine.curation), so they can overlap. Jobs run on the worker
+# thread, not in these slots. With overlap, two calls of one session could finish out of order (a stale page
+# painted over a fresh one), so every view that several triggers refresh is ONE event with
+# trigger_mode="always_last": a session's next call of it waits for the one in flight.
 CONCURRENCY = 8
 
 
@@ -72,7 +76,8 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
 
         demo.load(on_load, None, [run, who], api_name="on_load")
         run.change(on_run, run, iteration, api_name="on_run")
-        gr.on([name.submit, name.blur], set_curator, name, [curator, who], api_name="set_curator")
+        gr.on([name.submit, name.blur], set_curator, name, [curator, who], api_name="set_curator",
+              trigger_mode="always_last")
     demo.queue(default_concurrency_limit=CONCURRENCY)
     demo.moat_jobs = jobs
     return demo

@@ -178,7 +178,7 @@ def build(ctx: Ctx) -> None:
     outputs = [info, table, pick, agreement]
     detail = [original, corrected, diff, edit]
     gr.on([status.change, reviewed.change, page.change, ctx.iteration.change, ctx.run.change], load, filters,
-          outputs, api_name="verdicts_page")
+          outputs, api_name="verdicts_page", trigger_mode="always_last")  # in order: see studio.app.CONCURRENCY
     table.select(first_cell, None, pick)
     pick.change(lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
                 api_name="verdict_detail")

@@ -106,5 +106,5 @@ def build(ctx: Ctx) -> None:
         return gr.update(choices=["", *others], value="")
 
     ctx.run.change(runs, ctx.run, compare)
-    for trigger in (ctx.run.change, compare.change, refresh.click):
-        trigger(draw, [ctx.run, compare], [plots[n] for n in FIGURES])
+    gr.on([ctx.run.change, compare.change, refresh.click], draw, [ctx.run, compare], [plots[n] for n in FIGURES],
+          trigger_mode="always_last")  # one event, in order per session: see studio.app.CONCURRENCY

@@ -192,9 +192,10 @@ def build(ctx: Ctx) -> None:
         return handler
 
     outputs = [info, table, pair, hist, bias]
-    # One event for every filter change: one named endpoint (``/pairs_page``) for scripts and the load test.
+    # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
     gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change, ties.change,
-           page.change, ctx.iteration.change, ctx.run.change], load, [*filters, pair], outputs, api_name="pairs_page")
+           page.change, ctx.iteration.change, ctx.run.change], load, [*filters, pair], outputs, api_name="pairs_page",
+          trigger_mode="always_last")
     table.select(first_cell, None, pair)
     pair.change(lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
                 [prompt, chosen, rejected], api_name="pair_detail")

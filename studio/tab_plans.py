@@ -105,10 +105,10 @@ def build(ctx: Ctx) -> None:
                 gr.update(choices=ks, value=ks[-1] if ks else None))
 
     inputs = [ctx.run, ctx.iteration, search, domain, split, page]
-    for trigger in (search.submit, domain.change, split.change, page.change, ctx.iteration.change, ctx.run.change):
-        trigger(load, inputs, [info, table, task])
+    # One event, in order per session (see studio.app.CONCURRENCY): a page for a stale iteration never lands last.
+    gr.on([search.submit, domain.change, split.change, page.change, ctx.iteration.change, ctx.run.change], load,
+          inputs, [info, table, task], trigger_mode="always_last")
     table.select(first_cell, None, task)
     task.change(show, [ctx.run, ctx.iteration, task], [plans, k_a, k_b])
-    for trigger in (k_a.change, k_b.change):
-        trigger(lambda r, i, t, a, b: plan_diff(ctx.store, r, i, t, a, b), [ctx.run, ctx.iteration, task, k_a, k_b],
-                diff)
+    gr.on([k_a.change, k_b.change], lambda r, i, t, a, b: plan_diff(ctx.store, r, i, t, a, b),
+          [ctx.run, ctx.iteration, task, k_a, k_b], diff, trigger_mode="always_last")

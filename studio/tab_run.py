@@ -190,5 +190,6 @@ def build(ctx: Ctx, config_path: str) -> None:
         return ctx.jobs.stop()
 
     stop_btn.click(on_stop, None, message, api_name="stop_job")
-    timer.tick(refresh, ctx.run, [job, stages, loss], show_progress="hidden")
-    ctx.run.change(refresh, ctx.run, [job, stages, loss])
+    # One event, in order per session (see studio.app.CONCURRENCY): an older snapshot never lands last.
+    gr.on([timer.tick, ctx.run.change], refresh, ctx.run, [job, stages, loss], show_progress="hidden",
+          trigger_mode="always_last")

@@ -285,3 +285,20 @@ def test_viewer_accounts_cannot_change_anything(store):
     ctx.read_only = True
     with pytest.raises(gr.Error, match="read-only"):
         check_writable(ctx, Curator())
+
+
+def test_each_view_is_one_in_order_event(tmp_path):
+    """The queue overlaps calls (``studio.app.CONCURRENCY``), so a view refreshed by several triggers must be ONE
+    ``always_last`` event: two events of one session sharing a handler could finish out of order and paint a
+    stale page (an iteration-less Plans page) over the fresh one."""
+    from collections import Counter
+
+    from studio.app import CONCURRENCY, build_app
+
+    with Store(tmp_path / "empty.duckdb") as store:
+        demo = build_app(store, "examples/demo.toml")
+    assert CONCURRENCY > 1
+    refreshing = [f for f in demo.fns.values() if any(e in ("change", "submit", "blur", "tick") for _, e in f.targets)]
+    shared = [name for name, n in Counter(id(f.fn) for f in refreshing).items() if n > 1]
+    assert not shared, [f.name for f in refreshing if id(f.fn) in shared]
+    assert all(f.trigger_mode == "always_last" for f in refreshing if len(f.targets) > 1)
