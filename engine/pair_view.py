@@ -34,17 +34,24 @@ from engine.views import effective_pairs_sql
 
 # Tables whose rows the materialised view is derived from (overrides are tracked by id, see ``_newest_override``).
 SOURCES = ("tasks", "plans", "scores", "pairs")
+# Lower-cased copies for the text filter (lowering 300,000 texts on every search doubled its cost); hidden from pages.
+_SEARCH_COLUMNS = ("lower(question) AS question_lc, lower(chosen_text) AS chosen_lc, "
+                   "lower(rejected_text) AS rejected_lc")
+_HIDDEN = "EXCLUDE (pos, question_lc, chosen_lc, rejected_lc)"
+_TEXT_FILTER = ("(contains(question_lc, lower($text)) OR contains(chosen_lc, lower($text)) "
+               "OR contains(rejected_lc, lower($text)))")
 # Same orders as ``StudioViews.pairs_page_sql``; ``pos`` is the position in (task_id, step, pair_idx) order.
 ORDERS = {"task": "pos", "margin": "margin, pos", "-margin": "margin DESC, pos"}
 
+# ``{bound}`` is empty or a $lo/$hi range on the plans' task_id (row-group pruning when patching a few tasks).
 _ROWS_SQL = """
 SELECT e.*, t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text
 FROM eff e
 LEFT JOIN tasks t ON t.run_id = $run AND t.task_id = e.task_id
-LEFT JOIN plans pc ON pc.run_id = $run AND pc.iteration = $it AND pc.task_id = e.task_id AND pc.step = e.step
-    AND pc.k = e.chosen_k
-LEFT JOIN plans pr ON pr.run_id = $run AND pr.iteration = $it AND pr.task_id = e.task_id AND pr.step = e.step
-    AND pr.k = e.rejected_k
+LEFT JOIN (SELECT * FROM plans WHERE run_id = $run AND iteration = $it {bound}) pc
+    ON pc.task_id = e.task_id AND pc.step = e.step AND pc.k = e.chosen_k
+LEFT JOIN (SELECT * FROM plans WHERE run_id = $run AND iteration = $it {bound}) pr
+    ON pr.task_id = e.task_id AND pr.step = e.step AND pr.k = e.rejected_k
 """
 
 
@@ -62,6 +69,8 @@ class _Built:
 
 class PairView:
     """One store's materialised pairs; ``query`` reads the store (Arrow), ``generation`` reports its writes."""
+
+    text_filter = _TEXT_FILTER  # the pairs page's text condition over this table's columns
 
     def __init__(self, query: Callable[..., pa.Table], generation: Callable[[tuple[str, ...]], tuple[int, ...]]):
         self._query = query
@@ -112,9 +121,11 @@ class PairView:
 
     def _rows(self, run_id: str, iteration: int, tasks: list[str] | None = None) -> pa.Table:
         params: dict[str, Any] = {"run": run_id, "it": iteration}
-        if tasks is not None:
-            params["tasks"] = tasks
-        return self._query(effective_pairs_sql("all" if tasks is None else "tasks") + _ROWS_SQL, params)
+        if tasks is None:
+            return self._query(effective_pairs_sql("all") + _ROWS_SQL.format(bound=""), params)
+        params.update(tasks=tasks, lo=min(tasks), hi=max(tasks))
+        return self._query(effective_pairs_sql("tasks") + _ROWS_SQL.format(bound="AND task_id BETWEEN $lo AND $hi"),
+                           params)
 
     def _rebuild(self, key: tuple[str, int], generation: tuple[int, ...], newest: int) -> _Built:
         rows = self._rows(*key)
@@ -123,7 +134,7 @@ class PairView:
             cur.register("new_rows", rows)
             try:  # pos = position in task order: the default page is a range scan, not a sort of every pair
                 cur.execute(f"""CREATE OR REPLACE TABLE {name} AS
-                    SELECT *, row_number() OVER (ORDER BY task_id, step, pair_idx) - 1 AS pos
+                    SELECT *, {_SEARCH_COLUMNS}, row_number() OVER (ORDER BY task_id, step, pair_idx) - 1 AS pos
                     FROM new_rows ORDER BY task_id, step, pair_idx""")
             finally:
                 cur.unregister("new_rows")
@@ -151,7 +162,7 @@ class PairView:
             try:
                 self._in_transaction(cur, [
                     (f"DELETE FROM {built.table} WHERE list_contains($tasks, task_id)", {"tasks": tasks}),
-                    (f"INSERT INTO {built.table} BY NAME SELECT n.*, o.pos FROM new_rows n "
+                    (f"INSERT INTO {built.table} BY NAME SELECT n.*, {_SEARCH_COLUMNS}, o.pos FROM new_rows n "
                      "JOIN old_pos o USING (task_id, step, pair_idx)", None),
                 ])
             finally:
@@ -180,11 +191,11 @@ class PairView:
         table = self.table(run_id, iteration)
         params = {**params, "limit": int(limit), "offset": int(offset)}
         if order == "task" and not conds:  # the default page: positions are dense 0..n-1, so read a range
-            sql = f"""SELECT * EXCLUDE (pos), (SELECT count(*) FROM {table}) AS total FROM {table}
+            sql = f"""SELECT * {_HIDDEN}, (SELECT count(*) FROM {table}) AS total FROM {table}
                 WHERE pos >= $offset AND pos < $offset + $limit ORDER BY pos"""
-        else:
-            where = " AND ".join(conds) or "TRUE"
-            sql = f"""SELECT * EXCLUDE (pos), (SELECT count(*) FROM {table} WHERE {where}) AS total FROM {table}
-                WHERE {where} ORDER BY {ORDERS[order]} LIMIT $limit OFFSET $offset"""
+        else:  # filter once (MATERIALIZED), then count and page the matches
+            sql = f"""WITH hits AS MATERIALIZED (SELECT * FROM {table} WHERE {" AND ".join(conds) or "TRUE"})
+                SELECT * {_HIDDEN}, (SELECT count(*) FROM hits) AS total FROM hits
+                ORDER BY {ORDERS[order]} LIMIT $limit OFFSET $offset"""
         with self._cursor() as cur:
             return cur.execute(sql, params).df()

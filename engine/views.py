@@ -53,7 +53,9 @@ class StudioViews:
         the host's materialised ``PairView`` (``engine.pair_view``); ``pairs_page_sql`` is the same page computed
         from the base tables on every call.
         """
-        conds, params = _pair_filters(min_margin, max_margin, text, overridden, excluded, ties)
+        # the view keeps lower-cased texts: the same match for less work
+        conds, params = _pair_filters(min_margin, max_margin, text, overridden, excluded, ties,
+                                      self.pair_view.text_filter)
         if order not in PAGE_ORDERS:
             raise ValueError(f"order must be one of {', '.join(PAGE_ORDERS)}")
         return self.pair_view.page(run_id, int(iteration), conds, params, order, limit, offset)
@@ -158,8 +160,13 @@ PAGE_ORDERS = {"task": "task_id, step, pair_idx", "margin": "margin, task_id, st
                "-margin": "margin DESC, task_id, step, pair_idx"}
 
 
+_TEXT_FILTER = ("(contains(lower(question), lower($text)) OR contains(lower(chosen_text), lower($text)) "
+                "OR contains(lower(rejected_text), lower($text)))")
+
+
 def _pair_filters(min_margin: float | None, max_margin: float | None, text: str | None, overridden: bool | None,
-                  excluded: bool | None, ties: bool | None) -> tuple[list[str], dict[str, Any]]:
+                  excluded: bool | None, ties: bool | None, text_filter: str = _TEXT_FILTER
+                  ) -> tuple[list[str], dict[str, Any]]:
     """The pairs page's WHERE snippets (fixed SQL over effective-pair columns) and their parameters."""
     conds: list[str] = []
     params: dict[str, Any] = {}
@@ -174,10 +181,7 @@ def _pair_filters(min_margin: float | None, max_margin: float | None, text: str 
             conds.append(sql)
             params[name] = value
     if text:
-        conds.append(
-            "(contains(lower(question), lower($text)) OR contains(lower(chosen_text), lower($text)) "
-            "OR contains(lower(rejected_text), lower($text)))"
-        )
+        conds.append(text_filter)
         params["text"] = text
     return conds, params
 
@@ -186,7 +190,10 @@ def _pair_filters(min_margin: float | None, max_margin: float | None, text: str 
 # Pair overrides carry pair_idx (default 0) and, for "choose", chosen_k/rejected_k in after_json.
 # ``{scope}`` narrows both the pairs and the overrides read (and so every join after them) to some tasks; it is one
 # of the fixed snippets in ``SCOPES``, never user text.
-SCOPES = {"all": "", "task": "AND task_id = $task", "tasks": "AND list_contains($tasks, task_id)"}
+# ``tasks`` also bounds task_id by $lo/$hi (the list's min and max): a range on constants lets DuckDB skip row
+# groups by their min/max statistics, which a list lookup alone does not.
+SCOPES = {"all": "", "task": "AND task_id = $task",
+          "tasks": "AND task_id BETWEEN $lo AND $hi AND list_contains($tasks, task_id)"}
 _EFFECTIVE_PAIRS_TEMPLATE = """
 WITH po AS (
     SELECT o.*, coalesce(TRY_CAST(json_extract_string(o.after_json, '$.pair_idx') AS INTEGER), 0) AS pidx
@@ -243,7 +250,7 @@ eff AS (
 
 def effective_pairs_sql(scope: str = "all") -> str:
     """The ``WITH ... eff AS (...)`` prefix of effective pairs, over all pairs of ``$run``/``$it`` or a ``SCOPES``
-    subset (``task``: ``$task``; ``tasks``: the list ``$tasks``)."""
+    subset (``task``: ``$task``; ``tasks``: the list ``$tasks`` with its least and greatest ids ``$lo``/``$hi``)."""
     return _EFFECTIVE_PAIRS_TEMPLATE.format(scope=SCOPES[scope])
 
 
