@@ -22,13 +22,13 @@ from engine.prefix_cache import (
     TrieNode,
     cache_arg,
     device_of,
-    empty_kv,
     encode_texts,
-    forward_on,
+    forward_on_groups,
     length_batches,
     necessary_tokens,
     prefill_root,
     prefix_trie,
+    stacked_cache,
     walk_trie,
 )
 
@@ -155,6 +155,7 @@ def score_targets_naive(model, tokenizer, prompts: Sequence[str], targets: Seque
 # ``MIN_SAVING`` tokens, because each node costs a forward call.
 
 
+@torch.no_grad()
 def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[str], *, batch_size: int = 16,
                   max_length: int | None = None, fast: bool = False, stats: KernelStats | None = None) -> list[float]:
     """Mean NLL (natural log) per target token, EOS included; ``exp`` of it is the perplexity.
@@ -182,11 +183,22 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
     was_training = model.training
     model.eval()
 
-    def score_leaves(node: TrieNode, kv: KV | None) -> None:
-        lengths = {i: len(ids[i]) - node.end for i in node.leaves}
-        for batch in length_batches(node.leaves, lengths, batch_size):
-            segments = [ids[i][node.end:] for i in batch]
-            logits, _ = forward_on(model, segments, kv, node.end, pad_id, logits=True)
+    # Every node with leaves is a group: walk the trie once to compute the groups' caches, then score the leaves of
+    # ALL groups in length-sorted batches, each row on top of its own group's cache (stacked, padding masked).
+    groups: list[tuple[TrieNode, KV | None]] = []
+    try:
+        kv = prefill_root(model, ids, root, pad_id, stats)
+        walk_trie(model, ids, root, kv, pad_id, batch_size, stats,
+                  lambda node, node_kv: groups.append((node, node_kv)))
+        group_of = {i: g for g, (node, _) in enumerate(groups) for i in node.leaves}
+        ends = [node.end for node, _ in groups]
+        lengths = {i: len(ids[i]) - ends[g] for i, g in group_of.items()}
+        for batch in length_batches(sorted(group_of), lengths, batch_size):
+            segments = [ids[i][ends[group_of[i]]:] for i in batch]
+            used = sorted({group_of[i] for i in batch})  # only this batch's groups go into its stacked cache
+            local = {g: j for j, g in enumerate(used)}
+            logits = forward_on_groups(model, segments, [groups[g][1] for g in used], [ends[g] for g in used],
+                                       [local[group_of[i]] for i in batch], pad_id)
             width = logits.shape[1]
             labels = torch.full((len(batch), width), -100, dtype=torch.long)
             for r, i in enumerate(batch):
@@ -199,10 +211,6 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
             if stats is not None:
                 stats.computed += len(batch) * width
                 stats.forwards += 1
-
-    try:
-        kv = prefill_root(model, ids, root, pad_id, stats)
-        walk_trie(model, ids, root, kv, pad_id, batch_size, stats, score_leaves)
     finally:
         model.train(was_training)
     if stats is not None:
@@ -281,7 +289,6 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
         return generate_naive(model, tokenizer, prompts, config, seed=seed, stats=stats)
     if seed is not None:
         torch.manual_seed(seed)
-    from transformers import DynamicCache
 
     device = device_of(model)
     pad_id = tokenizer.pad_token_id
@@ -315,17 +322,8 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
                 attention[i, cached + suffix - len(rest):] = 1
             kwargs = {}
             if cached:
-                index = torch.tensor([group_of[i] for i in order], device=device)
-                layers = []
-                for layer in range(len(next(kv for _, kv in groups if kv is not None))):
-                    keys, values = [], []
-                    for _, node_kv in groups:
-                        k_, v_ = node_kv[layer] if node_kv is not None else empty_kv(groups, layer)
-                        pad = cached - k_.shape[2]
-                        keys.append(torch.nn.functional.pad(k_, (0, 0, 0, pad)))
-                        values.append(torch.nn.functional.pad(v_, (0, 0, 0, pad)))
-                    layers.append((torch.cat(keys)[index], torch.cat(values)[index]))
-                kwargs[cache_arg(model)] = DynamicCache(ddp_cache_data=layers, config=model.config)
+                cache, _ = stacked_cache(model, [node_kv for _, node_kv in groups], [group_of[i] for i in order])
+                kwargs[cache_arg(model)] = cache
             generated = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                                        num_return_sequences=1, **_sampling_kwargs(tokenizer, config), **kwargs)
             texts = tokenizer.batch_decode(generated[:, cached + suffix:], skip_special_tokens=True)

@@ -204,10 +204,51 @@ def prefill_root(model, rows, root: TrieNode, pad_id: int, stats: KernelStats | 
     return _row_kv(cache, 0, root.end)
 
 
-@torch.no_grad()
+def stacked_cache(model, kvs: Sequence[KV | None], index: Sequence[int]):
+    """One ``DynamicCache`` for a batch whose row r continues the cached prefix ``kvs[index[r]]``.
+
+    The prefixes differ in length: each is right-padded to the longest (``None`` = nothing cached, all padding), so
+    a caller must mask positions ``[len(prefix), longest)`` of row r and give its new tokens positions from
+    ``len(prefix)`` on. Returns ``(cache, longest)``; ``(None, 0)`` when nothing is cached at all.
+    """
+    from transformers import DynamicCache
+
+    present = [kv for kv in kvs if kv is not None]
+    if not present:
+        return None, 0
+    longest = max(kv[0][0].shape[2] for kv in present)
+    device = present[0][0][0].device
+    rows = torch.tensor(list(index), device=device)
+    layers = []
+    for layer in range(len(present[0])):
+        keys, values = [], []
+        for kv in kvs:
+            k, v = kv[layer] if kv is not None else (present[0][layer][0][:, :, :0], present[0][layer][1][:, :, :0])
+            pad = longest - k.shape[2]
+            keys.append(torch.nn.functional.pad(k, (0, 0, 0, pad)))
+            values.append(torch.nn.functional.pad(v, (0, 0, 0, pad)))
+        layers.append((torch.cat(keys)[rows], torch.cat(values)[rows]))
+    return DynamicCache(ddp_cache_data=layers, config=model.config), longest
 
 
-def empty_kv(groups, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A zero-length cache for a group with nothing cached, shaped like the others at ``layer``."""
-    k, v = next(kv for _, kv in groups if kv is not None)[layer]
-    return k[:, :, :0], v[:, :, :0]
+def forward_on_groups(model, segments: Sequence[Sequence[int]], kvs: Sequence[KV | None], ends: Sequence[int],
+                      index: Sequence[int], pad_id: int) -> torch.Tensor:
+    """Logits ``[B, W, V]`` of right-padded ``segments`` where row r continues the cached prefix ``kvs[index[r]]``
+    of ``ends[index[r]]`` tokens: leaves of many trie nodes in ONE forward (a small forward of a ~100M model costs
+    several times more per token than a large one on a CPU, so batching across nodes is what makes sharing pay)."""
+    device = device_of(model)
+    cache, longest = stacked_cache(model, kvs, index)
+    width, n = max(len(s) for s in segments), len(segments)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, longest + width), dtype=torch.long)
+    positions = torch.zeros((n, width), dtype=torch.long)
+    for r, seg in enumerate(segments):
+        past = ends[index[r]]
+        input_ids[r, :len(seg)] = torch.tensor(list(seg), dtype=torch.long)
+        attention[r, :past] = 1  # the row's own prefix; [past, longest) is another group's padding
+        attention[r, longest:longest + len(seg)] = 1
+        positions[r] = torch.arange(past, past + width)
+    kwargs = {cache_arg(model): cache} if cache is not None else {}
+    out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                position_ids=positions.to(device), use_cache=cache is not None, **kwargs)
+    return out.logits
