@@ -149,10 +149,11 @@ def score_targets_naive(model, tokenizer, prompts: Sequence[str], targets: Seque
 #
 # Rows are arranged in a compressed token trie (a radix tree). A node's KV cache covers ``ids[:end]`` of all its
 # members; its children extend it by a shared segment, its leaves are rows whose remaining tokens ``ids[end:]`` run
-# on top of it. Each node's segment is computed once, batched with its siblings on top of the parent's cache
-# (expanded to the batch), and cropped per row afterwards: right padding sits at the end of a row, so cropping
-# removes it and every cache we keep is exact (no holes). A node is only made where it saves at least
-# ``MIN_SAVING`` tokens, because each node costs a forward call.
+# on top of it. The trie is computed level by level: the segments of every node at one depth run together in
+# length-sorted batches, each row on top of its own parent's cache (caches stacked, right-padded, padding masked,
+# positions per row), and each row's cache is then copied out without the padding, so every cache we keep is exact.
+# Leaves of all nodes are scored the same way. Forwards therefore grow with the trie's depth, not its size: on a CPU
+# a small forward of a ~100M model costs several times more per token than a large one (engine/bench/RESULTS.md).
 
 
 @torch.no_grad()
@@ -161,20 +162,21 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
     """Mean NLL (natural log) per target token, EOS included; ``exp`` of it is the perplexity.
 
     ``fast=True``: shared token prefixes (the K plans of a task share the grounder prompt up to the plan; tasks
-    share the instruction) are computed once and their KV cache reused for every continuation; equal to
-    ``score_targets_naive`` up to float rounding (~1e-6 in fp32). It computes 2-4x fewer tokens but makes more,
-    smaller forward calls, and on the 2-core CPU a small forward of a ~100M model costs far more per token than a
-    big one, so it measured *slower* than length-sorted batches there (engine/bench/RESULTS.md): the default stays
-    the length-sorted baseline (``fast=False``) until the kernel batches leaves across trie nodes.
-    Returns one value per pair, in input order.
+    share the instruction; a plan sampled twice is one row) are computed once and their KV cache reused for every
+    continuation; equal to ``score_targets_naive`` up to float rounding (~1e-6 in fp32). ``fast=False`` is the
+    length-sorted padded baseline. Returns one value per pair, in input order.
     """
     if not fast:
         return score_targets_naive(model, tokenizer, prompts, targets, batch_size=batch_size,
                                    max_length=max_length, stats=stats)
-    rows = _score_rows(tokenizer, prompts, targets, max_length)
+    all_rows = _score_rows(tokenizer, prompts, targets, max_length)
+    if not all_rows:
+        return []
+    # Identical rows (a plan sampled twice for the same task) are scored once: their results are the same number.
+    first: dict[tuple[tuple[int, ...], int], int] = {}
+    slot = [first.setdefault((tuple(r[0]), r[1]), len(first)) for r in all_rows]
+    rows = [(list(key[0]), key[1]) for key in first]
     results: list[float] = [math.nan] * len(rows)
-    if not rows:
-        return results
     ids = [r[0] for r in rows]
     caps = [max(0, len(i) - n - 1) for i, n in rows]
     root = prefix_trie(ids, caps)
@@ -197,8 +199,8 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
             segments = [ids[i][ends[group_of[i]]:] for i in batch]
             used = sorted({group_of[i] for i in batch})  # only this batch's groups go into its stacked cache
             local = {g: j for j, g in enumerate(used)}
-            logits = forward_on_groups(model, segments, [groups[g][1] for g in used], [ends[g] for g in used],
-                                       [local[group_of[i]] for i in batch], pad_id)
+            logits, _, _ = forward_on_groups(model, segments, [groups[g][1] for g in used], [ends[g] for g in used],
+                                             [local[group_of[i]] for i in batch], pad_id)
             width = logits.shape[1]
             labels = torch.full((len(batch), width), -100, dtype=torch.long)
             for r, i in enumerate(batch):
@@ -215,7 +217,7 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
         model.train(was_training)
     if stats is not None:
         stats.necessary += necessary_tokens(ids)
-    return results
+    return [results[j] for j in slot]
 
 
 @dataclass
