@@ -10,12 +10,14 @@ Both take plain strings and return plain Python values; they know nothing about 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from engine.errors import CheckpointError
 from engine.prefix_cache import (
     KV,
     KernelStats,
@@ -31,6 +33,8 @@ from engine.prefix_cache import (
     stacked_cache,
     walk_trie,
 )
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -54,10 +58,19 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def load_tokenizer(path: str):
+    """The tokenizer at ``path``; one without a pad token pads with EOS (logged), as TRL's trainers do.
+
+    Padding positions are masked everywhere (scoring, generation, training), so the stand-in never changes a
+    result; a tokenizer with neither a pad nor an EOS token raises ``CheckpointError`` (nothing could end a plan).
+    """
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:  # many base LMs ship without one; EOS is the usual stand-in
+        if tokenizer.eos_token is None:
+            raise CheckpointError("<tokenizer>", f"{path}: the tokenizer has neither a pad token nor an EOS token; "
+                                                 "add an EOS token (generation must be able to stop)")
+        logger.warning("%s: the tokenizer has no pad token; padding with its EOS token %r", path, tokenizer.eos_token)
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 

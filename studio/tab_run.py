@@ -75,7 +75,7 @@ def create_run_from_text(store: Store, text: str, spaces: bool = False) -> tuple
         return None, f"Not created: {error}"
     try:
         run_id = create_run(store, config)
-    except (DataError, OSError) as exc:
+    except (ConfigError, DataError, OSError) as exc:  # ConfigError: a model path that fails the preflight
         return None, f"Not created: {exc}"
     return run_id, f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks)."
 
