@@ -6,8 +6,9 @@ Contract:
   directory, symlinks followed) and returns it when it is ``root`` or below it; otherwise (``../`` escapes, absolute
   paths elsewhere, a symlink inside the root that points out) it raises ``PathOutsideWorkspace`` naming ``what``.
 * ``config_paths_inside(config, root)`` applies ``inside`` to every path field of a run config (``CONFIG_PATHS``,
-  plus ``critic.model`` for the hf critic) and raises ``ConfigError`` naming the first field outside the root.
-  Empty fields are skipped; a hub id (``org/model``) is judged as the relative path it would also be.
+  plus ``critic.model`` for the hf critic and ``launch.accelerate_config`` in accelerate mode) and raises
+  ``ConfigError`` naming the first field outside the root. Empty fields are skipped; a hub id (``org/model``) is
+  judged as the relative path it would also be.
 * The studio applies both to everything a browser can send (the Run tab's config, the Export tab's file). The CLI
   does not: its caller already owns the shell and the files (``python -m engine export --out`` writes anywhere).
 """
@@ -21,7 +22,7 @@ from engine.errors import ConfigError
 
 # Config fields naming a file or directory the engine reads or writes.
 CONFIG_PATHS = ("run.workdir", "data.tasks", "data.ground", "sft.original_data", "planner.path", "planner.adapter",
-                "grounder.path", "grounder.adapter", "launch.accelerate_config")
+                "grounder.path", "grounder.adapter")
 
 
 class PathOutsideWorkspace(ValueError):
@@ -40,7 +41,8 @@ def inside(root: str | Path, path: str | Path, what: str = "path") -> Path:
 
 def config_paths_inside(config: RunConfig, root: str | Path) -> None:
     """Raise ``ConfigError`` for the first path field of ``config`` outside ``root`` (see the module docstring)."""
-    fields = list(CONFIG_PATHS) + (["critic.model"] if config.critic.backend == "hf" else [])
+    fields = list(CONFIG_PATHS) + (["critic.model"] if config.critic.backend == "hf" else []) + (
+        ["launch.accelerate_config"] if config.launch.mode == "accelerate" else [])  # only read in that mode
     for dotted in fields:
         section, name = dotted.split(".")
         value = getattr(getattr(config, section), name)
