@@ -62,7 +62,8 @@ def check_writable(ctx: Ctx, request: gr.Request | None = None) -> None:
 
 
 def spaces_policy(config: RunConfig) -> RunConfig:
-    """Spaces mode: only the demo agents (no adapters) and the reference critic, every size within its cap;
+    """Spaces mode: only the demo agents (no adapters), the reference critic, no external QA model, in-process hf
+    generation and training, every size within its cap;
     anything else raises ``ConfigError`` naming the field (refused rather than silently changed, so the run is the
     config the visitor saw). ``spaces_capped`` gives a config that passes."""
     for role, path in zip(("planner", "grounder"), DEMO_AGENTS):
@@ -73,6 +74,12 @@ def spaces_policy(config: RunConfig) -> RunConfig:
             raise ConfigError(f"{role}.adapter", "no adapters on Spaces: only the demo agents run there")
     if config.critic.backend != "reference":
         raise ConfigError("critic.backend", "only the reference critic is allowed on Spaces")
+    if config.tools.qa_base_url:  # a visitor must not make the Space call arbitrary URLs
+        raise ConfigError("tools.qa_base_url", "no external QA model on Spaces (leave it empty)")
+    for dotted, allowed in (("sample.backend", "hf"), ("ground.backend", "hf"), ("launch.mode", "inprocess")):
+        section, name = dotted.split(".")
+        if getattr(getattr(config, section), name) != allowed:
+            raise ConfigError(dotted, f"only {allowed} on Spaces")
     for dotted, cap in SPACES_CAPS:
         section, name = dotted.split(".")
         value = getattr(getattr(config, section), name)
@@ -86,6 +93,9 @@ def spaces_capped(config: RunConfig) -> RunConfig:
     for role, path in zip(("planner", "grounder"), DEMO_AGENTS):
         getattr(config, role).path, getattr(config, role).adapter = path, ""
     config.critic.backend = "reference"
+    config.tools.qa_base_url = config.tools.qa_model = ""
+    config.sample.backend = config.ground.backend = "hf"
+    config.launch.mode = "inprocess"
     for dotted, cap in SPACES_CAPS:
         section, name = dotted.split(".")
         value = getattr(getattr(config, section), name)

@@ -568,6 +568,8 @@ def test_spaces_mode_refuses_other_models_and_over_cap_sizes_over_http(server_c)
              ("grounder.path", "assets/demo/planner", "only the demo agent"),
              ("planner.adapter", "assets/demo/grounder", "no adapters"),
              ("critic.backend", "hf", "reference critic"),
+             ("tools.qa_base_url", "http://198.51.100.7/v1", "no external QA model"),
+             ("sample.backend", "vllm", "only hf"), ("launch.mode", "accelerate", "only inprocess"),
              ("sample.k", 5, "at most 4"), ("data.train_limit", 0, "at most 16"),
              ("data.eval_limit", 21, "at most 20"), ("run.iterations", 2, "at most 1")]
     for dotted, value, why in cases:
@@ -576,6 +578,8 @@ def test_spaces_mode_refuses_other_models_and_over_cap_sizes_over_http(server_c)
         setattr(getattr(bad, section), name, value)
         if dotted == "critic.backend":
             bad.critic.model = "some/model"
+        if dotted == "tools.qa_base_url":
+            bad.tools.qa_model = "m"
         message = client.predict(config_toml(bad), api_name="/run_create")[0]
         assert message.startswith(f"Not created: **{dotted}**") and why in message, (dotted, message)
     assert len(store.list_runs()) == runs
