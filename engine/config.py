@@ -6,6 +6,11 @@ suggested), a value of the wrong type, a non-finite number, or a value outside t
 declares its range and choices next to its default (``_f(..., ge=1)``, ``choices=...``); only rules that tie
 several fields together live in ``_validate``. ``config_to_dict``/``config_from_dict`` round-trip the snapshot
 stored with each run. Defaults follow the paper's released code unless a field says otherwise.
+
+Secrets never enter a config: the snapshot is stored with the run (``runs.config``) and shown in the studio. A key
+field (``critic.api_key``, ``token``, ``password``, ...), a value that looks like a key (``sk-...``, ``hf_...``, a
+URL with a password) or an ``*_api_key_env`` that is not a variable name raises ``ConfigError`` pointing at
+``api_key_env`` (the NAME of the environment variable holding the key); such messages never echo the value.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -21,6 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError
+
+# Field names and values that carry a secret (see the module docstring); the *_env fields hold variable NAMES.
+KEY_FIELD = re.compile(r"(api_?key|token|secret|passw(or)?d)$", re.IGNORECASE)
+KEY_VALUE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{12,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
+                       r"|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})|Bearer\s+\S+|://[^/\s:@]+:[^/\s@]+@")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+KEY_ENV_FIELDS = ("critic.api_key_env", "tools.qa_api_key_env")
+USE_KEY_ENV = ("never write a key in a config (it is stored with the run and shown in the studio): put it in an "
+               "environment variable and set critic.api_key_env (or tools.qa_api_key_env) to that variable's NAME")
 
 
 def _f(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
@@ -269,6 +284,11 @@ def _check_field(value: Any, meta: dict[str, Any], dotted: str, source: str | No
 
 
 def _validate(config: RunConfig, source: str | None) -> None:
+    for dotted in KEY_ENV_FIELDS:
+        value = _get(config, dotted)
+        if value and not ENV_NAME.fullmatch(value):  # never echoed: it may be the key itself
+            raise ConfigError(dotted, "must be the NAME of an environment variable (letters, digits, _), not the "
+                                      "key itself", source)
     for section in dataclasses.fields(RunConfig):
         values = getattr(config, section.name)
         for f in dataclasses.fields(values):
@@ -299,6 +319,9 @@ def _get(config: RunConfig, dotted: str) -> Any:
 
 def _coerce(value: Any, annotation: Any, dotted: str, source: str | None) -> Any:
     """Check/convert one value against its field type; strings from --set are parsed as JSON when possible."""
+    texts = value if isinstance(value, list) else [value]
+    if any(isinstance(v, str) and KEY_VALUE.search(v) for v in texts):  # checked first: later errors echo values
+        raise ConfigError(dotted, f"looks like a key or a URL with a password; {USE_KEY_ENV}", source)
     hint = annotation
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
@@ -358,6 +381,8 @@ def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConf
         for name, value in values.items():
             dotted = f"{section_name}.{name}"
             if name not in known:
+                if KEY_FIELD.search(name):
+                    raise ConfigError(dotted, USE_KEY_ENV, source)
                 raise ConfigError(dotted, f"unknown field{_suggest(name, known)} (known: {', '.join(sorted(known))})",
                                   source)
             setattr(section, name, _coerce(value, hints[name], dotted, source))
@@ -381,7 +406,8 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or "." not in key:
-            raise ConfigError(item, "expected section.field=value", "--set")
+            shown = "<hidden: looks like a key>" if KEY_VALUE.search(item) else item
+            raise ConfigError(shown, "expected section.field=value", "--set")
         section, name = key.strip().split(".", 1)
         merged.setdefault(section, {})[name] = value.strip()
     return merged

@@ -176,19 +176,26 @@ def build(ctx: Ctx) -> None:
     filters = [ctx.run, ctx.iteration, status, reviewed, page, pick]
     outputs = [info, table, pick, agreement]
     detail = [original, corrected, diff, edit]
-    for trigger in (status.change, reviewed.change, page.change, ctx.iteration.change, ctx.run.change):
-        trigger(load, filters, outputs)
-    table.select(first_cell, None, pick)
-    pick.change(lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail)
+    gr.on([status.change, reviewed.change, page.change, ctx.iteration.change, ctx.run.change], load, filters,
+          outputs, api_name="critic_queue")
+    table.select(first_cell, None, pick, api_name="critic_select_row", api_visibility="undocumented")
+    pick.change(lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
+                api_name="critic_detail")
+
     def reload(*args):  # after an action: refresh everything but the picked verdict
         info_md, df, _, agree = load(*args)
         return info_md, df, agree
 
     for action, btn in acts.items():
-        btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result).success(
-            reload, filters, [info, table, agreement]).then(lambda r, i, k: verdict_detail(ctx.store, r, i, k),
-                                         [ctx.run, ctx.iteration, pick], detail)
+        btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result,
+                  api_name=f"critic_{action}").success(
+            reload, filters, [info, table, agreement], api_name=f"critic_{action}_reload",
+            api_visibility="undocumented").then(
+            lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
+            api_name=f"critic_{action}_detail", api_visibility="undocumented")
     preview_btn.click(lambda r, k, a: preview_edit(ctx.store, r, k, a) if r and k else "", [ctx.run, pick, edit],
-                      result)
-    save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result).success(
-        reload, filters, [info, table, agreement])
+                      result, api_name="critic_preview_edit")
+    save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result,
+                   api_name="critic_save_edit").success(reload, filters, [info, table, agreement],
+                                                        api_name="critic_save_edit_reload",
+                                                        api_visibility="undocumented")

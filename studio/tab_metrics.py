@@ -105,6 +105,6 @@ def build(ctx: Ctx) -> None:
         others = [r["run_id"] for r in ctx.store.list_runs() if r["run_id"] != run_a]
         return gr.update(choices=["", *others], value="")
 
-    ctx.run.change(runs, ctx.run, compare)
-    for trigger in (ctx.run.change, compare.change, refresh.click):
-        trigger(draw, [ctx.run, compare], [plots[n] for n in FIGURES])
+    ctx.run.change(runs, ctx.run, compare, api_name="metrics_runs", api_visibility="undocumented")
+    gr.on([ctx.run.change, compare.change, refresh.click], draw, [ctx.run, compare], [plots[n] for n in FIGURES],
+          api_name="metrics_figures")

@@ -186,17 +186,21 @@ def build(ctx: Ctx) -> None:
         return handler
 
     outputs = [info, table, pair, hist, bias]
-    for trigger in (text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change,
-                    ties.change, page.change, ctx.iteration.change, ctx.run.change):
-        trigger(load, [*filters, pair], outputs)
-    table.select(first_cell, None, pair)
+    gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change, ties.change,
+           page.change, ctx.iteration.change, ctx.run.change], load, [*filters, pair], outputs,
+          api_name="pairs_search")
+    table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")
     pair.change(lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
-                [prompt, chosen, rejected])
+                [prompt, chosen, rejected], api_name="pairs_detail")
+
     def reload(*args):  # after an action: refresh everything but the picked pair
         info_md, df, _, h, b = load(*args)
         return info_md, df, h, b
 
     for action, btn in [*acts.items(), ("choose", choose)]:
-        btn.click(act(action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status).success(
-            reload, [*filters, pair], [info, table, hist, bias]).then(lambda r, i, k: pair_detail(ctx.store, r, i, k),
-                                                  [ctx.run, ctx.iteration, pair], [prompt, chosen, rejected])
+        btn.click(act(action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status,
+                  api_name=f"pairs_{action}").success(
+            reload, [*filters, pair], [info, table, hist, bias], api_name=f"pairs_{action}_reload",
+            api_visibility="undocumented").then(
+            lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
+            [prompt, chosen, rejected], api_name=f"pairs_{action}_detail", api_visibility="undocumented")

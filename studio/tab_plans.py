@@ -105,10 +105,9 @@ def build(ctx: Ctx) -> None:
                 gr.update(choices=ks, value=ks[-1] if ks else None))
 
     inputs = [ctx.run, ctx.iteration, search, domain, split, page]
-    for trigger in (search.submit, domain.change, split.change, page.change, ctx.iteration.change, ctx.run.change):
-        trigger(load, inputs, [info, table, task])
-    table.select(first_cell, None, task)
-    task.change(show, [ctx.run, ctx.iteration, task], [plans, k_a, k_b])
-    for trigger in (k_a.change, k_b.change):
-        trigger(lambda r, i, t, a, b: plan_diff(ctx.store, r, i, t, a, b), [ctx.run, ctx.iteration, task, k_a, k_b],
-                diff)
+    gr.on([search.submit, domain.change, split.change, page.change, ctx.iteration.change, ctx.run.change], load,
+          inputs, [info, table, task], api_name="plans_search")
+    table.select(first_cell, None, task, api_name="plans_select_row", api_visibility="undocumented")
+    task.change(show, [ctx.run, ctx.iteration, task], [plans, k_a, k_b], api_name="plans_task")
+    gr.on([k_a.change, k_b.change], lambda r, i, t, a, b: plan_diff(ctx.store, r, i, t, a, b),
+          [ctx.run, ctx.iteration, task, k_a, k_b], diff, api_name="plans_diff")
