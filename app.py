@@ -1,9 +1,10 @@
 """Launch MOAT Studio: ``python app.py [--db FILE] [--config FILE] [--host H] [--port P] [--auth U:P|FILE]
-[--viewers U:P|FILE] [--read-only]``.
+[--viewers U:P|FILE] [--read-only] [--workspace DIR]``.
 
 Thin by design: parse flags (env: MOAT_DB, MOAT_CONFIG, GRADIO_SERVER_NAME, GRADIO_SERVER_PORT, MOAT_AUTH,
-MOAT_READ_ONLY), open the one DuckDB store this process owns, build the studio (``studio.app.build_app``) and
-launch. Nothing is trained at start-up. Spaces mode (env ``SPACE_ID`` set) caps run sizes and allows only the demo
+MOAT_VIEWERS, MOAT_READ_ONLY, MOAT_WORKSPACE), open the one DuckDB store this process owns, build the studio
+(``studio.app.build_app``) and serve it behind the login gate (``studio.auth.serve``). Nothing is trained at
+start-up. Spaces mode (env ``SPACE_ID`` set) caps run sizes and allows only the demo
 agents. Flags are parsed in ``main`` only, never at import (Spaces imports this file).
 """
 
@@ -43,7 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--viewers", default=env.get("MOAT_VIEWERS"),
                    help="read-only accounts: user:password, or a file of user:password lines (env MOAT_VIEWERS)")
     p.add_argument("--read-only", action="store_true", default=env.get("MOAT_READ_ONLY", "") in ("1", "true"),
-                   help="viewers only: no overrides, no jobs")
+                   help="viewers only: no overrides, no jobs, no exports")
+    p.add_argument("--workspace", default=env.get("MOAT_WORKSPACE", "."),
+                   help="paths sent from the page (config paths) must lie inside this directory (env MOAT_WORKSPACE)")
     return p.parse_args(argv)
 
 
@@ -56,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from engine.store import Store, StoreError
     from studio.app import HEAD, build_app
+    from studio.auth import serve
 
     try:
         store = Store(args.db, read_only=args.read_only)
@@ -65,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     viewers = parse_auth(args.viewers) or []
     accounts = (parse_auth(args.auth) or []) + viewers
     demo = build_app(store, args.config, read_only=args.read_only, spaces=spaces,
-                     viewers=frozenset(user for user, _ in viewers))
+                     viewers=frozenset(user for user, _ in viewers), workspace=args.workspace)
     try:
-        demo.launch(server_name=args.host, server_port=args.port, auth=accounts or None, head=HEAD)
+        serve(demo, host=args.host, port=args.port, auth=accounts or None, head=HEAD)
     finally:
         demo.moat_jobs.stop()
         store.close()

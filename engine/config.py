@@ -1,14 +1,25 @@
 """Run configuration: dataclasses with help text, loaded from TOML or YAML, overridden with ``section.field=value``.
 
 ``load_config(path, overrides)`` returns a validated ``RunConfig``; every problem raises ``ConfigError`` naming the
-field (``sample.k: must be >= 2``) and the file. ``config_to_dict``/``config_from_dict`` round-trip the snapshot
+field (``sample.k: must be >= 2``) and the file: an unknown section or field (with the closest known name
+suggested), a value of the wrong type, a non-finite number, or a value outside the field's range. Each field
+declares its range and choices next to its default (``_f(..., ge=1)``, ``choices=...``); only rules that tie
+several fields together live in ``_validate``. ``config_to_dict``/``config_from_dict`` round-trip the snapshot
 stored with each run. Defaults follow the paper's released code unless a field says otherwise.
+
+Secrets never enter a config: the snapshot is stored with the run (``runs.config``) and shown in the studio. A key
+field (``critic.api_key``, ``token``, ``password``, ...), a value that looks like a key (``sk-...``, ``hf_...``, a
+URL with a password) or an ``*_api_key_env`` that is not a variable name raises ``ConfigError`` pointing at
+``api_key_env`` (the NAME of the environment variable holding the key); such messages never echo the value.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,41 +28,63 @@ from typing import Any
 
 from engine.errors import ConfigError
 
+# Field names and values that carry a secret (see the module docstring); the *_env fields hold variable NAMES.
+KEY_FIELD = re.compile(r"(api_?key|token|secret|passw(or)?d)$", re.IGNORECASE)
+KEY_VALUE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{12,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
+                       r"|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})|Bearer\s+\S+|://[^/\s:@]+:[^/\s@]+@")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+KEY_ENV_FIELDS = ("critic.api_key_env", "tools.qa_api_key_env")
+USE_KEY_ENV = ("never write a key in a config (it is stored with the run and shown in the studio): put it in an "
+               "environment variable and set critic.api_key_env (or tools.qa_api_key_env) to that variable's NAME")
 
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    """A dataclass field carrying help text (shown by the studio's config editor and the docs)."""
+
+def _f(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+       lt: float | None = None, choices: tuple[str, ...] | None = None, why: str = "") -> Any:
+    """A dataclass field carrying its help text and what values it accepts.
+
+    ``ge``/``gt``/``le``/``lt`` bound a number; ``choices`` lists the allowed strings (for a list field: the allowed
+    items); ``why`` is added to the range error. ``_validate`` reads them, the studio's config editor shows ``help``.
+    """
+    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "why": why}
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+SEED_MAX = 2**32 - 1  # numpy's seed range; torch and random accept it too
+BF16 = ("auto", "true", "false")
+BACKENDS = ("hf", "vllm")
+FORMULATIONS = ("onetime", "iterative")
 
 
 @dataclass
 class TrainSettings:
-    learning_rate: float = _f(2e-5, "peak learning rate (paper: SFT 2e-5)")
-    epochs: float = _f(1.0, "passes over the rows (ignored when max_steps > 0)")
-    max_steps: int = _f(-1, "> 0 caps the number of optimizer steps")
-    batch_size: int = _f(8, "rows per device per step")
-    grad_accum: int = _f(1, "gradient accumulation steps")
-    max_length: int = _f(512, "tokens per row (prompt + completion); longer rows are truncated by TRL")
+    learning_rate: float = _f(2e-5, "peak learning rate (paper: SFT 2e-5)", gt=0, le=1)
+    epochs: float = _f(1.0, "passes over the rows (ignored when max_steps > 0)", gt=0)
+    max_steps: int = _f(-1, "> 0 caps the number of optimizer steps (-1 or 0: use epochs)", ge=-1)
+    batch_size: int = _f(8, "rows per device per step", ge=1)
+    grad_accum: int = _f(1, "gradient accumulation steps", ge=1)
+    max_length: int = _f(512, "tokens per row (prompt + completion); longer rows are truncated by TRL", ge=1)
     lora: bool = _f(False, "train a LoRA adapter (merged after training) instead of all weights")
-    lora_r: int = _f(16, "LoRA rank")
-    lora_alpha: int = _f(32, "LoRA alpha")
-    lora_dropout: float = _f(0.0, "LoRA dropout")
+    lora_r: int = _f(16, "LoRA rank", ge=1)
+    lora_alpha: int = _f(32, "LoRA alpha", ge=1)
+    lora_dropout: float = _f(0.0, "LoRA dropout", ge=0, lt=1)
     lora_target_modules: list[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj"], "modules LoRA adapts")
-    bf16: str = _f("auto", "auto: bf16 on CUDA, bf16 autocast on CPU | true | false")
+    bf16: str = _f("auto", "auto: bf16 on CUDA, bf16 autocast on CPU | true | false", choices=BF16)
     activation_checkpointing: bool = _f(False, "recompute activations to save memory (~35% slower when small)")
-    seed: int = _f(0, "trainer seed")
-    logging_steps: int = _f(1, "log every n optimizer steps (each log line is stored)")
-    warmup_steps: float = _f(0.0, "int: warmup steps; float in [0, 1): fraction of all steps")
+    seed: int = _f(0, "trainer seed", ge=0, le=SEED_MAX)
+    logging_steps: int = _f(1, "log every n optimizer steps (each log line is stored)", ge=1)
+    warmup_steps: float = _f(0.0, "int: warmup steps; float in [0, 1): fraction of all steps", ge=0)
     report_to: str = _f("none", "TRL report_to: none | wandb | trackio | tensorboard")
 
 
 @dataclass
 class DPOSettings(TrainSettings):
-    learning_rate: float = _f(4e-7, "peak learning rate (paper: 4e-7 for 7B planners)")
-    beta: float = _f(0.2, "DPO temperature beta (paper: 0.2)")
+    learning_rate: float = _f(4e-7, "peak learning rate (paper: 4e-7 for 7B planners)", gt=0, le=1)
+    beta: float = _f(0.2, "DPO temperature beta (paper: 0.2)", gt=0)
     loss_type: str = _f("sigmoid", "TRL DPO loss type")
-    reference: str = _f("previous", "previous: the iteration's starting planner | initial: the warm-start planner")
+    reference: str = _f("previous", "previous: the iteration's starting planner | initial: the warm-start planner",
+                        choices=("previous", "initial"))
     precompute_ref_log_probs: bool = _f(False, "compute reference log-probs once up front (no reference in memory)")
 
 
@@ -59,108 +92,117 @@ class DPOSettings(TrainSettings):
 class RunSection:
     name: str = _f("run", "a readable name for the run")
     workdir: str = _f("runs", "directory under which each run keeps its checkpoints")
-    seed: int = _f(0, "seed for sampling, data order and training")
-    iterations: int = _f(2, "MOAT iterations to run")
+    seed: int = _f(0, "seed for sampling, data order and training", ge=0, le=SEED_MAX)
+    iterations: int = _f(2, "MOAT iterations to run", ge=1)
 
 
 @dataclass
 class DataSection:
     tasks: str = _f("examples/demo/tasks.jsonl", "task file (format below)")
-    format: str = _f("tasks", "tasks | lumos | gsm8k | svamp | hotpotqa | strategyqa")
+    format: str = _f("tasks", "tasks | lumos | gsm8k | svamp | hotpotqa | strategyqa",
+                     choices=("tasks", "lumos", "gsm8k", "svamp", "hotpotqa", "strategyqa"))
     ground: str = _f("", "lumos only: the grounder file joined by id with the planner file")
-    domains: list[str] = _f([], "keep only these domains (empty: all)")
-    train_limit: int = _f(0, "training tasks used per iteration (0: all)")
-    eval_limit: int = _f(0, "tasks per evaluation split (0: all)")
+    domains: list[str] = _f([], "keep only these domains (empty: all)", choices=("maths", "qa", "web"))
+    train_limit: int = _f(0, "training tasks used per iteration (0: all)", ge=0)
+    eval_limit: int = _f(0, "tasks per evaluation split (0: all)", ge=0)
 
 
 @dataclass
 class AgentSection:
     path: str = _f("", "local model directory or hub id")
     adapter: str = _f("", "optional LoRA adapter directory applied on top")
-    dtype: str = _f("auto", "auto | float32 | bfloat16 | float16 (auto: bf16 on CUDA, fp32 on CPU)")
+    dtype: str = _f("auto", "auto | float32 | bfloat16 | float16 (auto: bf16 on CUDA, fp32 on CPU)",
+                    choices=("auto", "float32", "bfloat16", "float16"))
     device: str = _f("auto", "auto | cpu | cuda | cuda:N")
-    chat_template: str = _f("lumos", "lumos: <|user|>/<|assistant|> layout | tokenizer: the tokenizer's template")
+    chat_template: str = _f("lumos", "lumos: <|user|>/<|assistant|> layout | tokenizer: the tokenizer's template",
+                            choices=("lumos", "tokenizer"))
 
 
 @dataclass
 class SampleSection:
-    k: int = _f(15, "plans sampled per task (or per planning step)")
-    temperature: float = _f(1.0, "sampling temperature")
-    top_p: float = _f(0.95, "nucleus sampling")
-    max_new_tokens: int = _f(128, "longest plan in tokens")
-    batch_size: int = _f(16, "prompts per generate call")
-    formulation: str = _f("onetime", "onetime | iterative")
+    k: int = _f(15, "plans sampled per task (or per planning step)", ge=2, why="a pair needs two plans")
+    temperature: float = _f(1.0, "sampling temperature (0: greedy)", ge=0)
+    top_p: float = _f(0.95, "nucleus sampling", gt=0, le=1)
+    max_new_tokens: int = _f(128, "longest plan in tokens", ge=1)
+    batch_size: int = _f(16, "prompts per generate call", ge=1)
+    formulation: str = _f("onetime", "onetime | iterative", choices=FORMULATIONS)
     backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the planner "
-                            "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])")
+                            "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])", choices=BACKENDS)
 
 
 @dataclass
 class ScoreSection:
-    batch_size: int = _f(32, "(prompt, actions) pairs per forward pass")
+    batch_size: int = _f(32, "(prompt, actions) pairs per forward pass", ge=1)
 
 
 @dataclass
 class PairsSection:
-    rule: str = _f("best_worst", "best_worst | all_above_gap | top_bottom_k")
-    min_gap: float = _f(0.1, "keep a pair only when rejected - chosen log-PPL >= this")
-    top_k: int = _f(2, "top_bottom_k: pairs between the k best and k worst plans")
+    rule: str = _f("best_worst", "best_worst | all_above_gap | top_bottom_k",
+                   choices=("best_worst", "all_above_gap", "top_bottom_k"))
+    min_gap: float = _f(0.1, "keep a pair only when rejected - chosen log-PPL >= this", ge=0)
+    top_k: int = _f(2, "top_bottom_k: pairs between the k best and k worst plans", ge=1)
 
 
 @dataclass
 class GroundSection:
-    temperature: float = _f(0.1, "grounder sampling temperature (0: greedy)")
-    top_p: float = _f(0.95, "nucleus sampling")
-    max_new_tokens: int = _f(192, "longest grounding in tokens")
-    batch_size: int = _f(16, "prompts per generate call")
-    which: str = _f("all", "all: ground every sampled plan | best: only the lowest-PPL plan per task")
+    temperature: float = _f(0.1, "grounder sampling temperature (0: greedy)", ge=0)
+    top_p: float = _f(0.95, "nucleus sampling", gt=0, le=1)
+    max_new_tokens: int = _f(192, "longest grounding in tokens", ge=1)
+    batch_size: int = _f(16, "prompts per generate call", ge=1)
+    which: str = _f("all", "all: ground every sampled plan | best: only the lowest-PPL plan per task",
+                    choices=("all", "best"))
     backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the grounder "
-                            "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])")
+                            "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])", choices=BACKENDS)
 
 
 @dataclass
 class VLLMSection:
     gpu_memory_utilization: float = _f(0.5, "share of GPU memory vLLM may take; the in-process HF planner and "
-                                            "grounder (scoring) stay loaded beside it")
-    tensor_parallel_size: int = _f(1, "GPUs one vLLM engine shards the model over")
-    max_model_len: int = _f(0, "context length vLLM reserves KV cache for (0: the model's own)")
+                                            "grounder (scoring) stay loaded beside it", gt=0, le=1)
+    tensor_parallel_size: int = _f(1, "GPUs one vLLM engine shards the model over", ge=1)
+    max_model_len: int = _f(0, "context length vLLM reserves KV cache for (0: the model's own)", ge=0)
     enforce_eager: bool = _f(False, "skip CUDA-graph capture: faster start-up, slower decoding")
 
 
 @dataclass
 class LaunchSection:
     mode: str = _f("inprocess", "inprocess: train_planner/train_grounder run TRL in this process | accelerate: "
-                                "each runs as an `accelerate launch` subprocess (multi-GPU, DeepSpeed, FSDP)")
+                                "each runs as an `accelerate launch` subprocess (multi-GPU, DeepSpeed, FSDP)",
+                   choices=("inprocess", "accelerate"))
     accelerate_config: str = _f("examples/accelerate/single_process.yaml",
                                 "accelerate: the `accelerate launch --config_file` (relative paths: from the "
                                 "working directory); see examples/accelerate/")
-    num_processes: int = _f(1, "accelerate: training processes (one per GPU); overrides the config file's")
+    num_processes: int = _f(1, "accelerate: training processes (one per GPU); overrides the config file's", ge=1)
     extra_args: list[str] = _f([], "accelerate: more `accelerate launch` arguments, e.g. [\"--main_process_port\", "
                                     "\"29501\"]")
-    poll_s: float = _f(1.0, "accelerate: seconds between reads of the worker's log and the stop flag")
+    poll_s: float = _f(1.0, "accelerate: seconds between reads of the worker's log and the stop flag", gt=0)
 
 
 @dataclass
 class CriticSection:
-    backend: str = _f("reference", "reference (gold-guided, offline) | openai | hf")
-    which: str = _f("best", "best: judge the lowest-PPL plan's grounding per task (paper) | all: every grounding")
+    backend: str = _f("reference", "reference (gold-guided, offline) | openai | hf",
+                      choices=("reference", "openai", "hf"))
+    which: str = _f("best", "best: judge the lowest-PPL plan's grounding per task (paper) | all: every grounding",
+                    choices=("best", "all"))
     base_url: str = _f("", "openai: OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
     model: str = _f("", "openai/hf: model name or local path")
     api_key_env: str = _f("OPENAI_API_KEY", "openai: NAME of the environment variable holding the key")
-    max_tokens: int = _f(4096, "openai/hf: completion budget (vLLM defaults to 16 without it)")
-    temperature: float = _f(0.1, "critic sampling temperature")
-    top_p: float = _f(0.95, "critic nucleus sampling")
-    timeout_s: float = _f(120.0, "openai: per-request timeout")
-    max_retries: int = _f(4, "openai: retries on 429/5xx/timeouts, with backoff honouring Retry-After")
-    concurrency: int = _f(8, "openai: requests in flight")
+    max_tokens: int = _f(4096, "openai/hf: completion budget (vLLM defaults to 16 without it)", ge=1)
+    temperature: float = _f(0.1, "critic sampling temperature (OpenAI-compatible servers accept 0 to 2)", ge=0, le=2)
+    top_p: float = _f(0.95, "critic nucleus sampling", gt=0, le=1)
+    timeout_s: float = _f(120.0, "openai: per-request timeout", gt=0)
+    max_retries: int = _f(4, "openai: retries on 429/5xx/timeouts, with backoff honouring Retry-After", ge=0)
+    concurrency: int = _f(8, "openai: requests in flight", ge=1)
 
 
 @dataclass
 class EvaluateSection:
-    splits: list[str] = _f(["held_in", "held_out"], "splits evaluated after each iteration")
-    formulation: str = _f("onetime", "onetime | iterative")
-    batch_size: int = _f(32, "prompts per generate call")
-    plan_max_new_tokens: int = _f(128, "longest plan")
-    ground_max_new_tokens: int = _f(192, "longest grounding")
+    splits: list[str] = _f(["held_in", "held_out"], "splits evaluated after each iteration",
+                           choices=("train", "held_in", "held_out"))
+    formulation: str = _f("onetime", "onetime | iterative", choices=FORMULATIONS)
+    batch_size: int = _f(32, "prompts per generate call", ge=1)
+    plan_max_new_tokens: int = _f(128, "longest plan", ge=1)
+    ground_max_new_tokens: int = _f(192, "longest grounding", ge=1)
 
 
 @dataclass
@@ -181,7 +223,7 @@ class StagesSection:
 
 @dataclass
 class SFTSection(TrainSettings):
-    original_ratio: float = _f(1.0, "original grounder rows mixed in per new row (paper: all original data)")
+    original_ratio: float = _f(1.0, "original grounder rows mixed in per new row (paper: all original data)", ge=0)
     original_data: str = _f("", "Task JSONL whose gold plans/actions are the grounder's original data "
                                 "(empty: the run's training tasks)")
 
@@ -206,47 +248,52 @@ class RunConfig:
     launch: LaunchSection = field(default_factory=LaunchSection)
 
 
-CHOICES = {
-    "data.format": ("tasks", "lumos", "gsm8k", "svamp", "hotpotqa", "strategyqa"),
-    "planner.chat_template": ("lumos", "tokenizer"),
-    "grounder.chat_template": ("lumos", "tokenizer"),
-    "planner.dtype": ("auto", "float32", "bfloat16", "float16"),
-    "grounder.dtype": ("auto", "float32", "bfloat16", "float16"),
-    "sample.formulation": ("onetime", "iterative"),
-    "evaluate.formulation": ("onetime", "iterative"),
-    "pairs.rule": ("best_worst", "all_above_gap", "top_bottom_k"),
-    "ground.which": ("all", "best"),
-    "critic.backend": ("reference", "openai", "hf"),
-    "critic.which": ("best", "all"),
-    "dpo.reference": ("previous", "initial"),
-    "dpo.bf16": ("auto", "true", "false"),
-    "sft.bf16": ("auto", "true", "false"),
-    "sample.backend": ("hf", "vllm"),
-    "ground.backend": ("hf", "vllm"),
-    "launch.mode": ("inprocess", "accelerate"),
-}
-POSITIVE = ("sample.k", "sample.max_new_tokens", "sample.batch_size", "score.batch_size", "ground.batch_size",
-            "ground.max_new_tokens", "critic.max_tokens", "critic.concurrency", "dpo.batch_size", "sft.batch_size",
-            "evaluate.batch_size", "run.iterations", "dpo.max_length", "sft.max_length", "launch.num_processes",
-            "vllm.tensor_parallel_size")
+def _range_text(meta: dict[str, Any]) -> str:
+    """``>= 1``, ``> 0``, ``in (0, 1]`` from a field's bounds."""
+    def num(x: float) -> str:
+        return str(x) if isinstance(x, int) else f"{x:g}"
+
+    low = f"[{num(meta['ge'])}" if meta["ge"] is not None else f"({num(meta['gt'])}" if meta["gt"] is not None \
+        else None
+    high = f"{num(meta['le'])}]" if meta["le"] is not None else f"{num(meta['lt'])})" if meta["lt"] is not None \
+        else None
+    if low and high:
+        return f"in {low}, {high}"
+    if low:
+        return f"{'>=' if low[0] == '[' else '>'} {low[1:]}"
+    return f"{'<=' if high[-1] == ']' else '<'} {high[:-1]}"
+
+
+def _check_field(value: Any, meta: dict[str, Any], dotted: str, source: str | None) -> None:
+    """A field's declared range or choices (see ``_f``)."""
+    choices = meta.get("choices")
+    if choices:
+        for item in value if isinstance(value, list) else [value]:
+            if item not in choices:
+                hint = difflib.get_close_matches(str(item), choices, n=1)
+                suggest = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise ConfigError(dotted, f"{item!r} is not one of {', '.join(choices)}{suggest}", source)
+    bounds = {k: meta.get(k) for k in ("ge", "gt", "le", "lt")}
+    if all(b is None for b in bounds.values()):
+        return
+    ok = ((bounds["ge"] is None or value >= bounds["ge"]) and (bounds["gt"] is None or value > bounds["gt"])
+          and (bounds["le"] is None or value <= bounds["le"]) and (bounds["lt"] is None or value < bounds["lt"]))
+    if not ok:
+        why = f" ({meta['why']})" if meta.get("why") else ""
+        raise ConfigError(dotted, f"must be {_range_text(bounds)}{why}, got {value!r}", source)
 
 
 def _validate(config: RunConfig, source: str | None) -> None:
-    for dotted, allowed in CHOICES.items():
+    for dotted in KEY_ENV_FIELDS:
         value = _get(config, dotted)
-        if value not in allowed:
-            raise ConfigError(dotted, f"{value!r} is not one of {', '.join(allowed)}", source)
-    for dotted in POSITIVE:
-        if _get(config, dotted) < 1:
-            raise ConfigError(dotted, "must be >= 1", source)
-    if config.sample.k < 2:
-        raise ConfigError("sample.k", "must be >= 2 (a pair needs two plans)", source)
-    for dotted in ("sample.temperature", "ground.temperature", "critic.temperature", "pairs.min_gap"):
-        if _get(config, dotted) < 0:
-            raise ConfigError(dotted, "must be >= 0", source)
-    for dotted in ("sample.top_p", "ground.top_p", "critic.top_p"):
-        if not 0 < _get(config, dotted) <= 1:
-            raise ConfigError(dotted, "must be in (0, 1]", source)
+        if value and not ENV_NAME.fullmatch(value):  # never echoed: it may be the key itself
+            raise ConfigError(dotted, "must be the NAME of an environment variable (letters, digits, _), not the "
+                                      "key itself", source)
+    for section in dataclasses.fields(RunConfig):
+        values = getattr(config, section.name)
+        for f in dataclasses.fields(values):
+            _check_field(getattr(values, f.name), dict(f.metadata), f"{section.name}.{f.name}", source)
+    # Rules that tie several fields together.
     for role in ("planner", "grounder"):
         if not getattr(config, role).path:
             raise ConfigError(f"{role}.path", "a model directory or hub id is required", source)
@@ -261,17 +308,8 @@ def _validate(config: RunConfig, source: str | None) -> None:
             # vLLM serves plain weights here; merging on the fly would write a second copy of the model.
             raise ConfigError(f"{role}.adapter", f"not supported with {dotted} = vllm: merge the adapter into the "
                                                  "model first (or use the hf backend)", source)
-    if not 0 < config.vllm.gpu_memory_utilization <= 1:
-        raise ConfigError("vllm.gpu_memory_utilization", "must be in (0, 1]", source)
     if config.launch.mode == "accelerate" and not config.launch.accelerate_config:
         raise ConfigError("launch.accelerate_config", "required when launch.mode = accelerate", source)
-    if config.vllm.max_model_len < 0:
-        raise ConfigError("vllm.max_model_len", "must be >= 0 (0: the model's own)", source)
-    if config.launch.poll_s <= 0:
-        raise ConfigError("launch.poll_s", "must be > 0", source)
-    for split in config.evaluate.splits:
-        if split not in ("train", "held_in", "held_out"):
-            raise ConfigError("evaluate.splits", f"{split!r} is not one of train, held_in, held_out", source)
 
 
 def _get(config: RunConfig, dotted: str) -> Any:
@@ -281,18 +319,25 @@ def _get(config: RunConfig, dotted: str) -> Any:
 
 def _coerce(value: Any, annotation: Any, dotted: str, source: str | None) -> Any:
     """Check/convert one value against its field type; strings from --set are parsed as JSON when possible."""
+    texts = value if isinstance(value, list) else [value]
+    if any(isinstance(v, str) and KEY_VALUE.search(v) for v in texts):  # checked first: later errors echo values
+        raise ConfigError(dotted, f"looks like a key or a URL with a password; {USE_KEY_ENV}", source)
     hint = annotation
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
         origin = typing.get_origin(hint)
     if origin is list:
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()] if not value.startswith("[") else \
-                json.loads(value)
-        if not isinstance(value, list):
-            raise ConfigError(dotted, f"expected a list, got {value!r}", source)
-        return [str(v) for v in value]
+        if isinstance(value, str) and value.startswith("["):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(dotted, f"expected a JSON list: {exc.msg} at column {exc.colno}", source) from None
+        elif isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(dotted, f"expected a list of strings, got {value!r}", source)
+        return list(value)
     if hint is bool:
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
@@ -309,6 +354,8 @@ def _coerce(value: Any, annotation: Any, dotted: str, source: str | None) -> Any
                               source) from None
         if hint is int and isinstance(value, float) and not value.is_integer():
             raise ConfigError(dotted, f"expected an integer, got {value!r}", source)
+        if hint is float and not math.isfinite(converted):  # "nan" and "inf" parse, and slip past every range
+            raise ConfigError(dotted, f"expected a finite number, got {value!r}", source)
         return converted
     if hint is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
@@ -324,7 +371,8 @@ def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConf
     sections = {f.name: f for f in dataclasses.fields(RunConfig)}
     for section_name, values in data.items():
         if section_name not in sections:
-            raise ConfigError(section_name, f"unknown section (known: {', '.join(sections)})", source)
+            raise ConfigError(str(section_name), f"unknown section{_suggest(section_name, sections)} "
+                                                 f"(known: {', '.join(sections)})", source)
         if not isinstance(values, dict):
             raise ConfigError(section_name, "expected a table of fields", source)
         section = getattr(config, section_name)
@@ -333,10 +381,19 @@ def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConf
         for name, value in values.items():
             dotted = f"{section_name}.{name}"
             if name not in known:
-                raise ConfigError(dotted, f"unknown field (known: {', '.join(sorted(known))})", source)
+                if KEY_FIELD.search(name):
+                    raise ConfigError(dotted, USE_KEY_ENV, source)
+                raise ConfigError(dotted, f"unknown field{_suggest(name, known)} (known: {', '.join(sorted(known))})",
+                                  source)
             setattr(section, name, _coerce(value, hints[name], dotted, source))
     _validate(config, source)
     return config
+
+
+def _suggest(name: Any, known: Any) -> str:
+    """``; did you mean 'k'?`` for a misspelt name, else nothing."""
+    close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def config_to_dict(config: RunConfig) -> dict[str, Any]:
@@ -349,7 +406,8 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or "." not in key:
-            raise ConfigError(item, "expected section.field=value", "--set")
+            shown = "<hidden: looks like a key>" if KEY_VALUE.search(item) else item
+            raise ConfigError(shown, "expected section.field=value", "--set")
         section, name = key.strip().split(".", 1)
         merged.setdefault(section, {})[name] = value.strip()
     return merged
@@ -357,7 +415,13 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a BOM from a Windows editor is not an error
+    except UnicodeDecodeError as exc:
+        raise ConfigError("<file>", f"not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})",
+                          str(path)) from None
+    except OSError as exc:
+        raise ConfigError("<file>", f"cannot read: {exc.strerror}", str(path)) from None
     if path.suffix in (".yaml", ".yml"):
         import yaml
 

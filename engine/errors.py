@@ -1,7 +1,8 @@
 """Errors the engine raises for bad input.
 
 ``DataError`` always names where the problem is (``path:line: field: what is wrong``) so a user can fix the file;
-loaders raise it instead of bare ``KeyError``/``JSONDecodeError`` and never return a partial result.
+loaders raise it instead of bare ``KeyError``/``JSONDecodeError`` and never return a partial result. ``ConfigError``
+names a config field (``sample.k``); ``CheckpointError`` is the ``ConfigError`` for a model path that cannot be used.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ class ConfigError(ValueError):
         self.field, self.message, self.source = field, message, source
         prefix = f"{source}: " if source else ""
         super().__init__(f"{prefix}{field}: {message}")
+
+
+class CheckpointError(ConfigError):
+    """A model, tokenizer or adapter a config field points to cannot be used (found by ``engine.preflight``).
+
+    A ``ConfigError`` so every caller that reports bad configs (CLI exit code 2, the studio) reports it too; ``field``
+    is the config field (``planner.path``) or ``<tokenizer>`` when raised outside a run.
+    """
 
 
 class StoreError(RuntimeError):

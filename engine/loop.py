@@ -3,8 +3,10 @@
 An iteration t >= 1 runs ``STAGES`` in order; iteration 0 only evaluates the starting agents. Each stage is a
 function ``run(ctx) -> counts`` (``engine.stages``) whose state lives in the store's ``stages`` table:
 pending -> running -> done | failed | stopped | skipped. ``run_loop`` runs every stage that is not done (so an
-interrupted run resumes where it stopped), ``run_stage`` runs one. ``should_stop`` is polled between batches and
-after every optimizer step; ``progress`` receives events ``{run_id, iteration, stage, done, total, eta_s, ...}``.
+interrupted run resumes where it stopped), ``run_stage`` runs one. ``create_run`` and ``run_loop`` first run
+``engine.preflight`` on the config, so a bad task file or model path fails before any stage writes anything.
+``should_stop`` is polled between batches and after every optimizer step; ``progress`` receives events
+``{run_id, iteration, stage, done, total, eta_s, ...}``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import RunConfig, config_from_dict, config_to_dict
+from engine.preflight import preflight
 from engine.runtime import load_run_tasks
 from engine.stages import critique, evaluation, ground, pairs, sample, score, train
 from engine.stages.context import ProgressSink, StageContext, StageStopped
@@ -35,8 +38,13 @@ STAGE2 = ("ground", "critique", "train_grounder")
 
 
 def create_run(store: Store, config: RunConfig) -> str:
-    """Register a run: its config snapshot, its run directory, and the tasks it will use."""
+    """Register a run: its config snapshot, its run directory, and the tasks it will use.
+
+    The task file and the models are checked first (``engine.preflight``): a bad one raises before anything is
+    written, so a failed create leaves no run behind.
+    """
     tasks = load_run_tasks(config)
+    preflight(config)
     run_dir = Path(config.run.workdir)
     run_id = store.create_run(config.run.name, config_to_dict(config), run_dir)
     store.put_tasks(run_id, tasks)
@@ -116,6 +124,7 @@ def run_loop(store: Store, run_id: str, *, iterations: int | None = None, progre
              max_stages: int | None = None) -> str:
     """Run every pending stage of iterations 0..N; returns "done", "stopped" or the status that ended it early."""
     config = run_config(store, run_id)
+    preflight(config)  # again on resume: a model directory may have moved since the run was created
     iterations = config.run.iterations if iterations is None else iterations
     ctx = StageContext(store, run_id, 0, config, run_directory(store, run_id))
     for count, (iteration, stage) in enumerate(pending(store, run_id, config, iterations)):

@@ -10,27 +10,31 @@ Both take plain strings and return plain Python values; they know nothing about 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from engine.errors import CheckpointError
 from engine.prefix_cache import (
     KV,
     KernelStats,
     TrieNode,
     cache_arg,
     device_of,
-    empty_kv,
     encode_texts,
-    forward_on,
+    forward_on_groups,
     length_batches,
     necessary_tokens,
     prefill_root,
     prefix_trie,
+    stacked_cache,
     walk_trie,
 )
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -54,10 +58,19 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def load_tokenizer(path: str):
+    """The tokenizer at ``path``; one without a pad token pads with EOS (logged), as TRL's trainers do.
+
+    Padding positions are masked everywhere (scoring, generation, training), so the stand-in never changes a
+    result; a tokenizer with neither a pad nor an EOS token raises ``CheckpointError`` (nothing could end a plan).
+    """
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:  # many base LMs ship without one; EOS is the usual stand-in
+        if tokenizer.eos_token is None:
+            raise CheckpointError("<tokenizer>", f"{path}: the tokenizer has neither a pad token nor an EOS token; "
+                                                 "add an EOS token (generation must be able to stop)")
+        logger.warning("%s: the tokenizer has no pad token; padding with its EOS token %r", path, tokenizer.eos_token)
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
@@ -149,31 +162,34 @@ def score_targets_naive(model, tokenizer, prompts: Sequence[str], targets: Seque
 #
 # Rows are arranged in a compressed token trie (a radix tree). A node's KV cache covers ``ids[:end]`` of all its
 # members; its children extend it by a shared segment, its leaves are rows whose remaining tokens ``ids[end:]`` run
-# on top of it. Each node's segment is computed once, batched with its siblings on top of the parent's cache
-# (expanded to the batch), and cropped per row afterwards: right padding sits at the end of a row, so cropping
-# removes it and every cache we keep is exact (no holes). A node is only made where it saves at least
-# ``MIN_SAVING`` tokens, because each node costs a forward call.
+# on top of it. The trie is computed level by level: the segments of every node at one depth run together in
+# length-sorted batches, each row on top of its own parent's cache (caches stacked, right-padded, padding masked,
+# positions per row), and each row's cache is then copied out without the padding, so every cache we keep is exact.
+# Leaves of all nodes are scored the same way. Forwards therefore grow with the trie's depth, not its size: on a CPU
+# a small forward of a ~100M model costs several times more per token than a large one (engine/bench/RESULTS.md).
 
 
+@torch.no_grad()
 def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[str], *, batch_size: int = 16,
                   max_length: int | None = None, fast: bool = False, stats: KernelStats | None = None) -> list[float]:
     """Mean NLL (natural log) per target token, EOS included; ``exp`` of it is the perplexity.
 
     ``fast=True``: shared token prefixes (the K plans of a task share the grounder prompt up to the plan; tasks
-    share the instruction) are computed once and their KV cache reused for every continuation; equal to
-    ``score_targets_naive`` up to float rounding (~1e-6 in fp32). It computes 2-4x fewer tokens but makes more,
-    smaller forward calls, and on the 2-core CPU a small forward of a ~100M model costs far more per token than a
-    big one, so it measured *slower* than length-sorted batches there (engine/bench/RESULTS.md): the default stays
-    the length-sorted baseline (``fast=False``) until the kernel batches leaves across trie nodes.
-    Returns one value per pair, in input order.
+    share the instruction; a plan sampled twice is one row) are computed once and their KV cache reused for every
+    continuation; equal to ``score_targets_naive`` up to float rounding (~1e-6 in fp32). ``fast=False`` is the
+    length-sorted padded baseline. Returns one value per pair, in input order.
     """
     if not fast:
         return score_targets_naive(model, tokenizer, prompts, targets, batch_size=batch_size,
                                    max_length=max_length, stats=stats)
-    rows = _score_rows(tokenizer, prompts, targets, max_length)
+    all_rows = _score_rows(tokenizer, prompts, targets, max_length)
+    if not all_rows:
+        return []
+    # Identical rows (a plan sampled twice for the same task) are scored once: their results are the same number.
+    first: dict[tuple[tuple[int, ...], int], int] = {}
+    slot = [first.setdefault((tuple(r[0]), r[1]), len(first)) for r in all_rows]
+    rows = [(list(key[0]), key[1]) for key in first]
     results: list[float] = [math.nan] * len(rows)
-    if not rows:
-        return results
     ids = [r[0] for r in rows]
     caps = [max(0, len(i) - n - 1) for i, n in rows]
     root = prefix_trie(ids, caps)
@@ -182,11 +198,22 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
     was_training = model.training
     model.eval()
 
-    def score_leaves(node: TrieNode, kv: KV | None) -> None:
-        lengths = {i: len(ids[i]) - node.end for i in node.leaves}
-        for batch in length_batches(node.leaves, lengths, batch_size):
-            segments = [ids[i][node.end:] for i in batch]
-            logits, _ = forward_on(model, segments, kv, node.end, pad_id, logits=True)
+    # Every node with leaves is a group: walk the trie once to compute the groups' caches, then score the leaves of
+    # ALL groups in length-sorted batches, each row on top of its own group's cache (stacked, padding masked).
+    groups: list[tuple[TrieNode, KV | None]] = []
+    try:
+        kv = prefill_root(model, ids, root, pad_id, stats)
+        walk_trie(model, ids, root, kv, pad_id, batch_size, stats,
+                  lambda node, node_kv: groups.append((node, node_kv)))
+        group_of = {i: g for g, (node, _) in enumerate(groups) for i in node.leaves}
+        ends = [node.end for node, _ in groups]
+        lengths = {i: len(ids[i]) - ends[g] for i, g in group_of.items()}
+        for batch in length_batches(sorted(group_of), lengths, batch_size):
+            segments = [ids[i][ends[group_of[i]]:] for i in batch]
+            used = sorted({group_of[i] for i in batch})  # only this batch's groups go into its stacked cache
+            local = {g: j for j, g in enumerate(used)}
+            logits, _, _ = forward_on_groups(model, segments, [groups[g][1] for g in used], [ends[g] for g in used],
+                                             [local[group_of[i]] for i in batch], pad_id)
             width = logits.shape[1]
             labels = torch.full((len(batch), width), -100, dtype=torch.long)
             for r, i in enumerate(batch):
@@ -199,15 +226,11 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
             if stats is not None:
                 stats.computed += len(batch) * width
                 stats.forwards += 1
-
-    try:
-        kv = prefill_root(model, ids, root, pad_id, stats)
-        walk_trie(model, ids, root, kv, pad_id, batch_size, stats, score_leaves)
     finally:
         model.train(was_training)
     if stats is not None:
         stats.necessary += necessary_tokens(ids)
-    return results
+    return [results[j] for j in slot]
 
 
 @dataclass
@@ -281,7 +304,6 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
         return generate_naive(model, tokenizer, prompts, config, seed=seed, stats=stats)
     if seed is not None:
         torch.manual_seed(seed)
-    from transformers import DynamicCache
 
     device = device_of(model)
     pad_id = tokenizer.pad_token_id
@@ -315,17 +337,8 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
                 attention[i, cached + suffix - len(rest):] = 1
             kwargs = {}
             if cached:
-                index = torch.tensor([group_of[i] for i in order], device=device)
-                layers = []
-                for layer in range(len(next(kv for _, kv in groups if kv is not None))):
-                    keys, values = [], []
-                    for _, node_kv in groups:
-                        k_, v_ = node_kv[layer] if node_kv is not None else empty_kv(groups, layer)
-                        pad = cached - k_.shape[2]
-                        keys.append(torch.nn.functional.pad(k_, (0, 0, 0, pad)))
-                        values.append(torch.nn.functional.pad(v_, (0, 0, 0, pad)))
-                    layers.append((torch.cat(keys)[index], torch.cat(values)[index]))
-                kwargs[cache_arg(model)] = DynamicCache(ddp_cache_data=layers, config=model.config)
+                cache, _ = stacked_cache(model, [node_kv for _, node_kv in groups], [group_of[i] for i in order])
+                kwargs[cache_arg(model)] = cache
             generated = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                                        num_return_sequences=1, **_sampling_kwargs(tokenizer, config), **kwargs)
             texts = tokenizer.batch_decode(generated[:, cached + suffix:], skip_special_tokens=True)

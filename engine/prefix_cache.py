@@ -2,8 +2,10 @@
 
 Token rows are arranged in a trie by shared prefix; each shared prefix is run once with ``use_cache=True`` and its
 keys/values reused for every continuation below it (the K plans of a task share the grounder prompt; the K samples
-of a prompt share its prefill). ``KernelStats`` counts computed vs necessary tokens. Plain tensors in, plain tensors
-out: nothing here knows about tasks or prompts.
+of a prompt share its prefill). ``walk_trie`` computes the trie level by level, batching the segments of every node
+at one depth into shared forwards over stacked parent caches (``forward_on_groups``); ``stacked_cache`` is how rows
+of different nodes share one forward. ``KernelStats`` counts computed vs necessary tokens. Plain tensors in, plain
+tensors out: nothing here knows about tasks or prompts.
 """
 
 from __future__ import annotations
@@ -174,24 +176,50 @@ def _row_kv(cache, row: int, length: int) -> KV:
             for layer in cache.layers]
 
 
-def walk_trie(model, rows: Sequence[Sequence[int]], node: TrieNode, kv: KV | None, pad_id: int, batch_size: int,
-          stats: KernelStats | None, visit) -> None:
-    """Compute every child's segment on ``kv`` (batched), recurse, and hand ``(node, kv)`` to ``visit`` when the
-    node has leaves."""
-    if node.leaves:
-        visit(node, kv)
-    lengths = [c.end - node.end for c in node.children]
-    for batch_index in length_batches(list(range(len(node.children))), lengths, batch_size):
-        batch = [node.children[b] for b in batch_index]
-        segments = [list(rows[c.rep][node.end:c.end]) for c in batch]
-        _, cache = forward_on(model, segments, kv, node.end, pad_id, logits=False)
-        if stats is not None:
-            stats.computed += len(batch) * max(len(s) for s in segments)
-            stats.forwards += 1
-        child_kvs = [_row_kv(cache, r, c.end) for r, c in enumerate(batch)]
-        del cache
-        for child, child_kv in zip(batch, child_kvs):
-            walk_trie(model, rows, child, child_kv, pad_id, batch_size, stats, visit)
+def walk_trie(model, rows: Sequence[Sequence[int]], root: TrieNode, kv: KV | None, pad_id: int, batch_size: int,
+              stats: KernelStats | None, visit) -> None:
+    """Compute the cache of every trie node below ``root`` (whose cache is ``kv``) and hand ``(node, cache)`` to
+    ``visit`` for each node with leaves.
+
+    Level by level: the segments of ALL nodes at one depth run together in length-sorted batches, each row on top
+    of its own parent's cache (``forward_on_groups``), so the number of forwards grows with the trie's depth, not
+    with its number of nodes -- a forward of a ~100M model has a large fixed cost on a CPU.
+    """
+    level: list[tuple[TrieNode, KV | None]] = [(root, kv)]
+    while level:
+        nxt: list[tuple[TrieNode, KV | None]] = []
+        jobs = []  # (child, index of its parent in ``level``)
+        for p, (node, node_kv) in enumerate(level):
+            if node.leaves:
+                visit(node, node_kv)
+            jobs += [(child, p) for child in node.children]
+        lengths = [child.end - child.start for child, _ in jobs]
+        for batch in length_batches(list(range(len(jobs))), lengths, batch_size):
+            parents = sorted({jobs[j][1] for j in batch})
+            local = {p: i for i, p in enumerate(parents)}
+            segments = [list(rows[jobs[j][0].rep][jobs[j][0].start:jobs[j][0].end]) for j in batch]
+            _, cache, longest = forward_on_groups(
+                model, segments, [level[p][1] for p in parents], [level[p][0].end for p in parents],
+                [local[jobs[j][1]] for j in batch], pad_id, logits=False)
+            if stats is not None:
+                stats.computed += len(batch) * max(len(seg) for seg in segments)
+                stats.forwards += 1
+            for r, j in enumerate(batch):
+                child = jobs[j][0]
+                nxt.append((child, _holey_row_kv(cache, r, child.start, longest, child.end - child.start)))
+            del cache
+        level = nxt
+
+
+def _holey_row_kv(cache, row: int, past: int, longest: int, length: int) -> KV:
+    """Row ``row``'s cache as one contiguous prefix: its own ``past`` positions, then its ``length`` new ones that
+    sit after the stacked (padded) part of ``longest`` positions. Copies, so the batch's cache can be freed."""
+    out = []
+    for layer in cache.layers:
+        k, v = layer.keys[row:row + 1], layer.values[row:row + 1]
+        out.append((torch.cat([k[:, :, :past], k[:, :, longest:longest + length]], dim=2),
+                    torch.cat([v[:, :, :past], v[:, :, longest:longest + length]], dim=2)))
+    return out
 
 
 def prefill_root(model, rows, root: TrieNode, pad_id: int, stats: KernelStats | None) -> KV | None:
@@ -204,10 +232,61 @@ def prefill_root(model, rows, root: TrieNode, pad_id: int, stats: KernelStats | 
     return _row_kv(cache, 0, root.end)
 
 
-@torch.no_grad()
+def stacked_cache(model, kvs: Sequence[KV | None], index: Sequence[int]):
+    """One ``DynamicCache`` for a batch whose row r continues the cached prefix ``kvs[index[r]]``.
+
+    The prefixes differ in length: each is right-padded to the longest (``None`` = nothing cached, all padding), so
+    a caller must mask positions ``[len(prefix), longest)`` of row r and give its new tokens positions from
+    ``len(prefix)`` on. Returns ``(cache, longest)``; ``(None, 0)`` when nothing is cached at all.
+    """
+    from transformers import DynamicCache
+
+    present = [kv for kv in kvs if kv is not None]
+    if not present:
+        return None, 0
+    longest = max(kv[0][0].shape[2] for kv in present)
+    device = present[0][0][0].device
+    rows = torch.tensor(list(index), device=device)
+    layers = []
+    for layer in range(len(present[0])):
+        keys, values = [], []
+        for kv in kvs:
+            k, v = kv[layer] if kv is not None else (present[0][layer][0][:, :, :0], present[0][layer][1][:, :, :0])
+            pad = longest - k.shape[2]
+            keys.append(torch.nn.functional.pad(k, (0, 0, 0, pad)))
+            values.append(torch.nn.functional.pad(v, (0, 0, 0, pad)))
+        layers.append((torch.cat(keys)[rows], torch.cat(values)[rows]))
+    return DynamicCache(ddp_cache_data=layers, config=model.config), longest
 
 
-def empty_kv(groups, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A zero-length cache for a group with nothing cached, shaped like the others at ``layer``."""
-    k, v = next(kv for _, kv in groups if kv is not None)[layer]
-    return k[:, :, :0], v[:, :, :0]
+def forward_on_groups(model, segments: Sequence[Sequence[int]], kvs: Sequence[KV | None], ends: Sequence[int],
+                      index: Sequence[int], pad_id: int, *, logits: bool = True):
+    """Run right-padded ``segments`` where row r continues the cached prefix ``kvs[index[r]]`` of
+    ``ends[index[r]]`` tokens: segments of many trie nodes in ONE forward (a small forward of a ~100M model costs
+    several times more per token than a large one on a CPU, so batching across nodes is what makes sharing pay).
+
+    Returns ``(logits [B, W, V] or None, cache, longest)``: the cache holds row r's prefix in ``[0, ends)`` (then
+    padding up to ``longest``) and its new tokens from ``longest`` on.
+    """
+    from transformers import DynamicCache
+
+    device = device_of(model)
+    cache, longest = stacked_cache(model, kvs, index)
+    width, n = max(len(s) for s in segments), len(segments)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, longest + width), dtype=torch.long)
+    positions = torch.zeros((n, width), dtype=torch.long)
+    for r, seg in enumerate(segments):
+        past = ends[index[r]]
+        input_ids[r, :len(seg)] = torch.tensor(list(seg), dtype=torch.long)
+        attention[r, :past] = 1  # the row's own prefix; [past, longest) is another group's padding
+        attention[r, longest:longest + len(seg)] = 1
+        positions[r] = torch.arange(past, past + width)
+    if cache is None:
+        cache = DynamicCache(config=model.config)
+    kwargs = {cache_arg(model): cache}
+    if not logits:
+        kwargs["logits_to_keep"] = 1  # a cache-only forward: skip the LM head on every position but one
+    out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                position_ids=positions.to(device), use_cache=True, **kwargs)
+    return (out.logits if logits else None), cache, longest

@@ -6,6 +6,7 @@ import random
 
 from engine import formats, models
 from engine.config import AgentSection, RunConfig
+from engine.errors import ConfigError
 from engine.tasks import Task
 from engine.turns import Agent
 
@@ -15,6 +16,8 @@ def load_run_tasks(config: RunConfig) -> list[Task]:
     tasks = list(formats.load(config.data.format, config.data.tasks, ground=config.data.ground or None))
     if config.data.domains:
         tasks = [t for t in tasks if t.domain in config.data.domains]
+        if not tasks:  # a run with no tasks would "succeed" at doing nothing
+            raise ConfigError("data.domains", f"no task of {', '.join(config.data.domains)} in {config.data.tasks}")
     return tasks
 
 

@@ -19,6 +19,8 @@ Contract:
   the filters before LIMIT/OFFSET).
 * Runs and stage states come from the ``RunLedger`` mixin (``engine.ledger``); effective pairs/verdicts and the
   studio's pages from the ``StudioViews`` mixin (``engine.views``); ``engine.curation`` defines the override semantics.
+  The pairs page reads a materialised copy (``engine.pair_view``) kept fresh by ``generation``: every commit
+  through this Store counts against the tables it touched.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 from engine import schema
 from engine.dbutil import (
@@ -48,6 +51,7 @@ from engine.dbutil import (
 )
 from engine.errors import StoreError, StoreLockedError, StoreVersionError
 from engine.ledger import RunLedger
+from engine.pair_view import PairView
 from engine.tasks import Task
 from engine.views import StudioViews
 
@@ -78,18 +82,40 @@ class Store(RunLedger, StudioViews):
                 f"{self.path} is already open in this process with other settings; share that Store ({exc})"
             ) from None
         self._cursor_lock = threading.Lock()
-        self._serial = threading.RLock()
+        self._serial = threading.RLock()  # serialized(): read-then-append sequences (curator overrides)
+        # Commits per table made through this Store (derived views compare them to know they are stale); one
+        # process owns the file, so every write to it passes here.
+        self._generations: dict[str, int] = {}
+        self._pair_view = PairView(self.query_arrow, self.generation)
         try:
             self.version = self._migrate()
             self._columns, self._keys = self._catalog()
         except BaseException:
+            self._pair_view.close()
             self._con.close()
             raise
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
     def close(self) -> None:
+        self._pair_view.close()
         self._con.close()
+
+    @property
+    def pair_view(self) -> PairView:
+        """The materialised effective pairs behind ``pairs_page`` (``engine.pair_view``)."""
+        return self._pair_view
+
+    def generation(self, tables: Sequence[str]) -> tuple[int, ...]:
+        """How many commits through this Store have touched each of ``tables`` (a derived view's staleness key)."""
+        with self._cursor_lock:
+            return tuple(self._generations.get(t, 0) for t in tables)
+
+    def _touched(self, tables: Iterable[str]) -> None:
+        """Count a commit (call AFTER it: a reader that sees the new generation must also see the rows)."""
+        with self._cursor_lock:
+            for table in set(tables):
+                self._generations[table] = self._generations.get(table, 0) + 1
 
     def __enter__(self) -> Store:
         return self
@@ -240,7 +266,10 @@ class Store(RunLedger, StudioViews):
         try:
             cur.execute(f'INSERT OR REPLACE INTO "{table}" BY NAME SELECT * FROM "{view}"')
         finally:
-            cur.unregister(view)
+            try:
+                cur.unregister(view)
+            except duckdb.TransactionException:
+                pass  # the INSERT failed and aborted the transaction: let its error, not this one, propagate
         return len(df)
 
     def write(self, table: str, rows: Rows) -> int:
@@ -264,8 +293,11 @@ class Store(RunLedger, StudioViews):
                 cur.execute(f'DELETE FROM "{table}" WHERE {clause}', params)
             return sum(self._insert(cur, table, df) for table, df in frames)
 
-        with self._cursor() as cur:
-            return self._transaction(cur, body)
+        try:
+            with self._cursor() as cur:
+                return self._transaction(cur, body)
+        finally:  # also after a failed commit: a needless rebuild is cheap, a stale view is wrong
+            self._touched([t for t, _ in writes] + [t for t, _ in deletes])
 
     def replace(self, table: str, run_id: str, iteration: int, rows: Rows, **equals: Any) -> int:
         """Delete a run-iteration's rows (narrowed by equal columns) and write ``rows`` instead, in one transaction."""
@@ -276,8 +308,11 @@ class Store(RunLedger, StudioViews):
         """Delete the rows of a run (and iteration, and equal columns); returns how many went."""
         clause, params = self._where(table, run_id, iteration, equals)
         sql = f'DELETE FROM "{table}" WHERE {clause} RETURNING 1'
-        with self._cursor() as cur:
-            return self._transaction(cur, lambda c: len(c.execute(sql, params).fetchall()))
+        try:
+            with self._cursor() as cur:
+                return self._transaction(cur, lambda c: len(c.execute(sql, params).fetchall()))
+        finally:
+            self._touched([table])
 
     def add_override(self, row: dict[str, Any]) -> int:
         """Append one curator override (see ``engine.curation``); returns its ``override_id``."""
@@ -295,6 +330,11 @@ class Store(RunLedger, StudioViews):
         """Run a read query; values must be passed as ``params`` (``?`` or ``$name``), never formatted in."""
         with self._cursor() as cur:
             return cur.execute(sql, params if params is not None else []).df()
+
+    def query_arrow(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pa.Table:
+        """``query`` as an Arrow table: SQL types survive (an all-NULL text column stays text, not object)."""
+        with self._cursor() as cur:
+            return cur.sql(sql, params=params).to_arrow_table()
 
     def frame(self, table: str, run_id: str, iteration: int | None = None, **equals: Any) -> pd.DataFrame:
         """All rows of ``table`` for a run (and iteration, and equal columns), ordered by primary key."""

@@ -87,21 +87,71 @@ def task_from_dict(row: Any, path: str = "<memory>", line: int | None = None) ->
     )
 
 
+# One JSONL line may be at most this many bytes. The largest real records (HotpotQA with its full context, Lumos
+# iterative chats) are tens of KB; the cap keeps a corrupt or hostile file (one 50 MB line, a file without newlines)
+# from being read into memory whole: such a line is rejected after reading at most this much of it.
+MAX_LINE_BYTES = 8 * 1024 * 1024
+_UTF8_BOM = b"\xef\xbb\xbf"
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _decode_line(raw: bytes, path: str, number: int) -> str:
+    """UTF-8 text of one line; a UTF-8 BOM on line 1 is dropped (editors write it), UTF-16 and bad bytes are errors."""
+    if number == 1 and raw.startswith(_UTF16_BOMS):
+        raise DataError(path, 1, "<encoding>", "the file is UTF-16 (it starts with a UTF-16 BOM); save it as UTF-8")
+    if number == 1 and raw.startswith(_UTF8_BOM):
+        raw = raw[len(_UTF8_BOM):]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(path, number, "<encoding>", f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                                                    f"{exc.start + 1}); save the file as UTF-8") from None
+
+
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, parsed_json)`` for each non-blank line; bad JSON raises ``DataError``."""
+    """Yield ``(line_number, parsed_json)`` for each non-blank line of a UTF-8 JSONL file.
+
+    Bad JSON (NaN/Infinity included), bad UTF-8, a UTF-16 file, a line over ``MAX_LINE_BYTES`` and a file with no
+    records at all raise ``DataError`` naming the file and line.
+    """
     path = str(path)
     try:
-        handle = open(path, encoding="utf-8")
+        handle = open(path, "rb")
     except OSError as exc:
         raise DataError(path, None, "<file>", f"cannot open: {exc.strerror}") from None
+    records = 0
     with handle:
-        for number, text in enumerate(handle, start=1):
+        number = 0
+        while True:
+            try:
+                raw = handle.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:  # e.g. the path is a directory
+                raise DataError(path, None, "<file>", f"cannot read: {exc.strerror}") from None
+            if not raw:
+                break
+            number += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise DataError(path, number, "<line>", f"line longer than {MAX_LINE_BYTES} bytes "
+                                                        "(MAX_LINE_BYTES); is this a JSONL file?")
+            text = _decode_line(raw, path, number)
             if not text.strip():
                 continue
             try:
-                yield number, json.loads(text)
+                row = json.loads(text, parse_constant=_no_constants)
             except json.JSONDecodeError as exc:
                 raise DataError(path, number, "<json>", f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+            except ValueError as exc:  # NaN / Infinity
+                raise DataError(path, number, "<json>", str(exc)) from None
+            except RecursionError:
+                raise DataError(path, number, "<json>", "JSON nested too deeply") from None
+            records += 1
+            yield number, row
+    if not records:
+        raise DataError(path, None, "<file>", "no records (the file is empty or blank)")
 
 
 def load_tasks(path: str | Path) -> Iterator[Task]:

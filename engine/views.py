@@ -2,14 +2,19 @@
 
 Effective pairs and verdicts are the auto results with the latest curator override applied (semantics:
 ``engine.curation``); the pages are filtered and paginated in SQL with a ``total`` column (matching rows before
-LIMIT/OFFSET). ``StudioViews`` only reads: it relies on the host class's ``query(sql, params)``.
+LIMIT/OFFSET). ``StudioViews`` only reads: it relies on the host class's ``query(sql, params)`` and, for
+``pairs_page``, its ``pair_view`` (the materialised pairs of ``engine.pair_view``; ``pairs_page_sql`` is the same
+page from the base tables).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from engine.pair_view import PairView
 
 
 class StudioViews:
@@ -20,11 +25,11 @@ class StudioViews:
 
     def effective_pairs(self, run_id: str, iteration: int, task_id: str | None = None) -> pd.DataFrame:
         """Auto pairs with the latest pair override applied, one row per (task_id, step, pair_idx)."""
-        where = "WHERE task_id = $task" if task_id is not None else ""
         params: dict[str, Any] = {"run": run_id, "it": iteration}
         if task_id is not None:
             params["task"] = task_id
-        return self.query(f"{EFFECTIVE_PAIRS_SQL} SELECT * FROM eff {where} ORDER BY task_id, step, pair_idx", params)
+        sql = effective_pairs_sql("all" if task_id is None else "task")
+        return self.query(f"{sql} SELECT * FROM eff ORDER BY task_id, step, pair_idx", params)
 
     def pairs_page(
         self,
@@ -41,31 +46,35 @@ class StudioViews:
         limit: int = 50,
         offset: int = 0,
     ) -> pd.DataFrame:
-        """One page of effective pairs with the task question and both plan texts.
+        """One page of effective pairs with the task question/domain and both plan texts.
 
-        ``text`` matches (case-insensitively) the question or either plan; ``order`` is ``task``, ``margin`` or
-        ``-margin``. The ``total`` column counts all matching rows (0 rows -> empty frame).
+        ``text`` matches (case-insensitively, literally) the question or either plan; ``order`` is ``task``,
+        ``margin`` or ``-margin``. The ``total`` column counts all matching rows (0 rows -> empty frame). Read from
+        the host's materialised ``PairView`` (``engine.pair_view``); ``pairs_page_sql`` is the same page computed
+        from the base tables on every call.
         """
-        conds, params = [], {"run": run_id, "it": iteration, "limit": int(limit), "offset": int(offset)}
-        for name, value, sql in (
-            ("min_margin", min_margin, "margin >= $min_margin"),
-            ("max_margin", max_margin, "margin <= $max_margin"),
-            ("overridden", overridden, "overridden = $overridden"),
-            ("excluded", excluded, "excluded = $excluded"),
-            ("ties", ties, "tie = $ties"),
-        ):
-            if value is not None:
-                conds.append(sql)
-                params[name] = value
-        if text:
-            conds.append(
-                "(contains(lower(question), lower($text)) OR contains(lower(chosen_text), lower($text)) "
-                "OR contains(lower(rejected_text), lower($text)))"
-            )
-            params["text"] = text
-        orders = {"task": "task_id, step, pair_idx", "margin": "margin, task_id", "-margin": "margin DESC, task_id"}
-        if order not in orders:
-            raise ValueError(f"order must be one of {', '.join(orders)}")
+        # the view keeps lower-cased texts: the same match for less work
+        conds, params = _pair_filters(min_margin, max_margin, text, overridden, excluded, ties,
+                                      self.pair_view.text_filter)
+        if order not in PAGE_ORDERS:
+            raise ValueError(f"order must be one of {', '.join(PAGE_ORDERS)}")
+        return self.pair_view.page(run_id, int(iteration), conds, params, order, limit, offset)
+
+    @property
+    def pair_view(self) -> PairView:  # provided by Store
+        raise NotImplementedError
+
+    def pairs_page_sql(self, run_id: str, iteration: int, *, min_margin: float | None = None,
+                       max_margin: float | None = None, text: str | None = None, overridden: bool | None = None,
+                       excluded: bool | None = None, ties: bool | None = None, order: str = "task", limit: int = 50,
+                       offset: int = 0) -> pd.DataFrame:
+        """``pairs_page`` straight from the base tables (overrides applied and texts joined on every call): the
+        baseline ``bench store`` measures the materialised page against, and checks it equal to."""
+        conds, params = _pair_filters(min_margin, max_margin, text, overridden, excluded, ties)
+        if order not in PAGE_ORDERS:
+            raise ValueError(f"order must be one of {', '.join(PAGE_ORDERS)}")
+        params = {**params, "run": run_id, "it": int(iteration), "limit": int(limit), "offset": int(offset)}
+        by = PAGE_ORDERS[order]
         join = """LEFT JOIN tasks t ON t.run_id = $run AND t.task_id = e.task_id
             LEFT JOIN plans pc ON pc.run_id = $run AND pc.iteration = $it AND pc.task_id = e.task_id
                 AND pc.step = e.step AND pc.k = e.chosen_k
@@ -73,19 +82,19 @@ class StudioViews:
                 AND pr.step = e.step AND pr.k = e.rejected_k"""
         if text:  # the filter needs the plan texts: join every pair, then page
             sql = f"""{EFFECTIVE_PAIRS_SQL}, joined AS (
-                SELECT e.*, t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text, pc.prompt
+                SELECT e.*, t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text
                 FROM eff e {join})
             SELECT *, count(*) OVER () AS total FROM joined WHERE {" AND ".join(conds)}
-            ORDER BY {orders[order]} LIMIT $limit OFFSET $offset"""
-        else:  # page the effective pairs first, then join texts for the page's rows only (bench store: 1M plans)
+            ORDER BY {by} LIMIT $limit OFFSET $offset"""
+        else:  # page the effective pairs first, then join texts for the page's rows only
             sql = f"""{EFFECTIVE_PAIRS_SQL}, page AS (
                 SELECT *, count(*) OVER () AS total FROM eff WHERE {" AND ".join(conds) or "TRUE"}
-                ORDER BY {orders[order]} LIMIT $limit OFFSET $offset),
+                ORDER BY {by} LIMIT $limit OFFSET $offset),
             joined AS (
                 SELECT e.* EXCLUDE (total), t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text,
-                       pc.prompt, e.total
+                       e.total
                 FROM page e {join})
-            SELECT * FROM joined ORDER BY {orders[order]}"""
+            SELECT * FROM joined ORDER BY {by}"""
         return self.query(sql, params)
 
     def task_plans(self, run_id: str, iteration: int, task_id: str, step: int | None = None) -> pd.DataFrame:
@@ -146,12 +155,49 @@ class StudioViews:
         return self.query(sql, params)
 
 
+# Page orders (fixed snippets; task order breaks every tie, so pages are stable).
+PAGE_ORDERS = {"task": "task_id, step, pair_idx", "margin": "margin, task_id, step, pair_idx",
+               "-margin": "margin DESC, task_id, step, pair_idx"}
+
+
+_TEXT_FILTER = ("(contains(lower(question), lower($text)) OR contains(lower(chosen_text), lower($text)) "
+                "OR contains(lower(rejected_text), lower($text)))")
+
+
+def _pair_filters(min_margin: float | None, max_margin: float | None, text: str | None, overridden: bool | None,
+                  excluded: bool | None, ties: bool | None, text_filter: str = _TEXT_FILTER
+                  ) -> tuple[list[str], dict[str, Any]]:
+    """The pairs page's WHERE snippets (fixed SQL over effective-pair columns) and their parameters."""
+    conds: list[str] = []
+    params: dict[str, Any] = {}
+    for name, value, sql in (
+        ("min_margin", min_margin, "margin >= $min_margin"),
+        ("max_margin", max_margin, "margin <= $max_margin"),
+        ("overridden", overridden, "overridden = $overridden"),
+        ("excluded", excluded, "excluded = $excluded"),
+        ("ties", ties, "tie = $ties"),
+    ):
+        if value is not None:
+            conds.append(sql)
+            params[name] = value
+    if text:
+        conds.append(text_filter)
+        params["text"] = text
+    return conds, params
+
+
 # Latest pair override per (task_id, step, pair_idx); a "restore" as the latest row means "back to auto".
 # Pair overrides carry pair_idx (default 0) and, for "choose", chosen_k/rejected_k in after_json.
-EFFECTIVE_PAIRS_SQL = """
+# ``{scope}`` narrows both the pairs and the overrides read (and so every join after them) to some tasks; it is one
+# of the fixed snippets in ``SCOPES``, never user text.
+# ``tasks`` also bounds task_id by $lo/$hi (the list's min and max): a range on constants lets DuckDB skip row
+# groups by their min/max statistics, which a list lookup alone does not.
+SCOPES = {"all": "", "task": "AND task_id = $task",
+          "tasks": "AND task_id BETWEEN $lo AND $hi AND list_contains($tasks, task_id)"}
+_EFFECTIVE_PAIRS_TEMPLATE = """
 WITH po AS (
     SELECT o.*, coalesce(TRY_CAST(json_extract_string(o.after_json, '$.pair_idx') AS INTEGER), 0) AS pidx
-    FROM overrides o WHERE o.run_id = $run AND o.iteration = $it AND o.target = 'pair'),
+    FROM overrides o WHERE o.run_id = $run AND o.iteration = $it AND o.target = 'pair' {scope}),
 lo AS (
     SELECT * FROM (SELECT po.*, row_number() OVER (PARTITION BY task_id, step, pidx ORDER BY override_id DESC) AS rn
                    FROM po)
@@ -164,7 +210,7 @@ base AS (
            lo.action AS override_action, lo.override_id, lo.curator, lo.reason AS override_reason,
            TRY_CAST(json_extract_string(lo.after_json, '$.chosen_k') AS INTEGER) AS o_chosen_k,
            TRY_CAST(json_extract_string(lo.after_json, '$.rejected_k') AS INTEGER) AS o_rejected_k
-    FROM (SELECT * FROM pairs WHERE run_id = $run AND iteration = $it) p
+    FROM (SELECT * FROM pairs WHERE run_id = $run AND iteration = $it {scope}) p
     FULL OUTER JOIN lo ON p.task_id = lo.task_id AND p.step = lo.step AND p.pair_idx = lo.pidx
     -- an override of a pair the rule no longer produces has nothing to act on, except an explicit choice
     WHERE p.task_id IS NOT NULL OR lo.action = 'choose'),
@@ -200,6 +246,15 @@ eff AS (
            override_action, override_id, curator, override_reason
     FROM lp)
 """
+
+
+def effective_pairs_sql(scope: str = "all") -> str:
+    """The ``WITH ... eff AS (...)`` prefix of effective pairs, over all pairs of ``$run``/``$it`` or a ``SCOPES``
+    subset (``task``: ``$task``; ``tasks``: the list ``$tasks`` with its least and greatest ids ``$lo``/``$hi``)."""
+    return _EFFECTIVE_PAIRS_TEMPLATE.format(scope=SCOPES[scope])
+
+
+EFFECTIVE_PAIRS_SQL = effective_pairs_sql()
 
 
 def _verdicts_sql(iteration_cond: str) -> str:

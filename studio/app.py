@@ -1,18 +1,26 @@
-"""``build_app(store, config_path, read_only, spaces) -> gr.Blocks``: one Blocks app of small per-tab builders.
+"""``build_app(store, config_path, read_only, spaces, workspace) -> gr.Blocks``: one Blocks app of small per-tab
+builders.
 
 The app owns no state of its own: the store is passed in (one owning process per DuckDB file), one ``JobWorker``
 per store is created here (or passed in) and shared by every session, and everything per session (picked run and
-iteration, the curator's name) lives in components and ``gr.State``. Pass ``HEAD`` to ``launch(head=...)`` for the
-keyboard shortcuts. The worker is exposed as ``demo.moat_jobs`` for the launcher and tests.
+iteration, the curator's name) lives in components and ``gr.State``. Serve it with ``studio.auth.serve`` (the login
+gate on every route) and ``head=HEAD`` for the keyboard shortcuts. The worker is exposed as ``demo.moat_jobs`` for
+the launcher and tests.
+
+Every event has an explicit ``api_name`` (``<tab>_<what>``; UI-internal refreshes are ``undocumented``), so the API
+is stable and ``tests/test_studio_security.py`` can classify each endpoint as read or write; every write endpoint
+calls ``check_writable`` server side. Config paths from the page must lie inside ``workspace`` (default: the
+working directory). Scripts and the load test (``tests/test_studio_load.py``) drive the studio through these names
+with ``gradio_client`` (``/studio_load``, ``/studio_pick_run``, ``/pairs_search``, ``/pairs_<action>``,
+``/critic_queue``, ``/critic_<action>``, ...).
 
 Under load: the queue runs up to ``CONCURRENCY`` calls of one event at once (Gradio's default is one); a view that
-several triggers refresh is one ``always_last`` event, so one session's calls of it never overtake each other; the
-endpoints a session needs have stable names (``/on_load``, ``/on_run``, ``/set_curator``, ``/start_<kind>``,
-``/stop_job`` and those listed in the Pairs and Critic tabs), so scripts and the load test drive it with
-``gradio_client``.
+several triggers refresh is one ``always_last`` event, so one session's calls of it never overtake each other.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import gradio as gr
 
@@ -33,7 +41,8 @@ CONCURRENCY = 8
 
 
 def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: bool = False, spaces: bool = False,
-              jobs: JobWorker | None = None, viewers: frozenset[str] = frozenset()) -> gr.Blocks:
+              jobs: JobWorker | None = None, viewers: frozenset[str] = frozenset(),
+              workspace: str | Path | None = None) -> gr.Blocks:
     jobs = jobs or JobWorker(store, read_only=read_only)
     with gr.Blocks(title="MOAT Studio") as demo:
         mode = " · read-only" if read_only else ""
@@ -46,7 +55,8 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             who = gr.Markdown(elem_id="curator-who")
         curator = gr.State("")
         ctx = Ctx(store=store, jobs=jobs, read_only=read_only, spaces=spaces, run=run, iteration=iteration,
-                  curator=curator, viewers=frozenset(viewers))
+                  curator=curator, viewers=frozenset(viewers),
+                  workspace=Path(workspace).resolve() if workspace else Path.cwd())
         with gr.Tabs():
             with gr.Tab("Run", id="run"):
                 tab_run.build(ctx, config_path)
@@ -71,12 +81,10 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             its = run_iterations(store, run_id)
             return gr.update(choices=its, value=default_iteration(its))
 
-        def set_curator(n: str) -> tuple[str, str]:
-            return n.strip(), f"Curating as **{n.strip()}**" if n.strip() else ""
-
-        demo.load(on_load, None, [run, who], api_name="on_load")
-        run.change(on_run, run, iteration, api_name="on_run")
-        gr.on([name.submit, name.blur], set_curator, name, [curator, who], api_name="set_curator",
+        demo.load(on_load, None, [run, who], api_name="studio_load")
+        run.change(on_run, run, iteration, api_name="studio_pick_run")
+        gr.on([name.submit, name.blur], lambda n: (n.strip(), f"Curating as **{n.strip()}**" if n.strip() else ""),
+              name, [curator, who], api_name="studio_curator_name", api_visibility="undocumented",
               trigger_mode="always_last")
     demo.queue(default_concurrency_limit=CONCURRENCY)
     demo.moat_jobs = jobs

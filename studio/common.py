@@ -1,14 +1,19 @@
-"""What every tab shares: the ``Ctx`` handed to tab builders, curator identity, Spaces caps and small renderers.
+"""What every tab shares: the ``Ctx`` handed to tab builders, curator identity, the write guard, the Spaces
+policy and small renderers.
 
-Nothing here keeps state between calls: ``Ctx`` holds the store, the job worker and the components shared by the
-tabs (run and iteration pickers, the session's curator ``gr.State``); per-session values live in those components.
+Nothing here keeps state between calls: ``Ctx`` holds the store, the job worker, the workspace root and the
+components shared by the tabs (run and iteration pickers, the session's curator ``gr.State``); per-session values
+live in those components. ``check_writable`` is the server-side guard every handler that changes anything (the
+store, a job, a file) calls first: hidden or disabled buttons are only cosmetic, an API client can call any
+endpoint.
 """
 
 from __future__ import annotations
 
 import difflib
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -33,6 +38,8 @@ class Ctx:
     iteration: gr.Dropdown  # the iteration every tab shows
     curator: gr.State  # the name entered once per session ("" until entered)
     viewers: frozenset[str] = frozenset()  # authenticated users who may look but not change anything
+    # Every path a browser sends (config paths, export files) must resolve inside this directory.
+    workspace: Path = field(default_factory=Path.cwd)
 
 
 def curator_of(name: str | None, request: gr.Request | None) -> str:
@@ -55,16 +62,44 @@ def check_writable(ctx: Ctx, request: gr.Request | None = None) -> None:
 
 
 def spaces_policy(config: RunConfig) -> RunConfig:
-    """Spaces mode: only the demo agents and the reference critic; sizes capped (raises ``ConfigError``)."""
+    """Spaces mode: only the demo agents (no adapters), the reference critic, no external QA model, in-process hf
+    generation and training, every size within its cap;
+    anything else raises ``ConfigError`` naming the field (refused rather than silently changed, so the run is the
+    config the visitor saw). ``spaces_capped`` gives a config that passes."""
     for role, path in zip(("planner", "grounder"), DEMO_AGENTS):
-        if getattr(config, role).path.rstrip("/") != path:
+        agent = getattr(config, role)
+        if agent.path.rstrip("/") != path:
             raise ConfigError(f"{role}.path", f"only the demo agent {path} is allowed on Spaces")
+        if agent.adapter:
+            raise ConfigError(f"{role}.adapter", "no adapters on Spaces: only the demo agents run there")
     if config.critic.backend != "reference":
         raise ConfigError("critic.backend", "only the reference critic is allowed on Spaces")
+    if config.tools.qa_base_url:  # a visitor must not make the Space call arbitrary URLs
+        raise ConfigError("tools.qa_base_url", "no external QA model on Spaces (leave it empty)")
+    for dotted, allowed in (("sample.backend", "hf"), ("ground.backend", "hf"), ("launch.mode", "inprocess")):
+        section, name = dotted.split(".")
+        if getattr(getattr(config, section), name) != allowed:
+            raise ConfigError(dotted, f"only {allowed} on Spaces")
     for dotted, cap in SPACES_CAPS:
         section, name = dotted.split(".")
         value = getattr(getattr(config, section), name)
         if value == 0 or value > cap:  # 0 means "all" for the limits
+            raise ConfigError(dotted, f"at most {cap} on Spaces (0, meaning all, is not allowed either)")
+    return config
+
+
+def spaces_capped(config: RunConfig) -> RunConfig:
+    """``config`` with the demo agents, the reference critic and every size within its Spaces cap."""
+    for role, path in zip(("planner", "grounder"), DEMO_AGENTS):
+        getattr(config, role).path, getattr(config, role).adapter = path, ""
+    config.critic.backend = "reference"
+    config.tools.qa_base_url = config.tools.qa_model = ""
+    config.sample.backend = config.ground.backend = "hf"
+    config.launch.mode = "inprocess"
+    for dotted, cap in SPACES_CAPS:
+        section, name = dotted.split(".")
+        value = getattr(getattr(config, section), name)
+        if value == 0 or value > cap:
             setattr(getattr(config, section), name, cap)
     return config
 

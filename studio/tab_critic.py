@@ -4,8 +4,11 @@ curator decisions through ``engine.curation`` (accept original, accept correctio
 previewed with ``engine.executor`` on a button and saved only when it parses; the critic-curator agreement rate.
 
 Handlers: ``verdict_table``, ``verdict_detail``, ``verdict_action``, ``preview_edit``, ``save_edit``,
-``agreement_markdown``. API endpoints (``gradio_client``): ``/verdicts_page``, ``/verdict_detail``,
-``/verdict_<action>`` (keep_original, accept_correction, drop, restore) and ``/verdict_edit``.
+``agreement_markdown``. API endpoints (``gradio_client``): ``/critic_queue`` (any filter change: one
+``always_last`` event), ``/critic_detail``, ``/critic_preview_edit`` (reads), ``/critic_<action>`` (keep_original,
+accept_correction, drop, restore) and ``/critic_save_edit`` (writes); the refreshes after an action
+(``/critic_<action>_reload``, ``/critic_<action>_detail``, ``/critic_save_edit_reload``) and
+``/critic_select_row`` are undocumented.
 """
 
 from __future__ import annotations
@@ -178,21 +181,25 @@ def build(ctx: Ctx) -> None:
     outputs = [info, table, pick, agreement]
     detail = [original, corrected, diff, edit]
     gr.on([status.change, reviewed.change, page.change, ctx.iteration.change, ctx.run.change], load, filters,
-          outputs, api_name="verdicts_page", trigger_mode="always_last")  # in order: see studio.app.CONCURRENCY
-    table.select(first_cell, None, pick)
+          outputs, api_name="critic_queue", trigger_mode="always_last")  # in order: see studio.app.CONCURRENCY
+    table.select(first_cell, None, pick, api_name="critic_select_row", api_visibility="undocumented")
     pick.change(lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
-                api_name="verdict_detail")
+                api_name="critic_detail")
+
     def reload(*args):  # after an action: refresh everything but the picked verdict
         info_md, df, _, agree = load(*args)
         return info_md, df, agree
 
     for action, btn in acts.items():
         btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result,
-                  api_name=f"verdict_{action}").success(
-            reload, filters, [info, table, agreement]).then(lambda r, i, k: verdict_detail(ctx.store, r, i, k),
-                                         [ctx.run, ctx.iteration, pick], detail)
+                  api_name=f"critic_{action}").success(
+            reload, filters, [info, table, agreement], api_name=f"critic_{action}_reload",
+            api_visibility="undocumented").then(
+            lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
+            api_name=f"critic_{action}_detail", api_visibility="undocumented")
     preview_btn.click(lambda r, k, a: preview_edit(ctx.store, r, k, a) if r and k else "", [ctx.run, pick, edit],
-                      result)
+                      result, api_name="critic_preview_edit")
     save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result,
-                   api_name="verdict_edit").success(
-        reload, filters, [info, table, agreement])
+                   api_name="critic_save_edit").success(reload, filters, [info, table, agreement],
+                                                        api_name="critic_save_edit_reload",
+                                                        api_visibility="undocumented")

@@ -2,12 +2,19 @@
 through ``engine.export``, offered as a download, and pushed to a Hugging Face Hub dataset (``datasets``'
 ``push_to_hub``) when ``HF_TOKEN`` is set; without a token the tab says so.
 
+Files go to the studio's own export directory (one temp directory per studio process); the browser never sends a
+path, and the file name built from the run id, iteration, kind and format is confined to that directory
+(``engine.workspace.inside``). Exporting writes a file on the server and pushing writes to the Hub, so both are write
+endpoints refused by ``check_writable`` for ``--read-only`` and viewers. The token is read from the environment at
+push time and never rendered.
+
 Handlers: ``export_file(store, run_id, iteration, kind, fmt, out_dir) -> (path, rows)``, ``push_to_hub``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -15,16 +22,22 @@ import gradio as gr
 
 from engine import export
 from engine.store import Store
-from studio.common import Ctx
+from engine.workspace import inside
+from studio.common import Ctx, check_writable
 
 KINDS = {"pairs": export.export_pairs, "sft": export.export_sft}
 
 
 def export_file(store: Store, run_id: str, iteration: int, kind: str, fmt: str, out_dir: str | Path) -> tuple[Path,
                                                                                                              int]:
+    """Write the export into ``out_dir`` (never elsewhere: ``ValueError`` for a bad kind/format or an escaping
+    name) and return ``(path, rows)``."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}")
-    path = Path(out_dir) / f"{run_id}-it{int(iteration)}-{kind}.{fmt}"
+    if fmt not in export.FORMATS:
+        raise ValueError(f"format must be one of {', '.join(export.FORMATS)}")
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", str(run_id))  # run ids are slugs; anything else cannot name a folder
+    path = inside(out_dir, Path(out_dir) / f"{name}-it{int(iteration)}-{kind}.{fmt}", "the export file")
     return path, KINDS[kind](store, run_id, int(iteration), path, fmt)
 
 
@@ -47,7 +60,7 @@ def build(ctx: Ctx) -> None:
     with gr.Row():
         kind = gr.Radio(list(KINDS), value="pairs", label="What", elem_id="export-kind")
         fmt = gr.Radio(list(export.FORMATS), value="jsonl", label="Format", elem_id="export-format")
-        make = gr.Button("Export", variant="primary", elem_id="export-go")
+        make = gr.Button("Export", variant="primary", elem_id="export-go", interactive=not ctx.read_only)
     message = gr.Markdown(elem_id="export-message")
     file = gr.File(label="Download", elem_id="export-file")
     has_token = bool(os.environ.get("HF_TOKEN"))
@@ -57,12 +70,19 @@ def build(ctx: Ctx) -> None:
         repo = gr.Textbox(label="Hub dataset repo (owner/name)", interactive=has_token and not ctx.read_only)
         push = gr.Button("Push to Hub", interactive=has_token and not ctx.read_only)
 
-    def on_export(run_id, it, k, f):
-        if not run_id or it is None:
+    def on_export(run_id, it, k, f, request: gr.Request):
+        check_writable(ctx, request)
+        if not run_id or it is None or ctx.store.get_run(run_id) is None:
             raise gr.Error("Pick a run and an iteration first.")
-        path, rows = export_file(ctx.store, run_id, it, k, f, out_dir)
+        try:
+            path, rows = export_file(ctx.store, run_id, it, k, f, out_dir)
+        except ValueError as exc:
+            raise gr.Error(str(exc)) from None
         return f"Exported {rows} {k} rows to `{path.name}`.", str(path)
 
-    make.click(on_export, [ctx.run, ctx.iteration, kind, fmt], [message, file])
-    push.click(lambda r, i, k, rp: push_to_hub(ctx.store, r, i, k, rp, os.environ.get("HF_TOKEN")),
-               [ctx.run, ctx.iteration, kind, repo], message)
+    def on_push(run_id, it, k, repo_id, request: gr.Request) -> str:
+        check_writable(ctx, request)
+        return push_to_hub(ctx.store, run_id, it, k, repo_id, os.environ.get("HF_TOKEN"))
+
+    make.click(on_export, [ctx.run, ctx.iteration, kind, fmt], [message, file], api_name="export_file")
+    push.click(on_push, [ctx.run, ctx.iteration, kind, repo], message, api_name="export_push_hub")

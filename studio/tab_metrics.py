@@ -105,6 +105,7 @@ def build(ctx: Ctx) -> None:
         others = [r["run_id"] for r in ctx.store.list_runs() if r["run_id"] != run_a]
         return gr.update(choices=["", *others], value="")
 
-    ctx.run.change(runs, ctx.run, compare)
+    ctx.run.change(runs, ctx.run, compare, api_name="metrics_runs", api_visibility="undocumented")
+    # One event, in order per session (see studio.app.CONCURRENCY): older figures never land last.
     gr.on([ctx.run.change, compare.change, refresh.click], draw, [ctx.run, compare], [plots[n] for n in FIGURES],
-          trigger_mode="always_last")  # one event, in order per session: see studio.app.CONCURRENCY
+          api_name="metrics_figures", trigger_mode="always_last")

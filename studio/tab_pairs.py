@@ -4,8 +4,9 @@ other plans, restore) through ``engine.curation``; a margin histogram and the ch
 
 Keyboard shortcuts (outside text fields, on this tab): s swap, x exclude, t tie, r restore (``SHORTCUTS_JS`` is
 passed to ``launch(head=...)``). Handlers: ``pairs_table``, ``pair_detail``, ``pair_action``, ``margin_figure``,
-``length_figure``. API endpoints (``gradio_client``): ``/pairs_page`` (any filter change), ``/pair_detail`` and
-``/pair_<action>`` for swap, exclude, tie, choose and restore.
+``length_figure``. API endpoints (``gradio_client``): ``/pairs_search`` (any filter change: one ``always_last``
+event), ``/pairs_detail`` and ``/pairs_<action>`` for swap, exclude, tie, choose and restore (writes); the refreshes
+after an action (``/pairs_<action>_reload``, ``/pairs_<action>_detail``) and ``/pairs_select_row`` are undocumented.
 """
 
 from __future__ import annotations
@@ -194,17 +195,20 @@ def build(ctx: Ctx) -> None:
     outputs = [info, table, pair, hist, bias]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
     gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change, ties.change,
-           page.change, ctx.iteration.change, ctx.run.change], load, [*filters, pair], outputs, api_name="pairs_page",
-          trigger_mode="always_last")
-    table.select(first_cell, None, pair)
+           page.change, ctx.iteration.change, ctx.run.change], load, [*filters, pair], outputs,
+          api_name="pairs_search", trigger_mode="always_last")
+    table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")
     pair.change(lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
-                [prompt, chosen, rejected], api_name="pair_detail")
+                [prompt, chosen, rejected], api_name="pairs_detail")
+
     def reload(*args):  # after an action: refresh everything but the picked pair
         info_md, df, _, h, b = load(*args)
         return info_md, df, h, b
 
     for action, btn in [*acts.items(), ("choose", choose)]:
         btn.click(act(action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status,
-                  api_name=f"pair_{action}").success(
-            reload, [*filters, pair], [info, table, hist, bias]).then(lambda r, i, k: pair_detail(ctx.store, r, i, k),
-                                                  [ctx.run, ctx.iteration, pair], [prompt, chosen, rejected])
+                  api_name=f"pairs_{action}").success(
+            reload, [*filters, pair], [info, table, hist, bias], api_name=f"pairs_{action}_reload",
+            api_visibility="undocumented").then(
+            lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
+            [prompt, chosen, rejected], api_name=f"pairs_{action}_detail", api_visibility="undocumented")

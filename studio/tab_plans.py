@@ -107,8 +107,8 @@ def build(ctx: Ctx) -> None:
     inputs = [ctx.run, ctx.iteration, search, domain, split, page]
     # One event, in order per session (see studio.app.CONCURRENCY): a page for a stale iteration never lands last.
     gr.on([search.submit, domain.change, split.change, page.change, ctx.iteration.change, ctx.run.change], load,
-          inputs, [info, table, task], trigger_mode="always_last")
-    table.select(first_cell, None, task)
-    task.change(show, [ctx.run, ctx.iteration, task], [plans, k_a, k_b])
+          inputs, [info, table, task], api_name="plans_search", trigger_mode="always_last")
+    table.select(first_cell, None, task, api_name="plans_select_row", api_visibility="undocumented")
+    task.change(show, [ctx.run, ctx.iteration, task], [plans, k_a, k_b], api_name="plans_task")
     gr.on([k_a.change, k_b.change], lambda r, i, t, a, b: plan_diff(ctx.store, r, i, t, a, b),
-          [ctx.run, ctx.iteration, task, k_a, k_b], diff, trigger_mode="always_last")
+          [ctx.run, ctx.iteration, task, k_a, k_b], diff, api_name="plans_diff", trigger_mode="always_last")

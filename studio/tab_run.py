@@ -2,8 +2,13 @@
 create a run, and drive the shared ``JobWorker`` (next stage / rest of iteration / next iteration / stop) with live
 progress (stage table, counts, ETA, log tail, TRL loss curves) refreshed by a ``gr.Timer``.
 
+A config from the page is checked like a file (``engine.config``), then every path in it must lie inside the
+studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_policy``. Creating a run and every
+job button are write endpoints: ``check_writable`` refuses them server side for ``--read-only`` and viewers.
+
 Handlers: ``validate_config``, ``cli_command``, ``create_run_from_text``, ``stage_table``, ``job_markdown``,
-``loss_figure``: plain functions of the store / worker / text, called by the Gradio wiring in ``build``.
+``loss_figure``, ``config_toml``: plain functions of the store / worker / text, called by the Gradio wiring in
+``build``.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ import plotly.graph_objects as go
 
 from engine.config import RunConfig, config_from_dict, config_to_dict, load_config
 from engine.errors import ConfigError, DataError
-from engine.loop import create_run
+from engine.loop import create_run, run_config
 from engine.store import Store
-from studio.common import Ctx, check_writable, curator_of, spaces_policy
+from engine.workspace import config_paths_inside
+from studio.common import Ctx, check_writable, curator_of, spaces_capped, spaces_policy
 from studio.jobs import JobWorker
 
 try:
@@ -31,14 +37,18 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 
-def validate_config(text: str, spaces: bool = False) -> tuple[RunConfig | None, str]:
-    """Parse and validate TOML text: ``(config, "")`` or ``(None, "**field**: message")``."""
+def validate_config(text: str, spaces: bool = False, workspace: str | Path | None = None) -> tuple[RunConfig | None,
+                                                                                                 str]:
+    """Parse and validate TOML text: ``(config, "")`` or ``(None, "**field**: message")``. With ``workspace`` every
+    path field must resolve inside it; with ``spaces`` the config must pass ``spaces_policy``."""
     try:
         data = tomllib.loads(text or "")
     except tomllib.TOMLDecodeError as exc:
         return None, f"**<toml>**: {exc}"
     try:
         config = config_from_dict(data, "editor")
+        if workspace is not None:
+            config_paths_inside(config, workspace)
         if spaces:
             config = spaces_policy(config)
     except ConfigError as exc:
@@ -46,13 +56,23 @@ def validate_config(text: str, spaces: bool = False) -> tuple[RunConfig | None, 
     return config, ""
 
 
+def config_toml(config: RunConfig) -> str:
+    """The whole config as TOML (every value is a string, number, bool or list of strings, so JSON spells it)."""
+    lines = []
+    for section, fields in config_to_dict(config).items():
+        lines.append(f"[{section}]")
+        lines += [f"{name} = {json.dumps(value)}" for name, value in fields.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def _flat(d: dict[str, Any]) -> dict[str, Any]:
     return {f"{s}.{k}": v for s, fields in d.items() for k, v in fields.items()}
 
 
-def cli_command(config_path: str, text: str, spaces: bool = False) -> str:
+def cli_command(config_path: str, text: str, spaces: bool = False, workspace: str | Path | None = None) -> str:
     """``python -m engine run --config FILE --set a.b=v ...`` for the fields the editor changed from the file."""
-    config, error = validate_config(text, spaces)
+    config, error = validate_config(text, spaces, workspace)
     if config is None:
         return f"# fix the config first: {error}"
     try:
@@ -68,14 +88,15 @@ def cli_command(config_path: str, text: str, spaces: bool = False) -> str:
     return " ".join(["python -m engine run --config", shlex.quote(config_path), *sets])
 
 
-def create_run_from_text(store: Store, text: str, spaces: bool = False) -> tuple[str | None, str]:
+def create_run_from_text(store: Store, text: str, spaces: bool = False,
+                         workspace: str | Path | None = None) -> tuple[str | None, str]:
     """Validate, then register a run (tasks loaded; nothing trained): ``(run_id, message)``."""
-    config, error = validate_config(text, spaces)
+    config, error = validate_config(text, spaces, workspace)
     if config is None:
         return None, f"Not created: {error}"
     try:
         run_id = create_run(store, config)
-    except (DataError, OSError) as exc:
+    except (ConfigError, DataError, OSError) as exc:  # ConfigError: a model path that fails the preflight
         return None, f"Not created: {exc}"
     return run_id, f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks)."
 
@@ -133,6 +154,12 @@ def loss_figure(store: Store, run_id: str | None) -> go.Figure:
 
 def build(ctx: Ctx, config_path: str) -> None:
     text = Path(config_path).read_text(encoding="utf-8") if Path(config_path).exists() else ""
+    if ctx.spaces:  # start from a config Spaces accepts (over-cap sizes are refused, not silently cut)
+        try:
+            text = config_toml(spaces_capped(load_config(config_path)))
+        except ConfigError:
+            text = config_toml(spaces_capped(RunConfig()))
+    ws = ctx.workspace
     with gr.Row():
         with gr.Column(scale=3):
             editor = gr.Code(value=text, label=f"Run config (TOML, from {config_path})", lines=18,
@@ -143,7 +170,7 @@ def build(ctx: Ctx, config_path: str) -> None:
                                        elem_id="run-create")
             verdict = gr.Markdown(elem_id="run-validation")
             command = gr.Textbox(label="Equivalent CLI command", interactive=False, elem_id="run-cli",
-                                 value=cli_command(config_path, text, ctx.spaces))
+                                 value=cli_command(config_path, text, ctx.spaces, ws))
         with gr.Column(scale=4):
             with gr.Row():
                 labels = (("next_stage", "Next stage"), ("rest_of_iteration", "Rest of iteration"),
@@ -158,12 +185,12 @@ def build(ctx: Ctx, config_path: str) -> None:
     timer = gr.Timer(2.0)
 
     def on_validate(t: str) -> tuple[str, str]:
-        _, error = validate_config(t, ctx.spaces)
-        return (error or "Config is valid."), cli_command(config_path, t, ctx.spaces)
+        _, error = validate_config(t, ctx.spaces, ws)
+        return (error or "Config is valid."), cli_command(config_path, t, ctx.spaces, ws)
 
     def on_create(t: str, request: gr.Request):
         check_writable(ctx, request)
-        run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces)
+        run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces, ws)
         choices = [r["run_id"] for r in ctx.store.list_runs()]
         return msg, gr.update(choices=choices, value=run_id) if run_id else gr.update()
 
@@ -172,24 +199,30 @@ def build(ctx: Ctx, config_path: str) -> None:
             check_writable(ctx, request)
             if not run_id:
                 return "Pick or create a run first."
+            if ctx.spaces and ctx.store.get_run(run_id) is not None:
+                try:  # a run put in the store by other means must still pass the Spaces policy
+                    spaces_policy(run_config(ctx.store, run_id))
+                except ConfigError as exc:
+                    return f"Refused on Spaces: {exc}"
             refused = ctx.jobs.start_loop(kind, run_id, user=curator_of(name, request) if name or getattr(
                 request, "username", None) else "")
             return refused or f"Started `{kind}` on `{run_id}`."
         return start
 
-    def refresh(run_id: str | None):
-        return job_markdown(ctx.jobs), stage_table(ctx.store, run_id), loss_figure(ctx.store, run_id)
-
-    validate_btn.click(on_validate, editor, [verdict, command])
-    editor.change(lambda t: cli_command(config_path, t, ctx.spaces), editor, command, show_progress="hidden")
-    create_btn.click(on_create, editor, [verdict, ctx.run])
-    for kind, btn in buttons.items():
-        btn.click(starter(kind), [ctx.run, ctx.curator], message, api_name=f"start_{kind}")
     def on_stop(request: gr.Request) -> str:
         check_writable(ctx, request)
         return ctx.jobs.stop()
 
-    stop_btn.click(on_stop, None, message, api_name="stop_job")
+    def refresh(run_id: str | None):
+        return job_markdown(ctx.jobs), stage_table(ctx.store, run_id), loss_figure(ctx.store, run_id)
+
+    validate_btn.click(on_validate, editor, [verdict, command], api_name="run_validate")
+    editor.change(lambda t: cli_command(config_path, t, ctx.spaces, ws), editor, command, show_progress="hidden",
+                  api_name="run_cli_command", api_visibility="undocumented")
+    create_btn.click(on_create, editor, [verdict, ctx.run], api_name="run_create")
+    for kind, btn in buttons.items():
+        btn.click(starter(kind), [ctx.run, ctx.curator], message, api_name=f"run_{kind}")
+    stop_btn.click(on_stop, None, message, api_name="run_stop")
     # One event, in order per session (see studio.app.CONCURRENCY): an older snapshot never lands last.
     gr.on([timer.tick, ctx.run.change], refresh, ctx.run, [job, stages, loss], show_progress="hidden",
-          trigger_mode="always_last")
+          api_name="run_refresh", api_visibility="undocumented", trigger_mode="always_last")

@@ -42,6 +42,12 @@ def test_prefix_shared_score_equals_naive_on_shared_unrelated_and_identical_prom
     models.score_targets(grounder.model, grounder.tokenizer, shared_p, shared_t, batch_size=8, fast=True, stats=stats)
     models.score_targets_naive(grounder.model, grounder.tokenizer, shared_p, shared_t, batch_size=8, stats=naive)
     assert stats.computed < naive.computed  # the shared prefixes were computed once
+    # Level by level and leaves across nodes: forwards grow with the trie's depth, not its size; duplicates once.
+    assert stats.forwards <= 8 and stats.computed <= 1.3 * stats.necessary, stats
+    twice = models.KernelStats()
+    models.score_targets(grounder.model, grounder.tokenizer, shared_p * 2, shared_t * 2, batch_size=8, fast=True,
+                         stats=twice)
+    assert twice.computed == stats.computed
 
 
 def test_prefix_shared_score_with_truncation_and_empty_input(tiny_agents):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
 
-from engine.config import config_from_dict, config_to_dict, field_help, load_config, parse_overrides
+from engine.config import RunConfig, config_from_dict, config_to_dict, field_help, load_config, parse_overrides
 from engine.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,3 +64,111 @@ def test_file_errors_name_the_file(tmp_path):
 
 def test_every_field_has_help():
     assert all(text for text in field_help().values())
+
+
+# --- every numeric field has a declared range, and each bound is enforced -------------------------------------------
+
+
+def numeric_fields() -> list[tuple[str, type, dict]]:
+    """``(section.field, int|float, metadata)`` for every numeric field of every section."""
+    out = []
+    for section in dataclasses.fields(RunConfig):
+        for f in dataclasses.fields(section.default_factory()):
+            hint = typing.get_type_hints(type(section.default_factory()))[f.name]
+            if hint in (int, float):
+                out.append((f"{section.name}.{f.name}", hint, dict(f.metadata)))
+    return out
+
+
+def outside(hint: type, meta: dict) -> list:
+    """Values just outside each declared bound."""
+    step = 1 if hint is int else 0.5
+    values = []
+    if meta["ge"] is not None:
+        values.append(meta["ge"] - step)
+    if meta["gt"] is not None:
+        values.append(meta["gt"])
+    if meta["le"] is not None:
+        values.append(meta["le"] + step)
+    if meta["lt"] is not None:
+        values.append(meta["lt"])
+    return [int(v) if hint is int else v for v in values]
+
+
+def test_every_numeric_field_declares_a_range():
+    fields_ = numeric_fields()
+    assert len(fields_) > 40
+    missing = [name for name, _, meta in fields_ if meta["ge"] is None and meta["gt"] is None]
+    assert missing == []
+
+
+@pytest.mark.parametrize(("dotted", "hint", "meta"), numeric_fields(), ids=[f[0] for f in numeric_fields()])
+def test_each_numeric_bound_is_enforced(dotted, hint, meta):
+    load_config(None, [])  # the defaults are inside every range
+    for value in outside(hint, meta):
+        with pytest.raises(ConfigError) as info:
+            load_config(None, [f"{dotted}={value}"])
+        assert info.value.field == dotted and "must be" in info.value.message, str(info.value)
+    for bad in ["abc", "true", "[1]"] + (["nan", "inf", "-inf"] if hint is float else ["1.5"]):
+        with pytest.raises(ConfigError) as info:
+            load_config(None, [f"{dotted}={bad}"])
+        assert info.value.field == dotted and "expected" in info.value.message, (bad, str(info.value))
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("sample.k=0", "sample.k: must be >= 2 (a pair needs two plans), got 0"),
+    ("dpo.learning_rate=-1e-5", "dpo.learning_rate: must be in (0, 1]"),
+    ("sft.batch_size=0", "sft.batch_size: must be >= 1"),
+    ("pairs.min_gap=-0.1", "pairs.min_gap: must be >= 0"),
+    ("sample.temperature=-0.5", "sample.temperature: must be >= 0"),
+    ("ground.top_p=0", "ground.top_p: must be in (0, 1]"),
+    ("critic.top_p=1.01", "critic.top_p: must be in (0, 1]"),
+    ("run.iterations=-1", "run.iterations: must be >= 1"),
+    ("dpo.lora_dropout=1", "dpo.lora_dropout: must be in [0, 1)"),
+    ("run.seed=-3", "run.seed: must be in [0, 4294967295]"),
+    ("pairs.rule=best_wrost", "pairs.rule: 'best_wrost' is not one of best_worst, all_above_gap, top_bottom_k "
+                              "(did you mean 'best_worst'?)"),
+    ("data.domains=maths,math", "data.domains: 'math' is not one of maths, qa, web (did you mean 'maths'?)"),
+    ("evaluate.splits=[\"held_in\", 3]", "evaluate.splits: expected a list of strings"),
+    ("data.domains=[maths", "data.domains: expected a JSON list"),
+    ("sample.temprature=0.5", "sample.temprature: unknown field; did you mean 'temperature'?"),
+    ("sampel.k=3", "sampel: unknown section; did you mean 'sample'?"),
+])
+def test_impossible_values_and_typos(override, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert message in str(info.value)
+
+
+def test_file_typos_types_encodings(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text("[sample]\ntop_k = 3\n")
+    with pytest.raises(ConfigError, match=r"c.toml: sample.top_k: unknown field; did you mean 'top_p'\?"):
+        load_config(toml)
+    toml.write_text("[pairs]\nmin_gap = nan\n")
+    with pytest.raises(ConfigError, match=r"c.toml: pairs.min_gap: expected a finite number"):
+        load_config(toml)
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("sample:\n  k: [3]\ndata:\n  domains: [{a: 1}]\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: sample.k: expected an integer"):
+        load_config(yaml_file)
+    yaml_file.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: <root>"):
+        load_config(yaml_file)
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b"[run]\nname = 'caf\xe9'\n")
+    with pytest.raises(ConfigError, match=r"latin.toml: <file>: not valid UTF-8"):
+        load_config(latin)
+    with pytest.raises(ConfigError, match=r"<file>: cannot read"):
+        load_config(tmp_path)  # a directory
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf[sample]\nk = 4\n")
+    assert load_config(bom).sample.k == 4
+
+
+def test_domain_filter_that_keeps_nothing_is_an_error(tmp_path):
+    from engine.runtime import load_run_tasks
+
+    config = load_config(ROOT / "examples" / "demo.toml", ["data.domains=web"])
+    with pytest.raises(ConfigError, match="data.domains: no task of web"):
+        load_run_tasks(config)

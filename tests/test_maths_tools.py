@@ -194,3 +194,37 @@ def test_value_to_text():
     assert value_to_text(MathValue(sympy.true)) == "True"
     assert value_to_text((MathValue(sympy.Integer(1)), "a")) == "1, a"
     assert value_to_text("text") == "text"
+
+
+def test_solver_memory_is_capped():
+    from engine.tools.maths import SOLVER_MEMORY, _bounded
+
+    started = time.perf_counter()
+    with pytest.raises(ToolError, match="ran out of memory"):
+        _bounded(bytearray, (2 * SOLVER_MEMORY,), 10.0)  # the forked solver may not take 2 GB more
+    assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("exp(exp(exp(10)))", "exp argument too large"),
+    ("floor(exp(10**10))", "exp argument too large"),
+    ("exp(1000)**1000", "number too large"),
+    ("(1, 2) < 3", "cannot compute"),
+    ("1 in 2", "cannot compute"),
+])
+def test_huge_or_meaningless_values_are_tool_errors(text, message):
+    started = time.perf_counter()
+    with pytest.raises(ToolError, match=message):
+        run("Calculator", text)
+    assert time.perf_counter() - started < 0.5
+
+
+def test_substitution_is_rebuilt_under_the_limits():
+    env = {"R1": evaluate("2**x", {}), "R2": evaluate("floor(exp(x))", {}), "R3": evaluate("x**2 + y", {})}
+    with pytest.raises(ToolError, match="exponent too large"):
+        run("Calculator", "R1(10**9)", env)
+    with pytest.raises(ToolError, match="exp argument too large"):
+        run("Calculator", "R2(10**10)", env)
+    assert run("Calculator", "R3(3, 1)", env) == ["10"]
+    assert run("SolveEquation", "x - 2 = 0, y = x*2") == ["2", "4"]
+    assert run("Calculator", "0 = (1, 2)".replace("=", "==")) == ["False"]

@@ -37,13 +37,14 @@ def served(tmp_path_factory, tiny_agents_dir, demo_tasks):
 
     from engine.store import Store
     from studio.app import HEAD, build_app
+    from studio.auth import serve
 
     path = tmp_path_factory.mktemp("studio_browser") / "studio.duckdb"
     run_id = build_studio_store(path, tiny_agents_dir, demo_tasks)
     store = Store(path)
     demo = build_app(store, "examples/demo.toml")
     port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, head=HEAD)
+    serve(demo, port=port, prevent_thread_lock=True, quiet=True, head=HEAD)
     yield f"http://127.0.0.1:{port}/", store, run_id, demo
     demo.moat_jobs.stop()
     demo.moat_jobs.wait(10)

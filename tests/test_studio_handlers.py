@@ -148,6 +148,7 @@ def test_export_writes_files(store, run_id, tmp_path):
 
 def test_config_validation_names_the_field_and_cli_command():
     from studio import tab_run
+    from studio.common import spaces_capped
 
     text = Path("examples/demo.toml").read_text()
     assert tab_run.validate_config(text)[1] == ""
@@ -157,7 +158,10 @@ def test_config_validation_names_the_field_and_cli_command():
     assert tab_run.validate_config(text.replace("top_p = 0.95", "top_p = 2", 1))[1].startswith("**sample.top_p**")
     cmd = tab_run.cli_command("examples/demo.toml", text.replace("k = 15", "k = 4"))
     assert cmd == "python -m engine run --config examples/demo.toml --set sample.k=4"
-    capped, error = tab_run.validate_config(text, spaces=True)
+    # Spaces refuses over-cap sizes (naming the field) and starts the editor from a capped config instead.
+    assert tab_run.validate_config(text, spaces=True)[1].startswith("**data.train_limit**: at most 16")
+    capped_text = tab_run.config_toml(spaces_capped(load_config("examples/demo.toml")))
+    capped, error = tab_run.validate_config(capped_text, spaces=True)
     assert error == "" and capped.sample.k == 4 and capped.data.train_limit == 16
     assert tab_run.validate_config(text.replace("assets/demo/planner", "gpt2"), spaces=True)[1].startswith(
         "**planner.path**")

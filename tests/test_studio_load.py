@@ -1,6 +1,8 @@
 """The studio under load: eight ``gradio_client`` sessions, each in its own thread, browse, filter and override
-pairs and verdicts on a real launched studio while an iteration runs on the studio's job worker in the same
-process.
+pairs and verdicts on a real studio (served by ``studio.auth.serve``, no accounts: each session enters its curator
+name) while an iteration runs on the studio's job worker in the same process. Sessions call the app's named
+endpoints (``/studio_load``, ``/studio_pick_run``, ``/studio_curator_name``, ``/pairs_search``, ``/pairs_<action>``,
+``/critic_queue``, ``/critic_<action>``, ``/critic_save_edit``, ``/run_next_iteration``).
 
 Checked: no client call fails; every override a client got acknowledged is in the store exactly once with that
 client's curator name and value (nothing lost, nothing crossed between sessions, nothing extra); the effective
@@ -63,7 +65,7 @@ class Ack:
 class Session:
     index: int
     acks: list[Ack] = field(default_factory=list)
-    page_calls: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each pairs_page call
+    page_calls: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each /pairs_search call
     calls: int = 0
     error: BaseException | None = None
 
@@ -78,7 +80,8 @@ def served(tmp_path_factory, tiny_agents_dir, demo_tasks):
     from test_studio_handlers import build_studio_store
 
     from engine.store import Store
-    from studio.app import build_app
+    from studio.app import HEAD, build_app
+    from studio.auth import serve
 
     path = tmp_path_factory.mktemp("studio_load") / "studio.duckdb"
     run_id = build_studio_store(path, tiny_agents_dir, demo_tasks, ("data.train_limit=12", "critic.which=all"))
@@ -86,7 +89,7 @@ def served(tmp_path_factory, tiny_agents_dir, demo_tasks):
     store.set_stage(run_id, 0, "evaluate", "skipped")  # so the job starts with iteration 1's training
     demo = build_app(store, "examples/demo.toml")
     port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    serve(demo, port=port, head=HEAD, prevent_thread_lock=True, quiet=True)  # as the launcher serves it (no accounts)
     yield f"http://127.0.0.1:{port}/", store, run_id, demo
     demo.moat_jobs.stop()
     demo.moat_jobs.wait(60)
@@ -118,13 +121,13 @@ def _session(url: str, run_id: str, me: Session, choose: dict, verdicts: dict[st
         def page(filters) -> list[str]:
             start = time.time()
             _, table, pick, *_ = call(run_id, 1, filters[1], filters[2], filters[0], *filters[3:], None,
-                                      api_name="/pairs_page")
+                                      api_name="/pairs_search")
             me.page_calls.append((start, time.time()))
             return [c[1] for c in pick["choices"]]
 
-        call(api_name="/on_load")
-        call(run_id, api_name="/on_run")
-        call(me.curator, api_name="/set_curator")
+        call(api_name="/studio_load")
+        call(run_id, api_name="/studio_pick_run")
+        call(me.curator, api_name="/studio_curator_name")
         go.wait()
         for r in range(ROUNDS):
             page(FILTERS[(me.index + r) % len(FILTERS)])
@@ -136,12 +139,12 @@ def _session(url: str, run_id: str, me: Session, choose: dict, verdicts: dict[st
                 action = "swap"
             ck, rk = combos[me.index % len(combos)] if action == "choose" else (None, None)
             reason = f"{me.curator}/pair/{r}"
-            ack = call(run_id, 1, key, ck, rk, reason, api_name=f"/pair_{action}")
+            ack = call(run_id, 1, key, ck, rk, reason, api_name=f"/pairs_{action}")
             assert f"by {me.curator}" in ack, ack
             me.acks.append(Ack("pair", key, action, me.curator, reason,
                                {"chosen_k": ck, "rejected_k": rk} if action == "choose" else {}))
 
-            _, vtable, vpick, _ = call(run_id, 1, "", "any", 1, None, api_name="/verdicts_page")
+            _, vtable, vpick, _ = call(run_id, 1, "", "any", 1, None, api_name="/critic_queue")
             vkeys = [c[1] for c in vpick["choices"]]
             vkey = vkeys[(me.index * 3 + r) % len(vkeys)]
             vaction = ("edit", "drop", "keep_original", "accept_correction", "restore")[(me.index + r) % 5]
@@ -150,11 +153,11 @@ def _session(url: str, run_id: str, me: Session, choose: dict, verdicts: dict[st
             reason = f"{me.curator}/verdict/{r}"
             if vaction == "edit":
                 actions = f"R1 = Calculator({me.index} + {r})"  # distinct per session and round
-                ack = call(run_id, 1, vkey, actions, reason, api_name="/verdict_edit")
+                ack = call(run_id, 1, vkey, actions, reason, api_name="/critic_save_edit")
                 assert f"by {me.curator}" in ack and "Edit saved" in ack, ack
                 value = {"actions": actions}
             else:
-                ack = call(run_id, 1, vkey, reason, api_name=f"/verdict_{vaction}")
+                ack = call(run_id, 1, vkey, reason, api_name=f"/critic_{vaction}")
                 assert f"by {me.curator}" in ack, ack
                 value = {}
             me.acks.append(Ack("verdict", vkey, vaction, me.curator, reason, value))
@@ -185,8 +188,8 @@ def test_eight_sessions_override_while_an_iteration_runs(served):
 
     # The iteration starts through the studio's own endpoint, as the Run tab's button does.
     starter = Client(url, verbose=False)
-    starter.predict(api_name="/on_load")
-    assert starter.predict(run_id, api_name="/start_next_iteration").startswith("Started")
+    starter.predict(api_name="/studio_load")
+    assert starter.predict(run_id, api_name="/run_next_iteration").startswith("Started")
     deadline = time.time() + 60
     while not jobs.snapshot()["events"] and time.time() < deadline:  # wait until a stage reports progress
         time.sleep(0.1)

@@ -1,5 +1,7 @@
 """``bench store``: bulk ingest (``Store.write`` of a DataFrame) vs row-by-row ``executemany``, and the studio's
-page queries (``pairs_page``, ``task_plans``) on a synthetic store.
+page queries on a synthetic store: ``pairs_page`` from the materialised view (``engine.pair_view``) vs the same page
+from the base tables (``pairs_page_sql``), checked equal page for page; the view's build time; a page right after
+a curator override (patched in); ``task_plans``.
 
 The synthetic store is filled in SQL (``range()``): ``default`` holds 1,000,000 plans (+ their scores) over
 66,667 tasks x K=15 and 100,000 pairs; ``tiny`` 20,000 plans and 2,000 pairs. Queries are timed one call at a time
@@ -49,6 +51,14 @@ def _fill(store, plans: int, pairs: int) -> None:
             SELECT '{RUN}', {IT}, 'pair', printf('t%06d', i * 7), 0, 'swap', 'bench' FROM range(100) r(i)""")
 
 
+def _same(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    try:
+        pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_dtype=False)
+        return True
+    except AssertionError:
+        return False
+
+
 def run(size: str, repeats: int, device: str) -> dict:
     from engine.store import Store
 
@@ -78,34 +88,66 @@ def run(size: str, repeats: int, device: str) -> dict:
             started = time.perf_counter()
             _fill(store, sizes["plans"], sizes["pairs"])
             fill_s = time.perf_counter() - started
-            rng = random.Random(0)
             tasks = sizes["plans"] // K
-            calls = {
-                "pairs_page": lambda: store.pairs_page(RUN, IT, limit=50,
-                                                     offset=rng.randrange(0, sizes["pairs"] - 50)),
-                "pairs_page_by_margin": lambda: store.pairs_page(RUN, IT, order="-margin", limit=50),
-                "pairs_page_text_filter": lambda: store.pairs_page(RUN, IT, text=f"plan {rng.randrange(tasks)}",
-                                                                   limit=50),
-                "task_plans": lambda: store.task_plans(RUN, IT, f"t{rng.randrange(tasks):06d}"),
+            started = time.perf_counter()
+            store.pair_view.table(RUN, IT)  # the first read after a stage wrote its pairs materialises them
+            build_s = time.perf_counter() - started
+            pages = {
+                "pairs_page": lambda rng: {"limit": 50, "offset": rng.randrange(0, sizes["pairs"] - 50)},
+                "pairs_page_by_margin": lambda rng: {"order": "-margin", "limit": 50,
+                                                     "offset": rng.randrange(0, 1000)},
+                "pairs_page_text_filter": lambda rng: {"text": f"plan {rng.randrange(tasks)}", "limit": 50},
+                "pairs_page_overridden": lambda rng: {"overridden": True, "min_margin": -10.0, "limit": 50},
             }
-            queries = {}
-            for name, call in calls.items():
-                call()  # warm-up
-                times = []
-                for _ in range(sizes["queries"]):
-                    started = time.perf_counter()
-                    frame = call()
-                    times.append(time.perf_counter() - started)
-                queries[name] = {"p50_ms": round(1000 * common.percentile(times, 0.5), 1),
-                                 "p95_ms": round(1000 * common.percentile(times, 0.95), 1), "rows": len(frame)}
+            queries, same = {}, True
+            for name, args in pages.items():
+                for variant, call in (("materialised", store.pairs_page), ("base_tables", store.pairs_page_sql)):
+                    rng = random.Random(0)  # both variants read the same pages
+                    frames = [call(RUN, IT, **args(random.Random(1)))]  # warm-up
+                    times = []
+                    for _ in range(sizes["queries"]):
+                        kwargs = args(rng)
+                        started = time.perf_counter()
+                        frames.append(call(RUN, IT, **kwargs))
+                        times.append(time.perf_counter() - started)
+                    queries.setdefault(name, {})[variant] = {
+                        "p50_ms": round(1000 * common.percentile(times, 0.5), 1),
+                        "p95_ms": round(1000 * common.percentile(times, 0.95), 1), "rows": len(frames[-1])}
+                    if variant == "materialised":
+                        fast_frames = frames
+                    else:
+                        same &= all(_same(a, b) for a, b in zip(fast_frames, frames))
+                q = queries[name]
+                q["speedup"] = round(q["base_tables"]["p50_ms"] / max(q["materialised"]["p50_ms"], 1e-3), 1)
+            # A curator's override, then the next page (which re-derives the touched task only).
+            from engine import curation
+
+            rng, times = random.Random(2), []
+            for _ in range(sizes["queries"]):
+                task = f"t{rng.randrange(sizes['pairs'] // max(1, -(-sizes['pairs'] // tasks))):06d}"  # has pairs
+                curation.exclude_pair(store, RUN, IT, task, 0, curator="bench")
+                started = time.perf_counter()
+                store.pairs_page(RUN, IT, limit=50)
+                times.append(time.perf_counter() - started)
+            queries["pairs_page_after_override"] = {"p50_ms": round(1000 * common.percentile(times, 0.5), 1),
+                                                    "p95_ms": round(1000 * common.percentile(times, 0.95), 1)}
+            rng, times = random.Random(3), []
+            for _ in range(sizes["queries"]):
+                started = time.perf_counter()
+                frame = store.task_plans(RUN, IT, f"t{rng.randrange(tasks):06d}")
+                times.append(time.perf_counter() - started)
+            queries["task_plans"] = {"p50_ms": round(1000 * common.percentile(times, 0.5), 1),
+                                     "p95_ms": round(1000 * common.percentile(times, 0.95), 1), "rows": len(frame)}
             plans_rows = store.count("plans", RUN, IT)
             pairs_rows = store.count("pairs", RUN, IT)
     return {
-        "sizes": {"plans": plans_rows, "pairs": pairs_rows, "ingest_rows": n, "fill_s": round(fill_s, 2)},
+        "sizes": {"plans": plans_rows, "pairs": pairs_rows, "ingest_rows": n, "fill_s": round(fill_s, 2),
+                  "pairs_view_build_s": round(build_s, 3)},
         "ingest": ingest_report,
         "queries": queries,
         "ratios": {"ingest_dataframe_vs_executemany": round(
             ingest_report["store_write_dataframe"]["rows_per_s"]
             / max(ingest_report["executemany_row_by_row"]["rows_per_s"], 1), 1)},
-        "correct": {"ingested_rows": count, "ok": count == n and plans_rows == (sizes["plans"] // K) * K},
+        "correct": {"ingested_rows": count, "pages_equal": same,
+                    "ok": same and count == n and plans_rows == (sizes["plans"] // K) * K},
     }

@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.config import load_config
     from engine.errors import ConfigError, DataError
     from engine.evaluate import evaluate
+    from engine.preflight import preflight
     from engine.runtime import load_agent, load_run_tasks, pick_eval_tasks
 
     try:
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         if args.formulation:
             config.evaluate.formulation = args.formulation
         tasks = load_run_tasks(config)
+        preflight(config)
     except (ConfigError, DataError) as exc:
         return fail(exc)
     splits = args.split or config.evaluate.splits

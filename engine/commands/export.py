@@ -3,7 +3,9 @@
 Contract: ``export --db D --run R --iteration T --what pairs|sft --format jsonl|parquet --out FILE [--json]``
 writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides applied) atomically and prints
 ``{"what", "format", "path", "rows"}`` (``--json``) or a one-line summary; exits 0. An unknown run, a missing or
-locked DuckDB file prints ``error: ...`` on stderr and exits 2.
+locked DuckDB file prints ``error: ...`` on stderr and exits 2. ``--out`` may be any path: the caller owns the shell
+and its files, so the CLI is not confined to a workspace (the studio, which takes requests from browsers, is; see
+``engine.workspace``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""``python -m engine run``: create (or resume) a run from a config and run its pending stages."""
+"""``python -m engine run``: create (or resume) a run from a config and run its pending stages.
+
+Bad input exits 2 with ``error: ...`` on stderr before any stage runs: a config error, a task file error, a model
+that fails ``engine.preflight`` (checked by ``create_run``/``run_loop``), or an unknown ``--run``.
+"""
 
 from __future__ import annotations
 
@@ -43,11 +47,12 @@ def progress_printer(quiet: bool):
 
 def run(args: argparse.Namespace) -> int:
     import signal
+    import sys
 
     from engine.commands._common import fail, print_json
     from engine.config import load_config
     from engine.errors import ConfigError, DataError
-    from engine.loop import create_run, run_config, run_loop
+    from engine.loop import create_run, run_loop
     from engine.store import Store, StoreLockedError
 
     stop = {"flag": False}
@@ -59,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         with Store(args.db) as store:
             if args.run:
-                config = run_config(store, args.run)
+                if store.get_run(args.run) is None:
+                    print(f"error: no run {args.run!r} in {args.db}", file=sys.stderr)
+                    return 2
                 run_id = args.run
             else:
                 config = load_config(args.config, args.set)

@@ -1,7 +1,9 @@
 """Dataset loaders: turn each supported file format into a stream of ``engine.tasks.Task`` records.
 
 Contract: ``load(format, path, ground=None, split=None)`` yields Tasks; every malformed record raises
-``DataError(path, line, field, message)`` (never skipped, never partially used). ``FORMATS`` lists the names the CLI
+``DataError(path, line, field, message)`` (never skipped, never partially used): the whole file is read and
+validated before the first Task is yielded, so a consumer never sees part of a bad file. Files must be UTF-8 JSONL
+with at least one record and lines of at most ``engine.tasks.MAX_LINE_BYTES``. ``FORMATS`` lists the names the CLI
 accepts. Each loader lives in its own module and is imported lazily by ``load`` so submodules can share the small
 helpers defined here without an import cycle.
 """
@@ -31,11 +33,11 @@ def load(format: str, path: str | Path, ground: str | Path | None = None, split:
     if format == "lumos":
         from engine.formats.lumos import load_lumos
 
-        return load_lumos(path, ground, split=split or "train")
+        return _all_or_nothing(load_lumos(path, ground, split=split or "train"))
     if format == "tasks":
         from engine.tasks import load_tasks
 
-        return load_tasks(path)
+        return _all_or_nothing(load_tasks(path))
     split = split or DEFAULT_SPLIT
     if format == "gsm8k":
         from engine.formats.gsm8k import load_gsm8k as loader
@@ -47,7 +49,12 @@ def load(format: str, path: str | Path, ground: str | Path | None = None, split:
         from engine.formats.strategyqa import load_strategyqa as loader
     else:
         raise DataError(str(path), None, "format", f"unknown format {format!r} (known: {', '.join(FORMATS)})")
-    return loader(path, split=split)
+    return _all_or_nothing(loader(path, split=split))
+
+
+def _all_or_nothing(tasks: Iterator[Task]) -> Iterator[Task]:
+    """Validate every record before yielding the first, so a bad line 900 never leaves 899 tasks imported."""
+    yield from list(tasks)
 
 
 def check_split(path: str | Path, split: str) -> str:
@@ -73,19 +80,20 @@ def require_text(row: dict[str, Any], key: str, path: str | Path, line: int) -> 
     return value
 
 
-def record_id(row: dict[str, Any], source: str, path: str | Path, line: int) -> str:
-    """The record's own id (``id``/``ID``/``qid``/``_id``) or ``<source>-<line>`` when it has none."""
+def record_id(row: dict[str, Any], source: str, path: str | Path, line: int) -> tuple[str, str]:
+    """``(id, key)``: the record's own id and the key holding it (``id``/``ID``/``qid``/``_id``), or
+    ``(<source>-<line>, "id")`` when it has none; the key lets a duplicate-id error name the field as written."""
     for key in _ID_KEYS:
         if key in row:
             value = row[key]
             if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
                 raise DataError(str(path), line, key, "must be a non-empty string or an integer")
-            return str(value)
-    return f"{source}-{line}"
+            return str(value), key
+    return f"{source}-{line}", "id"
 
 
 def unique(task_id: str, seen: dict[str, int], path: str | Path, line: int, field: str = "id") -> None:
-    """Record ``task_id`` in ``seen``; a repeat is an error because ids key every later join."""
+    """Record ``task_id`` in ``seen``; a repeat is an error (named by ``field``) because ids key every later join."""
     if task_id in seen:
         raise DataError(str(path), line, field, f"duplicate id {task_id!r} (first on line {seen[task_id]})")
     seen[task_id] = line

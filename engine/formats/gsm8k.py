@@ -37,8 +37,8 @@ def load_gsm8k(path: str | Path, split: str = DEFAULT_SPLIT) -> Iterator[Task]:
             solution, final = split_answer(answer)
         except ValueError as exc:
             raise DataError(str(path), line, "answer", str(exc)) from None
-        task_id = record_id(row, SOURCE, path, line)
-        unique(task_id, seen, path, line)
+        task_id, id_key = record_id(row, SOURCE, path, line)
+        unique(task_id, seen, path, line, id_key)
         yield Task(
             id=task_id,
             domain="maths",

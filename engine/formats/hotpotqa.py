@@ -48,8 +48,8 @@ def load_hotpotqa(path: str | Path, split: str = DEFAULT_SPLIT) -> Iterator[Task
         question = require_text(row, "question", path, line)
         answer = require_text(row, "answer", path, line)
         context = context_passages(row["context"], path, line) if "context" in row else []
-        task_id = record_id(row, SOURCE, path, line)
-        unique(task_id, seen, path, line)
+        task_id, id_key = record_id(row, SOURCE, path, line)
+        unique(task_id, seen, path, line, id_key)
         yield Task(
             id=task_id,
             domain="qa",

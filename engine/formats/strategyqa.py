@@ -54,8 +54,8 @@ def load_strategyqa(path: str | Path, split: str = DEFAULT_SPLIT) -> Iterator[Ta
         meta = {key: row[key] for key in _META_KEYS if key in row}
         if isinstance(row.get("target"), str):
             meta["explanation"] = row["target"]
-        task_id = record_id(row, SOURCE, path, line)
-        unique(task_id, seen, path, line)
+        task_id, id_key = record_id(row, SOURCE, path, line)
+        unique(task_id, seen, path, line, id_key)
         yield Task(
             id=task_id, domain="qa", source=SOURCE, split=split, question=question.strip(), answer=answer, meta=meta
         )

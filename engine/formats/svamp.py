@@ -39,8 +39,8 @@ def load_svamp(path: str | Path, split: str = DEFAULT_SPLIT) -> Iterator[Task]:
         if isinstance(answer, bool) or not isinstance(answer, (int, float)):
             raise DataError(str(path), line, "Answer", f"must be a number, got {type(answer).__name__}")
         meta = {key.lower(): row[key] for key in ("Equation", "Type") if key in row}
-        task_id = record_id(row, SOURCE, path, line)
-        unique(task_id, seen, path, line)
+        task_id, id_key = record_id(row, SOURCE, path, line)
+        unique(task_id, seen, path, line, id_key)
         yield Task(
             id=task_id,
             domain="maths",

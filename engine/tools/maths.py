@@ -5,8 +5,10 @@ Contract: each tool takes the raw argument text and the environment of earlier v
 reaches Python's evaluator or sympy's string parser (both run code): it is normalised, parsed by ``ast.parse``
 in expression mode and walked, and only numbers, names, ``+ - * / ** // %``, comparisons, lists/tuples and
 calls to ``FUNCTIONS`` are turned into sympy objects. Sizes are checked before anything is built (text length,
-node count, nesting, integer size, exponents, factorials); equation/inequality solving runs in a forked process
-killed after ``time_limit_s``.
+node count, nesting, integer size, exponents, factorials, ``exp`` arguments) and every built number is kept under
+``2**MAX_BITS`` in magnitude, so forcing digits out of it (``floor``, ``sin``, rendering) stays cheap; ``Rk(a, b)``
+substitution re-checks each rebuilt node. Equation/inequality solving runs in a forked process killed after
+``time_limit_s`` and capped at ``SOLVER_MEMORY`` bytes more than the parent.
 
 Normalisation: ``^`` -> ``**``, ``×``/``÷``; ``$`` and thousands separators (``1,000``) removed; a ``%`` right after
 a number that is not followed by an operand is a percent (``15 / 25%`` = 60, ``141 % 2`` is modulo); a number
@@ -43,10 +45,18 @@ MAX_INT_DIGITS = 60  # digits of one integer literal
 MAX_EXPONENT = 1000  # |exponent| of a power
 MAX_BITS = 40_000  # bits of an exact numerator/denominator (about 12,000 digits)
 MAX_FACTORIAL = 1000
+MAX_EXP_ARG = 20_000  # |x| in exp(x): e**20000 is about 2**28854, under MAX_BITS
+SOLVER_MEMORY = 1 << 30  # address space a forked solver may add before sympy gets MemoryError
 
 
 class ToolError(Exception):
     """A tool could not run on its input; the message is shown to the user."""
+
+
+# What sympy raises when asked for something meaningless (a tuple minus a symbol, a comparison of non-reals, an
+# unsupported operator): for the user these are bad formulas, reported like any other ToolError.
+SYMPY_ERRORS = (TypeError, ValueError, ArithmeticError, AttributeError, NotImplementedError, KeyError,
+                sympy.SympifyError, sympy.PolynomialError)
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,21 @@ def _binomial(n: Any, k: Any) -> Any:
     return sympy.binomial(n, k)
 
 
+def _exp(x: Any) -> Any:
+    # exp of a big number is cheap to build but not to use: floor(exp(10**10)) asks for 4e9 digits.
+    if getattr(x, "is_number", False) and not _within(sympy.re(x), MAX_EXP_ARG):
+        raise ToolError(f"exp argument too large (limit {MAX_EXP_ARG})")
+    return sympy.exp(x)
+
+
+def _within(x: Any, limit: float) -> bool:
+    """``|x| <= limit`` for a real number, judged on a 15-digit evaluation (non-numbers pass)."""
+    try:
+        return abs(float(sympy.N(x, 15))) <= limit
+    except (TypeError, ValueError):  # not a real number after all (a symbol slipped in)
+        return True
+
+
 def _fold(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
     return lambda *args: functools.reduce(fn, args)
 
@@ -199,7 +224,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "round": _round,
     "min": sympy.Min,
     "max": sympy.Max,
-    "exp": sympy.exp,
+    "exp": _exp,
     "log": sympy.log,
     "ln": sympy.log,
     "sin": sympy.sin,
@@ -253,8 +278,11 @@ class _Builder:
         method = getattr(self, f"_{type(node).__name__}", None)
         if method is None:
             raise ToolError(f"unsupported syntax: {type(node).__name__}")
-        result = method(node, depth + 1)
-        _check_size(result)
+        try:
+            result = method(node, depth + 1)
+            _check_size(result)
+        except SYMPY_ERRORS as exc:
+            raise ToolError(f"cannot compute: {type(exc).__name__}: {exc}"[:300]) from None
         return result
 
     def _Constant(self, node: ast.Constant, depth: int) -> Any:
@@ -355,7 +383,28 @@ def _substitute(name: str, expr: Any, args: list[Any]) -> Any:
     symbols = sorted(_free_symbols(expr), key=lambda s: s.name)
     if len(args) > len(symbols):
         raise ToolError(f"{name} has {len(symbols)} unknown(s), called with {len(args)} value(s)")
-    return expr.subs(dict(zip(symbols, args)))
+    # Substitute without evaluating, then rebuild bottom-up under the same limits as a typed formula: a plain
+    # subs would evaluate 2**x at x = 10**9 or floor(exp(x)) at x = 10**10 before any check could run.
+    with sympy.evaluate(False):
+        unevaluated = expr.subs(dict(zip(symbols, args)))
+    return _rebuild(unevaluated)
+
+
+def _rebuild(expr: Any) -> Any:
+    if not isinstance(expr, sympy.Basic) or not expr.args:
+        return expr
+    args = [_rebuild(a) for a in expr.args]
+    if isinstance(expr, sympy.Pow):
+        result = _power(*args)
+    elif isinstance(expr, sympy.exp):
+        result = _exp(*args)
+    else:
+        try:
+            result = expr.func(*args)
+        except (TypeError, ValueError, ZeroDivisionError) as exc:
+            raise ToolError(f"cannot compute: {exc}") from None
+    _check_size(result)
+    return result
 
 
 def _bits(v: Any) -> int:
@@ -374,10 +423,26 @@ def _power(base: Any, exponent: Any) -> Any:
 
 
 def _check_size(value: Any) -> None:
-    if getattr(value, "is_Rational", False) and _bits(value) > MAX_BITS:
+    if getattr(value, "is_Rational", False):
+        if _bits(value) > MAX_BITS:
+            raise ToolError("number too large")
+    elif getattr(value, "is_number", False) and _magnitude_bits(value) > MAX_BITS:
         raise ToolError("number too large")
     if isinstance(value, sympy.Basic) and value.has(sympy.zoo, sympy.nan):
         raise ToolError("division by zero or undefined result")
+
+
+def _magnitude_bits(value: Any) -> int:
+    """About log2 of the larger of |re| and |im| of an irrational number, from a 15-digit evaluation (0 if none)."""
+    approx = sympy.N(value, 15)
+    bits = 0
+    for part in approx.as_real_imag():
+        if isinstance(part, sympy.Float) and part != 0:
+            if not part.is_finite:
+                return MAX_BITS + 1
+            _, _, exponent, bit_count = part._mpf_
+            bits = max(bits, exponent + bit_count)
+    return bits
 
 
 def evaluate(text: str, env: Mapping[str, Any]) -> MathValue:
@@ -416,7 +481,10 @@ def _build_equations(pieces: Sequence[str], env: Mapping[str, Any]) -> tuple[lis
     built = []
     for trees in sided:
         values = [builder.build(t) for t in trees]
-        built.append(values[0] - values[1] if len(values) == 2 else values[0])
+        try:
+            built.append(values[0] - values[1] if len(values) == 2 else values[0])
+        except SYMPY_ERRORS as exc:
+            raise ToolError(f"not an equation: {type(exc).__name__}: {exc}"[:300]) from None
     return built, builder.decimal
 
 
@@ -449,14 +517,32 @@ def _bounded(fn: Callable[..., Any], args: tuple[Any, ...], time_limit_s: float)
 
 
 def _child(sender: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    _cap_memory(SOLVER_MEMORY)
     try:
         sender.send(("ok", fn(*args)))
     except ToolError as exc:
         sender.send(("error", str(exc)))
+    except MemoryError:
+        sender.send(("error", "the solver ran out of memory"))
     except Exception as exc:  # sympy raises many types (NotImplementedError, PolynomialError, ...)
         sender.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         sender.close()
+
+
+def _cap_memory(extra: int) -> None:
+    """Limit this (forked) process to its current address space plus ``extra`` bytes, where the OS allows it."""
+    try:
+        import resource
+
+        with open("/proc/self/statm") as statm:
+            current = int(statm.read().split()[0]) * resource.getpagesize()
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = current + extra
+        if hard == resource.RLIM_INFINITY or limit < hard:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, OSError, ValueError):  # not Linux: the time limit still bounds the solver
+        pass
 
 
 def _solve(equations: list[Any], symbols: list[sympy.Symbol]) -> list[dict[Any, Any]]:

@@ -1,0 +1,54 @@
+"""Confining paths that arrive over the network to a workspace root.
+
+Contract:
+
+* ``inside(root, path, what)`` resolves ``path`` the way the engine will open it (relative paths from the working
+  directory, symlinks followed) and returns it when it is ``root`` or below it; otherwise (``../`` escapes, absolute
+  paths elsewhere, a symlink inside the root that points out) it raises ``PathOutsideWorkspace`` naming ``what``.
+* ``config_paths_inside(config, root)`` applies ``inside`` to every path field of a run config (``CONFIG_PATHS``,
+  plus ``critic.model`` for the hf critic and ``launch.accelerate_config`` in accelerate mode) and raises
+  ``ConfigError`` naming the first field outside the root. Empty fields are skipped; a hub id (``org/model``) is
+  judged as the relative path it would also be.
+* The studio applies both to everything a browser can send (the Run tab's config, the Export tab's file). The CLI
+  does not: its caller already owns the shell and the files (``python -m engine export --out`` writes anywhere).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.config import RunConfig
+from engine.errors import ConfigError
+
+# Config fields naming a file or directory the engine reads or writes.
+CONFIG_PATHS = ("run.workdir", "data.tasks", "data.ground", "sft.original_data", "planner.path", "planner.adapter",
+                "grounder.path", "grounder.adapter")
+
+
+class PathOutsideWorkspace(ValueError):
+    """A user-supplied path that resolves outside the workspace root."""
+
+
+def inside(root: str | Path, path: str | Path, what: str = "path") -> Path:
+    """``path`` resolved (from the working directory, symlinks followed) if it lies in ``root``; else raises."""
+    base = Path(root).resolve()
+    resolved = Path(path).expanduser().resolve()  # relative -> from cwd, as open() and the engine see it
+    if resolved != base and base not in resolved.parents:
+        raise PathOutsideWorkspace(f"{what} must be inside the workspace {base}; {str(path)!r} resolves to "
+                                   f"{resolved}")
+    return resolved
+
+
+def config_paths_inside(config: RunConfig, root: str | Path) -> None:
+    """Raise ``ConfigError`` for the first path field of ``config`` outside ``root`` (see the module docstring)."""
+    fields = list(CONFIG_PATHS) + (["critic.model"] if config.critic.backend == "hf" else []) + (
+        ["launch.accelerate_config"] if config.launch.mode == "accelerate" else [])  # only read in that mode
+    for dotted in fields:
+        section, name = dotted.split(".")
+        value = getattr(getattr(config, section), name)
+        if not value:
+            continue
+        try:
+            inside(root, value, dotted)
+        except PathOutsideWorkspace as exc:
+            raise ConfigError(dotted, f"{exc} (the studio only reads and writes inside its workspace)") from None

@@ -1,0 +1,204 @@
+"""Bad data files get a located error (``path:line: field: message``) from every loader, and nothing half-imports.
+
+Each loader gets the same hostile files: bad JSON, an empty file, a 50 MB single line, latin-1 bytes, UTF-16, a
+BOM, duplicate ids, missing and mistyped fields. The import paths (``load`` CLI, ``create_run``, ``engine run``)
+write nothing when the file is bad.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from engine.__main__ import main
+from engine.errors import DataError
+from engine.formats import load
+from engine.prompts import PLANNER_INSTRUCTION, PLANNER_TASK_SUFFIX
+from engine.tasks import MAX_LINE_BYTES
+
+
+def lumos_plan(record_id: str, question: str = "Add 1 and 2.") -> dict:
+    return {"dataset": "maths", "id": record_id, "messages": [
+        {"role": "user", "content": f"{PLANNER_INSTRUCTION}Task: {question}{PLANNER_TASK_SUFFIX}"},
+        {"role": "assistant", "content": "Subgoal 1: Add 1 and 2."},
+    ]}
+
+
+# One valid record per format (with its own id key), a required field, and a mistyped value for it.
+VALID = {
+    "tasks": ({"id": "t1", "domain": "maths", "split": "train", "question": "q?"}, "id", "question", 7),
+    "gsm8k": ({"id": "g1", "question": "q?", "answer": "x\n#### 1"}, "id", "answer", ["1"]),
+    "svamp": ({"ID": "s1", "Body": "b", "Question": "q", "Answer": 1}, "ID", "Answer", "one"),
+    "hotpotqa": ({"_id": "h1", "question": "q", "answer": "a"}, "_id", "question", None),
+    "strategyqa": ({"qid": "s1", "question": "q", "answer": True}, "qid", "answer", "yes"),
+    "lumos": (lumos_plan("l1"), "id", "messages", "hi"),
+}
+FORMATS = list(VALID)
+
+
+def record(fmt: str, record_id: str) -> dict:
+    row, id_key, _, _ = VALID[fmt]
+    return {**json.loads(json.dumps(row)), id_key: record_id}
+
+
+def write_lines(path: Path, lines: list, encoding: str = "utf-8") -> Path:
+    text = "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines)
+    path.write_bytes(text.encode(encoding))
+    return path
+
+
+def located(fmt: str, path: Path, line: int | None, field: str) -> DataError:
+    with pytest.raises(DataError) as info:
+        list(load(fmt, path))
+    err = info.value
+    assert (err.path, err.line, err.field) == (str(path), line, field), str(err)
+    where = f"{path}:{line}" if line is not None else str(path)
+    assert str(err).startswith(f"{where}: {field}: ")
+    return err
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_valid_record_loads(tmp_path, fmt):
+    (task,) = load(fmt, write_lines(tmp_path / "ok.jsonl", [record(fmt, "a")]))
+    assert task.id == "a"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bad_json_names_the_line(tmp_path, fmt):
+    path = write_lines(tmp_path / "bad.jsonl", [record(fmt, "a"), '{"id": "b", oops}'])
+    assert "invalid JSON at column" in str(located(fmt, path, 2, "<json>"))
+    for text, message in (("[" * 100_000, "nested too deeply"), ('{"x": NaN}', "NaN is not valid JSON")):
+        path = write_lines(tmp_path / "weird.jsonl", [text])
+        assert message in str(located(fmt, path, 1, "<json>"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_empty_and_blank_files(tmp_path, fmt):
+    for name, content in (("empty.jsonl", b""), ("blank.jsonl", b"\n  \n\t\n")):
+        path = tmp_path / name
+        path.write_bytes(content)
+        assert "no records" in str(located(fmt, path, None, "<file>"))
+    assert "cannot open" in str(located(fmt, tmp_path / "missing.jsonl", None, "<file>"))
+    assert "cannot" in str(located(fmt, tmp_path, None, "<file>"))  # a directory
+
+
+@pytest.fixture(scope="module")
+def huge_line_file(tmp_path_factory) -> Path:
+    """One 50 MB line (no newline at all), written in 1 MB chunks."""
+    path = tmp_path_factory.mktemp("huge") / "huge.jsonl"
+    chunk = b"x" * (1 << 20)
+    with open(path, "wb") as out:
+        out.write(b'{"question": "')
+        for _ in range(50):
+            out.write(chunk)
+    return path
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_50mb_line_is_rejected_with_bounded_memory(huge_line_file, fmt):
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        err = located(fmt, huge_line_file, 1, "<line>")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert f"longer than {MAX_LINE_BYTES} bytes" in str(err)
+    assert peak < 3 * MAX_LINE_BYTES  # read at most the cap, never the 50 MB line
+    assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_wrong_encodings(tmp_path, fmt):
+    good = json.dumps(record(fmt, "a"))
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes(good.encode() + b"\n" + json.dumps(record(fmt, "b")).replace('"b"', '"caf\\u00e9"')
+                      .encode().replace(b"\\u00e9", b"\xe9") + b"\n")
+    assert "not valid UTF-8 (byte 0xe9" in str(located(fmt, latin, 2, "<encoding>"))
+    for encoding in ("utf-16", "utf-16-be"):
+        utf16 = tmp_path / f"{encoding}.jsonl"
+        text = "\ufeff" + good + "\n" if encoding == "utf-16-be" else good + "\n"  # "utf-16" writes its own BOM
+        utf16.write_bytes(text.encode(encoding))
+        assert "UTF-16" in str(located(fmt, utf16, 1, "<encoding>"))
+    # A UTF-8 BOM (Windows editors) is not an error: it is dropped.
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + good.encode() + b"\n")
+    assert [t.id for t in load(fmt, bom)] == ["a"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_duplicate_ids(tmp_path, fmt):
+    _, id_key, _, _ = VALID[fmt]
+    path = write_lines(tmp_path / "dup.jsonl", [record(fmt, "a"), record(fmt, "b"), record(fmt, "a")])
+    err = located(fmt, path, 3, id_key)
+    assert "duplicate id 'a' (first on line 1)" in str(err)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_missing_and_mistyped_fields(tmp_path, fmt):
+    _, _, required, wrong = VALID[fmt]
+    missing = record(fmt, "b")
+    del missing[required]
+    path = write_lines(tmp_path / "missing.jsonl", [record(fmt, "a"), missing])
+    located(fmt, path, 2, required)
+    path = write_lines(tmp_path / "typed.jsonl", [record(fmt, "a"), {**record(fmt, "b"), required: wrong}])
+    located(fmt, path, 2, required)
+    path = write_lines(tmp_path / "array.jsonl", [record(fmt, "a"), [1, 2]])
+    located(fmt, path, 2, "<record>")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_nothing_is_yielded_before_a_late_error(tmp_path, fmt):
+    rows = [record(fmt, f"r{i}") for i in range(5)] + ["{broken"]
+    tasks = load(fmt, write_lines(tmp_path / "late.jsonl", rows))
+    with pytest.raises(DataError) as info:
+        next(tasks)  # the first task is withheld until line 6 has been read
+    assert info.value.line == 6
+
+
+def test_lumos_grounder_file_errors_are_located(tmp_path):
+    plan = write_lines(tmp_path / "plan.jsonl", [lumos_plan("a")])
+    ground = tmp_path / "ground.jsonl"
+    ground.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(DataError) as info:
+        list(load("lumos", plan, ground=ground))
+    assert (info.value.path, info.value.line, info.value.field) == (str(ground), 1, "<encoding>")
+
+
+def test_cli_load_prints_nothing_on_error(tmp_path, capsys):
+    path = write_lines(tmp_path / "g.jsonl", [record("gsm8k", "a"), record("gsm8k", "a")])
+    assert main(["load", "--format", "gsm8k", str(path), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(f"error: {path}:2: id: duplicate id")
+
+
+def test_create_run_with_a_bad_task_file_writes_nothing(tmp_path):
+    from engine.config import load_config
+    from engine.loop import create_run
+    from engine.store import Store
+
+    path = write_lines(tmp_path / "t.jsonl", [record("tasks", "a"), record("tasks", "b"), "{broken"])
+    config = load_config(None, [f"data.tasks={path}", f"run.workdir={tmp_path / 'runs'}"])
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(DataError, match=r"t.jsonl:3: <json>"):
+            create_run(store, config)
+        assert store.list_runs() == []
+        assert int(store.query("SELECT count(*) AS n FROM tasks")["n"][0]) == 0
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_run_with_a_bad_task_file_exits_2_and_writes_nothing(tmp_path, capsys):
+    from engine.store import Store
+
+    path = write_lines(tmp_path / "t.jsonl", [record("tasks", "a"), {**record("tasks", "b"), "split": "dev"}])
+    db = tmp_path / "s.duckdb"
+    code = main(["run", "--db", str(db), "--quiet", "--config", "examples/demo.toml", "--set", f"data.tasks={path}",
+                 "--set", f"run.workdir={tmp_path / 'runs'}"])
+    assert code == 2
+    assert f"{path}:2: split: 'dev' is not one of" in capsys.readouterr().err
+    with Store(db) as store:
+        assert store.list_runs() == []

@@ -1,0 +1,177 @@
+"""Model paths and checkpoints are checked before any stage runs (``engine.preflight``), with errors naming the field.
+
+Tiny Llama checkpoints are built from a config in a tmp dir (hidden size 16, two layers) with the demo tokenizer;
+each test breaks one copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine.__main__ import main
+from engine.config import load_config
+from engine.errors import CheckpointError, DataError
+from engine.preflight import check_model, preflight
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+def build(out: Path, vocab_size: int = 1268, layers: int = 2, hidden: int = 16) -> Path:
+    """A random tiny Llama saved with the demo tokenizer (1268 tokens)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=32, num_hidden_layers=layers,
+                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True, eos_token_id=1,
+                         pad_token_id=0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        shutil.copy(ROOT / "assets" / "demo" / "planner" / name, out / name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> Path:
+    return build(tmp_path_factory.mktemp("models") / "good")
+
+
+@pytest.fixture
+def copy(good, tmp_path):
+    """A fresh copy of the good checkpoint to break."""
+    def make(name: str = "broken") -> Path:
+        return Path(shutil.copytree(good, tmp_path / name))
+    return make
+
+
+def error_of(path: str | Path, adapter: str = "", device: str = "auto") -> CheckpointError:
+    with pytest.raises(CheckpointError) as info:
+        check_model(str(path), adapter, device, "planner")
+    return info.value
+
+
+def test_good_checkpoint_passes(good):
+    check_model(str(good), "", "auto", "planner")
+    check_model(str(ROOT / "assets" / "demo" / "grounder"), "", "auto", "grounder")
+
+
+def test_missing_paths(tmp_path, good):
+    err = error_of(tmp_path / "nope")
+    assert (err.field, err.message) == ("planner.path", f"{tmp_path / 'nope'}: no such model directory")
+    assert "no such model directory" in str(error_of("runs/does/not/exist"))
+    (tmp_path / "file").write_text("x")
+    assert "no such model directory" in str(error_of(tmp_path / "file"))
+    (tmp_path / "empty").mkdir()
+    assert "no config.json" in str(error_of(tmp_path / "empty"))
+    err = error_of(good, adapter=str(tmp_path / "empty"))
+    assert err.field == "planner.adapter" and "no adapter_config.json" in err.message
+
+
+def test_config_without_weights(copy):
+    broken = copy()
+    (broken / "model.safetensors").unlink()
+    assert "no weights (expected model.safetensors" in str(error_of(broken))
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    assert "unreadable weight file" in str(error_of(broken))
+
+
+def test_weights_that_do_not_match_the_config(copy):
+    wider = copy("wider")
+    config = json.loads((wider / "config.json").read_text())
+    (wider / "config.json").write_text(json.dumps({**config, "hidden_size": 32, "head_dim": 16}))
+    err = error_of(wider)
+    assert err.field == "planner.path" and "has shape" in err.message and "does not match its config" in err.message
+    deeper = copy("deeper")
+    (deeper / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
+    message = error_of(deeper).message
+    assert "the weights lack 9 tensor(s) the config needs (model.layers.2." in message
+    bogus = copy("bogus")
+    (bogus / "config.json").write_text(json.dumps({**config, "model_type": "no-such-arch"}))
+    assert "cannot build a causal LM from its config" in error_of(bogus).message
+
+
+def test_tokenizer_larger_than_the_embeddings(tmp_path):
+    small = build(tmp_path / "small", vocab_size=100)
+    err = error_of(small)
+    assert err.field == "planner.path"
+    assert "the tokenizer has 1268 tokens but the model has 100 embedding rows" in err.message
+
+
+def test_tokenizer_without_pad_token_falls_back_to_eos(copy, caplog):
+    from engine.models import load_tokenizer
+
+    broken = copy()
+    config = json.loads((broken / "tokenizer_config.json").read_text())
+    (broken / "tokenizer_config.json").write_text(json.dumps({**config, "pad_token": None}))
+    with caplog.at_level(logging.WARNING, logger="engine.models"):
+        check_model(str(broken), "", "auto", "planner")
+        tokenizer = load_tokenizer(str(broken))
+    assert tokenizer.pad_token == tokenizer.eos_token == "</s>"
+    assert "no pad token; padding with its EOS token '</s>'" in caplog.text
+    (broken / "tokenizer_config.json").write_text(json.dumps({**config, "pad_token": None, "eos_token": None}))
+    assert "neither a pad token nor an EOS token" in error_of(broken).message
+    (broken / "tokenizer.json").write_text("{broken")
+    (broken / "tokenizer_config.json").write_text("{broken")
+    assert "the tokenizer does not load" in error_of(broken).message
+
+
+def test_missing_cuda_device(good):
+    err = error_of(good, device="cuda:7")
+    assert err.field == "planner.device" and "'cuda:7' requested" in err.message
+
+
+def test_preflight_covers_grounder_critic_and_original_data(tmp_path, good):
+    base = [f"planner.path={good}", f"grounder.path={good}"]
+    preflight(load_config(None, base))
+    with pytest.raises(CheckpointError, match=r"^grounder.path: .*no such model directory"):
+        preflight(load_config(None, [*base, f"grounder.path={tmp_path / 'x'}"]))
+    with pytest.raises(CheckpointError, match=r"^critic.model: "):
+        preflight(load_config(None, [*base, "critic.backend=hf", f"critic.model={tmp_path / 'x'}"]))
+    bad = tmp_path / "orig.jsonl"
+    bad.write_text('{"id": "a"}\n')
+    with pytest.raises(DataError, match=r"orig.jsonl:1: domain: missing required field"):
+        preflight(load_config(None, [*base, f"sft.original_data={bad}"]))
+
+
+def run_cli(db: Path, tmp_path: Path, *extra: str) -> int:
+    return main(["run", "--db", str(db), "--quiet", "--config", "examples/demo.toml",
+                 "--set", f"run.workdir={tmp_path / 'runs'}", *extra])
+
+
+def test_cli_run_with_a_bad_model_writes_nothing(tmp_path, copy, capsys):
+    from engine.store import Store
+
+    broken = copy()
+    (broken / "model.safetensors").unlink()
+    db = tmp_path / "s.duckdb"
+    assert run_cli(db, tmp_path, "--set", f"grounder.path={broken}") == 2
+    assert capsys.readouterr().err.startswith(f"error: grounder.path: {broken}: no weights")
+    assert run_cli(db, tmp_path, "--set", f"planner.path={tmp_path / 'nope'}") == 2
+    assert "planner.path" in capsys.readouterr().err
+    with Store(db) as store:
+        assert store.list_runs() == []
+    assert not (tmp_path / "runs").exists()
+
+
+def test_resume_rechecks_the_models_before_any_stage(tmp_path, copy, capsys):
+    from engine.loop import create_run
+    from engine.store import Store
+
+    moved = copy("planner")
+    db = tmp_path / "s.duckdb"
+    config = load_config(ROOT / "examples" / "demo.toml", [f"planner.path={moved}", f"run.workdir={tmp_path}"])
+    with Store(db) as store:
+        run_id = create_run(store, config)
+    shutil.rmtree(moved)
+    assert main(["run", "--db", str(db), "--quiet", "--run", run_id]) == 2
+    assert "planner.path" in capsys.readouterr().err
+    assert main(["run", "--db", str(db), "--quiet", "--run", "no-such-run"]) == 2
+    assert "no run 'no-such-run'" in capsys.readouterr().err
+    with Store(db) as store:
+        assert store.stage_status(run_id, 0) == {}
