@@ -61,8 +61,13 @@ def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-MIN_SAVING = 16  # tokens a trie node must save ((members - 1) x segment): a forward has a fixed cost
-MAX_PAD_FRACTION = 0.1  # close a batch of segments before padding exceeds this share of it
+MIN_SAVING = 8  # tokens a trie node must save ((members - 1) x segment), or it is not worth its bookkeeping
+# The root is its own forward (a level of one node): it must save more, and be long enough to be worth a forward --
+# with the demo tokenizer the shared instruction is 3 tokens, cheaper to recompute per task than to run alone.
+MIN_ROOT_SAVING, MIN_ROOT_TOKENS = 64, 16
+# Close a batch of segments before its padding exceeds this share of it AND this many tokens: a forward has a fixed
+# cost, so a few padded tokens are cheaper than splitting a level or the leaves into one more forward.
+MAX_PAD_FRACTION, PAD_SLACK_TOKENS = 0.1, 64
 
 
 @dataclass
@@ -78,11 +83,10 @@ def _build_tree(ids: Sequence[Sequence[int]], caps: Sequence[int], members: list
                 root: bool = False) -> TrieNode:
     """Radix node over ``members`` (sorted by ids) below ``start``; ``caps[i]``: most tokens of row i a cache may
     hold (the token before the first one whose logits we need must be computed in the leaf)."""
-    end = min(caps[i] for i in members)
     first, last = ids[members[0]], ids[members[-1]]  # sorted: the first and last share the group's common prefix
-    end = min(end, _lcp(first, last))
-    if root and (len(members) - 1) * end < MIN_SAVING:
-        end = 0  # nothing worth a root forward; children start from scratch
+    split = end = min(min(caps[i] for i in members), _lcp(first, last))  # members branch after ``split`` tokens
+    if root and ((len(members) - 1) * end < MIN_ROOT_SAVING or end < MIN_ROOT_TOKENS):
+        end = 0  # not worth a root forward: children still branch at ``split`` but recompute [0, split) themselves
     node = TrieNode(start, end, members[0], [], [])
     group: list[int] = []
 
@@ -97,9 +101,9 @@ def _build_tree(ids: Sequence[Sequence[int]], caps: Sequence[int], members: list
             node.leaves.extend(group)
 
     for i in members:
-        if caps[i] <= end:
+        if caps[i] <= split:
             node.leaves.append(i)
-        elif group and ids[group[0]][end] != ids[i][end]:
+        elif group and ids[group[0]][split] != ids[i][split]:
             close(group)
             group = [i]
         else:
@@ -114,14 +118,16 @@ def prefix_trie(rows: Sequence[Sequence[int]], caps: Sequence[int]) -> TrieNode:
 
 
 def length_batches(items: list[int], lengths: dict[int, int] | Sequence[int], batch_size: int) -> list[list[int]]:
-    """Length-sorted batches of at most ``batch_size`` with at most ``MAX_PAD_FRACTION`` padding each."""
+    """Length-sorted batches of at most ``batch_size`` whose padding stays within ``MAX_PAD_FRACTION`` of the batch
+    or ``PAD_SLACK_TOKENS`` tokens, whichever is larger."""
     batches: list[list[int]] = []
     batch: list[int] = []
     total = 0
     for i in sorted(items, key=lambda i: lengths[i]):
         n = lengths[i]
-        if batch and (len(batch) >= batch_size or n * (len(batch) + 1) - (total + n) > MAX_PAD_FRACTION * n *
-                      (len(batch) + 1)):
+        padded = n * (len(batch) + 1)  # sorted: this row is the longest so far
+        if batch and (len(batch) >= batch_size
+                      or padded - (total + n) > max(MAX_PAD_FRACTION * padded, PAD_SLACK_TOKENS)):
             batches.append(batch)
             batch, total = [], 0
         batch.append(i)
