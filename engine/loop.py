@@ -40,9 +40,7 @@ def create_run(store: Store, config: RunConfig) -> str:
     """Register a run: its config snapshot, its run directory, and the tasks it will use."""
     tasks = load_run_tasks(config)
     run_dir = Path(config.run.workdir)
-    run_id = store.create_run(config.run.name, config_to_dict(config), run_dir)
-    store.put_tasks(run_id, tasks)
-    return run_id
+    return store.create_run(config.run.name, config_to_dict(config), run_dir, tasks)
 
 
 def run_config(store: Store, run_id: str) -> RunConfig:

@@ -252,7 +252,10 @@ class Store(RunLedger, StudioViews):
         try:
             cur.execute(f'INSERT OR REPLACE INTO "{table}" BY NAME SELECT * FROM "{view}"')
         finally:
-            cur.unregister(view)
+            try:
+                cur.unregister(view)
+            except duckdb.TransactionException:
+                pass  # the insert failed and aborted the transaction: let its own error (not this one) surface
         return len(df)
 
     def write(self, table: str, rows: Rows) -> int:
@@ -332,7 +335,12 @@ class Store(RunLedger, StudioViews):
     # -- tasks ---------------------------------------------------------------------------------------------------
 
     def put_tasks(self, run_id: str, tasks: Iterable[Task]) -> int:
-        rows = [
+        return self.write("tasks", self.task_rows(run_id, tasks))
+
+    @staticmethod
+    def task_rows(run_id: str, tasks: Iterable[Task]) -> list[dict[str, Any]]:
+        """``tasks`` rows of a run (JSON columns as Python lists/dicts; ``write`` encodes them)."""
+        return [
             {
                 "run_id": run_id,
                 "task_id": t.id,
@@ -348,7 +356,6 @@ class Store(RunLedger, StudioViews):
             }
             for t in tasks
         ]
-        return self.write("tasks", rows)
 
     @staticmethod
     def _task(row: dict[str, Any]) -> Task:

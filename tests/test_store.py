@@ -201,6 +201,18 @@ def test_a_committed_write_survives_sigkill_and_an_uncommitted_one_vanishes(tmp_
         assert s.frame("metrics", "r")["name"].tolist() == ["n"]
 
 
+def test_a_run_and_its_tasks_are_created_in_one_transaction(store, monkeypatch):
+    task = Task(id="t1", domain="maths", source="x", split="train", question="1+1?", answer="2")
+    rows = Store.task_rows
+    monkeypatch.setattr(Store, "task_rows", staticmethod(lambda run_id, ts: [{**rows(run_id, ts)[0], "domain": None}]))
+    with pytest.raises(duckdb.ConstraintException):
+        store.create_run("demo", {}, "runs", [task])
+    assert store.list_runs() == []  # no run without its tasks (its stages would resume to nothing)
+    monkeypatch.undo()
+    run_id = store.create_run("demo", {}, "runs", [task])
+    assert [t.id for t in store.get_tasks(run_id)] == ["t1"]
+
+
 def test_write_same_keys_twice_leaves_one_row(store):
     assert store.write("plans", [plan_row("t", 0, "first"), plan_row("t", 1)]) == 2
     store.write("plans", [plan_row("t", 0, "second")])
