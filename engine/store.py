@@ -115,8 +115,10 @@ class Store(RunLedger, StudioViews):
     def _migrate(self) -> int:
         """Create, upgrade or check the schema; refuse (and leave untouched) any file this engine cannot own."""
         with self._cursor() as cur:
-            tables = [r[0] for r in cur.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name"
+            # Every table of this file, in any schema: a database with tables only outside "main" is not empty either.
+            tables = [t if s == "main" else f"{s}.{t}" for s, t in cur.execute(
+                "SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = current_database() "
+                "AND NOT temporary ORDER BY schema_name, table_name"
             ).fetchall()]
             if "schema_info" not in tables:
                 if tables:  # someone else's database: adding our tables to it would be a corruption

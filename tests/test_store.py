@@ -130,7 +130,8 @@ def test_a_file_that_is_not_a_duckdb_database_is_refused_untouched(tmp_path):
 def test_a_foreign_duckdb_database_is_refused_untouched(tmp_path):
     path = tmp_path / "other.duckdb"
     con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE sales (id INTEGER, amount DOUBLE)")
+    con.execute("CREATE SCHEMA shop")
+    con.execute("CREATE TABLE shop.sales (id INTEGER, amount DOUBLE)")  # not even in "main"
     con.close()
     for read_only in (False, True):
         with pytest.raises(StoreError, match="not a MOAT Studio store"):
