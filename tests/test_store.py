@@ -4,6 +4,7 @@ resume keys, threads sharing one Store, and the studio's paginated queries."""
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import threading
@@ -116,6 +117,24 @@ def test_newer_version_error_names_both_versions(tmp_path):
     with pytest.raises(StoreVersionError, match=f"schema version 7, newer than this engine's {schema.SCHEMA_VERSION}"):
         Store(path)
     assert _raw_version(path)[0] == 7  # refused, not touched
+
+
+def test_engine_run_refuses_a_newer_store_with_a_message_not_a_traceback(tmp_path, capsys):
+    from engine.commands import run as run_command
+
+    path = tmp_path / "ws.duckdb"
+    Store(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE schema_info SET version = 7")
+    con.close()
+    parser = argparse.ArgumentParser()
+    run_command.add_arguments(parser)
+    sigint = signal.getsignal(signal.SIGINT)  # the command installs its own Ctrl-C handler
+    try:
+        assert run_command.run(parser.parse_args(["--db", str(path), "--run", "any", "--quiet"])) == 3
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    assert f"error: {path} has schema version 7, newer than this engine's" in capsys.readouterr().out
 
 
 def test_a_file_that_is_not_a_duckdb_database_is_refused_untouched(tmp_path):
