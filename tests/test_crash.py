@@ -134,6 +134,25 @@ def test_a_resumed_stage_samples_each_batch_with_its_uninterrupted_seed(tmp_path
     assert texts[0] == texts[1]
 
 
+def test_a_rerun_training_stage_discards_what_a_killed_attempt_left(tmp_path, loop_config):
+    """A training stage killed after its checkpoint was written and recorded, but before "done", is re-run from
+    scratch: the old directory, a temp directory and the row go, whatever the new attempt decides."""
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, _config(loop_config, tmp_path / "runs"))
+        iter_dir = tmp_path / "runs" / run_id / "iter_01"
+        for leftover in ("planner", "planner.partial", "planner.old"):
+            (iter_dir / leftover).mkdir(parents=True)
+            (iter_dir / leftover / "model.safetensors").write_bytes(b"stale")
+        store.put_checkpoint(run_id, 1, "planner", iter_dir / "planner", "full")
+        store.add_train_logs(run_id, 1, "train_planner", [{"step": 1, "loss": 9.0}])
+        store.set_stage(run_id, 1, "train_planner", "running")  # as the killed process left it
+        # No pairs in this store: the new attempt keeps the starting planner (and loads no model to say so).
+        assert run_stage(store, run_id, 1, "train_planner") == "done"
+        assert sorted(p.name for p in iter_dir.iterdir()) == []
+        assert store.checkpoint(run_id, 1, "planner")["path"] == loop_config.planner.path
+        assert store.count("train_logs", run_id, 1) == 0
+
+
 # One driver process imports torch/transformers/trl once and forks a child per kill: each child reports what the
 # previous kill left behind (stage states, the iteration's directory), then resumes the run with ``MOAT_KILL_AT``
 # set and dies by SIGKILL. Forking saves ~5 s of imports per kill; the parent never opens DuckDB or runs torch, so

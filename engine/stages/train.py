@@ -35,8 +35,9 @@ from engine.turns import Agent
 
 def _discard_output(ctx: StageContext, role: str) -> None:
     """Start a (re-)run of a training stage clean: an attempt killed or stopped before "done" may have left a
-    half-written checkpoint, or a whole one with its row; neither may be used, and training starts over."""
+    half-written checkpoint, or a whole one with its row, and its log lines; none may be used: training starts over."""
     ctx.store.delete("checkpoints", ctx.run_id, ctx.iteration, role=role)
+    ctx.store.delete("train_logs", ctx.run_id, ctx.iteration, stage=ctx.stage or f"train_{role}")
     base = ctx.iteration_dir()
     for path in [base / role, *base.glob(f"{role}.partial*"), *base.glob(f"{role}.old*")]:
         shutil.rmtree(path, ignore_errors=True)
@@ -69,8 +70,6 @@ def _keep_previous(ctx: StageContext, role: str, reason: str) -> dict[str, int |
 
 
 def _train_logger(ctx: StageContext, total_steps: int):
-    ctx.store.delete("train_logs", ctx.run_id, ctx.iteration, stage=ctx.stage)  # a re-run starts training afresh
-
     def on_log(logs: dict) -> None:
         ctx.store.add_train_logs(ctx.run_id, ctx.iteration, ctx.stage, [logs])
         ctx.report(int(logs.get("step", 0)), total_steps, f"loss {logs.get('loss', '-')}")
