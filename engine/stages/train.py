@@ -5,10 +5,11 @@ honour the stop flag after each optimizer step, and save the result as the itera
 (``run_dir/iter_TT/<role>``, full weights; a LoRA run merges its adapter first). With nothing to train on they
 record the starting checkpoint unchanged, so the next iteration always has a planner and a grounder.
 
-Crash safety: a checkpoint is written to ``<role>.partial`` and renamed into place when complete, and its row is
-stored after that, so a recorded checkpoint is always whole. Every (re-)run first discards what an earlier attempt
-left (the directories and the row) and trains from the start; training itself keeps no intermediate checkpoints
-(a stage's training is short next to the rest of an iteration), so a killed training stage restarts cleanly.
+Crash safety: a checkpoint is written to ``<role>.partial-<pid>`` and renamed into place when complete, and its row
+is stored after that, so a recorded checkpoint is always whole. Every (re-)run first discards what an earlier
+attempt left (the directories, the row and its log lines) and trains from the start; training keeps no intermediate
+checkpoints (a stage's training is short next to the rest of an iteration), so a killed training stage restarts
+cleanly.
 
 ``launch.mode = "accelerate"`` trains in an ``accelerate launch`` subprocess instead (engine/launch.py and
 engine/train_worker.py: same rows, settings, seed, reference rule and trainer functions; logs streamed into
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -53,9 +55,14 @@ def _publish(partial: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _partial_dir(ctx: StageContext, role: str) -> Path:
+    """This attempt's own temp directory: a stale writer from a killed attempt (an orphaned training worker) can
+    never mix its files into it."""
+    return ctx.iteration_dir() / f"{role}.partial-{os.getpid()}"
+
+
 def _save(ctx: StageContext, role: str, agent: Agent, model) -> str:
-    final = ctx.iteration_dir() / role
-    partial = final.with_name(f"{role}.partial")
+    final, partial = ctx.iteration_dir() / role, _partial_dir(ctx, role)
     model.save_pretrained(partial, safe_serialization=True)
     crash_point(ctx.iteration, ctx.stage, "save")  # weights written, tokenizer not yet: a half-written checkpoint
     agent.tokenizer.save_pretrained(partial)
@@ -123,7 +130,7 @@ def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str
         reference = _model_ref(ctx, role, 1)  # the warm-start planner, frozen
     stage = ctx.stage or f"train_{role}"
     ranks = ctx.config.launch.num_processes
-    output, partial = ctx.iteration_dir() / role, ctx.iteration_dir() / f"{role}.partial"
+    output, partial = ctx.iteration_dir() / role, _partial_dir(ctx, role)
     lines = run_training(stage=stage, kind=kind, work_dir=ctx.iteration_dir() / "launch" / stage, output_dir=partial,
                          rows=rows, settings=settings, model=_model_ref(ctx, role, ctx.iteration),
                          reference=reference, launch=ctx.config.launch,
