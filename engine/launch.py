@@ -125,6 +125,7 @@ def run_training(*, stage: str, kind: str, work_dir: Path, output_dir: Path, row
         "output_dir": str(output_dir.resolve()),
         "log": str((work_dir / "train_log.jsonl").resolve()),
         "done": str((work_dir / "done.json").resolve()),
+        "parent_pid": os.getpid(),  # the worker exits if this engine dies (see train_worker.parent_watch)
     }
     spec_path = work_dir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")

@@ -1,12 +1,13 @@
 """Runs and their stage states, as a mixin of ``Store``: create and list runs (with their config snapshot), record
 stage transitions (pending -> running -> done | failed | stopped | skipped, with timestamps, counts and errors), list
 iterations, and summarise a store for ``python -m engine status``. Relies on the host's ``_cursor``,
-``_transaction``, ``query`` and ``_columns``.
+``_transaction``, ``_insert``, ``_frame_for``, ``task_rows``, ``query`` and ``_columns``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import duckdb
 
 from engine.dbutil import CONFLICT_RETRIES, FINISHED, STAGE_STATUSES, TABLES, iso, loads, records, slug
 from engine.errors import StoreError
+from engine.tasks import Task
 
 
 class RunLedger:
@@ -22,11 +24,14 @@ class RunLedger:
 
     # -- runs and stages ---------------------------------------------------------------------------------------
 
-    def create_run(self, name: str, config: dict[str, Any], run_dir: str | Path) -> str:
-        """Register a run; its id is ``<slug>-YYYYMMDD-HHMM`` (``-2``, ``-3`` ... when taken).
+    def create_run(self, name: str, config: dict[str, Any], run_dir: str | Path, tasks: Iterable[Task] = ()) -> str:
+        """Register a run and its ``tasks`` in one transaction; its id is ``<slug>-YYYYMMDD-HHMM`` (``-2``, ``-3``
+        ... when taken). A kill mid-way leaves no run at all, never a run without its tasks (whose stages would
+        resume to empty results).
 
         ``run_dir`` may contain ``{run_id}``, filled in with the new id (callers rarely know it beforehand).
         """
+        tasks = list(tasks)
         base = f"{slug(name)}-{datetime.now().strftime('%Y%m%d-%H%M')}"
         config_json = json.dumps(config, ensure_ascii=False, default=str)
 
@@ -38,13 +43,17 @@ class RunLedger:
                 "INSERT INTO runs (run_id, name, config_json, run_dir) VALUES (?, ?, ?, ?)",
                 [run_id, name, config_json, str(run_dir).replace("{run_id}", run_id)],
             )
+            if tasks:
+                self._insert(cur, "tasks", self._frame_for("tasks", self.task_rows(run_id, tasks)))
             return run_id
 
         with self._cursor() as cur:
             for _ in range(CONFLICT_RETRIES):  # another thread may take the same id between read and insert
                 try:
                     return self._transaction(cur, body)
-                except duckdb.ConstraintException:
+                except duckdb.ConstraintException as exc:
+                    if "Duplicate key" not in str(exc):  # a bad task row, say: retrying with a new id cannot help
+                        raise
                     continue
         raise StoreError(f"could not allocate a run id for {name!r}")
 

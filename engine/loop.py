@@ -2,9 +2,11 @@
 
 An iteration t >= 1 runs ``STAGES`` in order; iteration 0 only evaluates the starting agents. Each stage is a
 function ``run(ctx) -> counts`` (``engine.stages``) whose state lives in the store's ``stages`` table:
-pending -> running -> done | failed | stopped | skipped. ``run_loop`` runs every stage that is not done (so an
-interrupted run resumes where it stopped), ``run_stage`` runs one. ``create_run`` and ``run_loop`` first run
-``engine.preflight`` on the config, so a bad task file or model path fails before any stage writes anything.
+pending -> running -> done | failed | stopped | skipped. ``run_loop`` runs every stage that is not done or skipped,
+so an interrupted run resumes where it stopped, and a stage left ``running`` by a killed process runs again (its
+committed batches are kept; a training stage discards its partial output and trains again); ``run_stage`` runs one.
+``create_run`` and ``run_loop`` first run ``engine.preflight`` on the config, so a bad task file or model path fails
+before any stage writes anything.
 ``should_stop`` is polled between batches and after every optimizer step; ``progress`` receives events
 ``{run_id, iteration, stage, done, total, eta_s, ...}``.
 """
@@ -46,9 +48,7 @@ def create_run(store: Store, config: RunConfig) -> str:
     tasks = load_run_tasks(config)
     preflight(config)
     run_dir = Path(config.run.workdir)
-    run_id = store.create_run(config.run.name, config_to_dict(config), run_dir)
-    store.put_tasks(run_id, tasks)
-    return run_id
+    return store.create_run(config.run.name, config_to_dict(config), run_dir, tasks)
 
 
 def run_config(store: Store, run_id: str) -> RunConfig:
@@ -87,7 +87,7 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
         raise ValueError(f"unknown stage {stage!r} (stages: {', '.join(STAGES)})")
     config = config or run_config(store, run_id)
     ctx = context or StageContext(store, run_id, iteration, config, run_directory(store, run_id))
-    ctx.iteration, ctx.stage, ctx.progress, ctx.should_stop = iteration, stage, progress, should_stop
+    ctx.begin(iteration, stage, progress, should_stop)
     reason = is_skipped(stage, config)
     if reason:
         if stage == "train_planner" or stage == "train_grounder":  # the next iteration still needs agents

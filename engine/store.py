@@ -3,9 +3,13 @@
 Contract:
 
 * ``Store(path, read_only=False)`` opens (creating parent dirs) one DuckDB file, applies ``schema.DDL_V1`` to a new
-  file and records ``SCHEMA_VERSION``, upgrades older files with ``schema.MIGRATIONS`` in order and refuses newer
-  ones (``StoreVersionError``). A file held by another process raises ``StoreLockedError`` (DuckDB allows one
-  owning process; not even read-only readers may join). Use it as a context manager or call ``close()``.
+  file and records ``SCHEMA_VERSION``, upgrades older files with ``schema.MIGRATIONS`` in order, all steps in one
+  transaction (a failure or a kill leaves the file at its old version), and refuses newer ones
+  (``StoreVersionError``, naming both versions). A file that is not a DuckDB database, or a DuckDB database without
+  our ``schema_info`` table, raises ``StoreError`` and is left untouched. A file held by another process raises
+  ``StoreLockedError`` (DuckDB allows one owning process; not even read-only readers may join). Use it as a
+  context manager or call ``close()``. Every write commits before it returns, so what a caller was told is stored
+  survives a kill of the process (DuckDB replays its write-ahead log on the next open).
 * One DuckDB connection per Store; every public method works on its own ``cursor()`` so a worker thread and UI
   threads can share one Store. Writes run in one transaction each and are retried on "Conflict on update".
   ``serialized()`` holds the Store's lock around a read-then-append sequence (a curator override reads the
@@ -75,7 +79,12 @@ class Store(RunLedger, StudioViews):
                     f"{self.path} is open in another process (the studio or a running job); "
                     f"stop it or use --db to pick another file ({exc})"
                 ) from None
-            raise
+            if "not a valid DuckDB database" in str(exc):
+                raise StoreError(
+                    f"{self.path} is not a DuckDB database, so not a MOAT Studio store; use --db to pick another "
+                    f"file ({exc})"
+                ) from None
+            raise StoreError(f"cannot open {self.path}: {exc}") from None
         except duckdb.ConnectionException as exc:
             # Same process, same file, other read_only setting: DuckDB shares one database instance per file.
             raise StoreError(
@@ -144,17 +153,26 @@ class Store(RunLedger, StudioViews):
             yield
 
     def _migrate(self) -> int:
+        """Create, upgrade or check the schema; refuse (and leave untouched) any file this engine cannot own."""
         with self._cursor() as cur:
-            has_info = cur.execute(
-                "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_info' AND schema_name = 'main'"
-            ).fetchall()[0][0]
-            row = cur.execute("SELECT max(version) FROM schema_info").fetchall()[0] if has_info else None
-            version = row[0] if row else None
-            if version is None:
+            # Every table of this file, in any schema: a database with tables only outside "main" is not empty either.
+            tables = [t if s == "main" else f"{s}.{t}" for s, t in cur.execute(
+                "SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = current_database() "
+                "AND NOT temporary ORDER BY schema_name, table_name"
+            ).fetchall()]
+            if "schema_info" not in tables:
+                if tables:  # someone else's database: adding our tables to it would be a corruption
+                    raise StoreError(
+                        f"{self.path} is a DuckDB database but not a MOAT Studio store (no schema_info table; it "
+                        f"has {', '.join(tables[:8])}{' ...' if len(tables) > 8 else ''}); use --db to pick another"
+                    )
                 if self.read_only:
                     raise StoreError(f"{self.path} is not a MOAT Studio store (no schema_info)")
                 self._transaction(cur, lambda c: self._create(c))
                 return schema.SCHEMA_VERSION
+            version = cur.execute("SELECT max(version) FROM schema_info").fetchall()[0][0]
+            if version is None:
+                raise StoreError(f"{self.path}: schema_info holds no version; not a store this engine can open")
             if version > schema.SCHEMA_VERSION:
                 raise StoreVersionError(
                     f"{self.path} has schema version {version}, newer than this engine's {schema.SCHEMA_VERSION}; "
@@ -162,9 +180,17 @@ class Store(RunLedger, StudioViews):
                 )
             if version < schema.SCHEMA_VERSION:
                 if self.read_only:
-                    raise StoreVersionError(f"{self.path} has old schema version {version}; open it writable once")
-                for v in range(version, schema.SCHEMA_VERSION):
-                    self._transaction(cur, lambda c, v=v: self._upgrade(c, v))
+                    raise StoreVersionError(
+                        f"{self.path} has old schema version {version} (this engine: {schema.SCHEMA_VERSION}); "
+                        "open it writable once to migrate it"
+                    )
+                try:  # every step in ONE transaction: a failure or a kill leaves the file at its old version
+                    self._transaction(cur, lambda c: self._upgrade(c, version))
+                except duckdb.Error as exc:
+                    raise StoreError(
+                        f"migrating {self.path} from schema version {version} to {schema.SCHEMA_VERSION} failed; "
+                        f"the file is unchanged at version {version}: {exc}"
+                    ) from exc
             return schema.SCHEMA_VERSION
 
     @staticmethod
@@ -178,11 +204,13 @@ class Store(RunLedger, StudioViews):
 
     @staticmethod
     def _upgrade(cur: duckdb.DuckDBPyConnection, version: int) -> None:
-        if version not in schema.MIGRATIONS:
-            raise StoreVersionError(f"no migration from schema version {version} to {version + 1}")
-        cur.execute(schema.MIGRATIONS[version])
+        """Every migration from ``version`` to ``SCHEMA_VERSION``, in the caller's transaction."""
+        for v in range(version, schema.SCHEMA_VERSION):
+            if v not in schema.MIGRATIONS:
+                raise StoreVersionError(f"no migration from schema version {v} to {v + 1}")
+            cur.execute(schema.MIGRATIONS[v])
         cur.execute("DELETE FROM schema_info")
-        cur.execute("INSERT INTO schema_info VALUES (?)", [version + 1])
+        cur.execute("INSERT INTO schema_info VALUES (?)", [schema.SCHEMA_VERSION])
 
     def _catalog(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         """Column and primary-key whitelists for the schema's tables, read from the file itself."""
@@ -360,7 +388,12 @@ class Store(RunLedger, StudioViews):
     # -- tasks ---------------------------------------------------------------------------------------------------
 
     def put_tasks(self, run_id: str, tasks: Iterable[Task]) -> int:
-        rows = [
+        return self.write("tasks", self.task_rows(run_id, tasks))
+
+    @staticmethod
+    def task_rows(run_id: str, tasks: Iterable[Task]) -> list[dict[str, Any]]:
+        """``tasks`` rows of a run (JSON columns as Python lists/dicts; ``write`` encodes them)."""
+        return [
             {
                 "run_id": run_id,
                 "task_id": t.id,
@@ -376,7 +409,6 @@ class Store(RunLedger, StudioViews):
             }
             for t in tasks
         ]
-        return self.write("tasks", rows)
 
     @staticmethod
     def _task(row: dict[str, Any]) -> Task:

@@ -6,7 +6,7 @@ Started by engine/launch.py, once per rank. It reads ``SPEC`` (JSON written by `
 - ``model``: ``{path, adapter, dtype}`` to train; ``reference``: the same for a DPO reference, or null (then
   ``engine.training.dpo_train`` picks it: adapter off for LoRA, precomputed log-probs, or a frozen copy);
 - ``rows``: JSON-lines training rows; ``output_dir``: where the checkpoint goes; ``log``: the JSON-lines log;
-  ``done``: a small JSON written last, after the checkpoint.
+  ``done``: a small JSON written last, after the checkpoint; ``parent_pid``: the engine process that launched it.
 
 Every rank loads the model onto its own device (``cuda:LOCAL_RANK``, else the CPU) and calls the same
 ``engine.training.sft_train``/``dpo_train`` as the in-process path, so the loss, LoRA merge and reference rules are
@@ -23,6 +23,25 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+
+def parent_watch(parent_pid: int | None):
+    """A ``should_stop`` for the trainers that exits the worker (status 3, no checkpoint) once the engine that
+    launched it is gone. The launch runs in its own session, so a SIGKILLed engine cannot take it down; without
+    this an orphaned trainer would keep a GPU busy and could race the resumed run's training. A non-zero exit makes
+    the launcher tear down the other ranks too."""
+
+    def check() -> bool:
+        if parent_pid:
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(3)
+            except PermissionError:  # exists, owned by someone else: not ours to judge
+                pass
+        return False
+
+    return check
 
 
 def _rank() -> int:
@@ -102,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [json.loads(line) for line in f if line.strip()]
     device = _device()
     model, tokenizer = _load(spec["model"], device, trainable=True)
+    orphaned = parent_watch(spec.get("parent_pid"))
     log_path = Path(spec["log"])
     log_file = log_path.open("a", encoding="utf-8") if _rank() == 0 else None
 
@@ -117,14 +137,16 @@ def main(argv: list[str] | None = None) -> int:
                 ref_model, _ = _load(spec["reference"], device, trainable=False)
                 for p in ref_model.parameters():
                     p.requires_grad_(False)
-            trained, history = dpo_train(model, tokenizer, rows, settings, ref_model=ref_model, on_log=on_log)
+            trained, history = dpo_train(model, tokenizer, rows, settings, ref_model=ref_model, on_log=on_log,
+                                         should_stop=orphaned)
         elif kind == "sft":
-            trained, history = sft_train(model, tokenizer, rows, settings, on_log=on_log)
+            trained, history = sft_train(model, tokenizer, rows, settings, on_log=on_log, should_stop=orphaned)
         else:
             raise ValueError(f"spec kind must be sft or dpo, not {kind!r}")
     finally:
         if log_file is not None:
             log_file.close()
+    orphaned()  # the engine may have died during the last step: then nobody wants this checkpoint
     _save(trained, tokenizer, Path(spec["output_dir"]))
     if _rank() == 0:
         Path(spec["done"]).write_text(json.dumps({"log_lines": len(history), "rows": len(rows)}), encoding="utf-8")

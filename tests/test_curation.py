@@ -1,15 +1,25 @@
 """Curation: pair and verdict overrides change the effective training data, survive rebuilt auto pairs, validate
-their input, and the curator/critic agreement numbers add up."""
+their input, and the curator/critic agreement numbers add up. Overrides are never lost: an acknowledged one survives
+a SIGKILL right after the acknowledgement and the restart, re-runs of the pairs and critique stages, and a schema
+migration of a v1 store."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
 import pandas as pd
 import pytest
 
-from engine import curation
+from engine import curation, schema
+from engine.dbutil import TABLES
 from engine.export import pair_rows
 from engine.store import Store
-from tests._store_world import IT, RUN, auto_pair_rows, build_world
+from tests._store_world import IT, PLAN_TEXTS, RUN, auto_pair_rows, build_world
 
 
 @pytest.fixture
@@ -199,3 +209,99 @@ def test_agreement_numbers(store):
     a = curation.agreement(store, RUN, IT)
     assert (a["reviewed"], a["agreed"], a["disagreed"], a["rate"]) == (2, 1, 1, 0.5)
     assert curation.agreement(store, RUN, 7)["verdicts"] == 0
+
+
+# -- overrides are never lost -----------------------------------------------------------------------------------------
+
+EDITED = "R1 = Calculator(10-4); R2 = Calculator(R1*2)"
+
+
+def _curate(store: Store) -> list[int]:
+    """A curator's session: a swapped and an excluded pair, a dropped and an edited verdict; the override ids."""
+    ids = [curation.swap_pair(store, RUN, IT, "m1", 0, curator="ann"),
+           curation.exclude_pair(store, RUN, IT, "m2", 0, curator="ann"),
+           curation.drop_verdict(store, RUN, IT, "m1", 0, 0, curator="bo")]
+    curation.edit_correction(store, RUN, IT, "m2", 0, 0, EDITED, subgoals=["Subtract.", "Double."], curator="bo")
+    return ids + [int(store.query("SELECT max(override_id) AS m FROM overrides")["m"][0])]
+
+
+def _effect(store: Store, tasks: tuple[str, ...] = ("m1", "m2", "q1")) -> tuple:
+    """What the overrides decide: the exported pairs and the grounder's SFT records (of ``tasks``)."""
+    records = {t: r for t, r in sft(store).items() if t in tasks}
+    return {t: p for t, p in exported(store).items() if t in tasks}, records
+
+
+def _expect_curated(effect: tuple) -> None:
+    pairs, records = effect
+    assert "m2" not in pairs and pairs["m1"] == (PLAN_TEXTS["m1"][3], PLAN_TEXTS["m1"][0])  # excluded; swapped
+    assert "m1" not in records  # dropped
+    assert records["m2"]["actions"] == EDITED and records["m2"]["source"] == "override:edit"
+
+
+def test_an_acknowledged_override_is_in_the_store_when_the_process_is_killed(tmp_path):
+    """The ack a curator sees (a returned override id) comes after the commit: SIGKILL right after it loses
+    nothing, and the reopened store (a restart) applies every override."""
+    path = tmp_path / "ws.duckdb"
+    with Store(path) as s:
+        build_world(s)
+    code = ("import json, os, signal, sys\nfrom engine.store import Store\nfrom tests.test_curation import _curate\n"
+            "ids = _curate(Store(sys.argv[1]))\nprint(json.dumps(ids), flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    acknowledged = json.loads(out.stdout.strip().splitlines()[-1])
+    with Store(path) as s:
+        assert s.frame("overrides", RUN)["override_id"].tolist() == acknowledged
+        _expect_curated(_effect(s))
+
+
+def test_overrides_survive_rerunning_the_pairs_and_critique_stages(tmp_path):
+    from engine.loop import run_stage  # torch and the stages: only this test needs them
+
+    with Store(tmp_path / "ws.duckdb") as s:
+        build_world(s)
+        _curate(s)
+        curated = _effect(s)
+        _expect_curated(curated)
+        assert run_stage(s, RUN, IT, "pairs") == "done"  # rebuilds the auto pairs in place
+        assert run_stage(s, RUN, IT, "critique") == "done"  # keeps the stored verdicts
+        assert _effect(s) == curated
+        # A critique from scratch (new verdict rows from the reference critic): the overrides still decide m1, m2.
+        s.delete("verdicts", RUN, IT)
+        assert run_stage(s, RUN, IT, "critique") == "done" and s.count("verdicts", RUN, IT) == 3
+        assert _effect(s, ("m1", "m2")) == _effect_of(curated, ("m1", "m2"))
+
+
+def _effect_of(effect: tuple, tasks: tuple[str, ...]) -> tuple:
+    return tuple({t: v for t, v in part.items() if t in tasks} for part in effect)
+
+
+def test_a_version_1_store_with_overrides_migrates_with_them_intact(tmp_path):
+    """A v1 file made with the old DDL and holding a curated iteration opens migrated, overrides and all."""
+    current, old = tmp_path / "current.duckdb", tmp_path / "v1.duckdb"
+    with Store(current) as s:
+        build_world(s)
+        _curate(s)
+        curated, overrides = _effect(s), s.frame("overrides", RUN)
+    con = duckdb.connect(str(old))
+    con.execute(schema.DDL_V1)
+    con.execute("INSERT INTO schema_info VALUES (1)")
+    con.execute(f"ATTACH '{current}' AS cur (READ_ONLY)")
+    for table in TABLES:
+        if table == "schema_info":
+            continue
+        cols = [r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = "
+                                          "current_database() AND table_name = ? ORDER BY column_index",
+                                          [table]).fetchall()]
+        if table == "overrides":  # let the v1 file's own sequence number them, as the old engine did
+            cols.remove("override_id")
+        names = ", ".join(cols)
+        order = " ORDER BY override_id" if table == "overrides" else ""
+        con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM cur.{table}{order}")
+    con.close()
+    with Store(old) as s:
+        assert s.version == schema.SCHEMA_VERSION
+        pd.testing.assert_frame_equal(s.frame("overrides", RUN), overrides)
+        assert _effect(s) == curated
+        assert curation.restore_pair(s, RUN, IT, "m2", 0) == int(overrides["override_id"].max()) + 1

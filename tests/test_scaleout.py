@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -203,3 +204,19 @@ def test_launch_success_without_checkpoint_fails(tmp_path, monkeypatch):
 
     with pytest.raises(LaunchFailed, match="wrote no checkpoint"):
         run_training(**_kwargs(tmp_path, []))
+
+
+def test_a_training_worker_exits_when_the_engine_that_launched_it_is_gone():
+    """The launch runs in its own session, so a SIGKILLed engine cannot take it down: the worker's ``should_stop``
+    notices the missing parent and exits (status 3, no checkpoint) instead of racing the resumed run."""
+    import subprocess
+
+    from engine.train_worker import parent_watch
+
+    assert parent_watch(None)() is False and parent_watch(os.getpid())() is False  # alive (or unknown): train on
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    out = subprocess.run([sys.executable, "-c", f"from engine.train_worker import parent_watch\n"
+                          f"parent_watch({gone.pid})()\nprint('still training')"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3 and "still training" not in out.stdout, out.stderr

@@ -4,6 +4,7 @@ resume keys, threads sharing one Store, and the studio's paginated queries."""
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ import pytest
 
 from engine import schema
 from engine.commands import status as status_command
-from engine.store import Store, StoreVersionError, status_summary
+from engine.store import Store, StoreError, StoreVersionError, status_summary
 from engine.tasks import Task
 from tests._store_world import IT, RUN, build_world
 
@@ -83,6 +84,153 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
         rows = s.query("SELECT status, extra_json FROM verdicts")
         assert rows["status"].tolist() == ["accepted"] and rows["extra_json"].isna().all()
         assert "extra_json" in s.columns("verdicts")
+
+
+def _v1_store(path: Path) -> None:
+    """A store as the version-1 engine wrote it: the old DDL, version 1, a verdict."""
+    con = duckdb.connect(str(path))
+    con.execute(schema.DDL_V1)
+    con.execute("INSERT INTO schema_info VALUES (1)")
+    con.execute("INSERT INTO verdicts (run_id, iteration, task_id, step, k, backend, status, reference_guided) "
+                "VALUES ('r', 1, 't', 0, 0, 'reference', 'accepted', true)")
+    con.close()
+
+
+def _raw_version(path: Path) -> tuple[int, bool]:
+    """(schema_info version, verdicts has extra_json) read with plain DuckDB, bypassing Store."""
+    con = duckdb.connect(str(path))
+    try:
+        version = con.execute("SELECT max(version) FROM schema_info").fetchall()[0][0]
+        cols = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'verdicts'")
+                .fetchall()}
+        return version, "extra_json" in cols
+    finally:
+        con.close()
+
+
+def test_newer_version_error_names_both_versions(tmp_path):
+    path = tmp_path / "ws.duckdb"
+    Store(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE schema_info SET version = 7")
+    con.close()
+    with pytest.raises(StoreVersionError, match=f"schema version 7, newer than this engine's {schema.SCHEMA_VERSION}"):
+        Store(path)
+    assert _raw_version(path)[0] == 7  # refused, not touched
+
+
+def test_engine_run_refuses_a_newer_store_with_a_message_not_a_traceback(tmp_path, capsys):
+    from engine.commands import run as run_command
+
+    path = tmp_path / "ws.duckdb"
+    Store(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE schema_info SET version = 7")
+    con.close()
+    parser = argparse.ArgumentParser()
+    run_command.add_arguments(parser)
+    sigint = signal.getsignal(signal.SIGINT)  # the command installs its own Ctrl-C handler
+    try:
+        assert run_command.run(parser.parse_args(["--db", str(path), "--run", "any", "--quiet"])) == 3
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    assert f"error: {path} has schema version 7, newer than this engine's" in capsys.readouterr().out
+
+
+def test_a_file_that_is_not_a_duckdb_database_is_refused_untouched(tmp_path):
+    path = tmp_path / "notes.duckdb"
+    path.write_text("not a database\n" * 100)
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="is not a DuckDB database"):
+        Store(path)
+    assert path.read_bytes() == before
+
+
+def test_a_foreign_duckdb_database_is_refused_untouched(tmp_path):
+    path = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE SCHEMA shop")
+    con.execute("CREATE TABLE shop.sales (id INTEGER, amount DOUBLE)")  # not even in "main"
+    con.close()
+    for read_only in (False, True):
+        with pytest.raises(StoreError, match="not a MOAT Studio store"):
+            Store(path, read_only=read_only)
+    con = duckdb.connect(str(path))
+    tables = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+    con.close()
+    assert tables == ["sales"]  # none of our tables were added
+
+
+def test_an_old_store_opened_read_only_is_refused_with_both_versions(tmp_path):
+    path = tmp_path / "v1.duckdb"
+    _v1_store(path)
+    with pytest.raises(StoreVersionError, match=f"old schema version 1 \\(this engine: {schema.SCHEMA_VERSION}\\)"):
+        Store(path, read_only=True)
+    assert _raw_version(path) == (1, False)
+
+
+def test_a_failed_migration_leaves_the_store_at_its_old_version(tmp_path, monkeypatch):
+    path = tmp_path / "v1.duckdb"
+    _v1_store(path)
+    # A future v3 whose second step fails after the first (real) step already ran in the same transaction.
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+    monkeypatch.setitem(schema.MIGRATIONS, 2, "ALTER TABLE no_such_table ADD COLUMN x INTEGER;")
+    with pytest.raises(StoreError, match="from schema version 1 to 3 failed; the file is unchanged at version 1"):
+        Store(path)
+    assert _raw_version(path) == (1, False)  # the first step was rolled back with the rest
+    monkeypatch.undo()
+    with Store(path) as s:  # and the real engine still migrates it
+        assert s.version == 2 and s.count("verdicts", "r") == 1
+
+
+def test_a_migration_killed_before_commit_leaves_the_store_at_its_old_version(tmp_path):
+    path = tmp_path / "v1.duckdb"
+    _v1_store(path)
+    code = (
+        "import os, signal, sys\nfrom engine.store import Store\n"
+        "upgrade = Store._upgrade\n"
+        "def killed(cur, version):\n"
+        "    upgrade(cur, version)  # every step ran; the transaction is not committed yet\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "Store._upgrade = staticmethod(killed)\nStore(sys.argv[1])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    assert out.returncode == -9, out.stderr
+    assert _raw_version(path) == (1, False)
+    with Store(path) as s:
+        assert s.version == 2 and "extra_json" in s.columns("verdicts")
+
+
+def test_a_committed_write_survives_sigkill_and_an_uncommitted_one_vanishes(tmp_path):
+    path = tmp_path / "ws.duckdb"
+    code = (
+        "import os, signal, sys\nfrom engine.store import Store\n"
+        "s = Store(sys.argv[1])\n"
+        "s.write('metrics', [{'run_id': 'r', 'iteration': 0, 'split': 's', 'domain': 'all', 'name': 'n', "
+        "'value': 1.0}])\n"
+        "cur = s._con.cursor()\ncur.execute('BEGIN TRANSACTION')\n"
+        "cur.execute(\"INSERT INTO metrics VALUES ('r', 0, 's', 'all', 'half', 2.0)\")\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    assert out.returncode == -9, out.stderr
+    assert path.with_name(path.name + ".wal").exists()  # not checkpointed: the next open replays the log
+    with Store(path) as s:
+        assert s.frame("metrics", "r")["name"].tolist() == ["n"]
+
+
+def test_a_run_and_its_tasks_are_created_in_one_transaction(store, monkeypatch):
+    task = Task(id="t1", domain="maths", source="x", split="train", question="1+1?", answer="2")
+    rows = Store.task_rows
+    monkeypatch.setattr(Store, "task_rows", staticmethod(lambda run_id, ts: [{**rows(run_id, ts)[0], "domain": None}]))
+    with pytest.raises(duckdb.ConstraintException):
+        store.create_run("demo", {}, "runs", [task])
+    assert store.list_runs() == []  # no run without its tasks (its stages would resume to nothing)
+    monkeypatch.undo()
+    run_id = store.create_run("demo", {}, "runs", [task])
+    assert [t.id for t in store.get_tasks(run_id)] == ["t1"]
 
 
 def test_write_same_keys_twice_leaves_one_row(store):

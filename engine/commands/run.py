@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.config import load_config
     from engine.errors import ConfigError, DataError
     from engine.loop import create_run, run_loop
-    from engine.store import Store, StoreLockedError
+    from engine.store import Store, StoreError
 
     stop = {"flag": False}
 
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
                         "iterations": store.status_summary()["runs"].get(run_id, {})})
     except (ConfigError, DataError) as exc:
         return fail(exc)
-    except StoreLockedError as exc:
+    except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
         print(f"error: {exc}")
         return 3
     return 0 if status in ("done", "stopped") else 1

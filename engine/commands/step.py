@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.commands.run import progress_printer
     from engine.config import config_from_dict, config_to_dict
     from engine.loop import run_config, run_stage
-    from engine.store import Store, StoreLockedError
+    from engine.store import Store, StoreError
 
     try:
         with Store(args.db) as store:
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
                                progress=progress_printer(args.quiet))
             print_json({"run_id": args.run, "iteration": args.iteration, "stage": args.stage, "status": status,
                         "state": store.stage_status(args.run, args.iteration).get(args.stage)})
-    except StoreLockedError as exc:
+    except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
         print(f"error: {exc}")
         return 3
     return 0 if status in ("done", "skipped") else 1

@@ -3,10 +3,17 @@
 Stages are functions ``run(ctx) -> counts`` that read their inputs from the store (or checkpoints) and write their
 outputs to it; they never call each other. ``StageContext`` also hands out the agents of an iteration (loaded once
 and cached by checkpoint path) and the iteration's training tasks (a seeded sample, the same on every resume).
+
+Crash safety: a stage commits each batch in one transaction and lays out its batches over its *whole* input (not
+just what is left), skipping batches already stored, so a resumed stage makes exactly the batches -- and seeds --
+an uninterrupted one would. ``crash_point`` is a test hook (``$MOAT_KILL_AT``, inert unless set) that SIGKILLs the
+process at a named point of a stage; tests/test_crash.py uses it to kill a real run at every stage.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +27,18 @@ from engine.tasks import Task
 from engine.turns import Agent
 
 ProgressSink = Callable[[dict[str, Any]], None]
+KILL_ENV = "MOAT_KILL_AT"
+
+
+def crash_point(iteration: int, stage: str, point: str | int) -> None:
+    """SIGKILL this process if ``$MOAT_KILL_AT`` is ``"<iteration>:<stage>:<point>"``; otherwise do nothing.
+
+    Points: ``N`` = right after the stage's Nth progress report (N batches committed, or N training log lines
+    stored); ``save`` = halfway through writing a training checkpoint. A test hook, so crash tests choose the moment
+    by progress rather than by sleeping; SIGKILL because it gives the process no chance to clean up.
+    """
+    if os.environ.get(KILL_ENV) == f"{iteration}:{stage}:{point}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class StageStopped(Exception):
@@ -38,6 +57,7 @@ class StageContext:
     should_stop: Callable[[], bool] = lambda: False
     _agents: dict[str, Agent] = field(default_factory=dict)  # checkpoint path -> loaded agent
     _started: float = field(default_factory=time.perf_counter)
+    _reports: int = 0  # progress reports of the current stage run (crash_point's N)
 
     # -- agents -----------------------------------------------------------------------------------------------
     def agent_path(self, role: str, iteration: int) -> str:
@@ -71,13 +91,22 @@ class StageContext:
         return path
 
     # -- progress ---------------------------------------------------------------------------------------------
+    def begin(self, iteration: int, stage: str, progress: ProgressSink | None,
+              should_stop: Callable[[], bool]) -> None:
+        """Point the context at a new stage run (the loop reuses one context, and its cached agents, for all)."""
+        self.iteration, self.stage, self.progress, self.should_stop = iteration, stage, progress, should_stop
+        self._started, self._reports = time.perf_counter(), 0
+
     def report(self, done: int, total: int, message: str = "") -> None:
+        """Report progress; stages call it after each committed batch (so it is also the crash tests' clock)."""
+        self._reports += 1
         if self.progress is not None:
             elapsed = time.perf_counter() - self._started
             eta = elapsed / done * (total - done) if done else None
             self.progress({"run_id": self.run_id, "iteration": self.iteration, "stage": self.stage, "done": done,
                            "total": total, "elapsed_s": round(elapsed, 1),
                            "eta_s": None if eta is None else round(eta, 1), "message": message})
+        crash_point(self.iteration, self.stage, self._reports)
 
     def check_stop(self) -> None:
         if self.should_stop():
@@ -86,3 +115,14 @@ class StageContext:
 
 def batches(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def pending_batches(items: list[Any], size: int, is_done: Callable[[Any], bool]) -> list[tuple[int, list[Any]]]:
+    """``(index, batch)`` for every batch of ``items`` that still has an item not done.
+
+    Batches are cut from the whole list, so a resumed stage's batches -- and the per-batch seeds derived from their
+    index -- are those of an uninterrupted run: the same inputs sampled together under the same seed give the same
+    rows. A batch is committed in one transaction, so it is all done or all to do (one with any item missing is
+    redone whole, rewriting its stored rows with the same values).
+    """
+    return [(i, b) for i, b in enumerate(batches(items, size)) if not all(is_done(x) for x in b)]

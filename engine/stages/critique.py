@@ -2,7 +2,7 @@
 
 The critic comes from ``critic.backend`` (``engine.critics.make_critic``); the stage stores one ``verdicts`` row per
 judged grounding with its backend, model, status, raw text, correction, latency and token usage. A resumed
-stage judges only groundings without a verdict.
+stage judges only the chunks that hold a grounding without a verdict.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 
 from engine.critics import make_critic
 from engine.critics.base import Grounding
-from engine.stages.context import StageContext, batches
+from engine.stages.context import StageContext, batches, pending_batches
 
 
 def groundings_to_judge(ctx: StageContext):
@@ -29,11 +29,15 @@ def groundings_to_judge(ctx: StageContext):
 def run(ctx: StageContext) -> dict[str, int]:
     critic = make_critic(ctx.config.critic, ctx.store)
     judged = ctx.store.keys_done("verdicts", ctx.run_id, ctx.iteration, ("task_id", "step", "k"))
-    todo = [r for r in groundings_to_judge(ctx).itertuples(index=False) if (r.task_id, r.step, r.k) not in judged]
+    rows_in = list(groundings_to_judge(ctx).itertuples(index=False))
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
     written = 0
-    chunks = batches(todo, max(8, ctx.config.critic.concurrency * 4))
-    for index, chunk in enumerate(chunks):
+    # Chunks are cut from all the groundings to judge, so a resumed stage sends the critic the batches (and, for
+    # the hf critic, the seeded generations) of an uninterrupted run.
+    size = max(8, ctx.config.critic.concurrency * 4)
+    chunks = pending_batches(rows_in, size, lambda r: (r.task_id, r.step, r.k) in judged)
+    n_chunks = len(batches(rows_in, size))
+    for index, chunk in chunks:
         ctx.check_stop()
         items = [Grounding(tasks[r.task_id], int(r.step), int(r.k), json.loads(r.subgoals_json), r.actions,
                            {"ok": bool(r.ok), "values": json.loads(r.values_json), "answer": r.answer,
@@ -48,5 +52,5 @@ def run(ctx: StageContext) -> dict[str, int]:
                  "finish_reason": v.finish_reason, "extra_json": json.dumps(v.extra, default=str)}
                 for item, v in zip(items, verdicts)]
         written += ctx.store.write("verdicts", rows)
-        ctx.report(index + 1, len(chunks), f"{written} verdicts")
+        ctx.report(index + 1, n_chunks, f"{written} verdicts")
     return {"rows": ctx.store.count("verdicts", ctx.run_id, ctx.iteration), "new_rows": written}

@@ -3,8 +3,8 @@
 ``ground.which`` = ``all`` grounds every sampled plan (identical plan texts are grounded once and shared),
 ``best`` only the lowest-PPL plan per task-step. Each grounding is executed with the task's tools and judged
 against the gold answer (iterative: the step's result against the gold step's result). Rows go to
-``groundings``; a resumed stage skips plans that already have one. ``ground.backend`` picks the generator (``hf``:
-the in-memory grounder; ``vllm``: a vLLM engine on the grounder checkpoint, see engine/vllm_backend.py).
+``groundings``; a resumed stage skips the chunks whose plans all have one. ``ground.backend`` picks the generator
+(``hf``: the in-memory grounder; ``vllm``: a vLLM engine on the grounder checkpoint, see engine/vllm_backend.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from engine import models
 from engine.evaluate import execute_for, gold_step_results, step_result
 from engine.metrics import maths_correct, score_answer
 from engine.runtime import qa_model
-from engine.stages.context import StageContext, batches
+from engine.stages.context import StageContext, batches, pending_batches
 from engine.stages.score import scoring_pair
 from engine.tasks import Task
 
@@ -47,7 +47,7 @@ def run(ctx: StageContext) -> dict[str, int]:
     cfg = ctx.config.ground
     plans = plans_to_ground(ctx)
     done = ctx.store.keys_done("groundings", ctx.run_id, ctx.iteration, ("task_id", "step", "k"))
-    todo = [r for r in plans.itertuples(index=False) if (r.task_id, r.step, r.k) not in done]
+    rows_in = list(plans.itertuples(index=False))
     grounder = ctx.agent("grounder")
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
     gold_results = {}
@@ -55,13 +55,16 @@ def run(ctx: StageContext) -> dict[str, int]:
     gen = models.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                                   batch_size=cfg.batch_size)
     written = 0
-    chunks = batches(todo, cfg.batch_size * 4)
+    # Chunks are cut from all the plans, so a resumed stage grounds each chunk with the seed (and the shared
+    # identical-plan generations) of an uninterrupted run.
+    chunks = pending_batches(rows_in, cfg.batch_size * 4, lambda r: (r.task_id, r.step, r.k) in done)
+    n_chunks = len(batches(rows_in, cfg.batch_size * 4))
     if not chunks:  # resumed with nothing left: do not start a (vLLM) engine for nothing
         return {"rows": ctx.store.count("groundings", ctx.run_id, ctx.iteration), "new_rows": 0}
     generator = models.generator_for(cfg.backend, grounder, ctx.agent_path("grounder", ctx.iteration),
                                      field="ground.backend", dtype=ctx.config.grounder.dtype, options=ctx.config.vllm)
     try:
-        for index, chunk in enumerate(chunks):
+        for index, chunk in chunks:
             ctx.check_stop()
             prompts_by_row = []
             for row in chunk:
@@ -84,7 +87,7 @@ def run(ctx: StageContext) -> dict[str, int]:
                              "values_json": json.dumps(execution["values"], ensure_ascii=False),
                              "answer": execution["answer"], "correct": correct, "error": execution["error"]})
             written += ctx.store.write("groundings", rows)
-            ctx.report(index + 1, len(chunks), f"{written} groundings")
+            ctx.report(index + 1, n_chunks, f"{written} groundings")
     finally:
         generator.close()  # a vLLM engine's GPU memory goes back before the next stage
     return {"rows": ctx.store.count("groundings", ctx.run_id, ctx.iteration), "new_rows": written}

@@ -2,8 +2,9 @@
 
 Onetime: K complete plans per task. Iterative: for each step s of the gold plan, K candidate next turns given the
 gold history (gold subgoals 1..s-1 and their executed results). Writes ``plans`` rows in task batches, one
-transaction per batch; a resumed stage skips tasks that already have plans. ``sample.backend`` picks the generator
-(``hf``: the in-memory planner; ``vllm``: a vLLM engine on the planner checkpoint, see engine/vllm_backend.py).
+transaction per batch; a resumed stage skips the batches whose tasks already have plans. ``sample.backend`` picks
+the generator (``hf``: the in-memory planner; ``vllm``: a vLLM engine on the planner checkpoint, see
+engine/vllm_backend.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from engine import models
 from engine.evaluate import gold_step_results
 from engine.formats.lumos import parse_planner_turn
-from engine.stages.context import StageContext, batches
+from engine.stages.context import StageContext, batches, pending_batches
 from engine.tasks import Task
 from engine.turns import planner_prompt, planner_prompt_iterative, read_plan
 
@@ -45,22 +46,24 @@ def read_turn(text: str, formulation: str) -> tuple[list[str], bool]:
 def run(ctx: StageContext) -> dict[str, int]:
     cfg = ctx.config.sample
     done = ctx.store.keys_done("plans", ctx.run_id, ctx.iteration, ("task_id",))
-    units = [u for u in planning_units(ctx, ctx.train_tasks()) if (u[0].id,) not in done]
+    units = planning_units(ctx, ctx.train_tasks())
     planner = ctx.agent("planner")
     gen = models.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                                   num_return_sequences=cfg.k, batch_size=cfg.batch_size)
     written = 0
-    # Batches hold whole tasks so that "task has plans" means "task is done" on resume.
+    # Batches hold whole tasks so that "task has plans" means "task is done" on resume; they are cut from all the
+    # iteration's tasks, so a resumed stage samples each batch with the seed an uninterrupted run used.
     by_task: dict[str, list[tuple[Task, int, str]]] = {}
     for unit in units:
         by_task.setdefault(unit[0].id, []).append(unit)
-    task_batches = batches(list(by_task.values()), max(1, cfg.batch_size))
+    task_batches = pending_batches(list(by_task.values()), max(1, cfg.batch_size), lambda u: (u[0][0].id,) in done)
+    n_batches = len(batches(list(by_task), max(1, cfg.batch_size)))
     if not task_batches:  # resumed with nothing left: do not start a (vLLM) engine for nothing
         return {"rows": ctx.store.count("plans", ctx.run_id, ctx.iteration), "new_rows": 0}
     generator = models.generator_for(cfg.backend, planner, ctx.agent_path("planner", ctx.iteration),
                                      field="sample.backend", dtype=ctx.config.planner.dtype, options=ctx.config.vllm)
     try:
-        for index, group in enumerate(task_batches):
+        for index, group in task_batches:
             ctx.check_stop()
             flat = [u for task_units in group for u in task_units]
             seed = ctx.config.run.seed * 100_003 + ctx.iteration * 1_009 + index
@@ -73,7 +76,7 @@ def run(ctx: StageContext) -> dict[str, int]:
                                  "k": k, "prompt": prompt, "text": text, "subgoals_json": json.dumps(subgoals),
                                  "well_formed": well_formed})
             written += ctx.store.write("plans", rows)
-            ctx.report(index + 1, len(task_batches), f"{written} plans")
+            ctx.report(index + 1, n_batches, f"{written} plans")
     finally:
         generator.close()  # a vLLM engine's GPU memory goes back before the next stage
     return {"rows": ctx.store.count("plans", ctx.run_id, ctx.iteration), "new_rows": written}

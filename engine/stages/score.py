@@ -14,7 +14,7 @@ import pandas as pd
 
 from engine import models
 from engine.evaluate import gold_step_results
-from engine.stages.context import StageContext, batches
+from engine.stages.context import StageContext, batches, pending_batches
 from engine.tasks import Task
 from engine.turns import Agent, grounder_prompt, grounder_prompt_iterative
 
@@ -31,13 +31,17 @@ def scoring_pair(grounder: Agent, task: Task, step: int, subgoals: list[str], re
 def run(ctx: StageContext) -> dict[str, int]:
     plans = ctx.store.frame("plans", ctx.run_id, ctx.iteration)
     scored = ctx.store.keys_done("scores", ctx.run_id, ctx.iteration, ("task_id", "step", "k"))
-    todo = [r for r in plans.itertuples(index=False) if (r.task_id, r.step, r.k) not in scored]
+    rows = list(plans.itertuples(index=False))
     grounder = ctx.agent("grounder")
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
     results_cache: dict[str, list[str]] = {}
     written = 0
-    chunks = batches(todo, max(ctx.config.score.batch_size * 8, 64))  # a transaction per chunk of plans
-    for index, chunk in enumerate(chunks):
+    # A transaction per chunk of plans. Chunks are cut from all plans, so a resumed stage scores each plan in the
+    # same batch (same padding, same float rounding) as an uninterrupted run.
+    size = max(ctx.config.score.batch_size * 8, 64)
+    chunks = pending_batches(rows, size, lambda r: (r.task_id, r.step, r.k) in scored)
+    n_chunks = len(batches(rows, size))
+    for index, chunk in chunks:
         ctx.check_stop()
         pairs = []
         for row in chunk:
@@ -55,5 +59,5 @@ def run(ctx: StageContext) -> dict[str, int]:
             "ppl": [math.exp(min(v, 700.0)) for v in logppl], "n_tokens": n_tokens,
         })
         written += ctx.store.write("scores", frame)
-        ctx.report(index + 1, len(chunks), f"{written} plans scored")
+        ctx.report(index + 1, n_chunks, f"{written} plans scored")
     return {"rows": ctx.store.count("scores", ctx.run_id, ctx.iteration), "new_rows": written}

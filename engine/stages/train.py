@@ -5,6 +5,12 @@ honour the stop flag after each optimizer step, and save the result as the itera
 (``run_dir/iter_TT/<role>``, full weights; a LoRA run merges its adapter first). With nothing to train on they
 record the starting checkpoint unchanged, so the next iteration always has a planner and a grounder.
 
+Crash safety: a checkpoint is written to ``<role>.partial-<pid>`` and renamed into place when complete, and its row
+is stored after that, so a recorded checkpoint is always whole. Every (re-)run first discards what an earlier
+attempt left (the directories, the row and its log lines) and trains from the start; training keeps no intermediate
+checkpoints (a stage's training is short next to the rest of an iteration), so a killed training stage restarts
+cleanly.
+
 ``launch.mode = "accelerate"`` trains in an ``accelerate launch`` subprocess instead (engine/launch.py and
 engine/train_worker.py: same rows, settings, seed, reference rule and trainer functions; logs streamed into
 ``train_logs`` while it runs; the stop flag terminates it). The parent then loads no model at all: the grounder's
@@ -15,22 +21,53 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
+import shutil
+from pathlib import Path
 
 from engine import prompts
 from engine.config import RunConfig
 from engine.curation import effective_sft_records
 from engine.export import pair_rows
-from engine.stages.context import StageContext, StageStopped
+from engine.stages.context import StageContext, StageStopped, crash_point
 from engine.tasks import Task
 from engine.turns import Agent
 
 
+def _discard_output(ctx: StageContext, role: str) -> None:
+    """Start a (re-)run of a training stage clean: an attempt killed or stopped before "done" may have left a
+    half-written checkpoint, or a whole one with its row, and its log lines; none may be used: training starts over."""
+    ctx.store.delete("checkpoints", ctx.run_id, ctx.iteration, role=role)
+    ctx.store.delete("train_logs", ctx.run_id, ctx.iteration, stage=ctx.stage or f"train_{role}")
+    base = ctx.iteration_dir()
+    for path in [base / role, *base.glob(f"{role}.partial*"), *base.glob(f"{role}.old*")]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _publish(partial: Path, final: Path) -> None:
+    """Move a completely written checkpoint directory into place by rename (atomic within one file system), so
+    ``final`` is either absent or whole -- never half-written."""
+    old = final.with_name(final.name + ".old")
+    if final.exists():
+        final.rename(old)
+    partial.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _partial_dir(ctx: StageContext, role: str) -> Path:
+    """This attempt's own temp directory: a stale writer from a killed attempt (an orphaned training worker) can
+    never mix its files into it."""
+    return ctx.iteration_dir() / f"{role}.partial-{os.getpid()}"
+
+
 def _save(ctx: StageContext, role: str, agent: Agent, model) -> str:
-    path = ctx.iteration_dir() / role
-    model.save_pretrained(path, safe_serialization=True)
-    agent.tokenizer.save_pretrained(path)
-    return str(path)
+    final, partial = ctx.iteration_dir() / role, _partial_dir(ctx, role)
+    model.save_pretrained(partial, safe_serialization=True)
+    crash_point(ctx.iteration, ctx.stage, "save")  # weights written, tokenizer not yet: a half-written checkpoint
+    agent.tokenizer.save_pretrained(partial)
+    _publish(partial, final)
+    return str(final)
 
 
 def _keep_previous(ctx: StageContext, role: str, reason: str) -> dict[str, int | str]:
@@ -40,8 +77,6 @@ def _keep_previous(ctx: StageContext, role: str, reason: str) -> dict[str, int |
 
 
 def _train_logger(ctx: StageContext, total_steps: int):
-    ctx.store.delete("train_logs", ctx.run_id, ctx.iteration, stage=ctx.stage)  # a re-run starts training afresh
-
     def on_log(logs: dict) -> None:
         ctx.store.add_train_logs(ctx.run_id, ctx.iteration, ctx.stage, [logs])
         ctx.report(int(logs.get("step", 0)), total_steps, f"loss {logs.get('loss', '-')}")
@@ -95,12 +130,13 @@ def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str
         reference = _model_ref(ctx, role, 1)  # the warm-start planner, frozen
     stage = ctx.stage or f"train_{role}"
     ranks = ctx.config.launch.num_processes
-    output = ctx.iteration_dir() / role
-    lines = run_training(stage=stage, kind=kind, work_dir=ctx.iteration_dir() / "launch" / stage, output_dir=output,
+    output, partial = ctx.iteration_dir() / role, _partial_dir(ctx, role)
+    lines = run_training(stage=stage, kind=kind, work_dir=ctx.iteration_dir() / "launch" / stage, output_dir=partial,
                          rows=rows, settings=settings, model=_model_ref(ctx, role, ctx.iteration),
                          reference=reference, launch=ctx.config.launch,
                          on_log=_train_logger(ctx, _steps(-(-len(rows) // ranks), settings)),
                          should_stop=ctx.should_stop)
+    _publish(partial, output)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, str(output), "lora-merged" if settings.lora else "full")
     return lines
 
@@ -108,6 +144,7 @@ def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str
 def run_planner(ctx: StageContext) -> dict[str, int | str]:
     from engine.training import dpo_train
 
+    _discard_output(ctx, "planner")
     rows = [{"prompt": r["prompt"], "chosen": r["chosen"], "rejected": r["rejected"]}
             for r in pair_rows(ctx.store, ctx.run_id, ctx.iteration)]
     if not rows:
@@ -158,6 +195,7 @@ def _grounder_examples(ctx: StageContext) -> list[tuple[Task, list[str], str]]:
 def run_grounder(ctx: StageContext) -> dict[str, int | str]:
     from engine.training import sft_train
 
+    _discard_output(ctx, "grounder")
     new = _grounder_examples(ctx)
     if not new:
         return _keep_previous(ctx, "grounder", "no accepted or corrected groundings: grounder unchanged")
