@@ -95,6 +95,7 @@ class Store(RunLedger, StudioViews):
         # Commits per table made through this Store (derived views compare them to know they are stale); one
         # process owns the file, so every write to it passes here.
         self._generations: dict[str, int] = {}
+        self._inserted = threading.local()  # tables the current thread's transaction inserted into
         self._pair_view = PairView(self.query_arrow, self.generation)
         try:
             self.version = self._migrate()
@@ -257,14 +258,19 @@ class Store(RunLedger, StudioViews):
     # -- transactions and bulk writes --------------------------------------------------------------------------
 
     def _transaction(self, cur: duckdb.DuckDBPyConnection, body: Any) -> Any:
-        """Run ``body(cur)`` in one transaction, retrying DuckDB's optimistic "Conflict on update" errors."""
+        """Run ``body(cur)`` in one transaction, retrying DuckDB's optimistic "Conflict on update" errors.
+
+        Tables ``_insert`` wrote count as touched once the transaction ends (see ``generation``)."""
+        self._inserted.tables = set()
         for attempt in range(CONFLICT_RETRIES):
             cur.execute("BEGIN TRANSACTION")
             try:
                 result = body(cur)
                 cur.execute("COMMIT")
+                self._touched(self._inserted.tables)
                 return result
             except Exception as exc:
+                self._touched(self._inserted.tables)  # a failed commit may still have changed nothing: recheck
                 try:
                     cur.execute("ROLLBACK")
                 except duckdb.Error:
@@ -289,6 +295,7 @@ class Store(RunLedger, StudioViews):
     def _insert(self, cur: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame) -> int:
         if df.empty:
             return 0
+        getattr(self._inserted, "tables", set()).add(table)
         view = f"_rows_{uuid.uuid4().hex}"
         cur.register(view, df)
         try:

@@ -130,3 +130,12 @@ def test_many_random_pairs_and_overrides_agree(tmp_path):
                 fast = store.pairs_page(RUN, IT, order=order, limit=25, offset=offset, **filters)
                 slow = store.pairs_page_sql(RUN, IT, order=order, limit=25, offset=offset, **filters)
                 pd.testing.assert_frame_equal(fast, slow, check_dtype=False)
+
+
+def test_every_insert_path_counts_as_a_write(store, tmp_path):
+    """Writes that bypass ``write_batch`` (a run created with its tasks in one transaction) still move the
+    generation the view checks, so it can never serve rows older than a commit it could see."""
+    before = store.generation(("tasks",))
+    store.create_run("again", {}, tmp_path, [Task(id="z1", domain="maths", source="s", split="train",
+                                                   question="Q?", answer="1")])
+    assert store.generation(("tasks",)) > before
