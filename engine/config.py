@@ -133,6 +133,8 @@ class SampleSection:
 @dataclass
 class ScoreSection:
     batch_size: int = _f(32, "(prompt, actions) pairs per forward pass", ge=1)
+    shared_prefix: bool = _f(True, "compute each shared prompt prefix once and reuse its KV cache for the K plans "
+                                   "(exact to ~1e-6); false: length-sorted padded batches")
 
 
 @dataclass

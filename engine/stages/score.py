@@ -1,7 +1,8 @@
 """Stage ``score``: the iteration's grounder scores every sampled plan by the perplexity of the gold actions.
 
 log-PPL = mean NLL of the gold action tokens plus EOS given the grounder prompt with that plan (prompt masked;
-batched scoring equals unbatched, see ``engine.models.score_targets``). A malformed plan is scored with its raw
+each task's shared prompt prefix is computed once when ``score.shared_prefix``, and batched or shared scoring
+equals unbatched, see ``engine.models.score_targets``). A malformed plan is scored with its raw
 text as the single subgoal, so it still gets a (typically bad) score instead of vanishing from the pairs.
 """
 
@@ -51,7 +52,8 @@ def run(ctx: StageContext) -> dict[str, int]:
                 results_cache[task.id] = gold_step_results(task)
             pairs.append(scoring_pair(grounder, task, row.step, subgoals, results_cache.get(task.id, [])))
         logppl = models.score_targets(grounder.model, grounder.tokenizer, [p for p, _ in pairs],
-                                      [t for _, t in pairs], batch_size=ctx.config.score.batch_size)
+                                      [t for _, t in pairs], batch_size=ctx.config.score.batch_size,
+                                      fast=ctx.config.score.shared_prefix)
         n_tokens = [len(grounder.tokenizer(t, add_special_tokens=False)["input_ids"]) + 1 for _, t in pairs]
         frame = pd.DataFrame({
             "run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": [r.task_id for r in chunk],
