@@ -3,7 +3,11 @@ critique of iteration 1 with the tiny agents, plus a few metrics/train-log rows 
 
 from __future__ import annotations
 
+import json
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -306,3 +310,28 @@ def test_each_view_is_one_in_order_event(tmp_path):
     shared = [name for name, n in Counter(id(f.fn) for f in refreshing).items() if n > 1]
     assert not shared, [f.name for f in refreshing if id(f.fn) in shared]
     assert all(f.trigger_mode == "always_last" for f in refreshing if len(f.targets) > 1)
+
+
+def test_an_override_the_studio_acknowledged_survives_sigkill_right_after(tmp_path):
+    """The 'recorded ... (override #id)' a curator reads is returned after the commit: a studio process killed
+    right after showing it loses nothing (Guarantees: nothing is lost)."""
+    from tests._store_world import IT, RUN, build_world
+
+    path = tmp_path / "ws.duckdb"
+    with Store(path) as s:
+        build_world(s)
+    code = ("import json, os, signal, sys\nfrom engine.store import Store\nfrom studio import tab_critic, tab_pairs\n"
+            f"s = Store(sys.argv[1])\n"
+            f"acks = [tab_pairs.pair_action(s, {RUN!r}, {IT}, 'm1|0|0', 'swap', 'ann'),\n"
+            f"        tab_critic.verdict_action(s, {RUN!r}, {IT}, 'm2|0|0', 'keep_original', 'bob')]\n"
+            "print(json.dumps(acks), flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    acks = json.loads(out.stdout.strip().splitlines()[-1])
+    ids = [int(a.rsplit("#", 1)[1].rstrip(").")) for a in acks]
+    with Store(path) as s:
+        stored = s.frame("overrides", RUN)
+        assert stored["override_id"].tolist() == ids
+        assert stored["curator"].tolist() == ["ann", "bob"] and stored["action"].tolist() == ["swap", "keep_original"]
+        assert s.pairs_page(RUN, IT, overridden=True)["task_id"].tolist() == ["m1"]
