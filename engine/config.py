@@ -125,6 +125,8 @@ class SampleSection:
     top_p: float = _f(0.95, "nucleus sampling", gt=0, le=1)
     max_new_tokens: int = _f(128, "longest plan in tokens", ge=1)
     batch_size: int = _f(16, "prompts per generate call", ge=1)
+    shared_prefill: bool = _f(True, "hf backend: run each prompt's prefill once for its K samples (KV cache shared; "
+                                    "same texts for a seed); false: one plain batched generate call")
     formulation: str = _f("onetime", "onetime | iterative", choices=FORMULATIONS)
     backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the planner "
                             "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])", choices=BACKENDS)

@@ -364,25 +364,27 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
 class HFGenerator:
     """The default backend: ``generate(model, tokenizer, ...)`` on an already loaded model."""
 
-    def __init__(self, model, tokenizer):
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(self, model, tokenizer, shared_prefill: bool = False):
+        self.model, self.tokenizer, self.shared_prefill = model, tokenizer, shared_prefill
 
     def generate(self, prompts: Sequence[str], config: GenerationConfig, seed: int | None = None) -> list[list[str]]:
-        return generate(self.model, self.tokenizer, prompts, config, seed=seed)
+        return generate(self.model, self.tokenizer, prompts, config, seed=seed, fast=self.shared_prefill)
 
     def close(self) -> None:
         """Nothing to release: the model belongs to the stage context's agent cache."""
 
 
-def generator_for(backend: str, agent, path: str, *, field: str, dtype: str = "auto", options=None):
+def generator_for(backend: str, agent, path: str, *, field: str, dtype: str = "auto", options=None,
+                  shared_prefill: bool = False):
     """The generator a stage uses: ``hf`` on ``agent``'s model, or ``vllm`` on the checkpoint at ``path``.
 
     ``field`` names the config field that chose the backend (``sample.backend``) so a missing vLLM install is
-    reported against it; ``options`` is the config's ``[vllm]`` section (None: its defaults). Call ``close()`` when
-    done: a vLLM engine holds GPU memory that the training stages need.
+    reported against it; ``options`` is the config's ``[vllm]`` section (None: its defaults); ``shared_prefill``
+    picks ``generate(fast=True)`` for ``hf`` (vLLM shares prefixes by itself). Call ``close()`` when done: a vLLM
+    engine holds GPU memory that the training stages need.
     """
     if backend == "hf":
-        return HFGenerator(agent.model, agent.tokenizer)
+        return HFGenerator(agent.model, agent.tokenizer, shared_prefill)
     if backend == "vllm":
         from engine.vllm_backend import VLLMGenerator
 
