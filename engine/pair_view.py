@@ -80,6 +80,7 @@ class PairView:
         self._built: dict[tuple[str, int], _Built] = {}
         self._key_locks: dict[tuple[str, int], threading.Lock] = {}
         self._locks_lock = threading.Lock()
+        self._tables = 0
 
     def close(self) -> None:
         self._db.close()
@@ -92,6 +93,11 @@ class PairView:
             yield cur
         finally:
             cur.close()
+
+    def _new_name(self) -> str:
+        with self._locks_lock:  # two iterations may build at once: each gets its own table
+            self._tables += 1
+            return f"pv_{self._tables}"
 
     def _lock(self, key: tuple[str, int]) -> threading.Lock:
         with self._locks_lock:
@@ -129,7 +135,7 @@ class PairView:
 
     def _rebuild(self, key: tuple[str, int], generation: tuple[int, ...], newest: int) -> _Built:
         rows = self._rows(*key)
-        name = self._built[key].table if key in self._built else f"pv_{len(self._built)}"
+        name = self._built[key].table if key in self._built else self._new_name()
         with self._cursor() as cur:
             cur.register("new_rows", rows)
             try:  # pos = position in task order: the default page is a range scan, not a sort of every pair

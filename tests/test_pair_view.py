@@ -139,3 +139,29 @@ def test_every_insert_path_counts_as_a_write(store, tmp_path):
     store.create_run("again", {}, tmp_path, [Task(id="z1", domain="maths", source="s", split="train",
                                                    question="Q?", answer="1")])
     assert store.generation(("tasks",)) > before
+
+
+def test_iterations_built_at_once_by_many_threads_stay_apart(store):
+    """Sessions reading different iterations at the same moment each get their own materialised table."""
+    import threading
+
+    rows = [{**r, "iteration": it} for it in (1, 2, 3) for r in auto_pair_rows()]
+    plans = store.frame("plans", RUN, IT)
+    store.write_batch([("pairs", rows), ("plans", pd.concat([plans.assign(iteration=it) for it in (1, 2, 3)])),
+                       ("scores", pd.concat([store.frame("scores", RUN, IT).assign(iteration=it)
+                                             for it in (1, 2, 3)]))])
+    curation.swap_pair(store, RUN, 2, "m1", 0)
+    errors, pages = [], {}
+
+    def read(it: int) -> None:
+        try:
+            pages[it] = store.pairs_page(RUN, it, overridden=True)["task_id"].tolist()
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=read, args=(it,)) for it in (1, 2, 3) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and pages == {1: [], 2: ["m1"], 3: []}
