@@ -190,6 +190,14 @@ class PairView:
 
     # -- reading ---------------------------------------------------------------------------------------------
 
+    def stats(self, run_id: str, iteration: int) -> pd.DataFrame:
+        """Every effective pair's margin, flags and plan lengths (characters), in task order: the pairs tab's
+        charts, without re-deriving the pairs or touching the plans table."""
+        table = self.table(run_id, iteration)
+        with self._cursor() as cur:
+            return cur.execute(f"""SELECT margin, excluded, tie, length(chosen_text) AS chosen_len,
+                length(rejected_text) AS rejected_len FROM {table} ORDER BY pos""").df()
+
     def page(self, run_id: str, iteration: int, conds: list[str], params: dict[str, Any], order: str,
              limit: int, offset: int) -> pd.DataFrame:
         """A page of the iteration's table: ``conds`` are fixed SQL snippets over its columns with values in

@@ -60,6 +60,10 @@ class StudioViews:
             raise ValueError(f"order must be one of {', '.join(PAGE_ORDERS)}")
         return self.pair_view.page(run_id, int(iteration), conds, params, order, limit, offset)
 
+    def pair_stats(self, run_id: str, iteration: int) -> pd.DataFrame:
+        """Margin, excluded, tie and both plan lengths of every effective pair (the pairs tab's charts)."""
+        return self.pair_view.stats(run_id, int(iteration))
+
     @property
     def pair_view(self) -> PairView:  # provided by Store
         raise NotImplementedError

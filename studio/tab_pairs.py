@@ -17,7 +17,6 @@ import plotly.graph_objects as go
 
 from engine import curation
 from engine.store import Store
-from engine.views import EFFECTIVE_PAIRS_SQL
 from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, tri
 
 PAGE = 20
@@ -107,12 +106,7 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
 
 
 def _pair_stats(store: Store, run_id: str, iteration: int) -> pd.DataFrame:
-    return store.query(EFFECTIVE_PAIRS_SQL + """
-        SELECT e.margin, e.excluded, e.tie, length(pc.text) AS chosen_len, length(pr.text) AS rejected_len FROM eff e
-        LEFT JOIN plans pc ON pc.run_id = $run AND pc.iteration = $it AND pc.task_id = e.task_id AND pc.step = e.step
-            AND pc.k = e.chosen_k
-        LEFT JOIN plans pr ON pr.run_id = $run AND pr.iteration = $it AND pr.task_id = e.task_id AND pr.step = e.step
-            AND pr.k = e.rejected_k""", {"run": run_id, "it": int(iteration)})
+    return store.pair_stats(run_id, int(iteration))  # read from the materialised pairs (engine.pair_view)
 
 
 def margin_figure(store: Store, run_id: str | None, iteration: int | None,

@@ -165,3 +165,18 @@ def test_iterations_built_at_once_by_many_threads_stay_apart(store):
     for t in threads:
         t.join()
     assert not errors and pages == {1: [], 2: ["m1"], 3: []}
+
+
+def test_pair_stats_match_the_base_tables(store):
+    from engine.views import EFFECTIVE_PAIRS_SQL
+
+    curation.swap_pair(store, RUN, IT, "m1", 0)
+    curation.exclude_pair(store, RUN, IT, "q1", 0)
+    expected = store.query(EFFECTIVE_PAIRS_SQL + """
+        SELECT e.margin, e.excluded, e.tie, length(pc.text) AS chosen_len, length(pr.text) AS rejected_len FROM eff e
+        LEFT JOIN plans pc ON pc.run_id = $run AND pc.iteration = $it AND pc.task_id = e.task_id AND pc.step = e.step
+            AND pc.k = e.chosen_k
+        LEFT JOIN plans pr ON pr.run_id = $run AND pr.iteration = $it AND pr.task_id = e.task_id AND pr.step = e.step
+            AND pr.k = e.rejected_k
+        ORDER BY e.task_id, e.step, e.pair_idx""", {"run": RUN, "it": IT})
+    pd.testing.assert_frame_equal(store.pair_stats(RUN, IT), expected, check_dtype=False)
