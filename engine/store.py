@@ -497,6 +497,16 @@ class Store(RunLedger, StudioViews):
 
 
 def status_summary(db: str | Path) -> dict[str, Any]:
-    """Open ``db`` read-only and summarise it (``python -m engine status --json``)."""
+    """Open ``db`` read-only and summarise it (``python -m engine status --json``).
+
+    Opening succeeded, so no other process holds the file (DuckDB admits one): a stage still marked ``running``
+    was interrupted -- its process was killed -- and is reported as ``interrupted`` (``engine run --run ID``
+    resumes it)."""
     with Store(db, read_only=True) as store:
-        return store.status_summary()
+        summary = store.status_summary()
+    for run in summary["runs"].values():
+        for it in run["iterations"]:
+            for state in it["stages"].values():
+                if state.get("status") == "running":
+                    state["status"] = "interrupted"
+    return summary

@@ -101,13 +101,17 @@ def create_run_from_text(store: Store, text: str, spaces: bool = False,
     return run_id, f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks)."
 
 
-def stage_table(store: Store, run_id: str | None) -> pd.DataFrame:
+def stage_table(store: Store, run_id: str | None, live: bool = False) -> pd.DataFrame:
+    """Every stage of the run; ``live``: this studio's job is running it. Otherwise a stage still marked
+    ``running`` was interrupted (a killed process: this studio holds the file, so nobody else can be running it)
+    and shows so until a job resumes it."""
     rows = []
     for it in store.iterations(run_id) if run_id else []:
         for stage, s in store.stage_status(run_id, it).items():
             took = (s["finished_at"] - s["started_at"]).total_seconds() if s["finished_at"] and s[
                 "started_at"] else None
-            rows.append({"iteration": it, "stage": stage, "status": s["status"],
+            status = "interrupted" if s["status"] == "running" and not live else s["status"]
+            rows.append({"iteration": it, "stage": stage, "status": status,
                          "counts": json.dumps(s["counts"])[:120], "seconds": None if took is None else round(took, 1),
                          "error": (s["error"] or "")[:160]})
     return pd.DataFrame(rows, columns=["iteration", "stage", "status", "counts", "seconds", "error"])
@@ -214,7 +218,9 @@ def build(ctx: Ctx, config_path: str) -> None:
         return ctx.jobs.stop()
 
     def refresh(run_id: str | None):
-        return job_markdown(ctx.jobs), stage_table(ctx.store, run_id), loss_figure(ctx.store, run_id)
+        snap = ctx.jobs.snapshot()
+        live = bool(snap["running"] and snap.get("run_id") == run_id)
+        return job_markdown(ctx.jobs), stage_table(ctx.store, run_id, live), loss_figure(ctx.store, run_id)
 
     validate_btn.click(on_validate, editor, [verdict, command], api_name="run_validate")
     editor.change(lambda t: cli_command(config_path, t, ctx.spaces, ws), editor, command, show_progress="hidden",

@@ -474,3 +474,14 @@ def test_task_plans_and_verdict_queue(store):
     corrected = store.verdict_queue(RUN, IT, status="corrected")
     assert corrected["task_id"].tolist() == ["m2"] and corrected["grounding_actions"][0] == "R1 = Calculator(10+4)"
     assert store.verdict_queue(RUN, IT, limit=1, offset=2)["task_id"].tolist() == ["q1"]
+
+
+def test_a_stage_left_running_by_a_dead_process_reads_as_interrupted(tmp_path):
+    """``engine status`` can only open the file when no process holds it, so 'running' there means killed."""
+    path = tmp_path / "ws.duckdb"
+    with Store(path) as s:
+        build_world(s)
+        s.set_stage(RUN, IT, "pairs", "done", counts={"pairs": 3})
+        s.set_stage(RUN, IT, "ground", "running")
+    stages = status_summary(path)["runs"][RUN]["iterations"][0]["stages"]
+    assert stages["ground"]["status"] == "interrupted" and stages["pairs"]["status"] == "done"

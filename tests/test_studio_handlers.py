@@ -335,3 +335,14 @@ def test_an_override_the_studio_acknowledged_survives_sigkill_right_after(tmp_pa
         assert stored["override_id"].tolist() == ids
         assert stored["curator"].tolist() == ["ann", "bob"] and stored["action"].tolist() == ["swap", "keep_original"]
         assert s.pairs_page(RUN, IT, overridden=True)["task_id"].tolist() == ["m1"]
+
+
+def test_stage_table_shows_a_dead_running_stage_as_interrupted(tmp_path):
+    from studio.tab_run import stage_table
+    from tests._store_world import IT, RUN, build_world
+
+    with Store(tmp_path / "ws.duckdb") as s:
+        build_world(s)
+        s.set_stage(RUN, IT, "ground", "running")
+        assert stage_table(s, RUN)["status"].tolist() == ["interrupted"]
+        assert stage_table(s, RUN, live=True)["status"].tolist() == ["running"]
