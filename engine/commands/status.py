@@ -1,7 +1,8 @@
 """``python -m engine status``: what a workspace DuckDB holds — runs, iterations, stage states and row counts.
 
 Contract: ``status --db D [--json]`` opens the store read-only and prints ``Store.status_summary()`` as one JSON
-object (``--json``) or as a short human listing; exits 0. A missing file or one held by another process (the
+object (``--json``) or as a short human listing (a stage a killed process left ``running`` reads ``interrupted``);
+exits 0. A missing file or one held by another process (the
 studio or a running job) prints ``error: ...`` on stderr and exits 2.
 """
 
