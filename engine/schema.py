@@ -4,9 +4,21 @@ Every row a stage produces is keyed by ``(run_id, iteration, task_id, step, k)``
 the planning step (0 for onetime plans, 1.. for the iterative formulation), ``k`` the index of a sampled plan.
 Primary keys make re-running a stage idempotent (``INSERT OR REPLACE``), so a resumed stage never duplicates
 rows. JSON columns hold lists/dicts as text. ``MIGRATIONS[v]`` upgrades a store from version ``v`` to ``v + 1``.
+
+``migrate(cur, ...)`` brings an opened file to ``SCHEMA_VERSION``: a new file gets ``DDL_V1`` and every migration, an
+older one every missing migration in ONE transaction (a failure or a kill leaves it at its old version), and a
+newer store, someone else's DuckDB database or a version-less one is refused untouched.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from engine.errors import StoreError, StoreVersionError
 
 SCHEMA_VERSION = 2
 
@@ -206,3 +218,67 @@ MIGRATIONS: dict[int, str] = {
     # v2: keep what a critic reports beyond the fixed columns (parse error, cache hit, retry attempts).
     1: "ALTER TABLE verdicts ADD COLUMN extra_json TEXT;",
 }
+
+
+def migrate(cur: duckdb.DuckDBPyConnection, path: Path, read_only: bool,
+            transaction: Callable[[duckdb.DuckDBPyConnection, Callable[[Any], Any]], Any]) -> int:
+    """Create, upgrade or check the schema of the file behind ``cur``; returns ``SCHEMA_VERSION``.
+
+    ``transaction(cur, body)`` runs ``body`` in one transaction (the Store's, with its conflict retries).
+    """
+    # Every table of this file, in any schema: a database with tables only outside "main" is not empty either.
+    tables = [t if s == "main" else f"{s}.{t}" for s, t in cur.execute(
+        "SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND NOT temporary ORDER BY schema_name, table_name"
+    ).fetchall()]
+    if "schema_info" not in tables:
+        if tables:  # someone else's database: adding our tables to it would be a corruption
+            raise StoreError(
+                f"{path} is a DuckDB database but not a MOAT Studio store (no schema_info table; it "
+                f"has {', '.join(tables[:8])}{' ...' if len(tables) > 8 else ''}); use --db to pick another"
+            )
+        if read_only:
+            raise StoreError(f"{path} is not a MOAT Studio store (no schema_info)")
+        transaction(cur, lambda c: create(c))
+        return SCHEMA_VERSION
+    version = cur.execute("SELECT max(version) FROM schema_info").fetchall()[0][0]
+    if version is None:
+        raise StoreError(f"{path}: schema_info holds no version; not a store this engine can open")
+    if version > SCHEMA_VERSION:
+        raise StoreVersionError(
+            f"{path} has schema version {version}, newer than this engine's {SCHEMA_VERSION}; "
+            "upgrade the engine or use another --db"
+        )
+    if version < SCHEMA_VERSION:
+        if read_only:
+            raise StoreVersionError(
+                f"{path} has old schema version {version} (this engine: {SCHEMA_VERSION}); "
+                "open it writable once to migrate it"
+            )
+        try:  # every step in ONE transaction: a failure or a kill leaves the file at its old version
+            transaction(cur, lambda c: upgrade(c, version))
+        except duckdb.Error as exc:
+            raise StoreError(
+                f"migrating {path} from schema version {version} to {SCHEMA_VERSION} failed; "
+                f"the file is unchanged at version {version}: {exc}"
+            ) from exc
+    return SCHEMA_VERSION
+
+
+def create(cur: duckdb.DuckDBPyConnection) -> None:
+    """A new store takes the same path as an old one: version 1, then every migration in order."""
+    cur.execute(DDL_V1)
+    for version in range(1, SCHEMA_VERSION):
+        cur.execute(MIGRATIONS[version])
+    cur.execute("DELETE FROM schema_info")
+    cur.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])
+
+
+def upgrade(cur: duckdb.DuckDBPyConnection, version: int) -> None:
+    """Every migration from ``version`` to ``SCHEMA_VERSION``, in the caller's transaction."""
+    for v in range(version, SCHEMA_VERSION):
+        if v not in MIGRATIONS:
+            raise StoreVersionError(f"no migration from schema version {v} to {v + 1}")
+        cur.execute(MIGRATIONS[v])
+    cur.execute("DELETE FROM schema_info")
+    cur.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])

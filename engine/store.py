@@ -2,8 +2,8 @@
 
 Contract:
 
-* ``Store(path, read_only=False)`` opens (creating parent dirs) one DuckDB file, applies ``schema.DDL_V1`` to a new
-  file and records ``SCHEMA_VERSION``, upgrades older files with ``schema.MIGRATIONS`` in order, all steps in one
+* ``Store(path, read_only=False)`` opens (creating parent dirs) one DuckDB file and brings it to ``SCHEMA_VERSION``
+  with ``schema.migrate``: ``schema.DDL_V1`` for a new file, ``schema.MIGRATIONS`` in order for older ones, all in one
   transaction (a failure or a kill leaves the file at its old version), and refuses newer ones
   (``StoreVersionError``, naming both versions). A file that is not a DuckDB database, or a DuckDB database without
   our ``schema_info`` table, raises ``StoreError`` and is left untouched. A file held by another process raises
@@ -53,7 +53,8 @@ from engine.dbutil import (
     number,
     records,
 )
-from engine.errors import StoreError, StoreLockedError, StoreVersionError
+from engine.errors import StoreError, StoreLockedError
+from engine.errors import StoreVersionError as StoreVersionError  # re-exported: callers catch it from here
 from engine.ledger import RunLedger
 from engine.pair_view import PairView
 from engine.tasks import Task
@@ -154,64 +155,9 @@ class Store(RunLedger, StudioViews):
             yield
 
     def _migrate(self) -> int:
-        """Create, upgrade or check the schema; refuse (and leave untouched) any file this engine cannot own."""
+        """Create, upgrade or check the schema (``schema.migrate``); refuse any file this engine cannot own."""
         with self._cursor() as cur:
-            # Every table of this file, in any schema: a database with tables only outside "main" is not empty either.
-            tables = [t if s == "main" else f"{s}.{t}" for s, t in cur.execute(
-                "SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = current_database() "
-                "AND NOT temporary ORDER BY schema_name, table_name"
-            ).fetchall()]
-            if "schema_info" not in tables:
-                if tables:  # someone else's database: adding our tables to it would be a corruption
-                    raise StoreError(
-                        f"{self.path} is a DuckDB database but not a MOAT Studio store (no schema_info table; it "
-                        f"has {', '.join(tables[:8])}{' ...' if len(tables) > 8 else ''}); use --db to pick another"
-                    )
-                if self.read_only:
-                    raise StoreError(f"{self.path} is not a MOAT Studio store (no schema_info)")
-                self._transaction(cur, lambda c: self._create(c))
-                return schema.SCHEMA_VERSION
-            version = cur.execute("SELECT max(version) FROM schema_info").fetchall()[0][0]
-            if version is None:
-                raise StoreError(f"{self.path}: schema_info holds no version; not a store this engine can open")
-            if version > schema.SCHEMA_VERSION:
-                raise StoreVersionError(
-                    f"{self.path} has schema version {version}, newer than this engine's {schema.SCHEMA_VERSION}; "
-                    "upgrade the engine or use another --db"
-                )
-            if version < schema.SCHEMA_VERSION:
-                if self.read_only:
-                    raise StoreVersionError(
-                        f"{self.path} has old schema version {version} (this engine: {schema.SCHEMA_VERSION}); "
-                        "open it writable once to migrate it"
-                    )
-                try:  # every step in ONE transaction: a failure or a kill leaves the file at its old version
-                    self._transaction(cur, lambda c: self._upgrade(c, version))
-                except duckdb.Error as exc:
-                    raise StoreError(
-                        f"migrating {self.path} from schema version {version} to {schema.SCHEMA_VERSION} failed; "
-                        f"the file is unchanged at version {version}: {exc}"
-                    ) from exc
-            return schema.SCHEMA_VERSION
-
-    @staticmethod
-    def _create(cur: duckdb.DuckDBPyConnection) -> None:
-        # A new store takes the same path as an old one: version 1, then every migration in order.
-        cur.execute(schema.DDL_V1)
-        for version in range(1, schema.SCHEMA_VERSION):
-            cur.execute(schema.MIGRATIONS[version])
-        cur.execute("DELETE FROM schema_info")
-        cur.execute("INSERT INTO schema_info VALUES (?)", [schema.SCHEMA_VERSION])
-
-    @staticmethod
-    def _upgrade(cur: duckdb.DuckDBPyConnection, version: int) -> None:
-        """Every migration from ``version`` to ``SCHEMA_VERSION``, in the caller's transaction."""
-        for v in range(version, schema.SCHEMA_VERSION):
-            if v not in schema.MIGRATIONS:
-                raise StoreVersionError(f"no migration from schema version {v} to {v + 1}")
-            cur.execute(schema.MIGRATIONS[v])
-        cur.execute("DELETE FROM schema_info")
-        cur.execute("INSERT INTO schema_info VALUES (?)", [schema.SCHEMA_VERSION])
+            return schema.migrate(cur, self.path, self.read_only, self._transaction)
 
     def _catalog(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         """Column and primary-key whitelists for the schema's tables, read from the file itself."""

@@ -187,12 +187,12 @@ def test_a_migration_killed_before_commit_leaves_the_store_at_its_old_version(tm
     path = tmp_path / "v1.duckdb"
     _v1_store(path)
     code = (
-        "import os, signal, sys\nfrom engine.store import Store\n"
-        "upgrade = Store._upgrade\n"
+        "import os, signal, sys\nfrom engine import schema\nfrom engine.store import Store\n"
+        "upgrade = schema.upgrade\n"
         "def killed(cur, version):\n"
         "    upgrade(cur, version)  # every step ran; the transaction is not committed yet\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
-        "Store._upgrade = staticmethod(killed)\nStore(sys.argv[1])\n"
+        "schema.upgrade = killed\nStore(sys.argv[1])\n"
     )
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO,
                          timeout=120)
