@@ -16,7 +16,9 @@ from typing import Any
 
 from engine.actions import Action, parse_actions
 from engine.tools import qa as qa_tools
-from engine.tools.maths import MATHS_TOOLS, MathsState, ToolError, ToolResult, value_to_text
+from engine.tools.base import ToolError, ToolResult
+from engine.tools.expressions import value_to_text
+from engine.tools.maths import MATHS_TOOLS, MathsState
 
 ANSWER_NAMES = ("Output", "Answer")
 QA_TOOLS = ("KnowledgeQuery", "ParagraphRetrieve", "QA", "Calculator", "Code")

@@ -1,79 +1,31 @@
-"""Maths tools of the Lumos action language, built on sympy from a whitelisted syntax tree.
+"""Maths tools of the Lumos action language (Calculator, SetEquation, SolveEquation, SolveInequality, ...).
 
 Contract: each tool takes the raw argument text and the environment of earlier values and returns a
-``ToolResult`` (one value per output) or raises ``ToolError`` with a message for the user. Model text never
-reaches Python's evaluator or sympy's string parser (both run code): it is normalised, parsed by ``ast.parse``
-in expression mode and walked, and only numbers, names, ``+ - * / ** // %``, comparisons, lists/tuples and
-calls to ``FUNCTIONS`` are turned into sympy objects. Sizes are checked before anything is built (text length,
-node count, nesting, integer size, exponents, factorials, ``exp`` arguments) and every built number is kept under
-``2**MAX_BITS`` in magnitude, so forcing digits out of it (``floor``, ``sin``, rendering) stays cheap; ``Rk(a, b)``
-substitution re-checks each rebuilt node. Equation/inequality solving runs in a forked process killed after
-``time_limit_s`` and capped at ``SOLVER_MEMORY`` bytes more than the parent.
-
-Normalisation: ``^`` -> ``**``, ``×``/``÷``; ``$`` and thousands separators (``1,000``) removed; a ``%`` right after
-a number that is not followed by an operand is a percent (``15 / 25%`` = 60, ``141 % 2`` is modulo); a number
-directly followed by a name or ``(`` multiplies (``2x``, ``3(x+1)``), as does ``)(``. A multi-letter unknown name
-whose letters are all single-letter symbols of the same input (or of referenced values) is a product (``xy`` =
-``x*y`` next to ``x`` and ``y``); otherwise it is one symbol. ``Rk(a, b)`` substitutes ``a, b`` for the free
-symbols of ``Rk`` in sorted name order.
-
-Rendering (``value_to_text``): integers as ``18``; a non-integer rational as a decimal (``0.75``) when the input
-that produced it had a decimal literal or a percent, else as ``p/q`` (``7/2``); irrational numbers to 12
-significant digits; booleans as ``True``/``False``; expressions with ``^`` for powers; tuples comma-joined.
+``ToolResult`` (one value per output) or raises ``ToolError`` with a message for the user. Expressions are built by
+``engine.tools.expressions`` (a whitelisted syntax tree, never an evaluator; limits and rendering documented there).
+Equation/inequality solving runs in a forked process killed after ``time_limit_s`` and capped at ``SOLVER_MEMORY``
+bytes more than the parent (sympy cannot be interrupted).
 """
 
 from __future__ import annotations
 
-import ast
-import functools
-import math
 import multiprocessing
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import sympy
 
 from engine.actions import split_args
+from engine.tools.base import ToolError as ToolError  # re-exported: tools and callers import it from here
+from engine.tools.base import ToolResult as ToolResult
+from engine.tools.expressions import EQUALS, build_equations, evaluate, free_symbols, render
+from engine.tools.expressions import FUNCTIONS as FUNCTIONS
+from engine.tools.expressions import MathValue as MathValue
+from engine.tools.expressions import normalise as normalise
+from engine.tools.expressions import value_to_text as value_to_text
 
-MAX_TEXT = 2000  # characters of one formula
-MAX_NODES = 600  # syntax-tree nodes of one formula
-MAX_DEPTH = 60  # nesting of the syntax tree
-MAX_INT_DIGITS = 60  # digits of one integer literal
-MAX_EXPONENT = 1000  # |exponent| of a power
-MAX_BITS = 40_000  # bits of an exact numerator/denominator (about 12,000 digits)
-MAX_FACTORIAL = 1000
-MAX_EXP_ARG = 20_000  # |x| in exp(x): e**20000 is about 2**28854, under MAX_BITS
 SOLVER_MEMORY = 1 << 30  # address space a forked solver may add before sympy gets MemoryError
-
-
-class ToolError(Exception):
-    """A tool could not run on its input; the message is shown to the user."""
-
-
-# What sympy raises when asked for something meaningless (a tuple minus a symbol, a comparison of non-reals, an
-# unsupported operator): for the user these are bad formulas, reported like any other ToolError.
-SYMPY_ERRORS = (TypeError, ValueError, ArithmeticError, AttributeError, NotImplementedError, KeyError,
-                sympy.SympifyError, sympy.PolynomialError)
-
-
-@dataclass(frozen=True)
-class MathValue:
-    """An exact sympy value plus how to render it (``decimal``: the input had decimals or percents)."""
-
-    value: Any
-    decimal: bool = False
-
-    def __str__(self) -> str:
-        return value_to_text(self)
-
-
-@dataclass
-class ToolResult:
-    values: tuple[Any, ...]  # one per output; a single-output tool returns a 1-tuple
-    note: str | None = None
 
 
 @dataclass
@@ -82,410 +34,6 @@ class MathsState:
 
     equations: list[str] = field(default_factory=list)
 
-
-# ---------------------------------------------------------------- rendering
-
-
-def value_to_text(value: Any) -> str:
-    """Render a tool value as the text the planner sees (see the module docstring for the rules)."""
-    if isinstance(value, MathValue):
-        return _render(value.value, value.decimal)
-    if isinstance(value, (tuple, list)):
-        return ", ".join(value_to_text(v) for v in value)
-    if isinstance(value, sympy.Basic):
-        return _render(value, False)
-    return str(value)
-
-
-def _render(v: Any, decimal: bool) -> str:
-    if isinstance(v, bool) or v in (sympy.true, sympy.false):
-        return "True" if bool(v) else "False"
-    if isinstance(v, (tuple, list, sympy.Tuple)):
-        return ", ".join(_render(x, decimal) for x in v)
-    if not isinstance(v, sympy.Basic):
-        return str(v)
-    if v.is_Integer:
-        return str(int(v))
-    if v.is_Rational:
-        return _decimal_text(v) if decimal else f"{v.p}/{v.q}"
-    if v.is_number and v.is_real and v.is_finite:
-        return _trim(sympy.N(v, 12))
-    return sympy.sstr(v).replace("**", "^")
-
-
-def _decimal_text(v: sympy.Rational) -> str:
-    q = v.q
-    for prime in (2, 5):
-        while q % prime == 0:
-            q //= prime
-    if q != 1:  # not a terminating decimal
-        return _trim(sympy.N(v, 12))
-    places = 0
-    while (v * 10**places).q != 1:
-        places += 1
-    text = f"{abs(v.p) * 10**places // v.q:0{places + 1}d}"
-    sign = "-" if v < 0 else ""
-    return f"{sign}{text[:-places]}.{text[-places:]}" if places else f"{sign}{text}"
-
-
-def _trim(number: Any) -> str:
-    text = str(number)
-    if "e" in text or "." not in text:
-        return text
-    return text.rstrip("0").rstrip(".")
-
-
-# ---------------------------------------------------------------- normalisation and parsing
-
-_PERCENT = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*%(?!\s*[\w(.])")
-_THOUSANDS = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\d,])")
-_NUM_THEN_NAME = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![eE][+-]?\d)(?=[A-Za-z_(])")
-_EQUALS = re.compile(r"(?<![<>=!])=(?!=)")
-
-
-def normalise(text: str) -> str:
-    """Rewrite model-style maths into Python expression syntax (see the module docstring)."""
-    text = text.replace("$", "").replace("×", "*").replace("÷", "/").replace("−", "-").replace("^", "**")
-    text = _THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), text)
-    text = _PERCENT.sub(r"(\1*0.01)", text)  # a decimal literal: percents render as decimals
-    text = _NUM_THEN_NAME.sub(r"\1*", text)
-    return text.replace(")(", ")*(")
-
-
-def _parse_tree(text: str) -> ast.expr:
-    if len(text) > MAX_TEXT:
-        raise ToolError(f"formula too long ({len(text)} characters; limit {MAX_TEXT})")
-    source = normalise(text.strip())
-    if not source:
-        raise ToolError("empty formula")
-    try:
-        tree = ast.parse(source, mode="eval").body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise ToolError(f"cannot parse formula {text.strip()[:80]!r}") from None
-    nodes = sum(1 for _ in ast.walk(tree))
-    if nodes > MAX_NODES:
-        raise ToolError(f"formula too large ({nodes} syntax nodes; limit {MAX_NODES})")
-    return tree
-
-
-# ---------------------------------------------------------------- building sympy objects
-
-
-def _rational_arg(a: Any, b: Any = 1) -> Any:
-    return sympy.Rational(a, b) if all(getattr(x, "is_Rational", False) for x in (a, b)) else a / b
-
-
-def _round(x: Any, places: Any = 0) -> Any:
-    if not (x.is_number and getattr(places, "is_Integer", False)) or abs(int(places)) > 50:
-        raise ToolError("round needs a number and an integer number of places")
-    scale = sympy.Integer(10) ** int(places)
-    return sympy.floor(x * scale + sympy.Rational(1, 2)) / scale
-
-
-def _factorial(n: Any) -> Any:
-    if not getattr(n, "is_Integer", False) or n < 0 or n > MAX_FACTORIAL:
-        raise ToolError(f"factorial needs an integer from 0 to {MAX_FACTORIAL}")
-    return sympy.factorial(n)
-
-
-def _binomial(n: Any, k: Any) -> Any:
-    if not all(getattr(x, "is_Integer", False) and 0 <= x <= 10_000 for x in (n, k)):
-        raise ToolError("binomial needs integers from 0 to 10000")
-    return sympy.binomial(n, k)
-
-
-def _exp(x: Any) -> Any:
-    # exp of a big number is cheap to build but not to use: floor(exp(10**10)) asks for 4e9 digits.
-    if getattr(x, "is_number", False) and not _within(sympy.re(x), MAX_EXP_ARG):
-        raise ToolError(f"exp argument too large (limit {MAX_EXP_ARG})")
-    return sympy.exp(x)
-
-
-def _within(x: Any, limit: float) -> bool:
-    """``|x| <= limit`` for a real number, judged on a 15-digit evaluation (non-numbers pass)."""
-    try:
-        return abs(float(sympy.N(x, 15))) <= limit
-    except (TypeError, ValueError):  # not a real number after all (a symbol slipped in)
-        return True
-
-
-def _fold(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-    return lambda *args: functools.reduce(fn, args)
-
-
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "sqrt": sympy.sqrt,
-    "cbrt": sympy.cbrt,
-    "abs": sympy.Abs,
-    "Abs": sympy.Abs,
-    "floor": sympy.floor,
-    "ceil": sympy.ceiling,
-    "ceiling": sympy.ceiling,
-    "round": _round,
-    "min": sympy.Min,
-    "max": sympy.Max,
-    "exp": _exp,
-    "log": sympy.log,
-    "ln": sympy.log,
-    "sin": sympy.sin,
-    "cos": sympy.cos,
-    "tan": sympy.tan,
-    "factorial": _factorial,
-    "binomial": _binomial,
-    "gcd": _fold(sympy.gcd),
-    "lcm": _fold(sympy.lcm),
-    "Rational": _rational_arg,
-    "frac": _rational_arg,
-}
-CONSTANTS = {"pi": sympy.pi}
-_REFERENCE = re.compile(r"R\d+\Z")
-_BINOPS = {
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: a / b,
-    ast.FloorDiv: lambda a, b: sympy.floor(a / b),
-    ast.Mod: lambda a, b: sympy.Mod(a, b),
-}
-_COMPARE = {
-    ast.Gt: sympy.Gt,
-    ast.Lt: sympy.Lt,
-    ast.GtE: sympy.Ge,
-    ast.LtE: sympy.Le,
-    ast.Eq: lambda a, b: sympy.Eq(a, b),
-    ast.NotEq: lambda a, b: sympy.Ne(a, b),
-}
-
-
-class _Builder:
-    """Turns whitelisted syntax trees into sympy objects, resolving names against ``env``."""
-
-    def __init__(self, env: Mapping[str, Any], trees: Sequence[ast.expr]):
-        self.env = env
-        self.decimal = False
-        self.letters = set()  # single-letter symbols in play, for reading "xy" as x*y
-        for tree in trees:
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Name):
-                    if len(node.id) == 1:
-                        self.letters.add(node.id)
-                    elif node.id in env:
-                        self.letters |= {s.name for s in _free_symbols(env[node.id]) if len(s.name) == 1}
-
-    def build(self, node: ast.expr, depth: int = 0) -> Any:
-        if depth > MAX_DEPTH:
-            raise ToolError("formula nested too deeply")
-        method = getattr(self, f"_{type(node).__name__}", None)
-        if method is None:
-            raise ToolError(f"unsupported syntax: {type(node).__name__}")
-        try:
-            result = method(node, depth + 1)
-            _check_size(result)
-        except SYMPY_ERRORS as exc:
-            raise ToolError(f"cannot compute: {type(exc).__name__}: {exc}"[:300]) from None
-        return result
-
-    def _Constant(self, node: ast.Constant, depth: int) -> Any:
-        value = node.value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ToolError(f"unsupported literal {value!r}")
-        if isinstance(value, float):
-            self.decimal = True
-            if not math.isfinite(value):
-                raise ToolError("number out of range")
-            fraction = Fraction(repr(value))  # the shortest repr is the literal as written
-            return sympy.Rational(fraction.numerator, fraction.denominator)
-        if len(str(abs(value))) > MAX_INT_DIGITS:
-            raise ToolError(f"integer literal longer than {MAX_INT_DIGITS} digits")
-        return sympy.Integer(value)
-
-    def _Name(self, node: ast.Name, depth: int) -> Any:
-        name = node.id
-        if name in self.env:
-            return self._reference(name)
-        if name in CONSTANTS:
-            return CONSTANTS[name]
-        if _REFERENCE.match(name):
-            raise ToolError(f"undefined variable {name}")
-        if len(name) > 1 and name.isalpha() and set(name) <= self.letters:
-            return sympy.Mul(*(sympy.Symbol(ch) for ch in name))
-        return sympy.Symbol(name)
-
-    def _reference(self, name: str) -> Any:
-        value = self.env[name]
-        if isinstance(value, MathValue):
-            self.decimal = self.decimal or value.decimal
-            return value.value
-        if isinstance(value, str):
-            parsed = parse_number_text(value)
-            if parsed is None:
-                raise ToolError(f"{name} is not a number: {value[:60]!r}")
-            self.decimal = self.decimal or parsed.decimal
-            return parsed.value
-        if isinstance(value, (sympy.Basic, bool)):
-            return value
-        raise ToolError(f"{name} is not a number")
-
-    def _UnaryOp(self, node: ast.UnaryOp, depth: int) -> Any:
-        operand = self.build(node.operand, depth)
-        if isinstance(node.op, ast.USub):
-            return -operand
-        if isinstance(node.op, ast.UAdd):
-            return operand
-        raise ToolError(f"unsupported operator {type(node.op).__name__}")
-
-    def _BinOp(self, node: ast.BinOp, depth: int) -> Any:
-        left, right = self.build(node.left, depth), self.build(node.right, depth)
-        if isinstance(node.op, ast.Pow):
-            return _power(left, right)
-        op = _BINOPS.get(type(node.op))
-        if op is None:
-            raise ToolError(f"unsupported operator {type(node.op).__name__}")
-        try:
-            return op(left, right)
-        except (TypeError, ValueError, ZeroDivisionError) as exc:
-            raise ToolError(f"cannot compute: {exc}") from None
-
-    def _Compare(self, node: ast.Compare, depth: int) -> Any:
-        items = [self.build(node.left, depth)] + [self.build(c, depth) for c in node.comparators]
-        parts = [_COMPARE[type(op)](a, b) for op, a, b in zip(node.ops, items, items[1:])]
-        return sympy.And(*parts) if len(parts) > 1 else parts[0]
-
-    def _Call(self, node: ast.Call, depth: int) -> Any:
-        if not isinstance(node.func, ast.Name) or node.keywords:
-            raise ToolError("only plain calls such as sqrt(x) are allowed")
-        name = node.func.id
-        if name not in self.env and name not in FUNCTIONS:
-            raise ToolError(f"unknown function {name}")
-        args = [self.build(a, depth) for a in node.args]
-        if name in self.env:  # Rk(a, b): substitute into the free symbols of Rk
-            return _substitute(name, self._reference(name), args)
-        try:
-            return FUNCTIONS[name](*args)
-        except (TypeError, ValueError, ZeroDivisionError) as exc:
-            raise ToolError(f"{name}: {exc}") from None
-
-    def _List(self, node: ast.List, depth: int) -> Any:
-        return sympy.Tuple(*(self.build(e, depth) for e in node.elts))
-
-    _Tuple = _List
-
-    def _Starred(self, node: ast.AST, depth: int) -> Any:
-        raise ToolError("unsupported syntax: *")
-
-
-def _free_symbols(value: Any) -> set[sympy.Symbol]:
-    inner = value.value if isinstance(value, MathValue) else value
-    return set(inner.free_symbols) if isinstance(inner, sympy.Basic) else set()
-
-
-def _substitute(name: str, expr: Any, args: list[Any]) -> Any:
-    symbols = sorted(_free_symbols(expr), key=lambda s: s.name)
-    if len(args) > len(symbols):
-        raise ToolError(f"{name} has {len(symbols)} unknown(s), called with {len(args)} value(s)")
-    # Substitute without evaluating, then rebuild bottom-up under the same limits as a typed formula: a plain
-    # subs would evaluate 2**x at x = 10**9 or floor(exp(x)) at x = 10**10 before any check could run.
-    with sympy.evaluate(False):
-        unevaluated = expr.subs(dict(zip(symbols, args)))
-    return _rebuild(unevaluated)
-
-
-def _rebuild(expr: Any) -> Any:
-    if not isinstance(expr, sympy.Basic) or not expr.args:
-        return expr
-    args = [_rebuild(a) for a in expr.args]
-    if isinstance(expr, sympy.Pow):
-        result = _power(*args)
-    elif isinstance(expr, sympy.exp):
-        result = _exp(*args)
-    else:
-        try:
-            result = expr.func(*args)
-        except (TypeError, ValueError, ZeroDivisionError) as exc:
-            raise ToolError(f"cannot compute: {exc}") from None
-    _check_size(result)
-    return result
-
-
-def _bits(v: Any) -> int:
-    return max(abs(int(v.p)).bit_length(), int(v.q).bit_length())
-
-
-def _power(base: Any, exponent: Any) -> Any:
-    if getattr(exponent, "is_number", False):
-        if not exponent.is_real or abs(exponent) > MAX_EXPONENT:
-            raise ToolError(f"exponent too large (limit {MAX_EXPONENT})")
-        if getattr(base, "is_Rational", False) and exponent.is_Rational and _bits(base) * abs(exponent) > MAX_BITS:
-            raise ToolError("power too large")
-    elif not getattr(exponent, "free_symbols", None):
-        raise ToolError("unsupported exponent")
-    return base**exponent
-
-
-def _check_size(value: Any) -> None:
-    if getattr(value, "is_Rational", False):
-        if _bits(value) > MAX_BITS:
-            raise ToolError("number too large")
-    elif getattr(value, "is_number", False) and _magnitude_bits(value) > MAX_BITS:
-        raise ToolError("number too large")
-    if isinstance(value, sympy.Basic) and value.has(sympy.zoo, sympy.nan):
-        raise ToolError("division by zero or undefined result")
-
-
-def _magnitude_bits(value: Any) -> int:
-    """About log2 of the larger of |re| and |im| of an irrational number, from a 15-digit evaluation (0 if none)."""
-    approx = sympy.N(value, 15)
-    bits = 0
-    for part in approx.as_real_imag():
-        if isinstance(part, sympy.Float) and part != 0:
-            if not part.is_finite:
-                return MAX_BITS + 1
-            _, _, exponent, bit_count = part._mpf_
-            bits = max(bits, exponent + bit_count)
-    return bits
-
-
-def evaluate(text: str, env: Mapping[str, Any]) -> MathValue:
-    """Evaluate one formula against earlier values; raise ``ToolError`` on anything outside the whitelist."""
-    tree = _parse_tree(text)
-    builder = _Builder(env, [tree])
-    return MathValue(builder.build(tree), builder.decimal)
-
-
-def parse_number_text(text: str) -> MathValue | None:
-    """A QA answer such as ``"75,000"``, ``"$3.50"``, ``"16"`` or ``"True"`` as a value; None if not numeric."""
-    cleaned = text.strip().rstrip(".").replace("$", "").replace(",", "")
-    if cleaned.lower() in ("true", "yes"):
-        return MathValue(sympy.true)
-    if cleaned.lower() in ("false", "no"):
-        return MathValue(sympy.false)
-    match = re.fullmatch(r"-?\d{1,60}(\.\d{1,30})?", cleaned)
-    if match is None:
-        return None
-    fraction = Fraction(cleaned)
-    return MathValue(sympy.Rational(fraction.numerator, fraction.denominator), match.group(1) is not None)
-
-
-def _sides(text: str) -> list[ast.expr]:
-    """Syntax trees of the two sides of ``lhs = rhs`` (an expression alone means ``= 0``)."""
-    sides = _EQUALS.split(text)
-    if len(sides) > 2:
-        raise ToolError(f"more than one '=' in {text!r}")
-    return [_parse_tree(side) for side in sides]
-
-
-def _build_equations(pieces: Sequence[str], env: Mapping[str, Any]) -> tuple[list[Any], bool]:
-    """Each ``lhs = rhs`` (or bare expression/relation) as a sympy expression ``lhs - rhs`` or relation."""
-    sided = [_sides(p) for p in pieces]
-    builder = _Builder(env, [t for trees in sided for t in trees])
-    built = []
-    for trees in sided:
-        values = [builder.build(t) for t in trees]
-        try:
-            built.append(values[0] - values[1] if len(values) == 2 else values[0])
-        except SYMPY_ERRORS as exc:
-            raise ToolError(f"not an equation: {type(exc).__name__}: {exc}"[:300]) from None
-    return built, builder.decimal
 
 
 # ---------------------------------------------------------------- bounded solving
@@ -558,6 +106,7 @@ def _solve_inequality(relations: list[Any], symbol: sympy.Symbol) -> Any:
     return result
 
 
+
 # ---------------------------------------------------------------- the tools
 
 
@@ -580,7 +129,7 @@ def set_equation(arg_text: str, env: Mapping[str, Any], state: MathsState, time_
     pieces = split_args(arg_text)
     if not pieces:
         raise ToolError("SetEquation needs an equation")
-    _build_equations(pieces, env)  # validate now, so the error shows at this step
+    build_equations(pieces, env)  # validate now, so the error shows at this step
     state.equations = pieces
     return ToolResult((arg_text.strip(),))
 
@@ -588,12 +137,12 @@ def set_equation(arg_text: str, env: Mapping[str, Any], state: MathsState, time_
 def solve_equation(arg_text: str, env: Mapping[str, Any], state: MathsState, time_limit_s: float) -> ToolResult:
     """Solve for every free symbol (sorted by name); one value per unknown, several roots as a tuple."""
     pieces = _pieces(arg_text, state)
-    equations, decimal = _build_equations(pieces, env)
+    equations, decimal = build_equations(pieces, env)
     if any(isinstance(e, sympy.core.relational.Relational) for e in equations):
         raise ToolError("use SolveInequality for inequalities")
-    symbols = sorted(set().union(*(_free_symbols(e) for e in equations)), key=lambda s: s.name)
+    symbols = sorted(set().union(*(free_symbols(e) for e in equations)), key=lambda s: s.name)
     if not symbols:
-        if any(_EQUALS.search(p) for p in pieces):  # "x + 1 = x + 2": the unknown cancelled out
+        if any(EQUALS.search(p) for p in pieces):  # "x + 1 = x + 2": the unknown cancelled out
             raise ToolError("no solution" if any(e != 0 for e in equations) else "no unknown to solve for")
         return ToolResult(tuple(MathValue(e, decimal) for e in equations))  # "SolveEquation(R2 + R4)": the value
     solutions = _bounded(_solve, (equations, symbols), time_limit_s)
@@ -610,10 +159,10 @@ def solve_equation(arg_text: str, env: Mapping[str, Any], state: MathsState, tim
 
 
 def solve_inequality(arg_text: str, env: Mapping[str, Any], state: MathsState, time_limit_s: float) -> ToolResult:
-    relations, _ = _build_equations(_pieces(arg_text, state), env)
+    relations, _ = build_equations(_pieces(arg_text, state), env)
     if not all(isinstance(r, sympy.core.relational.Relational) for r in relations):
         raise ToolError("SolveInequality needs inequalities such as 2*x + 1 > 5")
-    symbols = set().union(*(_free_symbols(r) for r in relations))
+    symbols = set().union(*(free_symbols(r) for r in relations))
     if len(symbols) != 1:
         raise ToolError(f"SolveInequality needs exactly one unknown, got {len(symbols)}")
     symbol = symbols.pop()
@@ -630,7 +179,7 @@ def _set_text(solution: Any, name: str) -> str:
     if solution is sympy.S.EmptySet:
         return "no solution"
     if isinstance(solution, sympy.Interval):
-        low, high = _render(solution.start, False), _render(solution.end, False)
+        low, high = render(solution.start, False), render(solution.end, False)
         lower = "" if solution.start == -sympy.oo else f"{low} {'<' if solution.left_open else '<='} "
         upper = "" if solution.end == sympy.oo else f" {'<' if solution.right_open else '<='} {high}"
         if not lower and upper:
@@ -638,7 +187,7 @@ def _set_text(solution: Any, name: str) -> str:
         if lower and not upper:
             return f"{name} {'>' if solution.left_open else '>='} {low}"
         return f"{lower}{name}{upper}"
-    return _render(solution, False)
+    return render(solution, False)
 
 
 def count(arg_text: str, env: Mapping[str, Any], state: MathsState, time_limit_s: float) -> ToolResult:
