@@ -3,9 +3,10 @@
 ``load_config(path, overrides)`` returns a validated ``RunConfig``; every problem raises ``ConfigError`` naming the
 field (``sample.k: must be >= 2``) and the file: an unknown section or field (with the closest known name
 suggested), a value of the wrong type, a non-finite number, or a value outside the field's range. Each field
-declares its range and choices next to its default (``_f(..., ge=1)``, ``choices=...``); only rules that tie
-several fields together live in ``_validate``. ``config_to_dict``/``config_from_dict`` round-trip the snapshot
-stored with each run. Defaults follow the paper's released code unless a field says otherwise.
+declares its range and choices next to its default (``_f(..., ge=1)``, ``choices=...``); the checks themselves, and
+the few rules that tie several fields together, live in ``engine.config_checks``. ``config_to_dict`` /
+``config_from_dict`` round-trip the snapshot stored with each run. Defaults follow the paper's released code unless
+a field says otherwise.
 
 Secrets never enter a config: the snapshot is stored with the run (``runs.config``) and shown in the studio. A key
 field (``critic.api_key``, ``token``, ``password``, ...), a value that looks like a key (``sk-...``, ``hf_...``, a
@@ -16,26 +17,14 @@ URL with a password) or an ``*_api_key_env`` that is not a variable name raises 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
-import math
-import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.config_checks import KEY_FIELD, KEY_VALUE, USE_KEY_ENV, coerce, suggest, validate
 from engine.errors import ConfigError
-
-# Field names and values that carry a secret (see the module docstring); the *_env fields hold variable NAMES.
-KEY_FIELD = re.compile(r"(api_?key|token|secret|passw(or)?d)$", re.IGNORECASE)
-KEY_VALUE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{12,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
-                       r"|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})|Bearer\s+\S+|://[^/\s:@]+:[^/\s@]+@")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-KEY_ENV_FIELDS = ("critic.api_key_env", "tools.qa_api_key_env")
-USE_KEY_ENV = ("never write a key in a config (it is stored with the run and shown in the studio): put it in an "
-               "environment variable and set critic.api_key_env (or tools.qa_api_key_env) to that variable's NAME")
 
 
 def _f(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
@@ -252,122 +241,6 @@ class RunConfig:
     launch: LaunchSection = field(default_factory=LaunchSection)
 
 
-def _range_text(meta: dict[str, Any]) -> str:
-    """``>= 1``, ``> 0``, ``in (0, 1]`` from a field's bounds."""
-    def num(x: float) -> str:
-        return str(x) if isinstance(x, int) else f"{x:g}"
-
-    low = f"[{num(meta['ge'])}" if meta["ge"] is not None else f"({num(meta['gt'])}" if meta["gt"] is not None \
-        else None
-    high = f"{num(meta['le'])}]" if meta["le"] is not None else f"{num(meta['lt'])})" if meta["lt"] is not None \
-        else None
-    if low and high:
-        return f"in {low}, {high}"
-    if low:
-        return f"{'>=' if low[0] == '[' else '>'} {low[1:]}"
-    return f"{'<=' if high[-1] == ']' else '<'} {high[:-1]}"
-
-
-def _check_field(value: Any, meta: dict[str, Any], dotted: str, source: str | None) -> None:
-    """A field's declared range or choices (see ``_f``)."""
-    choices = meta.get("choices")
-    if choices:
-        for item in value if isinstance(value, list) else [value]:
-            if item not in choices:
-                hint = difflib.get_close_matches(str(item), choices, n=1)
-                suggest = f" (did you mean {hint[0]!r}?)" if hint else ""
-                raise ConfigError(dotted, f"{item!r} is not one of {', '.join(choices)}{suggest}", source)
-    bounds = {k: meta.get(k) for k in ("ge", "gt", "le", "lt")}
-    if all(b is None for b in bounds.values()):
-        return
-    ok = ((bounds["ge"] is None or value >= bounds["ge"]) and (bounds["gt"] is None or value > bounds["gt"])
-          and (bounds["le"] is None or value <= bounds["le"]) and (bounds["lt"] is None or value < bounds["lt"]))
-    if not ok:
-        why = f" ({meta['why']})" if meta.get("why") else ""
-        raise ConfigError(dotted, f"must be {_range_text(bounds)}{why}, got {value!r}", source)
-
-
-def _validate(config: RunConfig, source: str | None) -> None:
-    for dotted in KEY_ENV_FIELDS:
-        value = _get(config, dotted)
-        if value and not ENV_NAME.fullmatch(value):  # never echoed: it may be the key itself
-            raise ConfigError(dotted, "must be the NAME of an environment variable (letters, digits, _), not the "
-                                      "key itself", source)
-    for section in dataclasses.fields(RunConfig):
-        values = getattr(config, section.name)
-        for f in dataclasses.fields(values):
-            _check_field(getattr(values, f.name), dict(f.metadata), f"{section.name}.{f.name}", source)
-    # Rules that tie several fields together.
-    for role in ("planner", "grounder"):
-        if not getattr(config, role).path:
-            raise ConfigError(f"{role}.path", "a model directory or hub id is required", source)
-    if config.critic.backend in ("openai", "hf") and not config.critic.model:
-        raise ConfigError("critic.model", f"required for the {config.critic.backend} backend", source)
-    if config.critic.backend == "openai" and not config.critic.base_url:
-        raise ConfigError("critic.base_url", "required for the openai backend", source)
-    if bool(config.tools.qa_base_url) != bool(config.tools.qa_model):
-        raise ConfigError("tools.qa_model", "set both tools.qa_base_url and tools.qa_model, or neither", source)
-    for dotted, role in (("sample.backend", "planner"), ("ground.backend", "grounder")):
-        if _get(config, dotted) == "vllm" and getattr(config, role).adapter:
-            # vLLM serves plain weights here; merging on the fly would write a second copy of the model.
-            raise ConfigError(f"{role}.adapter", f"not supported with {dotted} = vllm: merge the adapter into the "
-                                                 "model first (or use the hf backend)", source)
-    if config.launch.mode == "accelerate" and not config.launch.accelerate_config:
-        raise ConfigError("launch.accelerate_config", "required when launch.mode = accelerate", source)
-
-
-def _get(config: RunConfig, dotted: str) -> Any:
-    section, name = dotted.split(".", 1)
-    return getattr(getattr(config, section), name)
-
-
-def _coerce(value: Any, annotation: Any, dotted: str, source: str | None) -> Any:
-    """Check/convert one value against its field type; strings from --set are parsed as JSON when possible."""
-    texts = value if isinstance(value, list) else [value]
-    if any(isinstance(v, str) and KEY_VALUE.search(v) for v in texts):  # checked first: later errors echo values
-        raise ConfigError(dotted, f"looks like a key or a URL with a password; {USE_KEY_ENV}", source)
-    hint = annotation
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        origin = typing.get_origin(hint)
-    if origin is list:
-        if isinstance(value, str) and value.startswith("["):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(dotted, f"expected a JSON list: {exc.msg} at column {exc.colno}", source) from None
-        elif isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(dotted, f"expected a list of strings, got {value!r}", source)
-        return list(value)
-    if hint is bool:
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        if not isinstance(value, bool):
-            raise ConfigError(dotted, f"expected true or false, got {value!r}", source)
-        return value
-    if hint in (int, float):
-        if isinstance(value, bool):
-            raise ConfigError(dotted, f"expected a number, got {value!r}", source)
-        try:
-            converted = hint(value)
-        except (TypeError, ValueError):
-            raise ConfigError(dotted, f"expected {'an integer' if hint is int else 'a number'}, got {value!r}",
-                              source) from None
-        if hint is int and isinstance(value, float) and not value.is_integer():
-            raise ConfigError(dotted, f"expected an integer, got {value!r}", source)
-        if hint is float and not math.isfinite(converted):  # "nan" and "inf" parse, and slip past every range
-            raise ConfigError(dotted, f"expected a finite number, got {value!r}", source)
-        return converted
-    if hint is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(dotted, f"expected a string, got {value!r}", source)
-        return str(value)
-    return value
-
-
 def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConfig:
     if not isinstance(data, dict):
         raise ConfigError("<root>", "expected a table of sections", source)
@@ -375,7 +248,7 @@ def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConf
     sections = {f.name: f for f in dataclasses.fields(RunConfig)}
     for section_name, values in data.items():
         if section_name not in sections:
-            raise ConfigError(str(section_name), f"unknown section{_suggest(section_name, sections)} "
+            raise ConfigError(str(section_name), f"unknown section{suggest(section_name, sections)} "
                                                  f"(known: {', '.join(sections)})", source)
         if not isinstance(values, dict):
             raise ConfigError(section_name, "expected a table of fields", source)
@@ -387,17 +260,11 @@ def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConf
             if name not in known:
                 if KEY_FIELD.search(name):
                     raise ConfigError(dotted, USE_KEY_ENV, source)
-                raise ConfigError(dotted, f"unknown field{_suggest(name, known)} (known: {', '.join(sorted(known))})",
+                raise ConfigError(dotted, f"unknown field{suggest(name, known)} (known: {', '.join(sorted(known))})",
                                   source)
-            setattr(section, name, _coerce(value, hints[name], dotted, source))
-    _validate(config, source)
+            setattr(section, name, coerce(value, hints[name], dotted, source))
+    validate(config, source)
     return config
-
-
-def _suggest(name: Any, known: Any) -> str:
-    """``; did you mean 'k'?`` for a misspelt name, else nothing."""
-    close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def config_to_dict(config: RunConfig) -> dict[str, Any]:
