@@ -44,6 +44,9 @@ SEED_MAX = 2**32 - 1  # numpy's seed range; torch and random accept it too
 BF16 = ("auto", "true", "false")
 BACKENDS = ("hf", "vllm")
 FORMULATIONS = ("onetime", "iterative")
+GROUND_WHICH = ("best", "top_n", "all")
+GROUNDER_DATA = ("critic", "raw", "executed")
+SPLITS = ("train", "dev", "held_in", "held_out")
 
 
 @dataclass
@@ -59,7 +62,8 @@ class TrainSettings:
     lora_alpha: int = _f(32, "LoRA alpha", ge=1)
     lora_dropout: float = _f(0.0, "LoRA dropout", ge=0, lt=1)
     lora_target_modules: list[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj"], "modules LoRA adapts")
-    bf16: str = _f("auto", "auto: bf16 on CUDA, bf16 autocast on CPU | true | false", choices=BF16)
+    bf16: str = _f("auto", "auto: bf16 only where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
+                           "with AVX512-BF16 or AMX), else fp32 (engine/precision.py) | true | false", choices=BF16)
     activation_checkpointing: bool = _f(False, "recompute activations to save memory (~35% slower when small)")
     seed: int = _f(0, "trainer seed", ge=0, le=SEED_MAX)
     logging_steps: int = _f(1, "log every n optimizer steps (each log line is stored)", ge=1)
@@ -93,14 +97,17 @@ class DataSection:
     ground: str = _f("", "lumos only: the grounder file joined by id with the planner file")
     domains: list[str] = _f([], "keep only these domains (empty: all)", choices=("maths", "qa", "web"))
     train_limit: int = _f(0, "training tasks used per iteration (0: all)", ge=0)
-    eval_limit: int = _f(0, "tasks per evaluation split (0: all)", ge=0)
+    eval_limit: int = _f(0, "tasks per evaluation split (0: all); a limited sample is drawn with data.eval_seed, "
+                            "never run.seed, so every run and seed of a config is evaluated on the same tasks", ge=0)
+    eval_seed: int = _f(0, "seed of the evaluation sample when data.eval_limit > 0 (fixed across runs)", ge=0,
+                        le=SEED_MAX)
 
 
 @dataclass
 class AgentSection:
     path: str = _f("", "local model directory or hub id")
     adapter: str = _f("", "optional LoRA adapter directory applied on top")
-    dtype: str = _f("auto", "auto | float32 | bfloat16 | float16 (auto: bf16 on CUDA, fp32 on CPU)",
+    dtype: str = _f("auto", "auto | float32 | bfloat16 | float16 (auto: bf16 on a CUDA GPU with bf16, else fp32)",
                     choices=("auto", "float32", "bfloat16", "float16"))
     device: str = _f("auto", "auto | cpu | cuda | cuda:N")
     chat_template: str = _f("lumos", "lumos: <|user|>/<|assistant|> layout | tokenizer: the tokenizer's template",
@@ -142,8 +149,10 @@ class GroundSection:
     top_p: float = _f(0.95, "nucleus sampling", gt=0, le=1)
     max_new_tokens: int = _f(192, "longest grounding in tokens", ge=1)
     batch_size: int = _f(16, "prompts per generate call", ge=1)
-    which: str = _f("all", "all: ground every sampled plan | best: only the lowest-PPL plan per task",
-                    choices=("all", "best"))
+    which: str = _f("best", "which sampled plans are grounded and then judged by the critic: best: the lowest-PPL "
+                            "plan per task-step (paper) | top_n: the ground.top_n lowest-PPL distinct plans | all: "
+                            "every distinct plan", choices=GROUND_WHICH)
+    top_n: int = _f(3, "top_n: distinct plans grounded (and judged) per task-step, lowest log-PPL first", ge=1)
     backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the grounder "
                             "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])", choices=BACKENDS)
 
@@ -175,8 +184,9 @@ class LaunchSection:
 class CriticSection:
     backend: str = _f("reference", "reference (gold-guided, offline) | openai | hf",
                       choices=("reference", "openai", "hf"))
-    which: str = _f("best", "best: judge the lowest-PPL plan's grounding per task (paper) | all: every grounding",
-                    choices=("best", "all"))
+    error_rate: float = _f(0.0, "reference only: the share of verdicts made wrong on purpose (a wrong grounding "
+                                "accepted, or a right one 'corrected' into wrong actions), seeded per item by "
+                                "run.seed: the paper's weaker-critic study", ge=0, le=1)
     base_url: str = _f("", "openai: OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
     model: str = _f("", "openai/hf: model name or local path")
     api_key_env: str = _f("OPENAI_API_KEY", "openai: NAME of the environment variable holding the key")
@@ -191,7 +201,7 @@ class CriticSection:
 @dataclass
 class EvaluateSection:
     splits: list[str] = _f(["held_in", "held_out"], "splits evaluated after each iteration",
-                           choices=("train", "held_in", "held_out"))
+                           choices=SPLITS)
     formulation: str = _f("onetime", "onetime | iterative", choices=FORMULATIONS)
     batch_size: int = _f(32, "prompts per generate call", ge=1)
     plan_max_new_tokens: int = _f(128, "longest plan", ge=1)
@@ -210,13 +220,18 @@ class ToolsSection:
 class StagesSection:
     stage1: bool = _f(True, "planner alignment (sample, score, pairs, DPO); false = the 'no stage 1' ablation")
     stage2: bool = _f(True, "grounder improvement (ground, critique, SFT); false = the 'no stage 2' ablation")
-    critic: bool = _f(True, "use the critic; false = SFT on groundings that executed to the right answer only")
+    grounder_data: str = _f("critic", "what stage 2 trains the grounder on: critic: the critic's accepted and "
+                                      "corrected groundings (paper) | raw: the grounder's own groundings of the "
+                                      "same plans, unchecked (the paper's 'w/o critic') | executed: only those that "
+                                      "executed to the gold answer (an oracle execution filter)",
+                            choices=GROUNDER_DATA)
     evaluate_initial: bool = _f(True, "evaluate the starting agents as iteration 0 before training")
 
 
 @dataclass
 class SFTSection(TrainSettings):
-    original_ratio: float = _f(1.0, "original grounder rows mixed in per new row (paper: all original data)", ge=0)
+    original_ratio: float = _f(-1.0, "-1: all of the grounder's original data (paper) | r >= 0: round(r x new rows) "
+                                     "original rows drawn at random (at most all of them)", ge=-1)
     original_data: str = _f("", "Task JSONL whose gold plans/actions are the grounder's original data "
                                 "(empty: the run's training tasks)")
 
@@ -241,9 +256,38 @@ class RunConfig:
     launch: LaunchSection = field(default_factory=LaunchSection)
 
 
+# Fields that moved, for configs (and stored run snapshots) written before the move: old dotted name -> a function
+# of (its value, the section tables) that writes the new field(s). Applied before validation, so a bad old value is
+# still reported by the new field's checks.
+def _legacy_critic_which(value: Any, data: dict[str, Any]) -> None:
+    # Before: ground.which chose what was grounded (default all), critic.which what was judged (default best). Now
+    # ground.which chooses both (only what is judged is grounded); the judged set is what the old run trained on.
+    if value == "best" or "which" not in data.get("ground", {}):
+        data.setdefault("ground", {})["which"] = value
+
+
+def _legacy_stages_critic(value: Any, data: dict[str, Any]) -> None:
+    # Before: stages.critic = false trained the grounder on the groundings that executed to the gold answer.
+    on = str(value).lower() in ("true", "1", "yes")
+    data.setdefault("stages", {}).setdefault("grounder_data", "critic" if on else "executed")
+
+
+LEGACY_FIELDS = {"critic.which": _legacy_critic_which, "stages.critic": _legacy_stages_critic}
+
+
+def _upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for dotted, move in LEGACY_FIELDS.items():
+        section, name = dotted.split(".")
+        if isinstance(data.get(section), dict) and name in data[section]:
+            move(data[section].pop(name), data)
+    return data
+
+
 def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConfig:
     if not isinstance(data, dict):
         raise ConfigError("<root>", "expected a table of sections", source)
+    data = _upgrade_legacy(data)
     config = RunConfig()
     sections = {f.name: f for f in dataclasses.fields(RunConfig)}
     for section_name, values in data.items():

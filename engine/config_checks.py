@@ -89,6 +89,11 @@ def validate(config: RunConfig, source: str | None) -> None:
             # vLLM serves plain weights here; merging on the fly would write a second copy of the model.
             raise ConfigError(f"{role}.adapter", f"not supported with {dotted} = vllm: merge the adapter into the "
                                                  "model first (or use the hf backend)", source)
+    if -1 < config.sft.original_ratio < 0:
+        raise ConfigError("sft.original_ratio", "must be -1 (all the original data) or >= 0, got "
+                                                f"{config.sft.original_ratio!r}", source)
+    if config.critic.error_rate and config.critic.backend != "reference":
+        raise ConfigError("critic.error_rate", "only the reference critic can err on purpose", source)
     if config.launch.mode == "accelerate" and not config.launch.accelerate_config:
         raise ConfigError("launch.accelerate_config", "required when launch.mode = accelerate", source)
 

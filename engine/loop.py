@@ -74,8 +74,10 @@ def is_skipped(stage: str, config: RunConfig) -> str | None:
         return "stage 1 disabled (stages.stage1 = false)"
     if stage in STAGE2 and not config.stages.stage2:
         return "stage 2 disabled (stages.stage2 = false)"
-    if stage == "critique" and not config.stages.critic:
-        return "critic disabled (stages.critic = false): SFT uses correct groundings only"
+    if stage == "critique" and config.stages.grounder_data != "critic":
+        what = {"raw": "the grounder's own groundings, unchecked",
+                "executed": "the groundings that executed to the gold answer"}[config.stages.grounder_data]
+        return f"no critic (stages.grounder_data = {config.stages.grounder_data}): SFT on {what}"
     return None
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import CheckpointError
+from engine.precision import native_bf16
 from engine.prefix_cache import (
     KV,
     KernelStats,
@@ -41,7 +42,7 @@ logger = logging.getLogger(__name__)
 class ModelSpec:
     path: str  # local directory or hub id
     adapter: str | None = None  # LoRA adapter directory applied on top (merged for inference)
-    dtype: str = "auto"  # auto | float32 | bfloat16 | float16; auto = bf16 on CUDA, fp32 on CPU
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16; auto = bf16 on a CUDA GPU with bf16, else fp32
     device: str = "auto"  # auto | cpu | cuda | cuda:N
 
 
@@ -52,8 +53,8 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype == "auto":  # bf16 weights only on a GPU that computes bf16 natively; CPU inference stays fp32
+        return torch.bfloat16 if device.type == "cuda" and native_bf16(device) else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 

@@ -30,6 +30,8 @@ def sample_tasks(tasks: list[Task], limit: int, seed: int) -> list[Task]:
 
 
 def pick_eval_tasks(tasks: list[Task], splits: list[str], limit: int, seed: int) -> list[Task]:
+    """The evaluation tasks: every task of each split, or ``limit`` per split drawn with ``seed`` (the config's
+    ``data.eval_seed``, never the run's seed: runs that differ only in seed are compared on the same tasks)."""
     chosen: list[Task] = []
     for split in splits:
         chosen += sample_tasks([t for t in tasks if t.split == split], limit, seed)

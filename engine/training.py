@@ -22,6 +22,7 @@ import torch
 from transformers import TrainerCallback
 
 from engine.config import DPOSettings, TrainSettings
+from engine.precision import use_bf16
 
 LogSink = Callable[[dict[str, Any]], None]
 
@@ -42,14 +43,6 @@ class StepHooks(TrainerCallback):
         return control
 
 
-def _use_bf16(setting: str, device: torch.device) -> bool:
-    if setting in ("true", "false"):
-        return setting == "true"
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return device.type == "cpu"  # CPU autocast in bf16: ~1.7x faster here, TRL requires use_cpu=True for it
-
-
 def _common_args(settings: TrainSettings, device: torch.device, output_dir: str) -> dict[str, Any]:
     return dict(
         output_dir=output_dir,
@@ -59,7 +52,7 @@ def _common_args(settings: TrainSettings, device: torch.device, output_dir: str)
         per_device_train_batch_size=settings.batch_size,
         gradient_accumulation_steps=settings.grad_accum,
         max_length=settings.max_length,
-        bf16=_use_bf16(settings.bf16, device),
+        bf16=use_bf16(settings.bf16, device),
         use_cpu=device.type == "cpu",
         activation_checkpointing=settings.activation_checkpointing,
         seed=settings.seed,

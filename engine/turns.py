@@ -53,6 +53,31 @@ def grounder_prompt_iterative(agent: Agent, task: Task, subgoals: list[str], act
     return _render(agent, messages)
 
 
+def plan_subgoals(subgoals: list[str], text: str) -> list[str]:
+    """The subgoals a grounder is shown for a sampled plan: its parsed subgoals, or (malformed) its raw text as the
+    single subgoal, so a bad plan is still grounded and scored (typically badly) instead of vanishing."""
+    return list(subgoals) or [text.strip() or "(empty plan)"]
+
+
+def grounding_messages(task: Task, step: int, subgoals: list[str], results: list[str],
+                       actions: str | None = None) -> list[dict[str, str]]:
+    """The grounder chat for a plan of ``step``: 0 = a onetime plan; s >= 1 = the iterative subgoal s after the gold
+    history (gold subgoals and actions 1..s-1, with their executed ``results``). With ``actions`` it ends on them
+    as the assistant turn (an SFT record); without, on the user turn (a generation or scoring prompt)."""
+    if step == 0:
+        return prompts.grounder_messages(task, subgoals, None if actions is None else [actions])
+    history = task.gold_subgoals[:step - 1] + list(subgoals[:1])
+    done = task.gold_actions[:step - 1] + ([actions] if actions is not None else [])
+    return prompts.grounder_messages(task, history, done, "iterative", results)
+
+
+def grounding_pair(grounder: Agent, task: Task, step: int, subgoals: list[str],
+                   results: list[str]) -> tuple[str, str]:
+    """``(prompt, gold target)`` for one plan: what the score stage scores and the ground stage generates from."""
+    prompt = _render(grounder, grounding_messages(task, step, subgoals, results))
+    return prompt, task.actions_text if step == 0 else task.gold_actions[step - 1]
+
+
 def read_plan(text: str) -> tuple[list[str], bool]:
     """``(subgoals, well_formed)``; malformed planner output gives ``([], False)``."""
     try:

@@ -316,7 +316,7 @@ def grounded_run(tmp_path, tiny_agents_dir, demo_tasks):
         f"data.tasks={tasks_file}", "data.train_limit=3", "data.eval_limit=2", f"run.workdir={tmp_path / 'runs'}",
         f"planner.path={tiny_agents_dir / 'planner'}", f"grounder.path={tiny_agents_dir / 'grounder'}",
         "sample.k=2", "sample.max_new_tokens=16", "sample.batch_size=4", "score.batch_size=8",
-        "ground.max_new_tokens=16", "ground.batch_size=8", "critic.which=all",
+        "ground.max_new_tokens=16", "ground.batch_size=8", "ground.which=all",
     ])
     db = tmp_path / "s.duckdb"
     with Store(db) as store:

@@ -165,7 +165,7 @@ def _grounded_store(store: Store, tmp_path, base_url: str) -> tuple[str, object]
     """A run whose iteration 1 holds N_TASKS x K plans and groundings (written directly: no models needed)."""
     config = load_config(None, [
         f"run.workdir={tmp_path / 'runs'}", "critic.backend=openai", f"critic.base_url={base_url}",
-        "critic.model=soak-critic", "critic.api_key_env=MOAT_SOAK_KEY", "critic.which=all",
+        "critic.model=soak-critic", "critic.api_key_env=MOAT_SOAK_KEY", "ground.which=all",
         f"critic.timeout_s={TIMEOUT_S}", f"critic.max_retries={MAX_RETRIES}", "critic.concurrency=8",
     ])
     run_id = store.create_run("soak", config_to_dict(config), tmp_path / "runs")

@@ -84,7 +84,7 @@ def served(tmp_path_factory, tiny_agents_dir, demo_tasks):
     from studio.auth import serve
 
     path = tmp_path_factory.mktemp("studio_load") / "studio.duckdb"
-    run_id = build_studio_store(path, tiny_agents_dir, demo_tasks, ("data.train_limit=12", "critic.which=all"))
+    run_id = build_studio_store(path, tiny_agents_dir, demo_tasks, ("data.train_limit=12", "ground.which=all"))
     store = Store(path)
     store.set_stage(run_id, 0, "evaluate", "skipped")  # so the job starts with iteration 1's training
     demo = build_app(store, "examples/demo.toml")

@@ -111,7 +111,7 @@ def secret_run(studio_db, tmp_path_factory):
             with Store(db) as store:
                 config = run_config(store, run_id)
                 for key, value in (("backend", "openai"), ("base_url", f"http://127.0.0.1:{server.server_port}/v1"),
-                                   ("model", "critic-m"), ("api_key_env", KEY_ENV), ("which", "all"),
+                                   ("model", "critic-m"), ("api_key_env", KEY_ENV),
                                    ("max_retries", 2)):
                     setattr(config.critic, key, value)
                 store.delete("verdicts", run_id, 1)

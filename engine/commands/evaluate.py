@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(exc)
     splits = args.split or config.evaluate.splits
     limit = args.limit if args.limit is not None else config.data.eval_limit
-    chosen = pick_eval_tasks(tasks, splits, limit, config.run.seed)
+    chosen = pick_eval_tasks(tasks, splits, limit, config.data.eval_seed)
     started = time.perf_counter()
     planner, grounder = load_agent(config.planner), load_agent(config.grounder)
     metrics, traces = evaluate(planner, grounder, chosen, config.evaluate)

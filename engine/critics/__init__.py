@@ -12,12 +12,13 @@ from engine.config import CriticSection
 from engine.critics.base import Critic
 
 
-def make_critic(config: CriticSection, store: Any = None) -> Critic:
-    """The critic ``config.backend`` names; ``store`` gives the OpenAI backend its response cache."""
+def make_critic(config: CriticSection, store: Any = None, seed: int = 0) -> Critic:
+    """The critic ``config.backend`` names; ``store`` gives the OpenAI backend its response cache; ``seed`` fixes
+    which items a reference critic with ``error_rate`` gets wrong."""
     if config.backend == "reference":
         from engine.critics.reference import ReferenceCritic
 
-        return ReferenceCritic()
+        return ReferenceCritic(error_rate=config.error_rate, seed=seed)
     if config.backend == "openai":
         from engine.critics.openai_backend import OpenAICritic
 

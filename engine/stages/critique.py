@@ -1,4 +1,5 @@
-"""Stage ``critique``: a critic judges the groundings (the lowest-PPL plan's per task-step, or all of them).
+"""Stage ``critique``: a critic judges every grounding of the iteration (the ground stage grounded only the plans
+``ground.which`` selects for judging: the lowest-PPL plan per task-step, the top n, or all distinct plans).
 
 The critic comes from ``critic.backend`` (``engine.critics.make_critic``); the stage stores one ``verdicts`` row per
 judged grounding with its backend, model, status, raw text, correction, latency and token usage. A resumed
@@ -15,19 +16,13 @@ from engine.stages.context import StageContext, batches, pending_batches
 
 
 def groundings_to_judge(ctx: StageContext):
-    if ctx.config.critic.which == "best":
-        sql = ("SELECT * FROM (SELECT g.*, p.subgoals_json, row_number() OVER (PARTITION BY g.task_id, g.step "
-               "ORDER BY s.logppl, g.k) AS rnk FROM groundings g JOIN plans p USING (run_id, iteration, task_id, "
-               "step, k) JOIN scores s USING (run_id, iteration, task_id, step, k) WHERE g.run_id = ? AND "
-               "g.iteration = ?) WHERE rnk = 1 ORDER BY task_id, step, k")
-    else:
-        sql = ("SELECT g.*, p.subgoals_json FROM groundings g JOIN plans p USING (run_id, iteration, task_id, step, "
-               "k) WHERE g.run_id = ? AND g.iteration = ? ORDER BY task_id, step, k")
+    sql = ("SELECT g.*, p.subgoals_json FROM groundings g JOIN plans p USING (run_id, iteration, task_id, step, k) "
+           "WHERE g.run_id = ? AND g.iteration = ? ORDER BY task_id, step, k")
     return ctx.store.query(sql, [ctx.run_id, ctx.iteration])
 
 
 def run(ctx: StageContext) -> dict[str, int]:
-    critic = make_critic(ctx.config.critic, ctx.store)
+    critic = make_critic(ctx.config.critic, ctx.store, seed=ctx.config.run.seed * 1_009 + ctx.iteration)
     judged = ctx.store.keys_done("verdicts", ctx.run_id, ctx.iteration, ("task_id", "step", "k"))
     rows_in = list(groundings_to_judge(ctx).itertuples(index=False))
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}

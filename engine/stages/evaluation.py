@@ -16,7 +16,8 @@ from engine.stages.context import StageContext
 
 def run(ctx: StageContext) -> dict[str, int]:
     cfg = ctx.config
-    tasks = pick_eval_tasks(ctx.store.get_tasks(ctx.run_id), cfg.evaluate.splits, cfg.data.eval_limit, cfg.run.seed)
+    tasks = pick_eval_tasks(ctx.store.get_tasks(ctx.run_id), cfg.evaluate.splits, cfg.data.eval_limit,
+                            cfg.data.eval_seed)
     planner = ctx.agent("planner", iteration=ctx.iteration + 1)
     grounder = ctx.agent("grounder", iteration=ctx.iteration + 1)
     ctx.check_stop()

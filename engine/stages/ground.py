@@ -1,33 +1,41 @@
 """Stage ``ground``: the iteration's grounder writes actions for the sampled plans; the executor runs them.
 
-``ground.which`` = ``all`` grounds every sampled plan (identical plan texts are grounded once and shared),
-``best`` only the lowest-PPL plan per task-step. Each grounding is executed with the task's tools and judged
-against the gold answer (iterative: the step's result against the gold step's result). Rows go to
-``groundings``; a resumed stage skips the chunks whose plans all have one. ``ground.backend`` picks the generator
-(``hf``: the in-memory grounder; ``vllm``: a vLLM engine on the grounder checkpoint, see engine/vllm_backend.py).
+Only the plans the critic will judge are grounded (``engine.ranking.select``): ``ground.which`` = ``best`` (the
+lowest-PPL plan per task-step, the paper's choice), ``top_n`` (the ``ground.top_n`` best distinct plans) or ``all``
+distinct plans; a plan text sampled several times is grounded once, under its lowest k. Each grounding is executed
+with the task's tools and judged against the gold answer (iterative: the step's result against the gold step's
+result). Rows go to ``groundings``; a resumed stage skips the chunks whose plans all have one. ``ground.backend``
+picks the generator (``hf``: the in-memory grounder; ``vllm``: a vLLM engine on the grounder checkpoint, see
+engine/vllm_backend.py).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from engine import models
 from engine.evaluate import execute_for, gold_step_results, step_result
 from engine.metrics import maths_correct, score_answer
+from engine.ranking import Candidate, select
 from engine.runtime import qa_model
 from engine.stages.context import StageContext, batches, pending_batches
-from engine.stages.score import scoring_pair
 from engine.tasks import Task
+from engine.turns import grounding_pair, plan_subgoals
 
 
-def plans_to_ground(ctx: StageContext):
-    if ctx.config.ground.which == "best":
-        sql = ("SELECT * FROM (SELECT p.*, row_number() OVER (PARTITION BY p.task_id, p.step ORDER BY s.logppl, p.k)"
-               " AS rnk FROM plans p JOIN scores s USING (run_id, iteration, task_id, step, k) WHERE p.run_id = ? "
-               "AND p.iteration = ?) WHERE rnk = 1 ORDER BY task_id, step, k")
-    else:
-        sql = "SELECT * FROM plans WHERE run_id = ? AND iteration = ? ORDER BY task_id, step, k"
-    return ctx.store.query(sql, [ctx.run_id, ctx.iteration])
+def plans_to_ground(ctx: StageContext) -> list[Any]:
+    """The selected plans (rows of ``plans`` with their ``logppl``), ordered by task, step and k."""
+    frame = ctx.store.query(
+        "SELECT p.*, s.logppl FROM plans p JOIN scores s USING (run_id, iteration, task_id, step, k) "
+        "WHERE p.run_id = ? AND p.iteration = ? ORDER BY p.task_id, p.step, p.k", [ctx.run_id, ctx.iteration])
+    cfg = ctx.config.ground
+    chosen = []
+    for _, group in frame.groupby(["task_id", "step"], sort=True):
+        rows = {int(r.k): r for r in group.itertuples(index=False)}
+        picked = select([Candidate(k, r.text, float(r.logppl)) for k, r in rows.items()], cfg.which, cfg.top_n)
+        chosen += [rows[c.k] for c in sorted(picked, key=lambda c: c.k)]
+    return chosen
 
 
 def judge(task: Task, step: int, actions: str, results: list[str], qa_model=None) -> tuple[dict, bool]:
@@ -45,9 +53,8 @@ def judge(task: Task, step: int, actions: str, results: list[str], qa_model=None
 
 def run(ctx: StageContext) -> dict[str, int]:
     cfg = ctx.config.ground
-    plans = plans_to_ground(ctx)
+    rows_in = plans_to_ground(ctx)
     done = ctx.store.keys_done("groundings", ctx.run_id, ctx.iteration, ("task_id", "step", "k"))
-    rows_in = list(plans.itertuples(index=False))
     grounder = ctx.agent("grounder")
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
     gold_results = {}
@@ -71,9 +78,9 @@ def run(ctx: StageContext) -> dict[str, int]:
                 task = tasks[row.task_id]
                 if row.step and task.id not in gold_results:
                     gold_results[task.id] = gold_step_results(task)
-                subgoals = json.loads(row.subgoals_json) or [row.text.strip() or "(empty plan)"]
-                prompts_by_row.append(scoring_pair(grounder, task, row.step, subgoals,
-                                                   gold_results.get(task.id, []))[0])
+                subgoals = plan_subgoals(json.loads(row.subgoals_json), row.text)
+                prompts_by_row.append(grounding_pair(grounder, task, row.step, subgoals,
+                                                     gold_results.get(task.id, []))[0])
             unique = list(dict.fromkeys(prompts_by_row))  # identical plans -> one generation
             seed = ctx.config.run.seed * 100_003 + ctx.iteration * 1_009 + 500 + index
             generated = dict(zip(unique, (o[0] for o in generator.generate(unique, gen, seed=seed))))

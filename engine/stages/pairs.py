@@ -12,14 +12,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from engine.ranking import Candidate, distinct
 from engine.stages.context import StageContext
 
-
-@dataclass(frozen=True)
-class Candidate:
-    k: int
-    text: str
-    logppl: float
+__all__ = ["Candidate", "Pair", "build_pairs", "run"]
 
 
 @dataclass(frozen=True)
@@ -30,14 +26,6 @@ class Pair:
     @property
     def margin(self) -> float:
         return self.rejected.logppl - self.chosen.logppl
-
-
-def distinct(candidates: list[Candidate]) -> list[Candidate]:
-    """One candidate per distinct (stripped) text, the lowest k, sorted best first."""
-    by_text: dict[str, Candidate] = {}
-    for c in sorted(candidates, key=lambda c: c.k):
-        by_text.setdefault(c.text.strip(), c)
-    return sorted(by_text.values(), key=lambda c: (c.logppl, c.k))
 
 
 def build_pairs(candidates: list[Candidate], rule: str = "best_worst", min_gap: float = 0.1,

@@ -16,17 +16,7 @@ import pandas as pd
 from engine import models
 from engine.evaluate import gold_step_results
 from engine.stages.context import StageContext, batches, pending_batches
-from engine.tasks import Task
-from engine.turns import Agent, grounder_prompt, grounder_prompt_iterative
-
-
-def scoring_pair(grounder: Agent, task: Task, step: int, subgoals: list[str], results: list[str]) -> tuple[str, str]:
-    """``(prompt, target)`` for one plan: onetime (step 0) or the iterative step ``step``."""
-    if step == 0:
-        return grounder_prompt(grounder, task, subgoals), task.actions_text
-    history = task.gold_subgoals[:step - 1] + subgoals[:1]
-    prompt = grounder_prompt_iterative(grounder, task, history, task.gold_actions[:step - 1], results)
-    return prompt, task.gold_actions[step - 1]
+from engine.turns import grounding_pair, plan_subgoals
 
 
 def run(ctx: StageContext) -> dict[str, int]:
@@ -47,10 +37,10 @@ def run(ctx: StageContext) -> dict[str, int]:
         pairs = []
         for row in chunk:
             task = tasks[row.task_id]
-            subgoals = json.loads(row.subgoals_json) or [row.text.strip() or "(empty plan)"]
+            subgoals = plan_subgoals(json.loads(row.subgoals_json), row.text)
             if row.step and task.id not in results_cache:
                 results_cache[task.id] = gold_step_results(task)
-            pairs.append(scoring_pair(grounder, task, row.step, subgoals, results_cache.get(task.id, [])))
+            pairs.append(grounding_pair(grounder, task, row.step, subgoals, results_cache.get(task.id, [])))
         logppl = models.score_targets(grounder.model, grounder.tokenizer, [p for p, _ in pairs],
                                       [t for _, t in pairs], batch_size=ctx.config.score.batch_size,
                                       fast=ctx.config.score.shared_prefix)

@@ -29,10 +29,11 @@ from pathlib import Path
 from engine import prompts
 from engine.config import RunConfig
 from engine.curation import effective_sft_records
+from engine.evaluate import gold_step_results
 from engine.export import pair_rows
 from engine.stages.context import StageContext, StageStopped, crash_point
 from engine.tasks import Task
-from engine.turns import Agent
+from engine.turns import Agent, grounding_messages, plan_subgoals
 
 
 def _discard_output(ctx: StageContext, role: str) -> None:
@@ -68,6 +69,16 @@ def _save(ctx: StageContext, role: str, agent: Agent, model) -> str:
     agent.tokenizer.save_pretrained(partial)
     _publish(partial, final)
     return str(final)
+
+
+def _precision(ctx: StageContext, role: str, settings) -> str:
+    """The precision this training runs in and why (``engine.precision``), reported to the run's log."""
+    from engine.models import resolve_device
+    from engine.precision import describe
+
+    text = describe(settings.bf16, resolve_device(getattr(ctx.config, role).device))
+    ctx.report(0, 1, f"training in {text}")
+    return text
 
 
 def _keep_previous(ctx: StageContext, role: str, reason: str) -> dict[str, int | str]:
@@ -149,13 +160,13 @@ def run_planner(ctx: StageContext) -> dict[str, int | str]:
             for r in pair_rows(ctx.store, ctx.run_id, ctx.iteration)]
     if not rows:
         return _keep_previous(ctx, "planner", "no preference pairs: planner unchanged")
-    if _launched(ctx):
-        settings = copy.deepcopy(ctx.config.dpo)
-        settings.seed = ctx.config.run.seed + ctx.iteration
-        return {"rows": len(rows), "log_lines": _train_launched(ctx, "planner", "dpo", rows, settings)}
-    start = ctx.agent("planner")
     settings = copy.deepcopy(ctx.config.dpo)
     settings.seed = ctx.config.run.seed + ctx.iteration
+    precision = _precision(ctx, "planner", settings)
+    if _launched(ctx):
+        lines = _train_launched(ctx, "planner", "dpo", rows, settings)
+        return {"rows": len(rows), "log_lines": lines, "precision": precision}
+    start = ctx.agent("planner")
     ref_model = None
     if settings.reference == "initial" and ctx.iteration > 1:
         ref_model = ctx.agent("planner", iteration=1).model  # the warm-start planner, frozen
@@ -166,30 +177,67 @@ def run_planner(ctx: StageContext) -> dict[str, int | str]:
     ctx.check_stop()  # stopped mid-training: no checkpoint
     path = _save(ctx, "planner", start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "planner", path, "lora-merged" if settings.lora else "full")
-    return {"rows": len(rows), "log_lines": len(history)}
+    return {"rows": len(rows), "log_lines": len(history), "precision": precision}
 
 
-def original_grounder_rows(config: RunConfig, tasks: list[Task]) -> list[tuple[Task, list[str], str]]:
-    """The grounder's original data: gold (subgoals, actions) of the given tasks."""
+# One grounder training example: (task, step, subgoals shown, actions to learn); step 0 = onetime layout, s >= 1 =
+# the iterative layout for subgoal s after the gold history.
+Example = tuple[Task, int, list[str], str]
+
+
+def original_grounder_rows(config: RunConfig, tasks: list[Task]) -> list[Example]:
+    """The grounder's original data: the gold plans and actions of the given tasks (or of ``sft.original_data``),
+    in the run's formulation (iterative: one example per gold step)."""
     if config.sft.original_data:
         from engine.tasks import load_tasks
 
         tasks = [t for t in load_tasks(config.sft.original_data) if t.split == "train"]
-    return [(t, t.gold_subgoals, t.actions_text) for t in tasks if t.gold_subgoals and t.gold_actions]
+    rows: list[Example] = []
+    for t in tasks:
+        if not (t.gold_subgoals and t.gold_actions):
+            continue
+        if config.sample.formulation == "iterative":
+            rows += [(t, s, [t.gold_subgoals[s - 1]], t.gold_actions[s - 1])
+                     for s in range(1, min(len(t.gold_subgoals), len(t.gold_actions)) + 1)]
+        else:
+            rows.append((t, 0, list(t.gold_subgoals), t.actions_text))
+    return rows
 
 
-def _grounder_examples(ctx: StageContext) -> list[tuple[Task, list[str], str]]:
+def _grounder_examples(ctx: StageContext) -> list[Example]:
+    """What stage 2 learns from, by ``stages.grounder_data``: the critic's verdicts after curator overrides, or the
+    grounder's own groundings of the same plans unchecked (``raw``) or filtered by execution (``executed``)."""
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
-    if ctx.config.stages.critic:
+    mode = ctx.config.stages.grounder_data
+    if mode == "critic":
         records = effective_sft_records(ctx.store, ctx.run_id, ctx.iteration)
-        return [(tasks[r["task_id"]], r["subgoals"], r["actions"]) for r in records]
-    # No critic (ablation): learn only from groundings that executed to the right answer.
+        return [(tasks[r["task_id"]], r["step"], r["subgoals"], r["actions"]) for r in records]
     frame = ctx.store.query(
-        "SELECT g.task_id, g.actions, p.subgoals_json FROM groundings g JOIN plans p USING "
-        "(run_id, iteration, task_id, step, k) WHERE g.run_id = ? AND g.iteration = ? AND g.correct",
-        [ctx.run_id, ctx.iteration])
-    return [(tasks[r.task_id], json.loads(r.subgoals_json), r.actions) for r in frame.itertuples(index=False)
-            if json.loads(r.subgoals_json)]
+        "SELECT g.task_id, g.step, g.actions, g.correct, p.subgoals_json, p.text FROM groundings g JOIN plans p "
+        "USING (run_id, iteration, task_id, step, k) WHERE g.run_id = ? AND g.iteration = ? ORDER BY g.task_id, "
+        "g.step, g.k", [ctx.run_id, ctx.iteration])
+    return [(tasks[r.task_id], int(r.step), plan_subgoals(json.loads(r.subgoals_json), r.text), r.actions)
+            for r in frame.itertuples(index=False) if r.actions.strip() and (mode == "raw" or bool(r.correct))]
+
+
+def grounder_sft_rows(agent: Agent, examples: list[Example]) -> list[dict[str, str]]:
+    """TRL prompt/completion rows, each rendered in its own layout (onetime or iterative) by the agent's template."""
+    results: dict[str, list[str]] = {}
+    rows = []
+    for task, step, subgoals, actions in examples:
+        if step and task.id not in results:
+            results[task.id] = gold_step_results(task)
+        messages = grounding_messages(task, step, subgoals, results.get(task.id, []), actions)
+        prompt, completion = prompts.prompt_and_completion(messages, agent.chat_template, agent.tokenizer)
+        rows.append({"prompt": prompt, "completion": completion.removesuffix(agent.tokenizer.eos_token or "")})
+    return rows
+
+
+def mix_original(new: list[Example], original: list[Example], ratio: float, seed: int) -> list[Example]:
+    """``new`` plus the original data: all of it (``ratio`` = -1, the paper) or ``round(ratio x len(new))`` rows drawn
+    at random (at most all of them)."""
+    n = len(original) if ratio < 0 else min(len(original), int(round(len(new) * ratio)))
+    return new + (original if n == len(original) else random.Random(seed).sample(original, n))
 
 
 def run_grounder(ctx: StageContext) -> dict[str, int | str]:
@@ -200,19 +248,16 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
     if not new:
         return _keep_previous(ctx, "grounder", "no accepted or corrected groundings: grounder unchanged")
     original = original_grounder_rows(ctx.config, ctx.store.get_tasks(ctx.run_id, split="train"))
-    n_original = min(len(original), int(round(len(new) * ctx.config.sft.original_ratio)))
-    mixed = new + random.Random(ctx.config.run.seed + ctx.iteration).sample(original, n_original)
+    mixed = mix_original(new, original, ctx.config.sft.original_ratio, ctx.config.run.seed + ctx.iteration)
+    n_original = len(mixed) - len(new)
     start = _prompt_agent(ctx, "grounder") if _launched(ctx) else ctx.agent("grounder")
-    rows = []
-    for task, subgoals, actions in mixed:
-        prompt, completion = prompts.prompt_and_completion(prompts.grounder_messages(task, subgoals, [actions]),
-                                                           start.chat_template, start.tokenizer)
-        rows.append({"prompt": prompt, "completion": completion.removesuffix(start.tokenizer.eos_token or "")})
+    rows = grounder_sft_rows(start, mixed)
     settings = copy.deepcopy(ctx.config.sft)
     settings.seed = ctx.config.run.seed + ctx.iteration
+    counts = {"rows": len(rows), "new_rows": len(new), "original_rows": n_original,
+              "precision": _precision(ctx, "grounder", settings)}
     if _launched(ctx):
-        lines = _train_launched(ctx, "grounder", "sft", rows, settings)
-        return {"rows": len(rows), "new_rows": len(new), "original_rows": n_original, "log_lines": lines}
+        return {**counts, "log_lines": _train_launched(ctx, "grounder", "sft", rows, settings)}
     model = copy.deepcopy(start.model)
     model.train()
     trained, history = sft_train(model, start.tokenizer, rows, settings,
@@ -221,5 +266,5 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
         raise StageStopped("train_grounder stopped at the user's request")
     path = _save(ctx, "grounder", start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "grounder", path, "lora-merged" if settings.lora else "full")
-    return {"rows": len(rows), "new_rows": len(new), "original_rows": n_original, "log_lines": len(history)}
+    return {**counts, "log_lines": len(history)}
 

@@ -1,0 +1,40 @@
+"""Which floating-point precision training uses, decided by what the hardware computes natively.
+
+``use_bf16(setting, device)`` answers the ``bf16`` field of a training section: ``"true"``/``"false"`` force it;
+``"auto"`` picks bf16 only where it is native -- a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX
+tiles -- and fp32 everywhere else. bf16 autocast on a CPU without native support is emulated and measured 4.6x
+slower than fp32 (STACK.md), so it is never chosen by default there. ``describe`` is the one line the run's log and
+the training stages' counts carry, so a user can see which precision a run trained in and why.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def native_bf16(device: torch.device) -> bool:
+    """True when ``device`` computes bf16 in hardware (not emulated)."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    if device.type == "cpu":
+        cpu = getattr(torch, "cpu", None)
+        checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+        return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+    return False
+
+
+def use_bf16(setting: str, device: torch.device) -> bool:
+    """The ``bf16`` field's decision: forced by ``true``/``false``, by the hardware for ``auto``."""
+    if setting in ("true", "false"):
+        return setting == "true"
+    return native_bf16(device)
+
+
+def describe(setting: str, device: torch.device) -> str:
+    """``"bf16 (auto: native bf16 on this cpu)"``, ``"fp32 (auto: no native bf16 on this cpu)"``, ``"fp32 (bf16 =
+    false)"``: the precision and the reason, for the run's log."""
+    chosen = "bf16" if use_bf16(setting, device) else "fp32"
+    if setting != "auto":
+        return f"{chosen} (bf16 = {setting})"
+    native = "native bf16" if native_bf16(device) else "no native bf16"
+    return f"{chosen} (auto: {native} on this {device.type})"
