@@ -14,7 +14,8 @@ from engine import schema
 
 STAGE_STATUSES = ("pending", "running", "done", "failed", "stopped", "skipped")
 FINISHED = ("done", "failed", "stopped")
-TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema.DDL_V1))
+# Every table the schema creates, in its first version or in a migration.
+TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema.DDL_V1 + "".join(schema.MIGRATIONS.values())))
 CONFLICT_RETRIES = 25  # writers in one process conflict only briefly; a loaded CPU stretches that
 
 

@@ -9,6 +9,7 @@ paper's Table 4 quantity; lower means the two agents fit each other better). The
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -19,6 +20,7 @@ from engine.config import EvaluateSection
 from engine.executor import ExecutionResult, ToolEnv, execute
 from engine.formats.lumos import parse_planner_turn
 from engine.metrics import score_answer
+from engine.stats import wilson
 from engine.tasks import Task
 from engine.tools.qa import Corpus
 from engine.turns import (
@@ -144,14 +146,20 @@ def gold_logppl(grounder: Agent, tasks: list[Task], plans: list[list[str]], batc
 
 
 def summarize(traces: list[Trace]) -> dict[str, Any]:
-    """Metrics per split and domain (plus "all"): accuracy, EM/F1 where present, gap log-PPL, counts."""
+    """Metrics per split and domain (plus "all"): accuracy with its 95% Wilson interval (``accuracy_lo``/``_hi``)
+    and counts (``n``, ``correct``), EM/F1 where present, and the capability gap: the mean log-PPL of the gold
+    actions under the planner's plans (``gap_logppl``) and the mean per-task PPL (``gap_ppl``, the paper's quantity;
+    its % change is what the paper reports)."""
     groups: dict[tuple[str, str], list[Trace]] = defaultdict(list)
     for t in traces:
         groups[(t.split, t.domain)].append(t)
         groups[(t.split, "all")].append(t)
     out: dict[str, Any] = {}
     for (split, domain), items in sorted(groups.items()):
-        row: dict[str, Any] = {"n": len(items), "accuracy": sum(t.correct for t in items) / len(items),
+        correct = sum(t.correct for t in items)
+        lo, hi = wilson(correct, len(items))
+        row: dict[str, Any] = {"n": len(items), "correct": correct, "accuracy": correct / len(items),
+                               "accuracy_lo": lo, "accuracy_hi": hi,
                                "executed": sum(t.ok for t in items) / len(items),
                                "well_formed_plans": sum(bool(t.subgoals) for t in items) / len(items)}
         for key in ("em", "f1"):
@@ -161,6 +169,7 @@ def summarize(traces: list[Trace]) -> dict[str, Any]:
         gaps = [t.gold_logppl for t in items if t.gold_logppl is not None and t.gold_logppl == t.gold_logppl]
         if gaps:
             row["gap_logppl"] = statistics.fmean(gaps)
+            row["gap_ppl"] = statistics.fmean(math.exp(min(g, 700.0)) for g in gaps)
         out.setdefault(split, {})[domain] = row
     return out
 

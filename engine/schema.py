@@ -20,7 +20,7 @@ import duckdb
 
 from engine.errors import StoreError, StoreVersionError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 DDL_V1 = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL);
@@ -217,6 +217,36 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 MIGRATIONS: dict[int, str] = {
     # v2: keep what a critic reports beyond the fixed columns (parse error, cache hit, retry attempts).
     1: "ALTER TABLE verdicts ADD COLUMN extra_json TEXT;",
+    # v3: experiments (variants x seeds as ordinary runs, grouped) and planner x grounder swap evaluations.
+    2: """
+CREATE TABLE IF NOT EXISTS experiments (
+    experiment_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    config_json TEXT NOT NULL,          -- the experiment as loaded: base config, variants, seeds, iterations
+    source TEXT                         -- the experiment file it came from
+);
+
+CREATE TABLE IF NOT EXISTS experiment_runs (
+    experiment_id TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    seed BIGINT NOT NULL,
+    run_id TEXT NOT NULL,               -- an ordinary run of this store
+    PRIMARY KEY (experiment_id, variant, seed)
+);
+
+CREATE TABLE IF NOT EXISTS swaps (
+    run_id TEXT NOT NULL,
+    planner_after INTEGER NOT NULL,     -- the planner after iteration t (0: the starting planner); -1: gold plans
+    grounder_after INTEGER NOT NULL,    -- the grounder after iteration t (0: the starting grounder)
+    split TEXT NOT NULL,
+    domain TEXT NOT NULL,               -- a domain or "all"
+    name TEXT NOT NULL,                 -- accuracy | n | correct | gap_logppl | ...
+    value DOUBLE NOT NULL,
+    created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    PRIMARY KEY (run_id, planner_after, grounder_after, split, domain, name)
+);
+""",
 }
 
 

@@ -294,6 +294,8 @@ def test_a_version_1_store_with_overrides_migrates_with_them_intact(tmp_path):
         cols = [r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = "
                                           "current_database() AND table_name = ? ORDER BY column_index",
                                           [table]).fetchall()]
+        if not cols:  # a table a later schema version added: the v1 file has no such table
+            continue
         if table == "overrides":  # let the v1 file's own sequence number them, as the old engine did
             cols.remove("override_id")
         names = ", ".join(cols)
