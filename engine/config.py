@@ -25,6 +25,7 @@ from typing import Any
 
 from engine.config_checks import KEY_FIELD, KEY_VALUE, USE_KEY_ENV, coerce, suggest, validate
 from engine.errors import ConfigError
+from engine.tasks import SPLITS
 
 
 def _f(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
@@ -46,7 +47,6 @@ BACKENDS = ("hf", "vllm")
 FORMULATIONS = ("onetime", "iterative")
 GROUND_WHICH = ("best", "top_n", "all")
 GROUNDER_DATA = ("critic", "raw", "executed")
-SPLITS = ("train", "dev", "held_in", "held_out")
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 from engine.errors import DataError
 
 DOMAINS = ("maths", "qa", "web")
-SPLITS = ("train", "held_in", "held_out")
+SPLITS = ("train", "dev", "held_in", "held_out")  # dev: for tuning; held_out: only for reporting
 
 
 @dataclass

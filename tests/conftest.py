@@ -21,8 +21,7 @@ def demo_tasks():
     """The demo world at a small size (seeded, generated in memory)."""
     from engine.demo.world import WorldConfig, generate_suite
 
-    return generate_suite(WorldConfig(maths_train=60, maths_held_in=12, maths_held_out=12, qa_train=30,
-                                      qa_held_in=6, qa_held_out=6))
+    return generate_suite(WorldConfig.small())
 
 
 @pytest.fixture(scope="session")

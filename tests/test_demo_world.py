@@ -15,12 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_generator_is_deterministic(tmp_path):
-    small = WorldConfig(maths_train=40, maths_held_in=5, maths_held_out=5, qa_train=20, qa_held_in=5, qa_held_out=5)
+    small = WorldConfig.small()
     write_tasks(generate_suite(small), tmp_path / "a.jsonl")
     write_tasks(generate_suite(small), tmp_path / "b.jsonl")
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
-    other = generate_suite(WorldConfig(seed=8, maths_train=40, maths_held_in=5, maths_held_out=5, qa_train=20,
-                                       qa_held_in=5, qa_held_out=5))
+    other = generate_suite(WorldConfig.small(seed=8))
     assert [t.question for t in other] != [t.question for t in generate_suite(small)]
 
 

@@ -45,8 +45,7 @@ def demo_tasks(size: str):
     """Train tasks of the demo world (seeded, in memory)."""
     from engine.demo.world import WorldConfig, generate_suite
 
-    config = WorldConfig(maths_train=60, maths_held_in=12, maths_held_out=12, qa_train=30, qa_held_in=6,
-                         qa_held_out=6)
+    config = WorldConfig.small()
     tasks = [t for t in generate_suite(config) if t.split == "train"]
     return tasks, generate_suite(config)
 

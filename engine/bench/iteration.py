@@ -33,8 +33,7 @@ def run(size: str, repeats: int, device: str) -> dict:
         path = common.REPO / "examples" / "demo.toml"
         if size == "tiny":
             tasks_file = Path(tmp) / "tasks.jsonl"
-            write_tasks(generate_suite(WorldConfig(maths_train=60, maths_held_in=12, maths_held_out=12, qa_train=30,
-                                                   qa_held_in=6, qa_held_out=6)), tasks_file)
+            write_tasks(generate_suite(WorldConfig.small()), tasks_file)
             overrides += [f"data.tasks={tasks_file}", *TINY]
             path = None
         else:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from engine.tasks import SPLITS
+
 HELP = "Evaluate planner + grounder end to end (plan, ground, execute, score) and print metrics as JSON."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default="examples/demo.toml", help="run config (TOML or YAML)")
-    parser.add_argument("--split", action="append", choices=("train", "held_in", "held_out"),
+    parser.add_argument("--split", action="append", choices=SPLITS,
                         help="split to evaluate (repeatable; default: the config's evaluate.splits)")
     parser.add_argument("--limit", type=int, default=None, help="tasks per split (default: data.eval_limit)")
     parser.add_argument("--formulation", choices=("onetime", "iterative"), default=None)

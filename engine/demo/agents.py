@@ -3,7 +3,8 @@
 ``build_demo_agents(tasks, out_dir, AgentBuildConfig())`` writes ``out_dir/planner`` and ``out_dir/grounder`` (each
 a safetensors model, its tokenizer and generation config) plus ``out_dir/build.json`` (sizes, seeds, losses,
 timings). The planner is warm-started by TRL SFT on a *mix* of plan styles, the grounder only on concrete plans
-with gold actions (``engine.demo.world``): the built-in capability gap.
+with gold actions (``engine.demo.world``): the built-in capability gap. Tokenizer and agents are built from the
+``train`` split only (a test checks that no dev or held-out question or template reaches the training rows).
 """
 
 from __future__ import annotations
@@ -101,8 +102,8 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
     if config.max_train_tasks:
         train = random.Random(config.seed).sample(train, min(config.max_train_tasks, len(train)))
     p_rows, g_rows = planner_rows(train, config.seed), grounder_rows(train)
+    # The tokenizer sees the training rows only: no dev or held-out question, template or name shapes its merges.
     corpus = [r["prompt"] + r["completion"] for r in p_rows + g_rows]
-    corpus += [t.question + " " + " ".join(t.meta.get("vague_subgoals", [])) for t in tasks]
     tokenizer = train_tokenizer(corpus, instruction_phrases(), config.vocab_size)
     report: dict = {"config": asdict(config), "train_tasks": len(train), "vocab": len(tokenizer)}
     for role, rows, steps in (("planner", p_rows, config.planner_steps), ("grounder", g_rows, config.grounder_steps)):

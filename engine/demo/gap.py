@@ -1,13 +1,17 @@
-"""The demo's built-in capability gap, measured: the grounder given concrete vs vague plans of the same tasks.
+"""The demo's built-in capability gap, measured: the grounder given each plan rendering of the same tasks.
 
-``plan_style_gap(grounder, tasks)`` scores the gold actions under each task's concrete plan (``gold_subgoals``) and
-its vague rendering (``meta["vague_subgoals"]``), and grounds both greedily: log-PPL and accuracy per style, and
-the differences (vague - concrete log-PPL; concrete - vague accuracy). Positive differences are the gap.
+``plan_style_gap(grounder, tasks)`` scores the gold actions under each task's concrete plan (``gold_subgoals``, the
+gold plan), its explicit rendering and its vague rendering (``meta["explicit_subgoals"]``/``["vague_subgoals"]``),
+and grounds each greedily: per style and per domain, the mean log-PPL of the gold actions and the accuracy (with
+correct and n). ``logppl_gap`` (vague - concrete log-PPL) and ``accuracy_gap`` (concrete - vague accuracy) sum it
+up: positive differences are the gap. The concrete row is "the grounder on gold plans": the ceiling a perfect
+planner would give this grounder.
 """
 
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from engine import models
 from engine.evaluate import execute_for
@@ -15,14 +19,24 @@ from engine.metrics import score_answer
 from engine.tasks import Task
 from engine.turns import Agent, grounder_prompt
 
+STYLES = {"concrete": None, "explicit": "explicit_subgoals", "vague": "vague_subgoals"}
+
+
+def _plan(task: Task, style: str) -> list[str]:
+    key = STYLES[style]
+    return list(task.gold_subgoals) if key is None else list(task.meta[key])
+
 
 def plan_style_gap(grounder: Agent, tasks: list[Task], batch_size: int = 32,
-                   max_new_tokens: int = 160) -> dict[str, float | int]:
-    tasks = [t for t in tasks if t.meta.get("vague_subgoals") and t.gold_actions]
-    out: dict[str, float | int] = {"n": len(tasks)}
-    for style in ("concrete", "vague"):
-        plans = [t.gold_subgoals if style == "concrete" else t.meta["vague_subgoals"] for t in tasks]
-        prompts = [grounder_prompt(grounder, t, p) for t, p in zip(tasks, plans)]
+                   max_new_tokens: int = 160) -> dict[str, Any]:
+    """``{"n", "<style>_logppl", "<style>_accuracy", "by_domain": {domain: {style: {...}}}, "logppl_gap",
+    "accuracy_gap"}`` over the tasks that carry every rendering."""
+    tasks = [t for t in tasks if t.gold_actions and all(t.meta.get(k) for k in STYLES.values() if k)]
+    out: dict[str, Any] = {"n": len(tasks), "by_domain": {}}
+    if not tasks:
+        return out
+    for style in STYLES:
+        prompts = [grounder_prompt(grounder, t, _plan(t, style)) for t in tasks]
         logppl = models.score_targets(grounder.model, grounder.tokenizer, prompts, [t.actions_text for t in tasks],
                                       batch_size=batch_size)
         actions = models.generate(grounder.model, grounder.tokenizer, prompts,
@@ -34,6 +48,12 @@ def plan_style_gap(grounder: Agent, tasks: list[Task], batch_size: int = 32,
             correct.append(result.ok and bool(score_answer(task.domain, result.answer or "", task.answer)["correct"]))
         out[f"{style}_logppl"] = statistics.fmean(logppl)
         out[f"{style}_accuracy"] = sum(correct) / len(correct)
+        for domain in sorted({t.domain for t in tasks}):
+            idx = [i for i, t in enumerate(tasks) if t.domain == domain]
+            ok = sum(correct[i] for i in idx)
+            out["by_domain"].setdefault(domain, {})[style] = {
+                "n": len(idx), "correct": ok, "accuracy": ok / len(idx),
+                "logppl": statistics.fmean(logppl[i] for i in idx)}
     out["logppl_gap"] = out["vague_logppl"] - out["concrete_logppl"]
     out["accuracy_gap"] = out["concrete_accuracy"] - out["vague_accuracy"]
     return out

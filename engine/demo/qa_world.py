@@ -1,9 +1,19 @@
-"""A seeded fictional fact world and two-hop questions over it, with Lumos QA actions.
+"""Seeded one- and two-hop questions over invented facts, answered with the Lumos QA tools.
 
-Entities (people, cities, companies) get invented names, so no model can answer from world knowledge: the facts
-live only in the corpus pages ("Title: sentence. sentence."), which become each task's ``context``. Every fact
-sentence ends with its object ("Alma Varden was born in Tressel."), and every question repeats the sentence's
-relation words, so the offline tools (BM25 retrieval, extractive QA) can execute the gold actions to the answer.
+Every task gets its *own* small fact world: fresh invented names (people, cities, countries, rivers, companies),
+so no model can answer from memory or memorise entities -- the grounder must copy names from the question, and
+the facts live only in the task's context pages ("Title: sentence. sentence."). Each relation has its own keyword
+in its fact sentence and its sub-question ("The mayor of Tressel is Dora Kel." / "Who is the mayor of Tressel?"),
+so the offline tools (BM25 retrieval, extractive QA) execute the gold actions to the answer.
+
+A template is a chain of relations (``born_in``, ``country_of``, ``river_of``, ``mayor_of``, ``founder_of``,
+``year_of``, ``hq_of``) applied to a named entity -- one hop, or two where the second hop applies to the first
+hop's answer (R3) -- plus a two-company comparison (``founding_gap``). The split is compositional: every relation
+in every position (first hop / later hop) of a dev or held-out chain also occurs in that position in a training
+chain, so dev and held-out tasks are new *combinations* of familiar hops, solvable in principle.
+
+Each hop has three plan renderings, as in the maths world: concrete ("Answer which river that city is on."),
+explicit (the first hop names the entity: "Answer in which city Kalo Venu was born.") and vague ("Look it up.").
 """
 
 from __future__ import annotations
@@ -13,61 +23,77 @@ from dataclasses import dataclass, field
 
 _SYLLABLES = ("ka", "lo", "ve", "tri", "mon", "sa", "dor", "el", "bri", "nu", "ra", "ost", "fen", "qui", "zar",
               "hal", "mer", "tu", "vin", "gor", "pel", "ash", "wyn", "cor")
+JOBS = ("baker", "pilot", "painter", "chemist", "teacher", "sailor")
 
 
-def _word(rng: random.Random, parts: int) -> str:
-    return "".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
+@dataclass(frozen=True)
+class Relation:
+    """One hop: subject type -> object type, its fact sentence, the question it answers, and plan renderings."""
+
+    name: str
+    subject: str  # person | city | company
+    obj: str  # person | city | country | river | year
+    fact: str  # "{s} was born in {o}."
+    question: str  # "In which city was {s} born?"
+    phrase: str  # the object as a noun phrase about {s}: "the city where {s} was born" ("" when never nested)
+    concrete_first: str
+    concrete_later: str
+    explicit_first: str  # names the entity: "{s}"
 
 
-@dataclass
-class FactWorld:
-    """Invented entities and their facts; ``pages`` maps a title to its sentences."""
+RELATIONS = {r.name: r for r in (
+    Relation("born_in", "person", "city", "{s} was born in {o}.", "In which city was {s} born?",
+             "the city where {s} was born", "Answer in which city the person was born.",
+             "Answer in which city that person was born.", "Answer in which city {s} was born."),
+    Relation("country_of", "city", "country", "{s} is located in {o}.", "Which country is {s} located in?", "",
+             "Answer which country the city is located in.", "Answer which country that city is located in.",
+             "Answer which country {s} is located in."),
+    Relation("river_of", "city", "river", "{s} is on the river {o}.", "Which river is {s} on?", "",
+             "Answer which river the city is on.", "Answer which river that city is on.",
+             "Answer which river {s} is on."),
+    Relation("mayor_of", "city", "person", "The mayor of {s} is {o}.", "Who is the mayor of {s}?",
+             "the mayor of {s}", "Answer who the mayor of the city is.", "Answer who the mayor of that city is.",
+             "Answer who the mayor of {s} is."),
+    Relation("founder_of", "company", "person", "The founder of {s} is {o}.", "Who is the founder of {s}?",
+             "the founder of {s}", "Answer who the founder of the company is.",
+             "Answer who the founder of that company is.", "Answer who the founder of {s} is."),
+    Relation("year_of", "company", "year", "{s} was founded in {o}.", "In which year was {s} founded?", "",
+             "Answer in which year the company was founded.", "Answer in which year that company was founded.",
+             "Answer in which year {s} was founded."),
+    Relation("hq_of", "company", "city", "{s} is based in {o}.", "In which city is {s} based?",
+             "the city where {s} is based", "Answer in which city the company is based.",
+             "Answer in which city that company is based.", "Answer in which city {s} is based."),
+)}
+VAGUE_FIRST, VAGUE_LATER, VAGUE_CALC = "Look it up.", "Look up the next fact.", "Work out the answer."
 
-    people: list[str] = field(default_factory=list)
-    cities: list[str] = field(default_factory=list)
-    companies: list[str] = field(default_factory=list)
-    born_in: dict[str, str] = field(default_factory=dict)  # person -> city
-    country_of: dict[str, str] = field(default_factory=dict)  # city -> country
-    river_of: dict[str, str] = field(default_factory=dict)  # city -> river
-    founded_year: dict[str, int] = field(default_factory=dict)  # company -> year
-    founder_of: dict[str, str] = field(default_factory=dict)  # company -> person
-    pages: dict[str, list[str]] = field(default_factory=dict)
-
-    def passage(self, title: str) -> str:
-        return f"{title}: {' '.join(self.pages[title])}"
+# Two-hop chains (first relation's object type = second relation's subject type), named "<first>-<second>".
+CHAINS_TWO = ("born_in-country_of", "born_in-river_of", "born_in-mayor_of", "hq_of-country_of", "hq_of-river_of",
+              "hq_of-mayor_of", "mayor_of-born_in", "founder_of-born_in")
+DEV_TEMPLATES = ("mayor_of-born_in",)
+HELD_OUT_TEMPLATES = ("born_in-river_of", "hq_of-mayor_of")
+GAP = "founding_gap"
 
 
-def build_world(rng: random.Random, n_people: int = 60, n_cities: int = 24, n_companies: int = 40) -> FactWorld:
-    names: set[str] = set()
+def all_templates() -> list[str]:
+    """Every QA template name: the one-hop relations, the two-hop chains and the founding-year comparison."""
+    return [*RELATIONS, *CHAINS_TWO, GAP]
 
-    def fresh(make) -> str:
-        while True:
-            candidate = make()
-            if candidate not in names:
-                names.add(candidate)
-                return candidate
 
-    world = FactWorld()
-    countries = [fresh(lambda: _word(rng, 2) + "ia") for _ in range(6)]
-    rivers = [fresh(lambda: _word(rng, 1) + "r") for _ in range(10)]
-    world.cities = [fresh(lambda: _word(rng, 2)) for _ in range(n_cities)]
-    world.people = [fresh(lambda: f"{_word(rng, 2)} {_word(rng, 2)}") for _ in range(n_people)]
-    world.companies = [fresh(lambda: _word(rng, 2) + " Works") for _ in range(n_companies)]
-    for city in world.cities:
-        world.country_of[city] = rng.choice(countries)
-        world.river_of[city] = rng.choice(rivers)
-        world.pages[city] = [f"{city} is located in {world.country_of[city]}.",
-                             f"{city} is on the river {world.river_of[city]}."]
-    for person in world.people:
-        world.born_in[person] = rng.choice(world.cities)
-        world.pages[person] = [f"{person} was born in {world.born_in[person]}.",
-                               f"{person} worked as a {rng.choice(('baker', 'pilot', 'painter', 'chemist'))}."]
-    for company in world.companies:
-        world.founded_year[company] = rng.randint(1850, 2010)
-        world.founder_of[company] = rng.choice(world.people)
-        world.pages[company] = [f"{company} was founded in {world.founded_year[company]}.",
-                                f"{company} was founded by {world.founder_of[company]}."]
-    return world
+def _positions(template: str) -> set[tuple[str, str]]:
+    if template == GAP:
+        return {("year_of", "first")}
+    hops = template.split("-")
+    return {(hops[0], "first")} | {(h, "later") for h in hops[1:]}
+
+
+def split_templates() -> tuple[list[str], list[str], list[str]]:
+    """(train/held-in, dev, held-out) template names; every hop position of dev/held-out occurs in training."""
+    dev, held_out = list(DEV_TEMPLATES), list(HELD_OUT_TEMPLATES)
+    held_in = [t for t in all_templates() if t not in dev and t not in held_out]
+    seen = set().union(*(_positions(t) for t in held_in))
+    for t in dev + held_out:
+        assert _positions(t) <= seen, f"{t} uses a hop position no training template has"
+    return held_in, dev, held_out
 
 
 @dataclass
@@ -76,102 +102,139 @@ class QAProblem:
     held_out: bool
     question: str
     concrete: list[str]
+    explicit: list[str]
     vague: list[str]
     actions: list[str]
     answer: str
-    pages: list[str]  # titles of the pages the gold actions read
+    context: list[str] = field(default_factory=list)
 
 
-def _lookup(step: int, entity: str, question: str) -> str:
+class _Names:
+    """Fresh invented names; within one task no word of a name is reused (a surname equal to a city's name would
+    make the extractive QA tool's answer ambiguous)."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.used = rng, set()
+
+    def _word(self, parts: int) -> str:
+        return "".join(self.rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
+
+    def make(self, kind: str) -> str:
+        makers = {"person": lambda: f"{self._word(2)} {self._word(2)}", "city": lambda: self._word(2),
+                  "country": lambda: self._word(2) + "ia", "river": lambda: self._word(1) + "r",
+                  "company": lambda: self._word(2) + " Works", "year": lambda: str(self.rng.randint(1850, 2010))}
+        while True:
+            name = makers[kind]()
+            words = set(name.removesuffix(" Works").split())
+            if not words & self.used:
+                self.used |= words
+                return name
+
+
+class _Facts:
+    """A task's fact world: pages (title -> sentences) grown on demand, so every entity has a full page."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.names = rng, _Names(rng)
+        self.pages: dict[str, list[str]] = {}
+        self.kinds: dict[str, str] = {}
+        self.values: dict[tuple[str, str], str] = {}
+
+    def entity(self, kind: str) -> str:
+        name = self.names.make(kind)
+        self.kinds[name] = kind
+        if kind == "person":
+            self.pages[name] = [f"{name} works as a {self.rng.choice(JOBS)}."]
+        elif kind in ("city", "company"):
+            self.pages[name] = []
+        return name
+
+    def value(self, relation: str, subject: str) -> str:
+        """The object of ``relation`` for ``subject``, created (with its fact sentence) on first use."""
+        key = (relation, subject)
+        if key not in self.values:
+            rel = RELATIONS[relation]
+            obj = self.entity(rel.obj)
+            self.values[key] = obj
+            self.pages[subject].append(rel.fact.format(s=subject, o=obj))
+        return self.values[key]
+
+    def complete(self, subject: str) -> None:
+        """Give ``subject`` a fact for every relation of its type, so a page never gives away which relation the
+        question uses."""
+        for rel in RELATIONS.values():
+            if rel.subject == self.kinds[subject]:
+                self.value(rel.name, subject)
+
+    def passage(self, title: str) -> str:
+        sentences = list(self.pages[title])
+        self.rng.shuffle(sentences)
+        return f"{title}: {' '.join(sentences)}"
+
+
+def _hop_actions(step: int, subject: str, question: str) -> str:
     """KnowledgeQuery + ParagraphRetrieve + QA for one hop, numbered from R{step}."""
     a, b, c = step, step + 1, step + 2
-    return (f"R{a} = KnowledgeQuery({entity}); R{b} = ParagraphRetrieve(R{a}, Query: {question}); "
+    return (f"R{a} = KnowledgeQuery({subject}); R{b} = ParagraphRetrieve(R{a}, Query: {question}); "
             f"R{c} = QA([R{b}], Question: {question})")
 
 
-def _person_country(world: FactWorld, rng: random.Random) -> QAProblem:
-    person = rng.choice(world.people)
-    city = world.born_in[person]
+def _chain(template: str, held_out: bool, rng: random.Random) -> QAProblem:
+    hops = [RELATIONS[h] for h in template.split("-")]
+    facts = _Facts(rng)
+    start = facts.entity(hops[0].subject)
+    read, subject, value = [start], start, start
+    actions, concrete, explicit, vague = [], [], [], []
+    for i, rel in enumerate(hops):
+        shown = subject if i == 0 else f"R{3 * i}"  # later hops ask about the previous hop's answer
+        actions.append(_hop_actions(3 * i + 1, shown, rel.question.format(s=shown)))
+        concrete.append(rel.concrete_first if i == 0 else rel.concrete_later)
+        explicit.append(rel.explicit_first.format(s=subject) if i == 0 else rel.concrete_later)
+        vague.append(VAGUE_FIRST if i == 0 else VAGUE_LATER)
+        value = facts.value(rel.name, subject)
+        if rel.obj in ("person", "city", "company"):
+            read.append(value)
+        subject = value
+    for title in read[:len(hops)]:
+        facts.complete(title)
+    phrase = start
+    for rel in hops[:-1]:
+        phrase = rel.phrase.format(s=phrase)
+    question = hops[-1].question.format(s=phrase)
+    return QAProblem(template, held_out, question, concrete, explicit, vague, actions, value,
+                     _context(facts, read[:len(hops)], rng))
+
+
+def _founding_gap(held_out: bool, rng: random.Random) -> QAProblem:
+    facts = _Facts(rng)
+    first, second = facts.entity("company"), facts.entity("company")
+    for company in (first, second):
+        facts.complete(company)
+    y1, y2 = int(facts.value("year_of", first)), int(facts.value("year_of", second))
+    year_q = RELATIONS["year_of"].question
     return QAProblem(
-        "person_country", False, f"In which country was {person} born?",
-        ["Answer in which city the person was born.", "Answer which country that city is located in."],
-        ["Look it up.", "Look up the next fact."],
-        [_lookup(1, person, f"In which city was {person} born?"),
-         _lookup(4, "R3", "Which country is R3 located in?")],
-        world.country_of[city], [person, city])
-
-
-def _founder_city(world: FactWorld, rng: random.Random) -> QAProblem:
-    company = rng.choice(world.companies)
-    founder = world.founder_of[company]
-    return QAProblem(
-        "founder_city", False, f"In which city was the founder of {company} born?",
-        ["Answer who the company was founded by.", "Answer in which city that person was born."],
-        ["Look it up.", "Look up the next fact."],
-        [_lookup(1, company, f"Who was {company} founded by?"),
-         _lookup(4, "R3", "In which city was R3 born?")],
-        world.born_in[founder], [company, founder])
-
-
-def _city_river(world: FactWorld, rng: random.Random) -> QAProblem:
-    city = rng.choice(world.cities)
-    return QAProblem(
-        "city_river", False, f"Which river is {city} on?",
-        ["Answer which river the city is on."],
-        ["Look it up."],
-        [_lookup(1, city, f"Which river is {city} on?")],
-        world.river_of[city], [city])
-
-
-def _founding_gap(world: FactWorld, rng: random.Random) -> QAProblem:
-    first, second = rng.sample(world.companies, 2)
-    y1, y2 = world.founded_year[first], world.founded_year[second]
-    return QAProblem(
-        "founding_gap", False, f"How many years apart were {first} and {second} founded?",
+        GAP, held_out, f"How many years apart were {first} and {second} founded?",
         ["Answer in which year the first company was founded.", "Answer in which year the second company was "
          "founded.", "Calculate the absolute difference between the two years."],
-        ["Look it up.", "Look up the other one.", "Work out the answer."],
-        [_lookup(1, first, f"In which year was {first} founded?"),
-         _lookup(4, second, f"In which year was {second} founded?"),
+        [f"Answer in which year {first} was founded.", f"Answer in which year {second} was founded.",
+         "Calculate the absolute difference between the two years."],
+        [VAGUE_FIRST, "Look up the other one.", VAGUE_CALC],
+        [_hop_actions(1, first, year_q.format(s=first)), _hop_actions(4, second, year_q.format(s=second)),
          "R7 = Calculator(abs(R3 - R6))"],
-        str(abs(y1 - y2)), [first, second])
+        str(abs(y1 - y2)), _context(facts, [first, second], rng))
 
 
-def _person_river(world: FactWorld, rng: random.Random) -> QAProblem:
-    person = rng.choice(world.people)
-    city = world.born_in[person]
-    return QAProblem(
-        "person_river", True, f"Which river is the city where {person} was born on?",
-        ["Answer in which city the person was born.", "Answer which river that city is on."],
-        ["Look it up.", "Look up the next fact."],
-        [_lookup(1, person, f"In which city was {person} born?"),
-         _lookup(4, "R3", "Which river is R3 on?")],
-        world.river_of[city], [person, city])
-
-
-def _founder_country(world: FactWorld, rng: random.Random) -> QAProblem:
-    company = rng.choice(world.companies)
-    founder = world.founder_of[company]
-    city = world.born_in[founder]
-    return QAProblem(
-        "founder_country", True, f"In which country was the founder of {company} born?",
-        ["Answer who the company was founded by.", "Answer in which city that person was born.",
-         "Answer which country that city is located in."],
-        ["Look it up.", "Look up the next fact.", "Look up the next fact."],
-        [_lookup(1, company, f"Who was {company} founded by?"),
-         _lookup(4, "R3", "In which city was R3 born?"),
-         _lookup(7, "R6", "Which country is R6 located in?")],
-        world.country_of[city], [company, founder, city])
-
-
-HELD_IN = (_person_country, _founder_city, _city_river, _founding_gap)
-HELD_OUT = (_person_river, _founder_country)
-
-
-def task_context(world: FactWorld, problem: QAProblem, rng: random.Random, distractors: int = 2) -> list[str]:
-    """The pages the gold actions need plus a few distractor pages, in a shuffled order."""
-    titles = list(problem.pages)
-    others = [t for t in world.pages if t not in titles]
-    titles += rng.sample(others, distractors)
+def _context(facts: _Facts, read: list[str], rng: random.Random, distractors: int = 2) -> list[str]:
+    """The pages the gold actions read plus distractor pages (a person and a city or company of the task's own
+    world, with full pages), shuffled."""
+    titles = list(dict.fromkeys(read))
+    for kind in rng.sample(("person", "city", "company"), distractors):
+        name = facts.entity(kind)
+        facts.complete(name)
+        titles.append(name)
     rng.shuffle(titles)
-    return [world.passage(t) for t in titles]
+    return [facts.passage(t) for t in titles]
+
+
+def make_problem(template: str, held_out: bool, rng: random.Random) -> QAProblem:
+    return _founding_gap(held_out, rng) if template == GAP else _chain(template, held_out, rng)

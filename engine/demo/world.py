@@ -3,10 +3,18 @@
 ``generate_suite(WorldConfig())`` returns the same ``Task`` list for the same config, byte for byte once written
 with ``engine.tasks.write_tasks``; ``examples/demo/tasks.jsonl`` is that output for the default config.
 
-Each task carries its gold *concrete* subgoals (``gold_subgoals``) and a *vague* rendering of the same plan
-(``meta["vague_subgoals"]``). ``planner_warm_start`` mixes concrete, vague, mixed and flawed (reordered or
-missing-step) plans for the planner; ``grounder_warm_start`` pairs only concrete plans with gold actions. That
-mismatch is the capability gap the MOAT loop should close.
+Splits: ``train`` and ``held_in`` share the training templates; ``dev`` and ``held_out`` each have templates of
+their own that never occur in training (new combinations of familiar clauses or hops). ``dev`` is for tuning,
+``held_out`` only for reporting. Tasks are drawn round-robin over shuffled templates, so every template of a split
+is represented in it.
+
+Each task carries, per gold step, its concrete subgoal (``gold_subgoals``), an explicit one (``meta
+["explicit_subgoals"]``: the same with the quantities or the entity named) and a vague one (``meta
+["vague_subgoals"]``); ``meta["step_renderings"]`` lists all three per step for the reference critic (a plan made of
+them is sound; a reordered or shortened one is not). The planner's warm-start data mixes the styles
+(``PLAN_STYLES``: vague is the most common, flawed plans occur) and the grounder's has only concrete plans: that
+mismatch is the capability gap MOAT should close -- stage 1 by moving the planner to plans the grounder executes
+well, stage 2 by teaching the grounder the styles its planner really writes (explicit and vague are new to it).
 """
 
 from __future__ import annotations
@@ -22,62 +30,85 @@ from engine.tasks import Task
 class WorldConfig:
     seed: int = 7  # one seed drives every draw
     maths_train: int = 1200  # tasks per split and domain
-    maths_held_in: int = 200
-    maths_held_out: int = 200
-    qa_train: int = 400
-    qa_held_in: int = 100
-    qa_held_out: int = 100
+    maths_dev: int = 100
+    maths_held_in: int = 150
+    maths_held_out: int = 150
+    qa_train: int = 600
+    qa_dev: int = 50
+    qa_held_in: int = 75
+    qa_held_out: int = 75
+
+    @classmethod
+    def small(cls, seed: int = 7) -> WorldConfig:
+        """A few tasks per split and domain: tests and the benchmarks' tiny size."""
+        return cls(seed=seed, maths_train=60, maths_dev=6, maths_held_in=12, maths_held_out=12, qa_train=30,
+                   qa_dev=4, qa_held_in=6, qa_held_out=6)
 
 
 # Warm-start plan styles for the planner: the mix that makes its samples disagree with the grounder.
-PLAN_STYLES = (("concrete", 0.40), ("vague", 0.30), ("mixed", 0.15), ("flawed", 0.15))
+PLAN_STYLES = (("concrete", 0.25), ("explicit", 0.15), ("vague", 0.35), ("mixed", 0.10), ("flawed", 0.15))
+RENDERINGS = ("concrete", "explicit", "vague")
+
+
+def _task(domain: str, split: str, index: int, problem, answer: str, context: list[str] | None = None) -> Task:
+    renderings = [list(r) for r in zip(problem.concrete, problem.explicit, problem.vague)]
+    return Task(
+        id=f"demo-{domain}-{split}-{index:04d}", domain=domain, source=f"demo:{domain}", split=split,
+        question=problem.question, context=context or [], gold_subgoals=problem.concrete,
+        gold_actions=problem.actions, answer=answer,
+        meta={"template": problem.template, "explicit_subgoals": problem.explicit,
+              "vague_subgoals": problem.vague, "step_renderings": renderings},
+    )
+
+
+def _round_robin(templates: list, count: int, rng: random.Random) -> list:
+    """``count`` templates cycling through a shuffled order: every template appears before any repeats."""
+    out: list = []
+    while len(out) < count:
+        order = list(templates)
+        rng.shuffle(order)
+        out += order
+    return out[:count]
 
 
 def _maths_tasks(rng: random.Random, split: str, count: int, templates, seen: set[str]) -> list[Task]:
     tasks: list[Task] = []
-    while len(tasks) < count:
-        problem = maths_world.make_problem(rng.choice(templates), rng)
-        if problem.question in seen:
-            continue
+    for template in _round_robin(templates, count, rng):
+        while True:
+            problem = maths_world.make_problem(template, rng)
+            if problem.question not in seen:
+                break
         seen.add(problem.question)
-        tasks.append(Task(
-            id=f"demo-maths-{split}-{len(tasks):04d}", domain="maths", source="demo:maths", split=split,
-            question=problem.question, gold_subgoals=problem.concrete, gold_actions=problem.actions,
-            answer=str(problem.answer),
-            meta={"template": problem.template, "vague_subgoals": problem.vague},
-        ))
+        tasks.append(_task("maths", split, len(tasks), problem, str(problem.answer)))
     return tasks
 
 
-def _qa_tasks(rng: random.Random, world: qa_world.FactWorld, split: str, count: int, makers,
-              seen: set[str]) -> list[Task]:
+def _qa_tasks(rng: random.Random, split: str, count: int, templates: list[str], seen: set[str]) -> list[Task]:
     tasks: list[Task] = []
-    while len(tasks) < count:
-        problem = rng.choice(makers)(world, rng)
-        if problem.question in seen:
-            continue
+    for template in _round_robin(templates, count, rng):
+        while True:
+            problem = qa_world.make_problem(template, split == "held_out", rng)
+            if problem.question not in seen:
+                break
         seen.add(problem.question)
-        tasks.append(Task(
-            id=f"demo-qa-{split}-{len(tasks):04d}", domain="qa", source="demo:qa", split=split,
-            question=problem.question, context=qa_world.task_context(world, problem, rng),
-            gold_subgoals=problem.concrete, gold_actions=problem.actions, answer=problem.answer,
-            meta={"template": problem.template, "vague_subgoals": problem.vague},
-        ))
+        tasks.append(_task("qa", split, len(tasks), problem, problem.answer, problem.context))
     return tasks
 
 
 def generate_suite(config: WorldConfig = WorldConfig()) -> list[Task]:
-    """All demo tasks: held-in templates give train + held_in, held-out templates give held_out only."""
+    """All demo tasks: training templates give train + held_in, dev and held-out templates their own split."""
     rng = random.Random(config.seed)
     seen: set[str] = set()
-    held_in, held_out = maths_world.split_templates()
-    tasks = _maths_tasks(rng, "train", config.maths_train, held_in, seen)
-    tasks += _maths_tasks(rng, "held_in", config.maths_held_in, held_in, seen)
-    tasks += _maths_tasks(rng, "held_out", config.maths_held_out, held_out, seen)
-    world = qa_world.build_world(rng)
-    tasks += _qa_tasks(rng, world, "train", config.qa_train, qa_world.HELD_IN, seen)
-    tasks += _qa_tasks(rng, world, "held_in", config.qa_held_in, qa_world.HELD_IN, seen)
-    tasks += _qa_tasks(rng, world, "held_out", config.qa_held_out, qa_world.HELD_OUT, seen)
+    m_in, m_dev, m_out = maths_world.split_templates()
+    tasks = _maths_tasks(rng, "train", config.maths_train, m_in, seen)
+    tasks += _maths_tasks(rng, "dev", config.maths_dev, m_dev, seen)
+    tasks += _maths_tasks(rng, "held_in", config.maths_held_in, m_in, seen)
+    tasks += _maths_tasks(rng, "held_out", config.maths_held_out, m_out, seen)
+    q_in, q_dev, q_out = qa_world.split_templates()
+    tasks += _qa_tasks(rng, "train", config.qa_train, q_in, seen)
+    tasks += _qa_tasks(rng, "dev", config.qa_dev, q_dev, seen)
+    tasks += _qa_tasks(rng, "held_in", config.qa_held_in, q_in, seen)
+    tasks += _qa_tasks(rng, "held_out", config.qa_held_out, q_out, seen)
     return tasks
 
 
@@ -95,14 +126,14 @@ def _flawed(subgoals: list[str], rng: random.Random) -> list[str]:
 
 
 def plan_in_style(task: Task, style: str, rng: random.Random) -> list[str]:
-    concrete, vague = task.gold_subgoals, task.meta["vague_subgoals"]
-    if style == "concrete":
-        return list(concrete)
-    if style == "vague":
-        return list(vague)
+    """The task's plan rendered in ``style``: concrete | explicit | vague | mixed (each step any rendering) |
+    flawed (concrete, two steps swapped or one dropped)."""
+    renderings = task.meta["step_renderings"]
+    if style in RENDERINGS:
+        return [r[RENDERINGS.index(style)] for r in renderings]
     if style == "mixed":
-        return [c if rng.random() < 0.5 else v for c, v in zip(concrete, vague)]
-    return _flawed(concrete, rng)
+        return [rng.choice(r) for r in renderings]
+    return _flawed(task.gold_subgoals, rng)
 
 
 def planner_warm_start(tasks: list[Task], seed: int, draws: int = 2) -> list[tuple[Task, list[str], str]]:
