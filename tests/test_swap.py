@@ -185,6 +185,9 @@ def test_cli_errors_exit_2_and_a_held_store_exits_3(scripted_run, capsys):
     store, run_id, _ = scripted_run
     db = str(store.path)
     store.close()
+    assert main(["swap", "--db", str(Path(db).with_name("missing.duckdb")), "--run", run_id]) == 2
+    assert "missing.duckdb does not exist" in capsys.readouterr().err
+    assert not Path(db).with_name("missing.duckdb").exists()
     assert main(["swap", "--db", db, "--run", "nope"]) == 2
     assert "error: no run 'nope'" in capsys.readouterr().err
     assert main(["swap", "--db", db, "--run", run_id, "--after", "3"]) == 2

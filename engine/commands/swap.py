@@ -4,15 +4,16 @@ Contract: ``swap --run R [--db D] [--base 0] [--after N] [--json | --markdown]``
 (it writes the run's ``swaps`` rows, so the store is opened for writing) and prints it as markdown (default): one row
 per planner/grounder combination with correct/n and % per split x domain and the row's grounder on gold plans, the
 paired McNemar tests of which stage moved what, and the capability gap; ``--json`` prints the table as one JSON
-object. An unknown run, an ``--after`` whose evaluate stage is not done, or ``--base`` not below ``--after`` prints
-``error: ...`` on stderr and exits 2; a store that cannot be opened (held by another process, newer schema) prints
-the one-line ``error: ...`` of ``engine run`` and exits 3.
+object. A missing store file, an unknown run, an ``--after`` whose evaluate stage is not done, or ``--base`` not
+below ``--after`` prints ``error: ...`` on stderr and exits 2; a store that cannot be opened (held by another process,
+newer schema) prints the one-line ``error: ...`` of ``engine run`` (on stdout, as there) and exits 3.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 HELP = "Planner x grounder swap table: which stage (DPO planner, SFT grounder) moved the accuracy."
@@ -34,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from engine.store import Store, StoreError
     from engine.swap import SwapError, swap_table
 
+    if not Path(args.db).exists():  # opening would create an empty store
+        print(f"error: {args.db} does not exist", file=sys.stderr)
+        return 2
     try:
         with Store(args.db) as store:
             table = swap_table(store, args.run, base=args.base, after=args.after)
