@@ -22,6 +22,7 @@ COMMANDS = {
     "status": "status",
     "export": "export",
     "bench": "bench",
+    "swap": "swap",
 }
 
 

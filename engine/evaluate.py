@@ -4,7 +4,8 @@
 execution values, answer, correctness). ``evaluate(...)`` adds the metrics per split and domain and the
 *capability gap*: the grounder's mean log-perplexity of the gold actions given the planner's own greedy plan (the
 paper's Table 4 quantity; lower means the two agents fit each other better). The loop's ``evaluate`` stage and
-``python -m engine eval`` both call ``evaluate``.
+``python -m engine eval`` both call ``evaluate``. ``ground_plans`` runs the grounder alone on given plans (the swap
+table's "grounder on gold plans").
 """
 
 from __future__ import annotations
@@ -81,7 +82,11 @@ def run_onetime(planner: Agent, grounder: Agent, tasks: list[Task], settings: Ev
     plans = models.generate(planner.model, planner.tokenizer, [planner_prompt(planner, t) for t in tasks],
                             _greedy(settings.plan_max_new_tokens, settings.batch_size))
     texts = [p[0] for p in plans]
-    subgoals = [read_plan(text)[0] for text in texts]
+    return _ground_onetime(grounder, tasks, [read_plan(text)[0] for text in texts], texts, settings, qa_model)
+
+
+def _ground_onetime(grounder: Agent, tasks: list[Task], subgoals: list[list[str]], texts: list[str],
+                    settings: EvaluateSection, qa_model: Any = None) -> list[Trace]:
     g_prompts = [grounder_prompt(grounder, t, s) for t, s in zip(tasks, subgoals)]
     actions = models.generate(grounder.model, grounder.tokenizer, g_prompts,
                               _greedy(settings.ground_max_new_tokens, settings.batch_size))
@@ -131,6 +136,28 @@ def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: 
         active = grounding
     return [_trace(t, prompts.format_subgoals(s), s, "; ".join(a), qa_model)
             for t, s, a in zip(tasks, subgoals, actions)]
+
+
+def ground_plans(grounder: Agent, tasks: list[Task], plans: list[list[str]], settings: EvaluateSection,
+                 qa_model: Any = None) -> list[Trace]:
+    """The grounder alone on given plans (e.g. each task's gold subgoals), greedy, as ``run_onetime`` and
+    ``run_iterative`` ground: onetime grounds each whole plan in one turn; iterative grounds subgoal k after its own
+    actions for subgoals 1..k-1 and their executed results."""
+    texts = [prompts.format_subgoals(p) for p in plans]
+    if settings.formulation != "iterative":
+        return _ground_onetime(grounder, tasks, plans, texts, settings, qa_model)
+    actions: list[list[str]] = [[] for _ in tasks]
+    results: list[list[str]] = [[] for _ in tasks]
+    for k in range(max((len(p) for p in plans), default=0)):
+        active = [i for i, p in enumerate(plans) if len(p) > k]
+        g_prompts = [grounder_prompt_iterative(grounder, tasks[i], plans[i], actions[i], results[i]) for i in active]
+        groups = models.generate(grounder.model, grounder.tokenizer, g_prompts,
+                                 _greedy(settings.ground_max_new_tokens, settings.batch_size))
+        for i, group in zip(active, groups):
+            actions[i].append(group[0].strip())
+            result = execute_for(tasks[i], "; ".join(actions[i]), qa_model)
+            results[i].append(step_result(result, group[0]))
+    return [_trace(t, text, p, "; ".join(a), qa_model) for t, text, p, a in zip(tasks, texts, plans, actions)]
 
 
 def gold_logppl(grounder: Agent, tasks: list[Task], plans: list[list[str]], batch_size: int = 32) -> list[float]:

@@ -76,6 +76,10 @@ class StageContext:
             self._agents[path] = load_agent(section, path if path != section.path else None)
         return self._agents[path]
 
+    def forget_agent(self, path: str) -> None:
+        """Drop the cached agent loaded from ``path`` (a caller done with it frees its memory early)."""
+        self._agents.pop(path, None)
+
     def forget_agents(self) -> None:
         """Drop cached models (a training stage changes weights in place; free memory between stages)."""
         self._agents.clear()

@@ -1,0 +1,129 @@
+"""``python -m engine swap``: the planner x grounder swap (attribution) table of a run.
+
+Contract: ``swap --run R [--db D] [--base 0] [--after N] [--json | --markdown]`` builds ``engine.swap.swap_table``
+(it writes the run's ``swaps`` rows, so the store is opened for writing) and prints it as markdown (default): one row
+per planner/grounder combination with correct/n and % per split x domain and the row's grounder on gold plans, the
+paired McNemar tests of which stage moved what, and the capability gap; ``--json`` prints the table as one JSON
+object. A missing store file, an unknown run, an ``--after`` whose evaluate stage is not done, or ``--base`` not
+below ``--after`` prints ``error: ...`` on stderr and exits 2; a store that cannot be opened (held by another process,
+newer schema) prints the one-line ``error: ...`` of ``engine run`` (on stdout, as there) and exits 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = "Planner x grounder swap table: which stage (DPO planner, SFT grounder) moved the accuracy."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", required=True, help="run id (see `python -m engine status`)")
+    parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
+    parser.add_argument("--base", type=int, default=0, help="the iteration whose agents are the baseline (0: start)")
+    parser.add_argument("--after", type=int, default=None,
+                        help="the iteration whose agents are swapped in (default: the last one evaluated)")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print one JSON object")
+    output.add_argument("--markdown", action="store_true", help="print markdown tables (the default)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.commands._common import print_json
+    from engine.store import Store, StoreError
+    from engine.swap import SwapError, swap_table
+
+    if not Path(args.db).exists():  # opening would create an empty store
+        print(f"error: {args.db} does not exist", file=sys.stderr)
+        return 2
+    try:
+        with Store(args.db) as store:
+            table = swap_table(store, args.run, base=args.base, after=args.after)
+    except SwapError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
+        print(f"error: {exc}")
+        return 3
+    if args.json:
+        print_json(table)
+    else:
+        print(markdown(table))
+    return 0
+
+
+# -- markdown -------------------------------------------------------------------------------------------------------
+
+def _split(split: str) -> str:
+    return split.replace("_", "-")
+
+
+def _columns(summary: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """(split, domain) columns: each domain, then "all" when a split has more than one domain."""
+    out = []
+    for split, domains in summary.items():
+        names = sorted(d for d in domains if d != "all")
+        out += [(split, d) for d in names] + ([(split, "all")] if len(names) > 1 else [])
+    return out
+
+
+def _accuracy(values: dict[str, Any] | None) -> str:
+    if not values or not values.get("n"):
+        return "–"
+    return f"{int(values['correct'])}/{int(values['n'])} ({100 * values['accuracy']:.1f}%)"
+
+
+def _gap(values: dict[str, Any] | None) -> str:
+    return f"{values['gap_ppl']:.4g}" if values and "gap_ppl" in values else "–"
+
+
+def _test(result: dict[str, Any] | None) -> str:
+    return f"+{result['gained']} −{result['lost']} (p={result['p']:.3g})" if result else "–"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown(table: dict[str, Any]) -> str:
+    base, after, cells, gold = table["base"], table["after"], table["cells"], table["gold_plans"]
+    columns = _columns(cells[f"P{base}G{base}"])
+    splits = list(dict.fromkeys(split for split, _ in columns))
+    labels = {f"P{base}G{base}": "warm start" if base == 0 else f"after iteration {base}",
+              f"P{after}G{base}": "stage 1 only", f"P{base}G{after}": "stage 2 only", f"P{after}G{after}": "both"}
+
+    def name(cell: str) -> str:
+        return cell.replace("G", " G") if cell.startswith("P") else cell
+
+    def get(summary: dict[str, Any], split: str, domain: str) -> dict[str, Any] | None:
+        return summary.get(split, {}).get(domain)
+
+    heads = [f"{_split(s)} {d}" for s, d in columns]
+    gold_head = f"grounder on gold plans ({' · '.join(_split(s) for s in splits)})"
+    lines = [f"Swap table of run {table['run_id']}: planners and grounders after iterations {base} and {after}, "
+             f"on the run's {len(table['tasks'])} evaluation tasks (accuracy, correct/n)", "",
+             _row(["agents", *heads, gold_head]), _row(["---"] * (len(heads) + 2))]
+    for cell, summary in cells.items():
+        grounder = "G" + cell.split("G")[1]
+        on_gold = " · ".join(_accuracy(get(gold.get(grounder, {}), s, "all")) for s in splits)
+        lines.append(_row([f"{name(cell)} ({labels[cell]})", *(_accuracy(get(summary, s, d)) for s, d in columns),
+                           f"{grounder}: {on_gold}"]))
+    reused = ", ".join(name(c) for c in table["reused"]) or "none"
+    lines += ["", f"Reused from the evaluate stage's stored metrics (same agents, tasks and greedy decoding): "
+              f"{reused}; the other cells were computed ({table['seconds']:.1f} s).", ""]
+
+    lines += ["Which stage moved what: exact McNemar on the same tasks (+gained −lost, two-sided p)", "",
+              _row(["change", *heads]), _row(["---"] * (len(heads) + 1))]
+    for test in table["tests"].values():
+        lines.append(_row([f"{test['label']}: {name(test['after'])} vs {name(test['before'])}",
+                           *(_test(get(test["results"], s, d)) for s, d in columns)]))
+
+    lines += ["", "Capability gap: mean PPL of the gold actions under the plans (lower: the agents fit better)", "",
+              _row(["agents", *heads]), _row(["---"] * (len(heads) + 1))]
+    for cell, summary in cells.items():
+        lines.append(_row([name(cell), *(_gap(get(summary, s, d)) for s, d in columns)]))
+    for cell, summary in gold.items():
+        lines.append(_row([f"{cell} on gold plans", *(_gap(get(summary, s, d)) for s, d in columns)]))
+    return "\n".join(lines)

@@ -1,0 +1,204 @@
+"""The planner x grounder swap table: which stage of MOAT moved the accuracy, found by swapping trained agents.
+
+Contract: ``swap_table(store, run_id, base=0, after=None)`` evaluates, on exactly the run's evaluation tasks (the
+evaluate stage's selection: ``runtime.pick_eval_tasks`` with ``evaluate.splits``, ``data.eval_limit`` and
+``data.eval_seed``), greedily and with the run's ``evaluate`` settings:
+
+* every cell ``P{a}G{b}``, a and b in {base, after}: the planner after iteration a with the grounder after iteration
+  b (t = 0: the run's starting agents; t >= 1: the checkpoints iteration t recorded, i.e. the agents iteration t + 1
+  starts from, ``agent_after``);
+* ``G{b}``: each of the two grounders alone on the gold plans (``task.gold_subgoals``; tasks without them are left
+  out), with the capability gap measured as the grounder's PPL of the gold actions given the gold plans.
+
+``after`` defaults to the last iteration whose evaluate stage is done. A diagonal cell ``P{t}G{t}`` is what the
+evaluate stage of iteration t measured (same agents, same tasks, same greedy decoding): when that stage is done and
+its traces cover the tasks, its ``metrics`` (the cell) and ``eval_traces`` (the per-task outcomes) are reused and
+listed in ``reused``; ``reuse=False`` recomputes them. Each model is loaded once and dropped after its last cell.
+
+Rows go to ``swaps`` (``planner_after`` = -1 for gold plans): per split and domain (and "all") every metric of
+``engine.evaluate.summarize`` (accuracy, accuracy_lo/_hi, n, correct, gap_logppl, gap_ppl, ...), and on every
+cell but the base one the exact McNemar test (``engine.stats.mcnemar``) against the base on the same tasks:
+``mcnemar_gained``, ``mcnemar_lost``, ``mcnemar_p`` (P{a}G{b} against P{base}G{base}; G{after} against G{base}).
+The run's rows of every written (planner_after, grounder_after) are replaced in one transaction, after all cells are
+computed (a stop, ``should_stop`` polled before each computed cell, raises ``StageStopped`` and writes nothing).
+Per-task outcomes are returned, not stored: greedy decoding on a fixed task order recomputes them, and a diagonal's
+are in ``eval_traces``.
+
+Returns ``{"run_id", "base", "after", "agents": {"P0": path, ...}, "tasks": [task ids], "cells": {"P{a}G{b}":
+{split: {domain: {...}}}}, "gold_plans": {"G{b}": {...}}, "tests": {"stage1" | "stage2" | "both" | "gold_plans":
+{"label", "after", "before", "results": {split: {domain: {"gained", "lost", "p", "n"}}}}}, "reused": [cells],
+"outcomes": {cell: {task_id: correct}}, "seconds"}``. Raises ``SwapError`` for an unknown run, an ``after`` without
+a done evaluate stage, or ``base`` not in 0..after-1.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from engine.dbutil import records
+from engine.evaluate import evaluate, gold_logppl, ground_plans, summarize
+from engine.loop import run_config, run_directory
+from engine.runtime import pick_eval_tasks, qa_model
+from engine.stages.context import ProgressSink, StageContext
+from engine.stats import mcnemar
+from engine.store import Store
+from engine.tasks import Task
+
+GOLD = -1  # planner_after of the grounder-on-gold-plans rows
+Summary = dict[str, dict[str, dict[str, Any]]]  # split -> domain -> metric -> value
+Outcomes = dict[str, bool]  # task_id -> correct
+
+
+class SwapError(ValueError):
+    """A swap table that cannot be built as asked (unknown run, iteration not evaluated, bad base/after)."""
+
+
+def cell_name(planner_after: int, grounder_after: int) -> str:
+    """``P1G0`` for a planner/grounder cell, ``G1`` for a grounder on gold plans."""
+    return f"G{grounder_after}" if planner_after == GOLD else f"P{planner_after}G{grounder_after}"
+
+
+def agent_after(ctx: StageContext, role: str, t: int) -> str:
+    """The checkpoint of the planner/grounder after iteration ``t`` (0: the run's starting agent): the one iteration
+    t + 1 starts from, as the evaluate stage of iteration t resolves it."""
+    return ctx.agent_path(role, t + 1)
+
+
+def evaluated_iterations(store: Store, run_id: str) -> list[int]:
+    """Iterations of the run whose evaluate stage is done, ascending."""
+    return [t for t in store.iterations(run_id)
+            if store.stage_status(run_id, t).get("evaluate", {}).get("status") == "done"]
+
+
+def _stored_cell(store: Store, run_id: str, t: int, task_ids: list[str]) -> tuple[Summary, Outcomes] | None:
+    """The evaluate stage's metrics and per-task outcomes of iteration ``t``, if they cover exactly ``task_ids``."""
+    metrics = store.frame("metrics", run_id, t)
+    traces = store.frame("eval_traces", run_id, t)
+    if not len(metrics) or sorted(traces.task_id) != sorted(task_ids):
+        return None
+    summary: Summary = {}
+    for r in records(metrics):
+        value = int(r["value"]) if r["name"] in ("n", "correct") else float(r["value"])
+        summary.setdefault(r["split"], {}).setdefault(r["domain"], {})[r["name"]] = value
+    return summary, {tid: bool(c) for tid, c in zip(traces.task_id, traces.correct)}
+
+
+def _compute_cell(ctx: StageContext, planner_after: int, grounder_after: int, tasks: list[Task],
+                  qa: Any) -> tuple[Summary, Outcomes]:
+    settings = ctx.config.evaluate
+    grounder = ctx.agent("grounder", iteration=grounder_after + 1)  # the agent after t = what t + 1 starts from
+    if planner_after == GOLD:
+        tasks = [t for t in tasks if t.gold_subgoals]
+        plans = [t.gold_subgoals for t in tasks]
+        traces = ground_plans(grounder, tasks, plans, settings, qa)
+        for trace, value in zip(traces, gold_logppl(grounder, tasks, plans, settings.batch_size)):
+            trace.gold_logppl = value if value == value else None
+        summary = summarize(traces)
+    else:
+        planner = ctx.agent("planner", iteration=planner_after + 1)
+        summary, traces = evaluate(planner, grounder, tasks, settings, qa_model=qa)
+    return summary, {t.task_id: t.correct for t in traces}
+
+
+def paired_tests(before: Outcomes, after: Outcomes, tasks: list[Task]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Exact McNemar of ``after`` vs ``before`` per split and domain (and "all") on the tasks both have."""
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for t in tasks:
+        if t.id in before and t.id in after:
+            groups[(t.split, t.domain)].append(t.id)
+            groups[(t.split, "all")].append(t.id)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (split, domain), ids in sorted(groups.items()):
+        out.setdefault(split, {})[domain] = mcnemar([before[i] for i in ids], [after[i] for i in ids])
+    return out
+
+
+def _rows(run_id: str, cell: tuple[int, int], summary: Summary,
+          test: dict[str, dict[str, dict[str, Any]]] | None) -> list[dict[str, Any]]:
+    values = [(split, domain, name, value) for split, domains in summary.items()
+              for domain, metrics in domains.items() for name, value in metrics.items()]
+    values += [(split, domain, f"mcnemar_{key}", result[key]) for split, domains in (test or {}).items()
+               for domain, result in domains.items() for key in ("gained", "lost", "p")]
+    return [{"run_id": run_id, "planner_after": cell[0], "grounder_after": cell[1], "split": split,
+             "domain": domain, "name": name, "value": float(value)} for split, domain, name, value in values]
+
+
+def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = None, *, reuse: bool = True,
+               progress: ProgressSink | None = None, should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Build, store and return the swap table of ``run_id``; see the module docstring."""
+    started = time.perf_counter()
+    if store.get_run(run_id) is None:
+        raise SwapError(f"no run {run_id!r} in this store")
+    evaluated = evaluated_iterations(store, run_id)
+    if after is None:
+        if not evaluated:
+            raise SwapError(f"run {run_id} has no iteration whose evaluate stage is done")
+        after = evaluated[-1]
+    elif after not in evaluated:
+        done = ", ".join(map(str, evaluated)) or "none"
+        raise SwapError(f"iteration {after} of run {run_id} has no done evaluate stage (evaluated: {done})")
+    if not 0 <= base < after:
+        raise SwapError(f"base must be an iteration from 0 to after - 1 = {after - 1}, got {base}")
+    config = run_config(store, run_id)
+    ctx = StageContext(store, run_id, after, config, run_directory(store, run_id))
+    ctx.begin(after, "swap", progress, should_stop or (lambda: False))
+    tasks = pick_eval_tasks(store.get_tasks(run_id), config.evaluate.splits, config.data.eval_limit,
+                            config.data.eval_seed)
+    task_ids = [t.id for t in tasks]
+
+    # Grouped by grounder, so each model is loaded once and the fewest are held at a time.
+    order = [(base, base), (after, base), (GOLD, base), (after, after), (base, after), (GOLD, after)]
+    results: dict[tuple[int, int], tuple[Summary, Outcomes]] = {}
+    reused: list[str] = []
+    for a, b in order:
+        stored = _stored_cell(store, run_id, a, task_ids) if reuse and a == b and a in evaluated else None
+        if stored is not None:
+            results[(a, b)] = stored
+            reused.append(cell_name(a, b))
+    todo = [cell for cell in order if cell not in results]
+    paths = {(role, t): agent_after(ctx, role, t) for role in ("planner", "grounder") for t in (base, after)}
+
+    def models_of(a: int, b: int) -> list[str]:
+        return [paths["grounder", b]] + ([paths["planner", a]] if a != GOLD else [])
+
+    uses = Counter(path for cell in todo for path in models_of(*cell))
+    qa = qa_model(config)
+    for done, (a, b) in enumerate(todo):
+        ctx.check_stop()
+        ctx.report(done, len(todo), f"evaluating {cell_name(a, b)}")
+        results[(a, b)] = _compute_cell(ctx, a, b, tasks, qa)
+        for path in models_of(a, b):
+            uses[path] -= 1
+            if not uses[path]:
+                ctx.forget_agent(path)
+    ctx.forget_agents()
+
+    comparisons = {"stage1": ("stage 1 alone", (after, base), (base, base)),
+                   "stage2": ("stage 2 alone", (base, after), (base, base)),
+                   "both": ("both stages", (after, after), (base, base)),
+                   "gold_plans": ("grounder on gold plans", (GOLD, after), (GOLD, base))}
+    tests: dict[str, Any] = {}
+    by_cell: dict[tuple[int, int], dict[str, dict[str, dict[str, Any]]]] = {}
+    for key, (label, new, old) in comparisons.items():
+        by_cell[new] = paired_tests(results[old][1], results[new][1], tasks)
+        tests[key] = {"label": label, "after": cell_name(*new), "before": cell_name(*old), "results": by_cell[new]}
+
+    rows = [row for cell in order for row in _rows(run_id, cell, results[cell][0], by_cell.get(cell))]
+    deletes = [("swaps", {"run_id": run_id, "planner_after": a, "grounder_after": b}) for a, b in order]
+    store.write_batch([("swaps", rows)], deletes=deletes)
+    ctx.report(len(todo), len(todo), "done")
+    return {
+        "run_id": run_id, "base": base, "after": after,
+        "agents": {f"{role[0].upper()}{t}": path for (role, t), path in paths.items()},
+        "tasks": task_ids,
+        "cells": {cell_name(*cell): results[cell][0] for cell in [(base, base), (after, base), (base, after),
+                                                                   (after, after)]},
+        "gold_plans": {cell_name(a, b): results[(a, b)][0] for a, b in order if a == GOLD},
+        "tests": tests,
+        "reused": reused,
+        "outcomes": {cell_name(*cell): results[cell][1] for cell in order},
+        "seconds": round(time.perf_counter() - started, 2),
+    }
