@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from engine.demo import world
+from engine.demo import maths_world, qa_world, world
 from engine.demo.world import WorldConfig, generate_suite
 from engine.evaluate import execute_for
 from engine.metrics import score_answer
@@ -33,13 +33,46 @@ def test_splits_templates_and_uniqueness():
     tasks = list(load_tasks(ROOT / "examples" / "demo" / "tasks.jsonl"))
     assert len(tasks) <= 5000
     assert len({t.question for t in tasks}) == len(tasks)
-    held_out_templates = {t.meta["template"] for t in tasks if t.split == "held_out"}
-    held_in_templates = {t.meta["template"] for t in tasks if t.split != "held_out"}
-    assert held_out_templates and not held_out_templates & held_in_templates
+    templates = {(d, s): {t.meta["template"] for t in tasks if (t.domain, t.split) == (d, s)}
+                 for d in ("maths", "qa") for s in ("train", "dev", "held_in", "held_out")}
+    for domain in ("maths", "qa"):
+        train, held_in = templates[(domain, "train")], templates[(domain, "held_in")]
+        dev, held_out = templates[(domain, "dev")], templates[(domain, "held_out")]
+        assert held_in <= train  # held-in tasks are new tasks of the training templates...
+        assert dev and held_out and not (dev | held_out) & train and not dev & held_out  # ...the others are not
+    # Every training template is represented in held-in evaluation (template-stratified draws).
+    m_in, m_dev, m_out = maths_world.split_templates()
+    assert templates[("maths", "held_in")] == {t.name for t in m_in}
+    assert templates[("maths", "held_out")] == {t.name for t in m_out}
+    q_in, q_dev, q_out = qa_world.split_templates()
+    assert templates[("qa", "held_in")] == set(q_in) and templates[("qa", "held_out")] == set(q_out)
     counts = Counter((t.domain, t.split) for t in tasks)
-    assert all(counts[(d, s)] > 0 for d in ("maths", "qa") for s in ("train", "held_in", "held_out"))
+    assert all(counts[(d, s)] > 0 for d in ("maths", "qa") for s in ("train", "dev", "held_in", "held_out"))
     steps = Counter(len(t.gold_actions) for t in tasks if t.domain == "maths")
     assert min(steps) >= 2 and max(steps) >= 3
+
+
+def test_no_dev_or_held_out_question_or_template_reaches_training_data():
+    """The agents' warm-start rows (and so the tokenizer) come from the train split alone."""
+    from engine.demo.agents import grounder_rows, planner_rows
+
+    tasks = list(load_tasks(ROOT / "examples" / "demo" / "tasks.jsonl"))
+    train = [t for t in tasks if t.split == "train"]
+    text = "\n".join(r["prompt"] + r["completion"] for r in planner_rows(train, 0) + grounder_rows(train))
+    unseen = [t for t in tasks if t.split in ("dev", "held_out")]
+    assert not [t.id for t in unseen if t.question in text]
+    # Held-in tasks share the training templates (not their questions: every question is unique in the suite).
+    assert not {t.question for t in tasks if t.split == "held_in"} & {t.question for t in train}
+    train_templates = {t.meta["template"] for t in train}
+    assert not {t.meta["template"] for t in tasks if t.split in ("dev", "held_out")} & train_templates
+
+
+def test_held_out_qa_hops_all_occur_in_training_in_the_same_position():
+    """Held-out QA chains are new combinations of familiar hops: solvable in principle."""
+    q_in, q_dev, q_out = qa_world.split_templates()
+    seen = set().union(*(qa_world._positions(t) for t in q_in))
+    assert all(qa_world._positions(t) <= seen for t in q_dev + q_out)
+    assert any("-" in t for t in q_out) and any("-" in t for t in q_in)  # two-hop chains on both sides
 
 
 def test_every_gold_action_sequence_executes_to_the_gold_answer():
@@ -52,10 +85,11 @@ def test_every_gold_action_sequence_executes_to_the_gold_answer():
 def test_warm_start_data_builds_the_capability_gap(demo_tasks):
     train = [t for t in demo_tasks if t.split == "train"]
     styles = Counter(style for _, _, style in world.planner_warm_start(train, seed=0))
-    assert set(styles) == {"concrete", "vague", "mixed", "flawed"}
+    assert set(styles) == {"concrete", "explicit", "vague", "mixed", "flawed"}
     for task, subgoals in world.grounder_warm_start(train):
         assert subgoals == task.gold_subgoals  # the grounder only ever sees concrete plans
     task = train[0]
-    assert task.meta["vague_subgoals"] != task.gold_subgoals
+    assert task.meta["vague_subgoals"] != task.gold_subgoals != task.meta["explicit_subgoals"]
+    assert all(len(t.meta["step_renderings"]) == len(t.gold_subgoals) for t in train)
     operations = ("Multiply", "Add", "Subtract", "Divide", "Answer", "Calculate")
     assert all(s.startswith(operations) for t in train for s in t.gold_subgoals)
