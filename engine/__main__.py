@@ -22,6 +22,8 @@ COMMANDS = {
     "status": "status",
     "export": "export",
     "bench": "bench",
+    "experiment": "experiment",
+    "report": "report",
 }
 
 
