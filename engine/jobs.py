@@ -102,7 +102,7 @@ class _Active:
     path: Path
     proc: subprocess.Popen
     started: float = field(default_factory=time.perf_counter)
-    status: str = "failed"  # until the worker's "end" line says otherwise
+    status: str | None = None  # from the worker's "end" line
 
 
 def _read(slot: int, proc: subprocess.Popen, events: queue.Queue) -> None:
@@ -128,8 +128,12 @@ def run_parallel(store: Store, exp: Experiment, plans: list[PlannedRun], iterati
             plan = todo.pop(0)
             result = results[id(plan)]
             slot = min(set(range(width)) - set(active))
-            if _start(store, exp, plan, result, iterations, slot, width, gpus, active, events):
-                on_start(plan.name)
+            try:
+                if _start(store, exp, plan, result, iterations, slot, width, gpus, active, events):
+                    on_start(plan.name)
+            except Exception as exc:  # this run cannot start (its job file is held, say); the others still run
+                result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+                print(f"error: run {plan.name} ({result.run_id}) could not start: {result.error}", file=sys.stderr)
         if should_stop() and not signalled:
             signalled = True
             for run in active.values():
@@ -144,7 +148,7 @@ def run_parallel(store: Store, exp: Experiment, plans: list[PlannedRun], iterati
             continue
         run = active[slot]
         if line is None:
-            _finish(store, run)
+            _finish(store, run, signalled)
             del active[slot]
             continue
         try:
@@ -154,7 +158,9 @@ def run_parallel(store: Store, exp: Experiment, plans: list[PlannedRun], iterati
         if event.get("event") == "stage" and event.get("status") in ("done", "skipped"):
             on_unit(run.plan.name)
         elif event.get("event") == "end":
-            run.status = event.get("status", "failed")
+            run.status = event.get("status") or "failed"
+    if not any(jobs_dir(store.path).iterdir()):
+        jobs_dir(store.path).rmdir()
     return [results[id(p)] for p in plans]
 
 
@@ -191,15 +197,18 @@ def _start(store: Store, exp: Experiment, plan: PlannedRun, result: RunResult, i
     return True
 
 
-def _finish(store: Store, run: _Active) -> None:
+def _finish(store: Store, run: _Active, stopping: bool) -> None:
+    """Merge an exited worker's run; its ``end`` line decides the status (a SIGINT can still land while a finished
+    worker's interpreter shuts down), else ``stopped`` when this command was stopping, else ``failed``."""
     rc = run.proc.wait()
     run.result.wall_s = time.perf_counter() - run.started
-    status = run.status if rc == 0 else "failed"
+    status = run.status or ("stopped" if stopping and rc == -signal.SIGINT else "failed")
     merge(store, run.result.run_id, run.path)
     if status == "done":
         remove_job_file(run.path)
     elif status == "failed":
-        tail = run.path.with_suffix(".log").read_text(encoding="utf-8", errors="replace")[-3000:]
-        run.result.error = f"worker exited with status {rc}; log {run.path.with_suffix('.log')}:\n{tail}"
+        log = run.path.with_suffix(".log")
+        tail = log.read_text(encoding="utf-8", errors="replace")[-2000:] if log.exists() else ""
+        run.result.error = f"worker exited with status {rc}; log {log}:\n{tail}"
         print(f"error: run {run.plan.name} ({run.result.run_id}) failed: {run.result.error}", file=sys.stderr)
     run.result.status = status
