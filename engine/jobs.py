@@ -117,6 +117,8 @@ def run_parallel(store: Store, exp: Experiment, plans: list[PlannedRun], iterati
     """Run ``plans`` in up to ``jobs`` worker processes (see the module docstring)."""
     gpus = visible_gpus()
     width = max(1, min(jobs, len(plans)))  # workers that can run at once: each gets cores // width threads
+    if gpus and width > len(gpus):
+        print(f"note: {width} jobs share {len(gpus)} GPU(s) (round robin)", file=sys.stderr)
     results = {id(p): RunResult(p.variant, p.seed, p.name, p.run_id, "not started", 0.0) for p in plans}
     todo = list(plans)
     active: dict[int, _Active] = {}

@@ -129,6 +129,7 @@ def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
     requested = int(definition.get("iterations", 0))
     runs = _runs(store, experiment_id, requested)
     variants = list(dict.fromkeys([*definition.get("variants", {}), *(r["variant"] for r in runs)]))
+    runs.sort(key=lambda r: (r["seed"], variants.index(r["variant"])))  # seed-major, in the file's variant order
     baseline = definition.get("baseline", "full" if "full" in variants else None)
     # values[variant][iteration][(split, domain, name)][seed]
     values: dict[str, dict[int, dict[tuple[str, str, str], dict[int, float]]]] = defaultdict(

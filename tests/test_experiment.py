@@ -143,6 +143,14 @@ def test_presets_load(preset, variants, iterations):
     assert exp.baseline == {"critic": "reference", "k": "k15"}.get(preset, "full")
 
 
+def test_the_cli_help_lists_both_commands(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "experiment" in out and "report" in out
+
+
 def test_bad_input_exits_2_before_anything_is_written(tmp_path, capsys):
     db = tmp_path / "s.duckdb"
     bad = write_experiment(tmp_path / "e.toml", {"full": [], "bad": ["sample.k=1"]})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-HELP = "Report an experiment: means and 95% intervals over seeds, paired tests, wall times (--json | --markdown)."
+HELP = "Report an experiment over seeds: means with t intervals, paired tests, wall times (--json | --markdown)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
