@@ -167,6 +167,46 @@ def test_bad_input_exits_2_before_anything_is_written(tmp_path, capsys):
     assert not db.exists() and not jobs_dir(db).exists()
 
 
+# -- registering and planning (no models) ----------------------------------------------------------------------------
+
+
+def test_register_widens_what_was_asked_and_names_the_older_definition(tmp_path):
+    from engine.runner import register
+
+    exp = load_experiment(write_experiment(tmp_path / "a.toml", {"full": []}, seeds=(1, 2)))
+    edited = load_experiment(write_experiment(tmp_path / "b.toml", {"full": [], "k4": ["sample.k=4"]}))
+    with Store(tmp_path / "s.duckdb") as store:
+        assert register(store, exp, [1, 2], 1) == (True, [])
+        created = store.query("SELECT created_at FROM experiments")["created_at"][0]
+        assert register(store, exp, [3], 4) == (False, [])
+        row = store.query("SELECT * FROM experiments WHERE experiment_id = ?", [exp.experiment_id]).iloc[0]
+        recorded = json.loads(row.config_json)
+        assert (recorded["seeds"], recorded["iterations"], row.created_at) == ([1, 2, 3], 4, created)
+        assert recorded["variants"] == {"full": []} and recorded["baseline"] == "full"
+        assert register(store, edited, [1], 1) == (True, [exp.experiment_id])
+
+
+def test_plan_adopts_a_run_whose_link_a_kill_prevented(tmp_path):
+    from engine.config import config_to_dict
+    from engine.runner import ensure_run, linked_runs, plan_runs
+
+    exp = load_experiment(write_experiment(tmp_path / "a.toml", {"full": [], "k4": ["sample.k=4"]}, seeds=(1, 2)))
+    with Store(tmp_path / "s.duckdb") as store:
+        # created by create_run, then killed before experiment_runs was written
+        orphan = store.create_run("tiny/k4/s1", config_to_dict(exp.run_config("k4", 1, 1)), tmp_path)
+        store.create_run("tiny/full/s1", config_to_dict(exp.run_config("k4", 1, 1)), tmp_path)  # another config
+        plans = plan_runs(store, exp, ["full", "k4"], [1, 2], 2)
+        assert [(p.name, p.run_id, p.linked) for p in plans] == [
+            ("tiny/full/s1", None, False), ("tiny/k4/s1", orphan, False), ("tiny/full/s2", None, False),
+            ("tiny/k4/s2", None, False)]
+        assert plans[1].units == 1 + 8 * 2 and plans[0].units == 1 + 8 * 2  # nothing done yet, iterations 0..2
+        assert ensure_run(store, exp, plans[1], 2) == orphan
+        assert linked_runs(store, exp.experiment_id) == {("k4", 1): orphan}
+        store.set_stage(orphan, 0, "evaluate", "done")
+        assert plan_runs(store, exp, ["k4"], [1], 2)[0].units == 8 * 2
+        assert plan_runs(store, exp, ["k4"], [1], 2)[0].linked
+
+
 # -- copying a run between store files (how job files are merged) ----------------------------------------------------
 
 
