@@ -5,7 +5,8 @@ trainers never run in threads of one process. The design:
 
 * The parent (``python -m engine experiment``) keeps the main store open the whole time. It creates each run there
   (``engine.runner.ensure_run``: runs row, tasks, ``experiment_runs`` link), then copies the run's rows into the
-  run's own job store ``<db-dir>/<db-stem>.jobs/<run_id>.duckdb`` (``Store.copy_run``) and starts a worker:
+  run's own job store ``<db-dir>/<db-stem>.jobs/<run_id>.duckdb`` (``Store.copy_run``, under a temporary name renamed
+  into place, so a job file always holds its run) and starts a worker:
   ``python -m engine.job_worker --db <job file> --run <run_id> --iterations N``, which is ``run_loop`` on the job
   file, printing one JSON line per finished stage (the parent's progress bar) and a last ``end`` line. Its stderr
   goes to ``<run_id>.log`` beside the job file.
@@ -81,6 +82,17 @@ def merge(store: Store, run_id: str, path: Path) -> dict[str, int]:
     """Copy the run's rows from its job file into ``store`` (one transaction); the file stays."""
     Store(path).close()  # replays a killed worker's write-ahead log into the file before it is attached read-only
     return store.copy_run(run_id, path, into_this=True)
+
+
+def seed_job_file(store: Store, run_id: str, path: Path) -> None:
+    """A new job file holding the run's rows so far, made under a temporary name and renamed into place, so a kill
+    never leaves a job file without its run."""
+    partial = path.with_name(f"{path.stem}.partial{path.suffix}")
+    remove_job_file(partial)
+    Store(partial).close()  # the schema
+    store.copy_run(run_id, partial, into_this=False)
+    Store(partial).close()  # checkpointed: everything in the one file
+    os.replace(partial, path)
 
 
 def absorb_job_files(store: Store, experiment_id: str) -> list[str]:
@@ -183,8 +195,7 @@ def _start(store: Store, exp: Experiment, plan: PlannedRun, result: RunResult, i
         result.status = "already done"
         return False
     else:
-        Store(path).close()  # a new store file with the schema, then the run's rows so far
-        store.copy_run(run_id, path, into_this=False)
+        seed_job_file(store, run_id, path)
     log = open(path.with_suffix(".log"), "a", encoding="utf-8")  # the worker's stderr
     cmd = [sys.executable, "-m", "engine.job_worker", "--db", str(path), "--run", run_id,
            "--iterations", str(iterations)]
