@@ -23,6 +23,8 @@ COMMANDS = {
     "export": "export",
     "bench": "bench",
     "swap": "swap",
+    "experiment": "experiment",
+    "report": "report",
 }
 
 

@@ -1,12 +1,14 @@
 """Runs and their stage states, as a mixin of ``Store``: create and list runs (with their config snapshot), record
 stage transitions (pending -> running -> done | failed | stopped | skipped, with timestamps, counts and errors), list
-iterations, and summarise a store for ``python -m engine status``. Relies on the host's ``_cursor``,
-``_transaction``, ``_insert``, ``_frame_for``, ``task_rows``, ``query`` and ``_columns``.
+iterations, summarise a store for ``python -m engine status``, and copy one run's rows between two store files
+(``copy_run``: how ``engine.jobs`` moves a run into and out of a job's own file). Relies on the host's ``_cursor``,
+``_transaction``, ``_touched``, ``_insert``, ``_frame_for``, ``task_rows``, ``query`` and ``_columns``.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -138,6 +140,55 @@ class RunLedger:
         union = " UNION ".join(f'SELECT DISTINCT iteration FROM "{t}" WHERE run_id = $run' for t in tables)
         df = self.query(f"SELECT iteration FROM ({union}) ORDER BY iteration", {"run": run_id})
         return [int(i) for i in df["iteration"]]
+
+    # -- copying a run between store files -------------------------------------------------------------------------
+
+    def run_tables(self) -> list[str]:
+        """The tables holding a run's rows (a ``run_id`` column), ``runs`` first; not ``experiment_runs``, which
+        groups runs and belongs to the store that holds the experiment."""
+        tables = [t for t in TABLES if "run_id" in self._columns[t] and t not in ("runs", "experiment_runs")]
+        return ["runs", *tables]
+
+    def copy_run(self, run_id: str, other: str | Path, *, into_this: bool) -> dict[str, int]:
+        """Make one store's rows of ``run_id`` exactly the other's, in ONE transaction; returns rows copied per table.
+
+        ``into_this=True`` reads ``other`` (attached READ_ONLY) and replaces the run's rows here; ``False`` replaces
+        the run's rows in ``other`` with this store's. Every table with a ``run_id`` column is copied (deleted, then
+        ``INSERT ... SELECT``), plus the critic cache (rows missing on the receiving side). ``other`` must be a store
+        of the same schema version that no other process holds. Overrides get new ids on the receiving side (ids come
+        from each file's own sequence), in their original order.
+        """
+        alias = f"moat_copy_{uuid.uuid4().hex[:12]}"
+        quoted = str(other).replace("'", "''")
+        tables = self.run_tables()
+        src, dst = (f"{alias}.main.", "") if into_this else ("", f"{alias}.main.")
+
+        def body(cur: duckdb.DuckDBPyConnection) -> dict[str, int]:
+            copied = {}
+            for table in tables:
+                cols = [c for c in self._columns[table] if not (table == "overrides" and c == "override_id")]
+                names = ", ".join(f'"{c}"' for c in cols)
+                order = " ORDER BY override_id" if table == "overrides" else ""
+                cur.execute(f'DELETE FROM {dst}"{table}" WHERE run_id = ?', [run_id])
+                copied[table] = int(cur.execute(
+                    f'INSERT INTO {dst}"{table}" ({names}) SELECT {names} FROM {src}"{table}" WHERE run_id = ?{order}',
+                    [run_id]).fetchall()[0][0])
+            cur.execute(f"INSERT OR IGNORE INTO {dst}critic_cache SELECT * FROM {src}critic_cache")
+            return copied
+
+        with self._cursor() as cur:
+            cur.execute(f"ATTACH '{quoted}' AS {alias}{' (READ_ONLY)' if into_this else ''}")
+            try:
+                version = cur.execute(f"SELECT max(version) FROM {alias}.main.schema_info").fetchall()[0][0]
+                if version != self.version:
+                    raise StoreError(f"{other} has schema version {version}, this store {self.version}: open it "
+                                     f"with this engine once to migrate it")
+                copied = self._transaction(cur, body)
+            finally:
+                cur.execute(f"DETACH {alias}")
+        if into_this:
+            self._touched(tables)
+        return copied
 
     # -- status ----------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,160 @@
+"""``python -m engine experiment --config FILE``: run an experiment's variants x seeds as ordinary runs, resumably.
+
+Contract: the experiment file (``engine.experiment``) is parsed, every chosen variant's config is built for every
+chosen seed, and each distinct set of models and task file passes ``engine.preflight`` -- all before the store is
+opened, so bad input exits 2 with ``error: ...`` on stderr and writes nothing. Then the runs go seed-major
+(``engine.runner``): in this process, directly in the store (``--jobs 1``), or N at once in worker processes on
+their own DuckDB files, merged into the store as each finishes (``--jobs N``; ``engine.jobs``). Re-running the
+same command resumes: finished runs are skipped, interrupted ones continue, missing ones are created, and a larger
+``--iterations`` extends them. Ctrl-C stops after the batch in flight (resumable). A tqdm bar on stderr counts
+(run, stage) units (``--quiet``: none); a per-run summary with wall times goes to stderr; the last stdout line is
+one JSON object ``{"experiment": id, "name", "status", "db", "runs": [...], "wall_s"}``. Exit status: 0 done or
+stopped, 1 a run failed, 2 bad input, 3 the store cannot be used (held by another process, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "Run an experiment file: variants x seeds as ordinary runs grouped under one id, resumable (--jobs N)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="experiment file (see examples/experiments/)")
+    parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
+    parser.add_argument("--variants", default=None, help="comma-separated variants to run (default: all)")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds to run (default: the file's)")
+    parser.add_argument("--iterations", type=int, default=None, help="iterations per run (default: the file's)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs at once, each in its own process and DuckDB file (one per GPU); default 1: "
+                             "in this process, directly in the store")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _chosen(args: argparse.Namespace, exp) -> tuple[list[str], list[int], int]:
+    from engine.config_checks import suggest
+    from engine.errors import ConfigError
+    from engine.experiment import parse_seeds
+
+    variants = list(exp.variants)
+    if args.variants is not None:
+        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        for v in variants:
+            if v not in exp.variants:
+                raise ConfigError("--variants", f"no variant {v!r}{suggest(v, exp.variants)} (variants: "
+                                                f"{', '.join(exp.variants)})", str(exp.source))
+        if not variants:
+            raise ConfigError("--variants", "expected at least one variant name", "command line")
+    seeds = exp.seeds
+    if args.seeds is not None:
+        try:
+            seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        except ValueError:
+            raise ConfigError("--seeds", f"expected comma-separated integers, got {args.seeds!r}",
+                              "command line") from None
+        seeds = parse_seeds(seeds, "--seeds", "command line")
+    iterations = exp.iterations if args.iterations is None else args.iterations
+    if iterations < 1:
+        raise ConfigError("--iterations", f"must be >= 1, got {iterations}", "command line")
+    if args.jobs < 1:
+        raise ConfigError("--jobs", f"must be >= 1, got {args.jobs}", "command line")
+    return variants, seeds, iterations
+
+
+def _preflight(exp, variants: list[str], seeds: list[int], iterations: int) -> None:
+    """Every run's config builds, and each distinct model set and task file loads (before anything is written)."""
+    import json
+
+    from engine.errors import ConfigError
+    from engine.experiment import validate_runs
+    from engine.preflight import preflight
+    from engine.runtime import load_run_tasks
+
+    validate_runs(exp, seeds, iterations)
+    seen: set[str] = set()
+    for variant in variants:
+        config = exp.run_config(variant, seeds[0], iterations)
+        key = json.dumps([config.planner.__dict__, config.grounder.__dict__, config.critic.__dict__,
+                          config.data.__dict__, config.sft.original_data], sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            load_run_tasks(config)
+            preflight(config)
+        except ConfigError as exc:
+            raise ConfigError(f"variants.{variant}", f"{exc.field}: {exc.message}", str(exp.source)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import signal
+    import sys
+    import time
+
+    from engine.commands._common import fail, print_json
+    from engine.errors import ConfigError, DataError, StoreError
+    from engine.experiment import load_experiment
+
+    try:
+        exp = load_experiment(args.config)
+        variants, seeds, iterations = _chosen(args, exp)
+        _preflight(exp, variants, seeds, iterations)
+    except (ConfigError, DataError) as exc:
+        return fail(exc)
+
+    from tqdm import tqdm
+
+    from engine.jobs import absorb_job_files, run_parallel
+    from engine.runner import plan_runs, register, run_inprocess
+    from engine.store import Store
+
+    stop = {"flag": False}
+
+    def request_stop(*_: object) -> None:  # Ctrl-C: finish the batch in flight, record "stopped", exit cleanly
+        if not stop["flag"]:
+            print("\nstopping after the batch in flight (the same command resumes) ...", file=sys.stderr)
+        stop["flag"] = True
+
+    previous = signal.signal(signal.SIGINT, request_stop)
+    started = time.perf_counter()
+    exp_id = exp.experiment_id
+    try:
+        with Store(args.db) as store:
+            new, others = register(store, exp, seeds, iterations)
+            if new and others:
+                print(f"note: {exp.source} differs from the definition of experiment(s) {', '.join(others)}: this "
+                      f"is a new experiment {exp_id} (its runs start afresh)", file=sys.stderr)
+            print(f"experiment {exp_id}: {len(variants)} variant(s) x {len(seeds)} seed(s), {iterations} "
+                  f"iteration(s), {'in this process' if args.jobs == 1 else f'{args.jobs} jobs'}; db {args.db}",
+                  file=sys.stderr)
+            if args.jobs == 1:
+                absorb_job_files(store, exp_id)
+            plans = plan_runs(store, exp, variants, seeds, iterations, use_job_files=args.jobs > 1)
+            bar = tqdm(total=sum(p.units for p in plans), unit="stage", disable=args.quiet, file=sys.stderr,
+                       dynamic_ncols=True)
+            hooks = {"on_start": bar.set_description,
+                     "on_unit": lambda name: (bar.set_description(name, refresh=False), bar.update(1)),
+                     "should_stop": lambda: stop["flag"]}
+            try:
+                if args.jobs == 1:
+                    results = run_inprocess(store, exp, plans, iterations, **hooks)
+                else:
+                    results = run_parallel(store, exp, plans, iterations, args.jobs, **hooks)
+            finally:
+                bar.close()
+    except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    wall = time.perf_counter() - started
+    statuses = [r.status for r in results]
+    status = "failed" if "failed" in statuses else "stopped" if stop["flag"] or "stopped" in statuses else "done"
+    width = max(len(r.name) for r in results)
+    for r in results:
+        print(f"  {r.name:<{width}}  {r.run_id or '-'}  {r.status}  {r.wall_s:.1f} s", file=sys.stderr)
+    print(f"experiment {exp_id}: {status}; {statuses.count('done')} run(s) finished now, "
+          f"{statuses.count('already done')} already done; {wall:.1f} s", file=sys.stderr)
+    print_json({"experiment": exp_id, "name": exp.name, "status": status, "db": str(args.db),
+                "runs": [r.to_dict() for r in results], "wall_s": round(wall, 3)})
+    return 1 if status == "failed" else 0

@@ -1,0 +1,43 @@
+"""``python -m engine report --experiment ID``: an experiment's results over seeds, as JSON or markdown tables.
+
+Contract: opens the store read-only and prints ``engine.report.experiment_report`` as one JSON object (``--json``)
+or as markdown tables (``--markdown``, the default); exits 0. An unknown experiment id exits 2 with ``error: ...``
+on stderr listing the experiments the store knows; a missing store, or one held by another process, exits 2 too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "Report an experiment over seeds: means with t intervals, paired tests, wall times (--json | --markdown)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--experiment", required=True, help="experiment id (printed by `python -m engine experiment`)")
+    parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print one JSON object")
+    form.add_argument("--markdown", action="store_true", help="print markdown tables (the default)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.commands._common import print_json
+    from engine.report import UnknownExperiment, experiment_report, report_markdown
+    from engine.store import Store, StoreError
+
+    try:
+        with Store(args.db, read_only=True) as store:
+            report = experiment_report(store, args.experiment)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except UnknownExperiment as exc:
+        known = "; ".join(f"{e['experiment_id']} ({e['name']}, {e['runs']} runs)" for e in exc.known) or "none"
+        print(f"error: no experiment {exc.experiment_id!r} in {args.db}; known experiments: {known}", file=sys.stderr)
+        return 2
+    if args.json:
+        print_json(report)
+    else:
+        print(report_markdown(report))
+    return 0

@@ -1,0 +1,255 @@
+"""An experiment's runs aggregated over seeds: means, 95% intervals, paired tests, wall times.
+
+Contract: ``experiment_report(store, experiment_id) -> dict`` reads only the store (``experiments``,
+``experiment_runs``, ``metrics``, ``stages``) and returns a JSON-ready dict (no NaN: a value that cannot be computed
+is absent or null); ``UnknownExperiment`` (a ``KeyError`` carrying the known ids) when the id is not there.
+``report_markdown(report)`` renders the same numbers as tables. Shape::
+
+    {"experiment", "name", "source", "baseline", "seeds", "iterations_requested",
+     "variants": {"<variant>": {"iterations": {"<t>": {
+         "seeds": [...],                                   # the seeds that have metrics at iteration t
+         "held_in_accuracy": S, "held_out_accuracy": S, "held_out_gap_ppl": S, "held_out_gap_logppl": S,
+         "held_in_gap_ppl": S, ..., "dev_accuracy": S,     # split "all"; dev only when evaluated
+         "by_domain": {"held_out": {"maths": {"accuracy": S, "gap_ppl": S, ...}, ...}, ...},
+         "vs_iteration_0": {"held_in_accuracy": P, "held_out_accuracy": P, "held_out_gap_ppl_pct": P, ...},
+         "vs_baseline": {"held_in_accuracy": P, "held_out_accuracy": P, "held_out_gap_ppl": P, ...}}}}},
+     "runs": [{"variant", "seed", "run_id", "status", "iterations_done", "wall_s", ...}], "missing": [...],
+     "wall_s": {"total", "per_variant": {...}}}
+
+``S`` = ``engine.stats.mean_interval`` over the seeds' per-run values (``{"mean", "ci95", "n", "sd"}``) plus
+``"per_seed"``; accuracies are fractions. ``P`` = ``engine.stats.paired_t`` (``{"diff", "ci95", "p", "n"}``) plus
+``"seeds"``, over the seeds both sides have: ``vs_iteration_0`` pairs iteration t with iteration 0 of the same run
+(for the gap, the per-seed % change of ``gap_ppl``, tested against 0); ``vs_baseline`` pairs a variant with the
+baseline variant (``full`` unless the file names another) at the same iteration. Wall times are the sums of the
+runs' stage durations (``stages.started_at`` .. ``finished_at``). A run is ``done`` once its ``evaluate`` stage
+is done for every iteration up to the largest requested; others are ``incomplete`` (with the stage where they
+stand), and an iteration lists only the seeds that reached it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from engine.dbutil import loads, records
+from engine.stats import mean_interval, paired_t
+from engine.store import Store
+
+SPLITS = ("held_in", "held_out", "dev")
+NAMES = ("accuracy", "gap_ppl", "gap_logppl")
+PAIRED = ("held_in_accuracy", "held_out_accuracy", "dev_accuracy", "held_out_gap_ppl", "held_out_gap_logppl")
+
+
+class UnknownExperiment(KeyError):
+    def __init__(self, experiment_id: str, known: list[dict[str, Any]]):
+        super().__init__(experiment_id)
+        self.experiment_id, self.known = experiment_id, known
+
+
+def known_experiments(store: Store) -> list[dict[str, Any]]:
+    df = store.query("SELECT e.experiment_id, e.name, e.created_at, count(r.run_id) AS runs FROM experiments e "
+                     "LEFT JOIN experiment_runs r USING (experiment_id) GROUP BY ALL ORDER BY e.created_at")
+    return records(df)
+
+
+def clean(value: Any) -> Any:
+    """JSON-ready: NaN/inf -> None, tuples -> lists, recursively."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+def summary(per_seed: dict[int, float]) -> dict[str, Any]:
+    seeds = sorted(per_seed)
+    return {**mean_interval([per_seed[s] for s in seeds]), "per_seed": {str(s): per_seed[s] for s in seeds}}
+
+
+def paired(before: dict[int, float], after: dict[int, float]) -> dict[str, Any] | None:
+    """``paired_t(before, after)`` over the seeds both have (None when none)."""
+    seeds = sorted(set(before) & set(after))
+    if not seeds:
+        return None
+    return {**paired_t([before[s] for s in seeds], [after[s] for s in seeds]), "seeds": seeds}
+
+
+def pct_change(before: dict[int, float], after: dict[int, float]) -> dict[str, Any] | None:
+    """Per-seed % change of ``after`` vs ``before``, its mean, interval and p (tested against no change)."""
+    seeds = sorted(s for s in set(before) & set(after) if before[s])
+    if not seeds:
+        return None
+    pct = {s: 100.0 * (after[s] - before[s]) / before[s] for s in seeds}
+    return {**paired_t([0.0] * len(seeds), [pct[s] for s in seeds]), "seeds": seeds,
+            "per_seed": {str(s): pct[s] for s in seeds}}
+
+
+def _runs(store: Store, experiment_id: str, requested: int) -> list[dict[str, Any]]:
+    df = store.query(
+        "SELECT r.variant, r.seed, r.run_id, s.iteration, s.stage, s.status, "
+        "date_diff('microsecond', s.started_at, s.finished_at) / 1e6 AS seconds "
+        "FROM experiment_runs r LEFT JOIN stages s USING (run_id) WHERE r.experiment_id = ? "
+        "ORDER BY r.seed, r.variant, s.iteration, s.started_at NULLS LAST", [experiment_id])
+    runs: dict[str, dict[str, Any]] = {}
+    for row in records(df):
+        run = runs.setdefault(row["run_id"], {"variant": row["variant"], "seed": int(row["seed"]),
+                                              "run_id": row["run_id"], "wall_s": 0.0, "stages": {}})
+        if row["stage"] is not None:
+            run["stages"][(int(row["iteration"]), row["stage"])] = row["status"]
+            run["wall_s"] += row["seconds"] or 0.0
+    configs = {r["run_id"]: loads(r["config_json"], {}) for r in records(store.query(
+        "SELECT run_id, config_json FROM runs WHERE run_id IN (SELECT run_id FROM experiment_runs "
+        "WHERE experiment_id = ?)", [experiment_id]))}
+    out = []
+    for run in runs.values():
+        stages = run.pop("stages")
+        initial = configs.get(run["run_id"], {}).get("stages", {}).get("evaluate_initial", True)
+        done, t = -1, 0
+        while (t == 0 and not initial) or stages.get((t, "evaluate")) in ("done", "skipped"):
+            done, t = t, t + 1
+        unfinished = [f"{it}:{stage} {status}" for (it, stage), status in stages.items()
+                      if status not in ("done", "skipped")]
+        run.update({"iterations_done": done, "status": "done" if done >= requested else "incomplete",
+                    "wall_s": round(run["wall_s"], 3), "exists": run["run_id"] in configs})
+        if run["status"] != "done":
+            run["at"] = unfinished[0] if unfinished else f"iteration {done + 1} not started"
+        out.append(run)
+    return out
+
+
+def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
+    """The experiment's numbers (see the module docstring)."""
+    found = records(store.query("SELECT * FROM experiments WHERE experiment_id = ?", [experiment_id]))
+    if not found:
+        raise UnknownExperiment(experiment_id, known_experiments(store))
+    definition = loads(found[0]["config_json"], {})
+    requested = int(definition.get("iterations", 0))
+    runs = _runs(store, experiment_id, requested)
+    variants = list(dict.fromkeys([*definition.get("variants", {}), *(r["variant"] for r in runs)]))
+    runs.sort(key=lambda r: (r["seed"], variants.index(r["variant"])))  # seed-major, in the file's variant order
+    baseline = definition.get("baseline", "full" if "full" in variants else None)
+    # values[variant][iteration][(split, domain, name)][seed]
+    values: dict[str, dict[int, dict[tuple[str, str, str], dict[int, float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(dict)))
+    df = store.query(
+        "SELECT r.variant, r.seed, m.iteration, m.split, m.domain, m.name, m.value FROM experiment_runs r "
+        "JOIN metrics m USING (run_id) WHERE r.experiment_id = ? AND m.split IN (SELECT unnest(?)) "
+        "AND m.name IN (SELECT unnest(?))", [experiment_id, list(SPLITS), list(NAMES)])
+    for variant, seed, it, split, domain, name, value in df.itertuples(index=False):
+        values[variant][int(it)][(split, domain, name)][int(seed)] = float(value)
+
+    def flat(variant: str, t: int) -> dict[str, dict[int, float]]:
+        return {f"{s}_{n}": v for (s, d, n), v in values[variant].get(t, {}).items() if d == "all"}
+
+    report_variants: dict[str, Any] = {}
+    for variant in variants:
+        its: dict[str, Any] = {}
+        for t in sorted(values[variant]):
+            cells = values[variant][t]
+            entry: dict[str, Any] = {"seeds": sorted({s for per_seed in cells.values() for s in per_seed})}
+            for key, per_seed in sorted(flat(variant, t).items()):
+                entry[key] = summary(per_seed)
+            by_domain: dict[str, Any] = defaultdict(lambda: defaultdict(dict))
+            for (split, domain, name), per_seed in sorted(cells.items()):
+                if domain != "all":
+                    by_domain[split][domain][name] = summary(per_seed)
+            entry["by_domain"] = {s: dict(d) for s, d in by_domain.items()}
+            now, start = flat(variant, t), flat(variant, 0)
+            if t > 0 and start:
+                change = {k: paired(start[k], now[k]) for k in PAIRED if k in now and k in start}
+                if "held_out_gap_ppl" in now and "held_out_gap_ppl" in start:
+                    change["held_out_gap_ppl_pct"] = pct_change(start["held_out_gap_ppl"], now["held_out_gap_ppl"])
+                entry["vs_iteration_0"] = {k: v for k, v in change.items() if v is not None}
+            if baseline and variant != baseline and baseline in values:
+                base = flat(baseline, t)
+                versus = {k: paired(base[k], now[k]) for k in PAIRED if k in now and k in base}
+                entry["vs_baseline"] = {k: v for k, v in versus.items() if v is not None}
+            its[str(t)] = entry
+        report_variants[variant] = {"iterations": its}
+    have = {(r["variant"], r["seed"]) for r in runs}
+    seeds = [int(s) for s in definition.get("seeds", [])]
+    missing = [{"variant": v, "seed": s} for s in seeds for v in definition.get("variants", {}) if (v, s) not in have]
+    per_variant = {v: round(sum(r["wall_s"] for r in runs if r["variant"] == v), 3) for v in variants}
+    return clean({
+        "experiment": experiment_id, "name": found[0]["name"], "source": found[0]["source"], "baseline": baseline,
+        "seeds": seeds, "iterations_requested": requested, "variants": report_variants, "runs": runs,
+        "missing": missing, "wall_s": {"total": round(sum(r["wall_s"] for r in runs), 3), "per_variant": per_variant},
+    })
+
+
+# -- markdown ---------------------------------------------------------------------------------------------------------
+
+
+def _interval(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
+    if not cell or cell.get("mean") is None:
+        return "–"
+    lo, hi = cell["ci95"]
+    return f"{cell['mean'] * scale:.{digits}f} [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}]"
+
+
+def _test(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
+    if not cell or cell.get("diff") is None:
+        return "–"
+    lo, hi = cell["ci95"]
+    return (f"{cell['diff'] * scale:+.{digits}f} [{lo * scale:+.{digits}f}, {hi * scale:+.{digits}f}] "
+            f"p={cell['p']:.3g} (n={cell['n']})")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    if not rows:
+        return ["(no data)", ""]
+    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
+            *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    """The report as markdown tables: one per split, change vs iteration 0, vs the baseline, runs and wall times."""
+    variants = report["variants"]
+    done = sum(r["status"] == "done" for r in report["runs"])
+    lines = [f"# Experiment {report['name']} (`{report['experiment']}`)", "",
+             f"{len(report['runs'])} run(s), {done} done; variants: {', '.join(variants) or '-'}; seeds: "
+             f"{', '.join(map(str, report['seeds']))}; iterations requested: {report['iterations_requested']}; "
+             f"baseline: {report['baseline'] or '-'}. Means over seeds with 95% t intervals; accuracies in %; "
+             f"iteration 0 = the starting agents.", ""]
+    for split in ("held_in", "held_out", "dev"):
+        domains = sorted({d for v in variants.values() for it in v["iterations"].values()
+                          for d in it.get("by_domain", {}).get(split, {})})
+        rows = []
+        for name, v in variants.items():
+            for t, it in v["iterations"].items():
+                if f"{split}_accuracy" not in it:
+                    continue
+                rows.append([name, t, str(it[f"{split}_accuracy"]["n"]), _interval(it[f"{split}_accuracy"], 100),
+                             _interval(it.get(f"{split}_gap_ppl"), 1, 3),
+                             *(_interval(it["by_domain"].get(split, {}).get(d, {}).get("accuracy"), 100)
+                               for d in domains)])
+        if rows:
+            lines += [f"## {split}", ""]
+            lines += _table(["variant", "iteration", "seeds", "accuracy %", "gap PPL",
+                             *(f"{d} accuracy %" for d in domains)], rows)
+    rows = [[name, t, _test(it["vs_iteration_0"].get("held_in_accuracy"), 100),
+             _test(it["vs_iteration_0"].get("held_out_accuracy"), 100),
+             _test(it["vs_iteration_0"].get("held_out_gap_ppl_pct"))]
+            for name, v in variants.items() for t, it in v["iterations"].items() if "vs_iteration_0" in it]
+    lines += ["## Change vs iteration 0 (paired over seeds)", ""]
+    lines += _table(["variant", "iteration", "held-in accuracy Δ pp", "held-out accuracy Δ pp",
+                     "held-out gap PPL Δ %"], rows)
+    if report["baseline"]:
+        rows = [[name, t, _test(it["vs_baseline"].get("held_in_accuracy"), 100),
+                 _test(it["vs_baseline"].get("held_out_accuracy"), 100),
+                 _test(it["vs_baseline"].get("held_out_gap_ppl"), 1, 3)]
+                for name, v in variants.items() for t, it in v["iterations"].items() if "vs_baseline" in it]
+        lines += [f"## vs {report['baseline']} (paired over seeds, same iteration)", ""]
+        lines += _table(["variant", "iteration", "held-in accuracy Δ pp", "held-out accuracy Δ pp",
+                         "held-out gap PPL Δ"], rows)
+    rows = [[r["variant"], str(r["seed"]), f"`{r['run_id']}`", r["status"] + (f" ({r['at']})" if "at" in r else ""),
+             str(r["iterations_done"]), f"{r['wall_s']:.1f} s"] for r in report["runs"]]
+    rows += [[m["variant"], str(m["seed"]), "-", "missing", "-", "-"] for m in report["missing"]]
+    lines += ["## Runs", ""]
+    lines += _table(["variant", "seed", "run", "status", "iterations done", "wall"], rows)
+    per_variant = ", ".join(f"{v} {s:.1f} s" for v, s in report["wall_s"]["per_variant"].items())
+    lines += [f"Total wall time (sum of stage durations): {report['wall_s']['total']:.1f} s ({per_variant}).", ""]
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""Running an experiment (``engine.experiment``) in a store: registration, resume, and the in-process runner.
+
+Contract:
+
+* ``register(store, exp, seeds, iterations)`` records the experiment in ``experiments`` (its definition, and the
+  union of the seeds and the largest iteration count ever asked for); the experiment's runs are ordinary runs,
+  grouped by ``experiment_runs (experiment_id, variant, seed) -> run_id``.
+* ``plan_runs`` lists what one command will do, seed-major (every variant of the first seed, then the next seed),
+  without writing anything: for each (variant, seed) the run already linked to the experiment (or a run of the same
+  name and config that a kill left unlinked), and how many ``(iteration, stage)`` units it still has to run for
+  iterations 0..N (from the run's job file when ``engine.jobs`` left one). A run with no units left is skipped; an
+  interrupted one resumes with ``run_loop`` (which resumes from the store); a missing one is created when its turn
+  comes (``ensure_run``); a larger N extends finished runs.
+* ``run_inprocess`` runs the plans one after the other in this process, directly in the store (the studio's way of
+  running: every row is live). A failed run is reported and the next one runs; the stop flag ends the run in flight
+  as ``run_loop`` does (resumable) and starts no other.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.config import RunConfig, config_to_dict
+from engine.dbutil import loads, records
+from engine.experiment import Experiment
+from engine.loop import create_run, pending, run_config, run_loop, stages_of
+from engine.store import Store
+
+OnRun = Callable[[str], None]  # called with a run name
+
+
+@dataclass
+class PlannedRun:
+    variant: str
+    seed: int
+    name: str  # <experiment>/<variant>/s<seed>
+    run_id: str | None  # the run to resume; None: created when its turn comes
+    linked: bool  # run_id is already recorded in experiment_runs
+    units: int  # (iteration, stage) units still to run
+    job_file: Path | None = None  # a job's own store holding this run's newest rows (engine.jobs)
+
+
+@dataclass
+class RunResult:
+    variant: str
+    seed: int
+    name: str
+    run_id: str | None
+    status: str  # done | already done | stopped | failed | not started
+    wall_s: float  # seconds this command spent on the run
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"variant": self.variant, "seed": self.seed, "name": self.name, "run_id": self.run_id,
+               "status": self.status, "wall_s": round(self.wall_s, 3)}
+        return {**out, "error": self.error} if self.error else out
+
+
+def jobs_dir(db: str | Path) -> Path:
+    """``<db-dir>/<db-stem>.jobs``: where ``engine.jobs`` keeps each job's own store and log."""
+    db = Path(db)
+    return db.parent / f"{db.stem}.jobs"
+
+
+def job_file(db: str | Path, run_id: str) -> Path:
+    return jobs_dir(db) / f"{run_id}.duckdb"
+
+
+def register(store: Store, exp: Experiment, seeds: list[int], iterations: int) -> tuple[bool, list[str]]:
+    """Record ``exp`` (or widen the seeds/iterations it records); returns (is it new, ids of other experiments of the
+    same name: an edited file gives a new id)."""
+    exp_id = exp.experiment_id
+    old = records(store.query("SELECT * FROM experiments WHERE experiment_id = ?", [exp_id]))
+    row: dict[str, Any] = {"experiment_id": exp_id, "name": exp.name, "source": str(exp.source)}
+    if old:
+        before = loads(old[0]["config_json"], {})
+        seeds = list(dict.fromkeys([*before.get("seeds", []), *seeds]))
+        iterations = max(iterations, int(before.get("iterations", 0)))
+        row["created_at"] = old[0]["created_at"]
+    row["config_json"] = exp.to_json(seeds, iterations)
+    store.write("experiments", [row])
+    others = store.query("SELECT experiment_id FROM experiments WHERE name = ? AND experiment_id <> ? "
+                         "ORDER BY created_at", [exp.name, exp_id])["experiment_id"].tolist()
+    return not old, others
+
+
+def linked_runs(store: Store, experiment_id: str) -> dict[tuple[str, int], str]:
+    df = store.query("SELECT variant, seed, run_id FROM experiment_runs WHERE experiment_id = ?", [experiment_id])
+    return {(v, int(s)): r for v, s, r in df.itertuples(index=False)}
+
+
+def _comparable(config: dict[str, Any]) -> dict[str, Any]:
+    config = json.loads(json.dumps(config, default=str))
+    config.get("run", {}).pop("iterations", None)  # --iterations may extend a run beyond its snapshot
+    return config
+
+
+def _orphan(store: Store, name: str, config: RunConfig) -> str | None:
+    """A run created for this (variant, seed) whose link a kill prevented: same name, same config, no experiment."""
+    df = store.query("SELECT run_id, config_json FROM runs WHERE name = ? AND run_id NOT IN "
+                     "(SELECT run_id FROM experiment_runs) ORDER BY created_at", [name])
+    want = _comparable(config_to_dict(config))
+    for run_id, text in df.itertuples(index=False):
+        if _comparable(loads(text, {})) == want:
+            return run_id
+    return None
+
+
+def units_left(store: Store, run_id: str, iterations: int) -> int:
+    return len(pending(store, run_id, run_config(store, run_id), iterations))
+
+
+def plan_runs(store: Store, exp: Experiment, variants: list[str], seeds: list[int], iterations: int,
+              use_job_files: bool = False) -> list[PlannedRun]:
+    """What to run, seed-major; writes nothing (see the module docstring)."""
+    links = linked_runs(store, exp.experiment_id)
+    plans = []
+    for seed in seeds:
+        for variant in variants:
+            name = exp.run_name(variant, seed)
+            config = exp.run_config(variant, seed, iterations)
+            run_id = links.get((variant, seed))
+            linked = run_id is not None
+            if run_id is None or store.get_run(run_id) is None:
+                run_id, linked = _orphan(store, name, config), False
+            found = job_file(store.path, run_id) if run_id and use_job_files else None
+            if found is not None and found.exists():
+                with Store(found) as job:  # no worker holds it yet (StoreLockedError if a leftover one does)
+                    units = units_left(job, run_id, iterations)
+            elif run_id is not None:
+                found, units = None, units_left(store, run_id, iterations)
+            else:
+                found, units = None, sum(len(stages_of(t, config)) for t in range(iterations + 1))
+            plans.append(PlannedRun(variant, seed, name, run_id, linked, units, found))
+    return plans
+
+
+def ensure_run(store: Store, exp: Experiment, plan: PlannedRun, iterations: int) -> str:
+    """The plan's run id, creating the run (``engine.loop.create_run``) and recording its link as needed."""
+    if plan.run_id is None:
+        plan.run_id = create_run(store, exp.run_config(plan.variant, plan.seed, iterations))
+    if not plan.linked:
+        store.write("experiment_runs", [{"experiment_id": exp.experiment_id, "variant": plan.variant,
+                                          "seed": plan.seed, "run_id": plan.run_id}])
+        plan.linked = True
+    return plan.run_id
+
+
+def run_inprocess(store: Store, exp: Experiment, plans: list[PlannedRun], iterations: int, *,
+                  on_start: OnRun = lambda name: None, on_unit: OnRun = lambda name: None,
+                  should_stop: Callable[[], bool] = lambda: False) -> list[RunResult]:
+    """Run ``plans`` one after the other in this process (see the module docstring)."""
+    results = []
+    for plan in plans:
+        result = RunResult(plan.variant, plan.seed, plan.name, plan.run_id, "not started", 0.0)
+        results.append(result)
+        if plan.units == 0 and plan.run_id is not None:
+            ensure_run(store, exp, plan, iterations)
+            result.status = "already done"
+            continue
+        if should_stop():
+            continue
+        on_start(plan.name)
+        started = time.perf_counter()
+        try:
+            result.run_id = ensure_run(store, exp, plan, iterations)
+
+            def stage_finished(_t: int, _stage: str, status: str, name: str = plan.name) -> None:
+                if status in ("done", "skipped"):
+                    on_unit(name)
+
+            result.status = run_loop(store, result.run_id, iterations=iterations, should_stop=should_stop,
+                                     on_stage=stage_finished)
+        except Exception as exc:  # reported with the run; the next run still runs
+            result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+            print(f"error: run {plan.name} ({result.run_id}) failed:\n{traceback.format_exc(limit=8)}",
+                  file=sys.stderr)
+        finally:
+            result.wall_s = time.perf_counter() - started
+            gc.collect()  # the run's models go before the next run loads its own
+    return results

@@ -1,0 +1,537 @@
+"""Experiments: the file's located errors, the id, the presets; variants x seeds as ordinary runs on the tiny agents
+(grouped, resumed after a no-op re-run and after a SIGKILL, extended, run as parallel jobs on their own DuckDB files
+and merged); copying a run between store files; the report's numbers against a hand computation."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from engine.__main__ import main
+from engine.errors import ConfigError
+from engine.experiment import load_experiment
+from engine.report import experiment_report, report_markdown
+from engine.runner import jobs_dir
+from engine.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "examples" / "demo.toml"
+
+
+def write_experiment(path: Path, variants: dict[str, list[str]], *, base: str | Path = DEMO, seeds=(11, 12),
+                     iterations: int = 1, shared: list[str] = (), extra: str = "") -> Path:
+    text = (f"# a test experiment\n[experiment]\nname = \"tiny\"\nbase = {json.dumps(str(base))}\n"
+            f"seeds = {json.dumps(list(seeds))}\niterations = {iterations}\nset = {json.dumps(list(shared))}\n{extra}")
+    for name, sets in variants.items():
+        text += f"\n[variants.{name}]\nset = {json.dumps(sets)}\n"
+    path.write_text(text)
+    return path
+
+
+def located(path: Path) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    return info.value
+
+
+# -- the file ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_missing_base_names_the_file_and_field(tmp_path):
+    path = write_experiment(tmp_path / "e.toml", {"full": []}, base="../nowhere.toml")
+    err = located(path)
+    assert (err.field, err.source) == ("experiment.base", str(path))
+    assert str(err).startswith(f"{path}: experiment.base: ../nowhere.toml: no such file")
+
+
+def test_the_base_is_relative_to_the_experiment_file(tmp_path):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "base.toml").write_text("[sample]\nk = 4\n")
+    (tmp_path / "exps").mkdir()
+    exp = load_experiment(write_experiment(tmp_path / "exps" / "e.toml", {"full": []}, base="../configs/base.toml"))
+    assert exp.base == (tmp_path / "configs" / "base.toml").resolve()
+    assert exp.run_config("full", 11).sample.k == 4
+
+
+@pytest.mark.parametrize(("variants", "extra", "field", "message"), [
+    ({"full": []}, "seed = [1]\n", "experiment.seed", "unknown key; did you mean 'seeds'?"),
+    ({"full": []}, "[variant.x]\n", "variant", "unknown key; did you mean 'variants'?"),
+    ({"full": []}, "baseline = \"ful\"\n", "experiment.baseline", "no variant 'ful'; did you mean 'full'?"),
+    ({}, "", "variants", "missing: at least one"),
+])
+def test_unknown_keys_suggest_the_known_one(tmp_path, variants, extra, field, message):
+    err = located(write_experiment(tmp_path / "e.toml", variants, extra=extra))
+    assert err.field == field and message in err.message and err.source == str(tmp_path / "e.toml")
+
+
+def test_an_unknown_variant_key_is_named(tmp_path):
+    path = tmp_path / "e.toml"
+    path.write_text(f'[experiment]\nname = "x"\nbase = {json.dumps(str(DEMO))}\nseeds = [1]\n'
+                    '[variants.full]\nsett = ["sample.k=4"]\n')
+    err = located(path)
+    assert str(err) == f"{path}: variants.full.sett: unknown key; did you mean 'set'? (known: set)"
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["sample.k=1"], "sample.k: must be >= 2"),
+    (["sample.kk=3"], "sample.kk: unknown field; did you mean 'k'?"),
+    (["stages.grounder_data=nope"], "stages.grounder_data: 'nope' is not one of critic, raw, executed"),
+    (["nonsense"], "nonsense: expected section.field=value"),
+    (["run.seed=3"], "run.seed is set by the experiment"),
+    ("sample.k=4", "expected a list of"),
+])
+def test_a_bad_variant_override_fails_up_front_naming_the_variant(tmp_path, sets, message):
+    path = write_experiment(tmp_path / "e.toml", {"full": [], "bad": sets})
+    err = located(path)
+    assert err.field == "variants.bad.set" and err.source == str(path), str(err)
+    assert message in str(err) and str(err).startswith(f"{path}: variants.bad.set: ")
+
+
+@pytest.mark.parametrize(("head", "field", "message"), [
+    ({"seeds": "[]"}, "experiment.seeds", "non-empty list"),
+    ({"seeds": "[1, 1]"}, "experiment.seeds", "seed(s) 1 listed twice"),
+    ({"seeds": "[true]"}, "experiment.seeds", "expected an integer"),
+    ({"seeds": "[-1]"}, "experiment.seeds", "must be in [0, 4294967295]"),
+    ({"iterations": "0"}, "experiment.iterations", "must be >= 1"),
+    ({"name": '"a b"'}, "experiment.name", "letters, digits"),
+    ({"set": '["sample.k=1"]'}, "experiment.set", "sample.k: must be >= 2"),
+])
+def test_experiment_fields_are_checked(tmp_path, head, field, message):
+    values = {"name": '"x"', "base": json.dumps(str(DEMO)), "seeds": "[1, 2]", "iterations": "1", "set": "[]",
+              **head}
+    path = tmp_path / "e.toml"
+    path.write_text("[experiment]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()) + "[variants.a]\n")
+    err = located(path)
+    assert err.field == field and message in err.message, str(err)
+
+
+def test_the_id_hashes_what_runs_compute_not_which_runs(tmp_path):
+    one = load_experiment(write_experiment(tmp_path / "a.toml", {"full": [], "k4": ["sample.k=4"]}))
+    assert re.fullmatch(r"tiny-[0-9a-f]{8}", one.experiment_id)
+    same = load_experiment(write_experiment(tmp_path / "b.toml", {"k4": ["sample.k=4"], "full": []},
+                                            seeds=(1, 2, 3), iterations=5))
+    assert same.experiment_id == one.experiment_id  # seeds, iterations, variant order only choose what to run
+    for changed in (write_experiment(tmp_path / "c.toml", {"full": [], "k4": ["sample.k=5"]}),
+                    write_experiment(tmp_path / "d.toml", {"full": [], "k4": ["sample.k=4"]}, shared=["sample.k=3"]),
+                    write_experiment(tmp_path / "e.toml", {"full": []})):
+        assert load_experiment(changed).experiment_id != one.experiment_id
+    config = one.run_config("k4", 12, iterations=3)
+    assert (config.sample.k, config.run.seed, config.run.iterations, config.run.name) == (4, 12, 3, "tiny/k4/s12")
+
+
+@pytest.mark.parametrize(("preset", "variants", "iterations"), [
+    ("ablations", {"full": (), "no_stage1": ("stages.stage1=false",), "no_stage2": ("stages.stage2=false",),
+                   "no_critic": ("stages.grounder_data=raw",)}, 3),
+    ("iterations", {"full": ()}, 5),
+    ("critic", {"reference": (), "noisy": ("critic.error_rate=0.3",), "none": ("stages.grounder_data=raw",)}, 3),
+    ("k", {"k4": ("sample.k=4",), "k8": ("sample.k=8",), "k15": ("sample.k=15",)}, 3),
+])
+def test_presets_load(preset, variants, iterations):
+    exp = load_experiment(ROOT / "examples" / "experiments" / f"{preset}.toml")
+    assert {v.name: v.set for v in exp.variants.values()} == variants
+    assert exp.base == DEMO.resolve() and exp.iterations == iterations and exp.seeds == [11, 12, 13, 14, 15]
+    assert exp.baseline == {"critic": "reference", "k": "k15"}.get(preset, "full")
+
+
+def test_the_cli_help_lists_both_commands(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "experiment" in out and "report" in out
+
+
+def test_bad_input_exits_2_before_anything_is_written(tmp_path, capsys):
+    db = tmp_path / "s.duckdb"
+    bad = write_experiment(tmp_path / "e.toml", {"full": [], "bad": ["sample.k=1"]})
+    assert main(["experiment", "--config", str(bad), "--db", str(db), "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {bad}: variants.bad.set: sample.k: must be >= 2")
+    good = write_experiment(tmp_path / "g.toml", {"full": [], "no_critic": ["stages.grounder_data=raw"]})
+    assert main(["experiment", "--config", str(good), "--db", str(db), "--variants", "full,no_critc"]) == 2
+    assert "did you mean 'no_critic'?" in capsys.readouterr().err
+    assert main(["experiment", "--config", str(good), "--db", str(db), "--seeds", "1,x"]) == 2
+    assert "--seeds: expected comma-separated integers" in capsys.readouterr().err
+    models = write_experiment(tmp_path / "m.toml", {"full": [], "gone": [f"planner.path={tmp_path / 'nowhere'}"]})
+    assert main(["experiment", "--config", str(models), "--db", str(db)]) == 2
+    assert "variants.gone: planner.path:" in capsys.readouterr().err
+    assert not db.exists() and not jobs_dir(db).exists()
+
+
+# -- registering and planning (no models) ----------------------------------------------------------------------------
+
+
+def test_register_widens_what_was_asked_and_names_the_older_definition(tmp_path):
+    from engine.runner import register
+
+    exp = load_experiment(write_experiment(tmp_path / "a.toml", {"full": []}, seeds=(1, 2)))
+    edited = load_experiment(write_experiment(tmp_path / "b.toml", {"full": [], "k4": ["sample.k=4"]}))
+    with Store(tmp_path / "s.duckdb") as store:
+        assert register(store, exp, [1, 2], 1) == (True, [])
+        created = store.query("SELECT created_at FROM experiments")["created_at"][0]
+        assert register(store, exp, [3], 4) == (False, [])
+        row = store.query("SELECT * FROM experiments WHERE experiment_id = ?", [exp.experiment_id]).iloc[0]
+        recorded = json.loads(row.config_json)
+        assert (recorded["seeds"], recorded["iterations"], row.created_at) == ([1, 2, 3], 4, created)
+        assert recorded["variants"] == {"full": []} and recorded["baseline"] == "full"
+        assert register(store, edited, [1], 1) == (True, [exp.experiment_id])
+
+
+def test_plan_adopts_a_run_whose_link_a_kill_prevented(tmp_path):
+    from engine.config import config_to_dict
+    from engine.runner import ensure_run, linked_runs, plan_runs
+
+    exp = load_experiment(write_experiment(tmp_path / "a.toml", {"full": [], "k4": ["sample.k=4"]}, seeds=(1, 2)))
+    with Store(tmp_path / "s.duckdb") as store:
+        # created by create_run, then killed before experiment_runs was written
+        orphan = store.create_run("tiny/k4/s1", config_to_dict(exp.run_config("k4", 1, 1)), tmp_path)
+        store.create_run("tiny/full/s1", config_to_dict(exp.run_config("k4", 1, 1)), tmp_path)  # another config
+        plans = plan_runs(store, exp, ["full", "k4"], [1, 2], 2)
+        assert [(p.name, p.run_id, p.linked) for p in plans] == [
+            ("tiny/full/s1", None, False), ("tiny/k4/s1", orphan, False), ("tiny/full/s2", None, False),
+            ("tiny/k4/s2", None, False)]
+        assert plans[1].units == 1 + 8 * 2 and plans[0].units == 1 + 8 * 2  # nothing done yet, iterations 0..2
+        assert ensure_run(store, exp, plans[1], 2) == orphan
+        assert linked_runs(store, exp.experiment_id) == {("k4", 1): orphan}
+        store.set_stage(orphan, 0, "evaluate", "done")
+        assert plan_runs(store, exp, ["k4"], [1], 2)[0].units == 8 * 2
+        assert plan_runs(store, exp, ["k4"], [1], 2)[0].linked
+
+
+# -- copying a run between store files (how job files are merged) ----------------------------------------------------
+
+
+def test_copy_run_replaces_one_runs_rows_in_one_direction(tmp_path):
+    with Store(tmp_path / "main.duckdb") as main_store:
+        run_id = main_store.create_run("r", {"x": 1}, tmp_path)
+        other = main_store.create_run("other", {"x": 2}, tmp_path)
+        main_store.put_metrics(run_id, 0, [{"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.1}])
+        main_store.put_metrics(other, 0, [{"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.9}])
+        Store(tmp_path / "job.duckdb").close()
+        assert main_store.copy_run(run_id, tmp_path / "job.duckdb", into_this=False)["metrics"] == 1
+    with Store(tmp_path / "job.duckdb") as job:
+        assert [r["run_id"] for r in job.list_runs()] == [run_id]
+        job.put_metrics(run_id, 1, [{"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.5}])
+        job.set_stage(run_id, 1, "evaluate", "done")
+        job.add_override({"run_id": run_id, "iteration": 1, "target": "pair", "task_id": "t", "step": 0,
+                          "action": "swap", "curator": "ada"})
+        job.write("critic_cache", [{"model": "m", "prompt_sha256": "h", "response_json": "{}"}])
+    with Store(tmp_path / "main.duckdb") as main_store:
+        copied = main_store.copy_run(run_id, tmp_path / "job.duckdb", into_this=True)
+        assert copied["runs"] == 1 and copied["metrics"] == 2 and copied["stages"] == 1 and copied["overrides"] == 1
+        metrics = main_store.query("SELECT run_id, iteration, value FROM metrics ORDER BY run_id, iteration")
+        assert sorted(map(tuple, metrics.values.tolist())) == sorted([(run_id, 0, 0.1), (run_id, 1, 0.5),
+                                                                      (other, 0, 0.9)])
+        assert main_store.count("critic_cache", None) == 1
+        again = main_store.copy_run(run_id, tmp_path / "job.duckdb", into_this=True)
+        assert again == copied  # idempotent: the run's rows are replaced, not added to
+        assert main_store.count("metrics", run_id) == 2 and main_store.count("overrides", run_id) == 1
+
+
+# -- the report against a hand computation ---------------------------------------------------------------------------
+
+T975_DF2 = 4.302652729911275  # Student t 0.975 quantile, 2 degrees of freedom
+
+
+def hand_interval(values: list[float]) -> tuple[float, float, float]:
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    half = T975_DF2 * sd / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def hand_paired_p_df2(diffs: list[float]) -> float:
+    """Two-sided p of a paired t test with 3 pairs: for 2 degrees of freedom P(|T| >= t) = 1 - t / sqrt(t^2 + 2)."""
+    mean = sum(diffs) / 3
+    t = abs(mean) / (statistics.stdev(diffs) / math.sqrt(3))
+    return 1 - t / math.sqrt(t * t + 2)
+
+
+# variant -> seed -> iteration -> (held_in acc, held_out acc, held_out gap_ppl, held_out maths acc)
+HAND = {
+    "full": {1: {0: (0.50, 0.40, 10.0, 0.30), 1: (0.60, 0.45, 8.0, 0.40)},
+             2: {0: (0.52, 0.38, 12.0, 0.35), 1: (0.66, 0.47, 9.0, 0.45)},
+             3: {0: (0.48, 0.41, 11.0, 0.20), 1: (0.61, 0.42, 10.0, 0.50)}},
+    "no_stage1": {1: {0: (0.50, 0.40, 10.0, 0.30), 1: (0.55, 0.41, 9.5, 0.35)},
+                  2: {0: (0.52, 0.38, 12.0, 0.35), 1: (0.56, 0.40, 11.0, 0.30)},
+                  3: {0: (0.48, 0.41, 11.0, 0.20), 1: (0.57, 0.43, 10.5, 0.25)}},
+    "no_stage2": {1: {0: (0.50, 0.40, 10.0, 0.30)}},  # interrupted after iteration 0; seeds 2, 3 never started
+}
+
+
+@pytest.fixture
+def hand_store(tmp_path):
+    start = datetime(2026, 1, 1, 12, 0, 0)
+    with Store(tmp_path / "hand.duckdb") as store:
+        store.write("experiments", [{"experiment_id": "abl-0000beef", "name": "abl", "source": "abl.toml",
+                                     "config_json": {"variants": {"full": [], "no_stage1": ["stages.stage1=false"],
+                                                                  "no_stage2": ["stages.stage2=false"]},
+                                                     "seeds": [1, 2, 3], "iterations": 1, "baseline": "full"}}])
+        for variant, seeds in HAND.items():
+            for seed, its in seeds.items():
+                run_id = store.create_run(f"abl/{variant}/s{seed}", {"stages": {"evaluate_initial": True}}, tmp_path)
+                store.write("experiment_runs", [{"experiment_id": "abl-0000beef", "variant": variant, "seed": seed,
+                                                 "run_id": run_id}])
+                for t, (held_in, held_out, gap, maths) in its.items():
+                    store.put_metrics(run_id, t, [
+                        {"split": "held_in", "domain": "all", "name": "accuracy", "value": held_in},
+                        {"split": "held_out", "domain": "all", "name": "accuracy", "value": held_out},
+                        {"split": "held_out", "domain": "all", "name": "gap_ppl", "value": gap},
+                        {"split": "held_out", "domain": "all", "name": "gap_logppl", "value": math.log(gap)},
+                        {"split": "held_out", "domain": "maths", "name": "accuracy", "value": maths},
+                        {"split": "held_out", "domain": "all", "name": "n", "value": 100.0}])
+                    store.write("stages", [{"run_id": run_id, "iteration": t, "stage": "evaluate",
+                                            "status": "done", "started_at": start,
+                                            "finished_at": start + timedelta(seconds=10 + t)}])
+                if variant == "no_stage2":
+                    store.write("stages", [{"run_id": run_id, "iteration": 1, "stage": "sample",
+                                            "status": "failed", "started_at": start,
+                                            "finished_at": start + timedelta(seconds=5)}])
+        yield store
+
+
+def test_report_numbers_equal_a_hand_computation(hand_store):
+    report = experiment_report(hand_store, "abl-0000beef")
+    full = report["variants"]["full"]["iterations"]
+    column = {"held_in_accuracy": 0, "held_out_accuracy": 1, "held_out_gap_ppl": 2}
+    for variant in ("full", "no_stage1"):
+        for t in (0, 1):
+            cell = report["variants"][variant]["iterations"][str(t)]
+            assert cell["seeds"] == [1, 2, 3]
+            for key, i in column.items():
+                mean, lo, hi = hand_interval([HAND[variant][s][t][i] for s in (1, 2, 3)])
+                assert cell[key]["mean"] == pytest.approx(mean, abs=1e-12)
+                assert cell[key]["ci95"] == pytest.approx([lo, hi], abs=1e-9)
+                assert cell[key]["per_seed"] == {str(s): HAND[variant][s][t][i] for s in (1, 2, 3)}
+            mean, lo, hi = hand_interval([HAND[variant][s][t][3] for s in (1, 2, 3)])
+            maths = cell["by_domain"]["held_out"]["maths"]["accuracy"]
+            assert (maths["mean"], maths["ci95"]) == (pytest.approx(mean), pytest.approx([lo, hi]))
+    # change vs iteration 0, paired over seeds
+    diffs = [HAND["full"][s][1][1] - HAND["full"][s][0][1] for s in (1, 2, 3)]
+    change = full["1"]["vs_iteration_0"]["held_out_accuracy"]
+    mean, lo, hi = hand_interval(diffs)
+    assert change["diff"] == pytest.approx(mean) and change["ci95"] == pytest.approx([lo, hi])
+    assert change["p"] == pytest.approx(hand_paired_p_df2(diffs), abs=1e-9) and change["seeds"] == [1, 2, 3]
+    pct = [100 * (HAND["full"][s][1][2] - HAND["full"][s][0][2]) / HAND["full"][s][0][2] for s in (1, 2, 3)]
+    gap = full["1"]["vs_iteration_0"]["held_out_gap_ppl_pct"]
+    mean, lo, hi = hand_interval(pct)
+    assert gap["diff"] == pytest.approx(mean) and gap["ci95"] == pytest.approx([lo, hi])
+    assert gap["p"] == pytest.approx(hand_paired_p_df2(pct), abs=1e-9)
+    # a variant against the baseline at the same iteration
+    versus = report["variants"]["no_stage1"]["iterations"]["1"]["vs_baseline"]["held_in_accuracy"]
+    diffs = [HAND["no_stage1"][s][1][0] - HAND["full"][s][1][0] for s in (1, 2, 3)]
+    mean, lo, hi = hand_interval(diffs)
+    assert versus["diff"] == pytest.approx(mean) and versus["ci95"] == pytest.approx([lo, hi])
+    assert versus["p"] == pytest.approx(hand_paired_p_df2(diffs), abs=1e-9)
+    assert "vs_baseline" not in full["1"]
+    # the interrupted variant: one seed at iteration 0, none at 1; its run is incomplete, the others missing
+    partial = report["variants"]["no_stage2"]["iterations"]
+    assert list(partial) == ["0"] and partial["0"]["seeds"] == [1]
+    assert partial["0"]["held_out_accuracy"]["ci95"] == [0.40, 0.40]  # one seed: no made-up width
+    assert partial["0"]["vs_baseline"]["held_in_accuracy"]["seeds"] == [1]
+    runs = {(r["variant"], r["seed"]): r for r in report["runs"]}
+    assert runs[("no_stage2", 1)]["status"] == "incomplete" and runs[("no_stage2", 1)]["iterations_done"] == 0
+    assert runs[("no_stage2", 1)]["at"] == "1:sample failed"
+    assert runs[("full", 2)]["status"] == "done" and runs[("full", 2)]["wall_s"] == pytest.approx(21.0)
+    assert report["missing"] == [{"variant": "no_stage2", "seed": 2}, {"variant": "no_stage2", "seed": 3}]
+    assert report["wall_s"]["total"] == pytest.approx(6 * 21.0 + 10 + 5)
+    json.dumps(report, allow_nan=False)  # strict JSON
+
+
+def test_report_markdown_and_cli(hand_store, capsys, tmp_path):
+    text = report_markdown(experiment_report(hand_store, "abl-0000beef"))
+    mean, lo, hi = hand_interval([HAND["full"][s][1][0] * 100 for s in (1, 2, 3)])
+    assert f"| full | 1 | 3 | {mean:.1f} [{lo:.1f}, {hi:.1f}] |" in text
+    for heading in ("## held_in", "## held_out", "## Change vs iteration 0", "## vs full", "## Runs"):
+        assert heading in text
+    assert "maths accuracy %" in text and "| no_stage2 | 2 | - | missing |" in text
+    db = hand_store.path
+    hand_store.close()
+    assert main(["report", "--db", str(db), "--experiment", "abl-0000beef", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["variants"]["full"]["iterations"]["1"]) >= {"held_in_accuracy", "held_out_accuracy",
+                                                              "held_out_gap_ppl", "seeds"}
+    assert main(["report", "--db", str(db), "--experiment", "abl-0000beef", "--markdown"]) == 0
+    assert capsys.readouterr().out.startswith("# Experiment abl (`abl-0000beef`)")
+    assert main(["report", "--db", str(db), "--experiment", "abl-nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no experiment 'abl-nope'" in err and "abl-0000beef (abl, 7 runs)" in err
+    assert main(["report", "--db", str(tmp_path / "none.duckdb"), "--experiment", "x"]) == 2
+
+
+# -- running an experiment on the tiny agents ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tmp_path_factory, tiny_agents_dir, demo_tasks):
+    """A task file and the tiny-loop overrides (run.iterations left to the experiment)."""
+    from engine.tasks import write_tasks
+    from tests._tiny import tiny_overrides
+
+    tmp = tmp_path_factory.mktemp("experiment")
+    write_tasks(demo_tasks, tmp / "tasks.jsonl")
+    overrides = [o for o in tiny_overrides(tmp, tiny_agents_dir, tmp / "tasks.jsonl") if "run." not in o]
+    return tmp, overrides
+
+
+def tiny_experiment(directory: Path, overrides: list[str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return write_experiment(directory / "tiny.toml", {"full": [], "no_stage2": ["stages.stage2=false"]},
+                            seeds=(1, 2), shared=[*overrides, f"run.workdir={directory / 'runs'}"])
+
+
+def command(config: Path, db: Path, *more: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m engine experiment`` as its own process (a kill must not take pytest with it)."""
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    if not env:
+        full_env.pop("MOAT_KILL_AT", None)
+    return subprocess.run([sys.executable, "-m", "engine", "experiment", "--config", str(config), "--db", str(db),
+                           "--quiet", *more], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=900)
+
+
+def last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def experiment_state(db: Path) -> dict:
+    """Per (variant, seed): the run id, its stage states and row counts per table; plus every run id in the store."""
+    with Store(db, read_only=True) as store:
+        links = store.query("SELECT experiment_id, variant, seed, run_id FROM experiment_runs")
+        state = {"experiments": sorted(set(links.experiment_id)), "all_runs": sorted(r["run_id"]
+                                                                                       for r in store.list_runs())}
+        for _, variant, seed, run_id in links.itertuples(index=False):
+            stages = store.query("SELECT iteration, stage, status FROM stages WHERE run_id = ?", [run_id])
+            state[(variant, int(seed))] = {
+                "run_id": run_id, "stages": sorted(map(tuple, stages.values.tolist())),
+                "rows": {t: store.count(t, run_id) for t in store.run_tables()}}
+    return state
+
+
+def all_done(state: dict) -> bool:
+    return all(status in ("done", "skipped") for key, v in state.items() if isinstance(key, tuple)
+               for _, _, status in v["stages"])
+
+
+@pytest.fixture(scope="module")
+def inprocess_run(tiny_setup):
+    """The tiny experiment (2 variants x 2 seeds x 1 iteration) run once with --jobs 1, in this process: the
+    reference the resumed and parallel runs are compared with."""
+    tmp, overrides = tiny_setup
+    config = tiny_experiment(tmp / "inprocess", overrides)
+    db = tmp / "inprocess" / "s.duckdb"
+    code = main(["experiment", "--config", str(config), "--db", str(db), "--quiet"])
+    return {"config": config, "db": db, "code": code, "state": experiment_state(db)}
+
+
+@pytest.mark.slow
+def test_a_tiny_experiment_makes_ordinary_runs_grouped_under_one_id(inprocess_run, capsys):
+    db, state = inprocess_run["db"], inprocess_run["state"]
+    assert inprocess_run["code"] == 0
+    assert len(state["experiments"]) == 1 and len(state["all_runs"]) == 4
+    assert {k for k in state if isinstance(k, tuple)} == {("full", 1), ("full", 2), ("no_stage2", 1),
+                                                           ("no_stage2", 2)}
+    assert all_done(state)
+    for (variant, _), run in ((k, v) for k, v in state.items() if isinstance(k, tuple)):
+        assert (1, "evaluate", "done") in run["stages"] and run["rows"]["metrics"] > 0 and run["rows"]["plans"] > 0
+        assert ((1, "train_grounder", "skipped") in run["stages"]) == (variant == "no_stage2")
+    with Store(db, read_only=True) as store:
+        names = sorted(r["name"] for r in store.list_runs())
+        seeds = {r["name"]: r["config"]["run"]["seed"] for r in store.list_runs()}
+    assert names == ["tiny/full/s1", "tiny/full/s2", "tiny/no_stage2/s1", "tiny/no_stage2/s2"]
+    assert seeds["tiny/full/s2"] == 2
+    # the same command again: the same experiment, nothing new, nothing run
+    capsys.readouterr()
+    assert main(["experiment", "--config", str(inprocess_run["config"]), "--db", str(db), "--quiet"]) == 0
+    again = last_json(capsys.readouterr().out)
+    assert again["experiment"] == state["experiments"][0] and again["status"] == "done"
+    assert [r["status"] for r in again["runs"]] == ["already done"] * 4
+    assert experiment_state(db) == state
+    # the report reads it: two seeds per variant at iterations 0 and 1, each run with a wall time
+    with Store(db, read_only=True) as store:
+        report = experiment_report(store, again["experiment"])
+    assert report["variants"]["full"]["iterations"]["1"]["seeds"] == [1, 2]
+    assert all(r["status"] == "done" and r["wall_s"] > 0 for r in report["runs"])
+
+
+@pytest.mark.slow
+def test_more_iterations_extend_the_chosen_runs_of_the_same_experiment(inprocess_run, capsys, tmp_path):
+    db = tmp_path / "copy.duckdb"  # the shared store stays as the other tests expect it
+    shutil.copy(inprocess_run["db"], db)
+    before = experiment_state(db)
+    capsys.readouterr()
+    code = main(["experiment", "--config", str(inprocess_run["config"]), "--db", str(db), "--quiet",
+                 "--variants", "no_stage2", "--seeds", "2", "--iterations", "2"])
+    out = last_json(capsys.readouterr().out)
+    assert code == 0 and out["experiment"] == before["experiments"][0] and len(out["runs"]) == 1
+    after = experiment_state(db)
+    assert after["all_runs"] == before["all_runs"]
+    assert (2, "evaluate", "done") in after[("no_stage2", 2)]["stages"]
+    assert after[("full", 1)] == before[("full", 1)]
+    with Store(db, read_only=True) as store:
+        report = experiment_report(store, out["experiment"])
+    assert report["iterations_requested"] == 2
+    assert report["variants"]["no_stage2"]["iterations"]["2"]["seeds"] == [2]
+    status = {(r["variant"], r["seed"]): r["status"] for r in report["runs"]}
+    assert status[("no_stage2", 2)] == "done" and status[("full", 1)] == "incomplete"
+
+
+@pytest.mark.slow
+def test_a_killed_experiment_resumes_to_completion_when_rerun(tiny_setup, inprocess_run):
+    """The whole command SIGKILLed inside the first run's score stage; the same command again resumes that run and
+    creates the next (one variant, two seeds)."""
+    tmp, overrides = tiny_setup
+    config = tiny_experiment(tmp / "killed", overrides)
+    db = tmp / "killed" / "s.duckdb"
+    killed = command(config, db, "--variants", "no_stage2", env={"MOAT_KILL_AT": "1:score:1"})
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    state = experiment_state(db)
+    (first,) = [k for k in state if isinstance(k, tuple)]
+    assert first == ("no_stage2", 1) and (1, "score", "running") in state[first]["stages"]
+    resumed = command(config, db, "--variants", "no_stage2")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    out = last_json(resumed.stdout)
+    assert out["experiment"] == state["experiments"][0] and out["status"] == "done"
+    assert [(r["variant"], r["seed"], r["status"]) for r in out["runs"]] == [("no_stage2", 1, "done"),
+                                                                             ("no_stage2", 2, "done")]
+    final = experiment_state(db)
+    assert out["runs"][0]["run_id"] == final[first]["run_id"] == state[first]["run_id"]  # resumed, not recreated
+    assert len(final["all_runs"]) == 2 and all_done(final)
+    reference = inprocess_run["state"]
+    for key in (("no_stage2", 1), ("no_stage2", 2)):
+        assert final[key]["rows"] == reference[key]["rows"], key
+
+
+@pytest.mark.slow
+def test_parallel_jobs_give_the_runs_and_rows_of_jobs_1_and_resume_killed_workers(tiny_setup, inprocess_run):
+    """--jobs 2 on the CPU: each run in a worker on its own DuckDB file, merged into the main store; workers killed
+    mid-stage leave their job files, which the re-run resumes in place (the full variant, two seeds)."""
+    tmp, overrides = tiny_setup
+    config = tiny_experiment(tmp / "parallel", overrides)  # its own checkpoint directory: otherwise the same
+    db = tmp / "parallel" / "s.duckdb"
+    killed = command(config, db, "--jobs", "2", "--variants", "full", env={"MOAT_KILL_AT": "1:critique:1"})
+    assert killed.returncode == 1, killed.stderr[-3000:]
+    assert [r["status"] for r in last_json(killed.stdout)["runs"]] == ["failed", "failed"]
+    assert len(list(jobs_dir(db).glob("*.duckdb"))) == 2
+    partial = experiment_state(db)  # what the workers had done was merged when they died
+    assert all((1, "critique", "running") in v["stages"] for k, v in partial.items() if isinstance(k, tuple))
+    resumed = command(config, db, "--jobs", "2", "--variants", "full")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    out = last_json(resumed.stdout)
+    assert out["experiment"] == partial["experiments"][0] and out["status"] == "done"
+    assert not list(jobs_dir(db).glob("*.duckdb")) and not list(jobs_dir(db).glob("*.log"))
+    state = experiment_state(db)
+    reference = inprocess_run["state"]
+    assert len(state["all_runs"]) == 2
+    for key in (("full", 1), ("full", 2)):
+        assert state[key]["run_id"] == partial[key]["run_id"]  # resumed in place, not created again
+        assert state[key]["stages"] == reference[key]["stages"], key
+        assert state[key]["rows"] == reference[key]["rows"], key
