@@ -29,6 +29,12 @@ Returns ``{"run_id", "base", "after", "agents": {"P0": path, ...}, "tasks": [tas
 {"label", "after", "before", "results": {split: {domain: {"gained", "lost", "p", "n"}}}}}, "reused": [cells],
 "outcomes": {cell: {task_id: correct}}, "seconds"}``. Raises ``SwapError`` for an unknown run, an ``after`` without
 a done evaluate stage, or ``base`` not in 0..after-1.
+
+``stored_swaps(store, run_id, base=None, after=None)`` only reads: the stored table of a run in the same shape
+(``"cells"``, ``"gold_plans"``, ``"tests"`` with the McNemar rows as ``{"gained", "lost", "p"}``, plus ``"base"``,
+``"after"`` and ``"iterations"``, every iteration the run's swaps name), or None when the run has no swap rows.
+``after`` defaults to the largest iteration stored, ``base`` to the smallest; a cell or test that is not stored is
+absent.
 """
 
 from __future__ import annotations
@@ -202,3 +208,38 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
         "outcomes": {cell_name(*cell): results[cell][1] for cell in order},
         "seconds": round(time.perf_counter() - started, 2),
     }
+
+
+def stored_swaps(store: Store, run_id: str, base: int | None = None, after: int | None = None
+                 ) -> dict[str, Any] | None:
+    """The run's stored swap table (see the module docstring); None when ``swaps`` has no row of the run."""
+    df = store.query("SELECT planner_after, grounder_after, split, domain, name, value FROM swaps WHERE run_id = ? "
+                     "ORDER BY planner_after, grounder_after, split, domain, name", [run_id])
+    if not len(df):
+        return None
+    stored: dict[str, Summary] = defaultdict(dict)
+    results: dict[str, dict[str, dict[str, dict[str, Any]]]] = defaultdict(dict)
+    for a, b, split, domain, name, value in df.itertuples(index=False):
+        cell = cell_name(int(a), int(b))
+        if name.startswith("mcnemar_"):
+            key = name.removeprefix("mcnemar_")
+            results[cell].setdefault(split, {}).setdefault(domain, {})[key] = value if key == "p" else int(value)
+        else:
+            stored[cell].setdefault(split, {}).setdefault(domain, {})[name] = (
+                int(value) if name in ("n", "correct") else float(value))
+    iterations = sorted({int(t) for t in df.planner_after if t != GOLD} | {int(t) for t in df.grounder_after})
+    after = iterations[-1] if after is None else after
+    base = iterations[0] if base is None else base
+    order = [(base, base), (after, base), (base, after), (after, after)]
+    comparisons = {"stage1": ("stage 1 alone", (after, base), (base, base)),
+                   "stage2": ("stage 2 alone", (base, after), (base, base)),
+                   "both": ("both stages", (after, after), (base, base)),
+                   "gold_plans": ("grounder on gold plans", (GOLD, after), (GOLD, base))}
+    tests = {key: {"label": label, "after": cell_name(*new), "before": cell_name(*old),
+                   "results": results[cell_name(*new)]}
+             for key, (label, new, old) in comparisons.items() if cell_name(*new) in results}
+    return {"run_id": run_id, "base": base, "after": after, "iterations": iterations,
+            "cells": {cell_name(*c): stored[cell_name(*c)] for c in dict.fromkeys(order) if cell_name(*c) in stored},
+            "gold_plans": {cell_name(GOLD, b): stored[cell_name(GOLD, b)] for b in dict.fromkeys((base, after))
+                           if cell_name(GOLD, b) in stored},
+            "tests": tests}

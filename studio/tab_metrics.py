@@ -1,7 +1,12 @@
-"""Metrics tab: plotly charts across iterations from the store's ``metrics``, ``train_logs``, ``pairs``/overrides and
-``verdicts`` tables, for one run or two runs overlaid (run A solid, run B dashed), e.g. an ablation.
+"""Metrics tab: the run view (plotly charts across iterations from the store's ``metrics``, ``train_logs``,
+``pairs``/overrides and ``verdicts`` tables, for one run or two runs overlaid: run A solid, run B dashed, e.g. an
+ablation; the run's stored swap table and iteration-to-iteration McNemar tests) or, when an experiment is picked, the
+experiment view (``studio.metrics_experiment``).
 
-Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``FIGURES``).
+Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``FIGURES``). Iteration axes have integer
+ticks; accuracy lines carry their 95% Wilson interval as error bars (``accuracy_lo``/``accuracy_hi``, when stored);
+each split/domain has one colour in the accuracy, gap-PPL and gap-log-PPL figures. The tables come from
+``studio.metrics_swaps``. Every handler only reads.
 """
 
 from __future__ import annotations
@@ -12,22 +17,16 @@ import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine.report import UnknownExperiment, experiment_report
 from engine.store import Store
+from studio import metrics_experiment as mexp
 from studio.common import Ctx
+from studio.metrics_swaps import changes_markdown, swap_markdown
+from studio.plots import colours, figure, line
 
-FIGURES = ("accuracy", "gap_logppl", "dpo_rewards", "dpo_loss", "sft_loss", "pairs", "critic")
+FIGURES = ("accuracy", "gap_ppl", "gap_logppl", "dpo_rewards", "dpo_loss", "sft_loss", "pairs", "critic")
 DPO_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
-
-
-def _fig(title: str, x: str, y: str) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=320, margin=dict(l=40, r=10, t=40, b=40))
-    return fig
-
-
-def _line(fig: go.Figure, x, y, name: str, dashed: bool) -> None:
-    fig.add_scatter(x=list(x), y=list(y), mode="lines+markers", name=name,
-                    line=dict(dash="dash" if dashed else "solid"))
+NO_EXPERIMENT = ("(none: the picked run)", "")
 
 
 def _train_logs(store: Store, run_id: str, stage: str) -> pd.DataFrame:
@@ -47,65 +46,123 @@ def _pair_counts(store: Store, run_id: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["iteration", "pairs", "tie_rate", "excluded"])
 
 
+def _metric_lines(store: Store, run_id: str) -> pd.DataFrame:
+    """The run's metrics wide: one row per (split, domain, iteration), one column per metric name."""
+    m = store.frame("metrics", run_id)
+    if not len(m):
+        return pd.DataFrame(columns=["split", "domain", "iteration"])
+    wide = m.pivot_table(index=["split", "domain", "iteration"], columns="name", values="value", aggfunc="last")
+    return wide.reset_index().sort_values(["split", "domain", "iteration"])
+
+
 def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[str, go.Figure]:
     """Every metrics chart for run A (and run B overlaid when given and different)."""
     figs = {
-        "accuracy": _fig("Accuracy per split/domain", "iteration", "accuracy"),
-        "gap_logppl": _fig("Capability gap: gold-action log-PPL", "iteration", "log-PPL"),
-        "dpo_rewards": _fig("DPO rewards / margins / accuracies", "logged step", "value"),
-        "dpo_loss": _fig("DPO loss", "logged step", "loss"),
-        "sft_loss": _fig("Grounder SFT loss", "logged step", "loss"),
-        "pairs": _fig("Pairs in training and tie rate", "iteration", "count / rate"),
-        "critic": _fig("Critic status rates", "iteration", "share of verdicts"),
+        "accuracy": figure("Accuracy per split/domain (95% Wilson interval)", "iteration", "accuracy", percent=True),
+        "gap_ppl": figure("Capability gap: mean gold-action PPL", "iteration", "PPL"),
+        "gap_logppl": figure("Capability gap: gold-action log-PPL", "iteration", "log-PPL"),
+        "dpo_rewards": figure("DPO rewards / margins / accuracies", "logged step", "value", iterations=False),
+        "dpo_loss": figure("DPO loss", "logged step", "loss", iterations=False),
+        "sft_loss": figure("Grounder SFT loss", "logged step", "loss", iterations=False),
+        "pairs": figure("Pairs in training and tie rate", "iteration", "count / rate"),
+        "critic": figure("Critic status rates", "iteration", "share of verdicts"),
     }
     runs = [r for r in dict.fromkeys([run_a, run_b]) if r]
+    wide = {run_id: _metric_lines(store, run_id) for run_id in runs}
+    palette = colours(sorted({(s, d) for df in wide.values() for s, d in zip(df["split"], df["domain"])}))
     for n, run_id in enumerate(runs):
         dashed, tag = n == 1, ("B " if n == 1 else "A ") if len(runs) > 1 else ""
-        m = store.frame("metrics", run_id)
-        for name, key in (("accuracy", "accuracy"), ("gap_logppl", "gap_logppl")):
-            part = m[m["name"] == key]
-            for (split, domain), df in part.groupby(["split", "domain"]):
-                _line(figs[name], df["iteration"], df["value"], f"{tag}{split}/{domain}", dashed)
+        for (split, domain), df in wide[run_id].groupby(["split", "domain"]):
+            colour, name = palette[(split, domain)], f"{tag}{split}/{domain}"
+            for key in ("accuracy", "gap_ppl", "gap_logppl"):
+                part = df[df[key].notna()] if key in df else df.iloc[:0]
+                if not len(part):
+                    continue
+                bounds = ["accuracy_lo", "accuracy_hi"]
+                bars = key == "accuracy" and set(bounds) <= set(part) and bool(part[bounds].notna().all(axis=None))
+                line(figs[key], part["iteration"], part[key], name, colour, dashed,
+                     lo=part["accuracy_lo"] if bars else None, hi=part["accuracy_hi"] if bars else None)
         dpo = _train_logs(store, run_id, "train_planner")
         logs = [json.loads(t) for t in dpo["logs_json"]]
         for key in DPO_KEYS:
             points = [(x, lg[key]) for x, lg in zip(dpo["x"], logs) if isinstance(lg.get(key), (int, float))]
             if points:
-                _line(figs["dpo_rewards"], *zip(*points), f"{tag}{key}", dashed)
+                line(figs["dpo_rewards"], *zip(*points), f"{tag}{key}", dashed=dashed)
         for fig, df in ((figs["dpo_loss"], dpo), (figs["sft_loss"], _train_logs(store, run_id, "train_grounder"))):
             df = df[df["loss"].notna()]
-            _line(fig, df["x"], df["loss"], f"{tag}loss", dashed)
+            line(fig, df["x"], df["loss"], f"{tag}loss", dashed=dashed)
         pc = _pair_counts(store, run_id)
-        _line(figs["pairs"], pc["iteration"], pc["pairs"], f"{tag}pairs", dashed)
-        _line(figs["pairs"], pc["iteration"], pc["tie_rate"], f"{tag}tie rate", dashed)
+        line(figs["pairs"], pc["iteration"], pc["pairs"], f"{tag}pairs", dashed=dashed)
+        line(figs["pairs"], pc["iteration"], pc["tie_rate"], f"{tag}tie rate", dashed=dashed)
         v = store.query("SELECT iteration, status, count(*) AS n FROM verdicts WHERE run_id = ? "
                         "GROUP BY iteration, status ORDER BY iteration", [run_id])
         if len(v):
             v["rate"] = v["n"] / v.groupby("iteration")["n"].transform("sum")
             for status, df in v.groupby("status"):
-                _line(figs["critic"], df["iteration"], df["rate"], f"{tag}{status}", dashed)
+                line(figs["critic"], df["iteration"], df["rate"], f"{tag}{status}", dashed=dashed)
     return figs
+
+
+def run_tables(store: Store, run_id: str | None) -> tuple[str, str]:
+    """(iteration-to-iteration McNemar markdown, swap table markdown) of the picked run."""
+    if not run_id:
+        return "", ""
+    return changes_markdown(store, run_id), swap_markdown(store, run_id)
 
 
 def build(ctx: Ctx) -> None:
     with gr.Row():
-        compare = gr.Dropdown([], label="Compare with run (B, dashed)", elem_id="metrics-compare")
-        refresh = gr.Button("Refresh", elem_id="metrics-refresh")
-    plots = {}
-    for i in range(0, len(FIGURES), 2):
-        with gr.Row():
-            for name in FIGURES[i:i + 2]:
-                plots[name] = gr.Plot(elem_id=f"metrics-{name}")
+        experiment = gr.Dropdown([NO_EXPERIMENT], value="", label="Experiment (empty: the picked run)",
+                                 elem_id="metrics-experiment", scale=2)
+        compare = gr.Dropdown([], label="Compare with run (B, dashed)", elem_id="metrics-compare", scale=2)
+        refresh = gr.Button("Refresh", elem_id="metrics-refresh", scale=1)
+    plots, exp_plots = {}, {}
+    with gr.Column(elem_id="metrics-run-view") as run_view:
+        for i in range(0, len(FIGURES), 2):
+            with gr.Row():
+                for name in FIGURES[i:i + 2]:
+                    plots[name] = gr.Plot(elem_id=f"metrics-{name}")
+        changes = gr.Markdown(elem_id="metrics-changes")
+        swaps = gr.Markdown(elem_id="metrics-swaps")
+    with gr.Column(visible=False, elem_id="metrics-experiment-view") as exp_view:
+        for i in range(0, len(mexp.FIGURES), 2):
+            with gr.Row():
+                for name in mexp.FIGURES[i:i + 2]:
+                    exp_plots[name] = gr.Plot(elem_id=f"metrics-exp-{name}")
+        exp_table = gr.Markdown(elem_id="metrics-experiment-table")
+        exp_swaps = gr.Markdown(elem_id="metrics-experiment-swaps")
 
     def draw(run_a, run_b):
         figs = figures(ctx.store, run_a, run_b)
-        return [figs[n] for n in FIGURES]
+        return [figs[n] for n in FIGURES] + list(run_tables(ctx.store, run_a))
 
     def runs(run_a):
         others = [r["run_id"] for r in ctx.store.list_runs() if r["run_id"] != run_a]
         return gr.update(choices=["", *others], value="")
 
+    def experiments(current):
+        choices = [NO_EXPERIMENT, *mexp.experiment_choices(ctx.store)]
+        return gr.update(choices=choices, value=current if current in {v for _, v in choices} else "")
+
+    def show_experiment(experiment_id):
+        hidden = [gr.update(value=None, visible=True) for _ in mexp.FIGURES]
+        if not experiment_id:
+            return [gr.update(visible=True), gr.update(visible=False), *hidden, "", ""]
+        try:
+            report = experiment_report(ctx.store, experiment_id)
+        except UnknownExperiment as exc:
+            raise gr.Error(f"No experiment {experiment_id} in this store; press Refresh.") from exc
+        figs = mexp.experiment_figures(report)
+        return [gr.update(visible=False), gr.update(visible=True),
+                *(gr.update(value=figs.get(n), visible=n in figs) for n in mexp.FIGURES),
+                mexp.experiment_table(report), mexp.experiment_swaps(ctx.store, report)]
+
     ctx.run.change(runs, ctx.run, compare, api_name="metrics_runs", api_visibility="undocumented")
+    gr.on([ctx.run.change, refresh.click], experiments, experiment, experiment, api_name="metrics_experiments",
+          api_visibility="undocumented", trigger_mode="always_last")
     # One event, in order per session (see studio.app.CONCURRENCY): older figures never land last.
-    gr.on([ctx.run.change, compare.change, refresh.click], draw, [ctx.run, compare], [plots[n] for n in FIGURES],
-          api_name="metrics_figures", trigger_mode="always_last")
+    gr.on([ctx.run.change, compare.change, refresh.click], draw, [ctx.run, compare],
+          [*(plots[n] for n in FIGURES), changes, swaps], api_name="metrics_figures", trigger_mode="always_last")
+    gr.on([experiment.change, refresh.click], show_experiment, experiment,
+          [run_view, exp_view, *(exp_plots[n] for n in mexp.FIGURES), exp_table, exp_swaps],
+          api_name="metrics_experiment", trigger_mode="always_last")

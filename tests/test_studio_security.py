@@ -334,6 +334,8 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "critic_preview_edit": ("read", (run_id, verdict, EDIT)),  # executes the edit in memory, stores nothing
         "metrics_runs": ("read", (run_id,)),
         "metrics_figures": ("read", (run_id, None)),
+        "metrics_experiments": ("read", ("",)),
+        "metrics_experiment": ("read", ("",)),  # "": the run view; an experiment's view reads the report
         "run_create": ("write", (toml,)),
         "run_next_stage": ("write", (run_id,)),
         "run_rest_of_iteration": ("write", (run_id,)),

@@ -1,0 +1,146 @@
+"""The Metrics tab's experiment view: an experiment's variants over iterations, rendered from
+``engine.report.experiment_report`` (every mean, interval and test comes from there; nothing is recomputed here).
+
+Handlers (plain functions of the store or the report dict):
+
+* ``experiment_choices(store)``: ``(label, experiment_id)`` pairs, newest first (``engine.report.known_experiments``).
+* ``experiment_figures(report) -> dict[name, go.Figure]`` (names in ``FIGURES``; ``dev_accuracy`` only when a variant
+  was evaluated on dev, ``held_out_by_domain`` only when held-out has domains): per figure, one mean line per variant
+  (trace ``name`` = the variant) over a shaded 95% interval polygon (``"<variant> 95% CI"``, ``fill="toself"``),
+  integer iteration ticks, one colour per variant in every figure. Accuracies are fractions shown as %.
+* ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure and
+  the paired t test against the baseline variant (``diff (p=...)``), then incomplete and missing runs.
+* ``experiment_swaps(store, report) -> str``: the stored swap table of each baseline-variant run
+  (``studio.metrics_swaps.swap_markdown``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from engine.report import known_experiments
+from engine.store import Store
+from studio.metrics_swaps import swap_markdown
+from studio.plots import ITERATION_AXIS, band_and_mean, colours, figure
+
+FIGURES = ("held_in_accuracy", "held_out_accuracy", "dev_accuracy", "held_out_gap_ppl", "held_out_by_domain")
+TITLES = {"held_in_accuracy": "Held-in accuracy", "held_out_accuracy": "Held-out accuracy",
+          "dev_accuracy": "Dev accuracy", "held_out_gap_ppl": "Held-out capability gap: mean gold-action PPL"}
+# (report key, column head, scale, digits) of the table; accuracies in %.
+COLUMNS = (("held_in_accuracy", "held-in accuracy %", 100, 1), ("held_out_accuracy", "held-out accuracy %", 100, 1),
+           ("dev_accuracy", "dev accuracy %", 100, 1), ("held_out_gap_ppl", "held-out gap PPL", 1, 3))
+
+
+def experiment_choices(store: Store) -> list[tuple[str, str]]:
+    """The store's experiments as dropdown choices, newest first."""
+    rows = sorted(known_experiments(store), key=lambda e: e["created_at"], reverse=True)
+    return [(f"{e['name']} · {e['experiment_id']} ({e['runs']} runs)", e["experiment_id"]) for e in rows]
+
+
+def _iterations(report: dict[str, Any], variant: str) -> list[tuple[int, dict[str, Any]]]:
+    return sorted((int(t), cell) for t, cell in report["variants"][variant]["iterations"].items())
+
+
+def _series(cells: list[tuple[int, dict[str, Any] | None]]) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(iterations, means, lows, highs) of the cells that have a mean."""
+    kept = [(t, s) for t, s in cells if s and s.get("mean") is not None]
+    return ([t for t, _ in kept], [s["mean"] for _, s in kept], [s["ci95"][0] for _, s in kept],
+            [s["ci95"][1] for _, s in kept])
+
+
+def _has(report: dict[str, Any], key: str) -> bool:
+    return any(key in cell for v in report["variants"] for _, cell in _iterations(report, v))
+
+
+def experiment_figures(report: dict[str, Any]) -> dict[str, go.Figure]:
+    """The experiment's figures (see the module docstring)."""
+    palette = colours(report["variants"])
+    figs: dict[str, go.Figure] = {}
+    for key, title in TITLES.items():
+        if key == "dev_accuracy" and not _has(report, key):
+            continue
+        accuracy = key.endswith("accuracy")
+        fig = figure(f"{title} (mean over seeds, 95% interval)", "iteration", "accuracy" if accuracy else "PPL",
+                     percent=accuracy)
+        for variant in report["variants"]:
+            x, mean, lo, hi = _series([(t, cell.get(key)) for t, cell in _iterations(report, variant)])
+            if x:
+                band_and_mean(fig, x, mean, lo, hi, variant, palette[variant])
+        figs[key] = fig
+    domains = sorted({d for v in report["variants"] for _, cell in _iterations(report, v)
+                      for d in cell.get("by_domain", {}).get("held_out", {})})
+    if domains:
+        fig = make_subplots(rows=1, cols=len(domains), subplot_titles=[f"held-out {d}" for d in domains],
+                            shared_yaxes=True)
+        for col, domain in enumerate(domains, start=1):
+            for variant in report["variants"]:
+                x, mean, lo, hi = _series([(t, cell.get("by_domain", {}).get("held_out", {}).get(domain, {})
+                                            .get("accuracy")) for t, cell in _iterations(report, variant)])
+                if x:
+                    band_and_mean(fig, x, mean, lo, hi, variant, palette[variant], legend=col == 1, row=1, col=col)
+        fig.update_layout(title="Held-out accuracy per domain (mean over seeds, 95% interval)", height=320,
+                          margin=dict(l=40, r=10, t=60, b=40))
+        fig.update_xaxes(title="iteration", **ITERATION_AXIS)
+        fig.update_yaxes(tickformat=".0%")
+        figs["held_out_by_domain"] = fig
+    return figs
+
+
+def _interval(cell: dict[str, Any] | None, scale: float, digits: int) -> str:
+    if not cell or cell.get("mean") is None:
+        return "–"
+    lo, hi = cell["ci95"]
+    n = cell["n"]
+    return (f"{cell['mean'] * scale:.{digits}f} [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}] "
+            f"({n} seed{'' if n == 1 else 's'})")
+
+
+def _test(cell: dict[str, Any] | None, scale: float, digits: int) -> str:
+    if not cell or cell.get("diff") is None:
+        return "–"
+    return f"{cell['diff'] * scale:+.{digits}f} (p={cell['p']:.3g}, n={cell['n']})"
+
+
+def experiment_table(report: dict[str, Any]) -> str:
+    """Variant x iteration markdown table with intervals and the paired tests vs the baseline."""
+    columns = [c for c in COLUMNS if c[0] != "dev_accuracy" or _has(report, "dev_accuracy")]
+    baseline = report["baseline"]
+    done = sum(r["status"] == "done" for r in report["runs"])
+    lines = [f"**{report['name']}** (`{report['experiment']}`): {len(report['runs'])} runs, {done} done; seeds "
+             f"{', '.join(map(str, report['seeds'])) or '–'}; baseline: {baseline or '–'}. Means over seeds with 95% "
+             "t intervals (n seeds); vs baseline: paired t test on the seeds both have (difference, p, n).", ""]
+    head = ["variant", "iteration", *(c[1] for c in columns)]
+    if baseline:
+        head += [f"Δ {c[1]} vs {baseline}" for c in columns]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for variant in report["variants"]:
+        for t, cell in _iterations(report, variant):
+            row = [variant, str(t), *(_interval(cell.get(key), scale, digits) for key, _, scale, digits in columns)]
+            if baseline:
+                versus = cell.get("vs_baseline", {})
+                row += [("baseline" if variant == baseline else _test(versus.get(key), scale, digits))
+                        for key, _, scale, digits in columns]
+            lines.append("| " + " | ".join(row) + " |")
+    incomplete = [f"{r['variant']} seed {r['seed']} ({r.get('at', r['status'])})" for r in report["runs"]
+                  if r["status"] != "done"]
+    missing = [f"{m['variant']} seed {m['seed']}" for m in report["missing"]]
+    if incomplete:
+        lines += ["", f"Incomplete: {'; '.join(incomplete)}."]
+    if missing:
+        lines += ["", f"Missing (never started): {'; '.join(missing)}."]
+    return "\n".join(lines)
+
+
+def experiment_swaps(store: Store, report: dict[str, Any]) -> str:
+    """The swap table of every run of the baseline variant (the first variant when there is no baseline)."""
+    variant = report["baseline"] or next(iter(report["variants"]), None)
+    runs = sorted((r for r in report["runs"] if r["variant"] == variant), key=lambda r: r["seed"])
+    if not runs:
+        return ""
+    parts = [f"### Swap tables of the {variant} runs"]
+    for r in runs:
+        parts += [f"#### {variant} seed {r['seed']} · `{r['run_id']}`", swap_markdown(store, r["run_id"])]
+    return "\n\n".join(parts)

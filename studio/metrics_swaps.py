@@ -1,0 +1,92 @@
+"""The Metrics tab's tables of one run, as markdown: the stored planner x grounder swap table
+(``engine.swap.stored_swaps``) and the iteration-to-iteration McNemar tests (``engine.changes.iteration_changes``).
+
+Only renders: nothing here computes a swap (that evaluates models and writes ``swaps``: ``python -m engine swap``,
+which the hint names) or a statistic.
+
+* ``swap_markdown(store, run_id)``: rows ``P{a}G{b}`` and the grounders on gold plans (``G{b}``), one column per split
+  x domain (``"all"`` last when a split has several domains) holding ``correct/n (xx.x%)``; then the McNemar rows
+  (stage 1 alone, stage 2 alone, both, grounder on gold plans: ``+gained / −lost / p=...``). A run without swap rows
+  gives one line with the CLI command that computes them.
+* ``changes_markdown(store, run_id)``: split x consecutive iterations: gained, lost, exact McNemar p, tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.changes import iteration_changes
+from engine.store import Store
+from engine.swap import stored_swaps
+
+
+def swap_hint(store: Store, run_id: str) -> str:
+    return (f"No swap table stored for run `{run_id}`. Compute it (it evaluates the swapped agents) with "
+            f"`python -m engine swap --db {store.path} --run {run_id}`, then press Refresh.")
+
+
+def _columns(cells: list[dict[str, dict[str, Any]]]) -> list[tuple[str, str]]:
+    splits: dict[str, set[str]] = {}
+    for summary in cells:
+        for split, domains in summary.items():
+            splits.setdefault(split, set()).update(domains)
+    out = []
+    for split, domains in splits.items():
+        named = sorted(d for d in domains if d != "all")
+        out += [(split, d) for d in named] + ([(split, "all")] if len(named) != 1 else [])
+    return out
+
+
+def _accuracy(values: dict[str, Any] | None) -> str:
+    if not values or not values.get("n"):
+        return "–"
+    return f"{values['correct']}/{values['n']} ({100 * values['correct'] / values['n']:.1f}%)"
+
+
+def _test(result: dict[str, Any] | None) -> str:
+    if not result or "gained" not in result:
+        return "–"
+    return f"+{result['gained']} / −{result['lost']} / p={result['p']:.3g}"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def swap_markdown(store: Store, run_id: str) -> str:
+    """The run's stored swap table and its McNemar rows, or the CLI hint (see the module docstring)."""
+    table = stored_swaps(store, run_id)
+    if table is None:
+        return swap_hint(store, run_id)
+    base, after = table["base"], table["after"]
+    rows = {**table["cells"], **table["gold_plans"]}
+    columns = _columns(list(rows.values()))
+    heads = [f"{split.replace('_', '-')} {domain}" for split, domain in columns]
+    labels = {f"P{base}G{base}": "start" if base == 0 else f"after iteration {base}",
+              f"P{after}G{base}": "stage 1 only", f"P{base}G{after}": "stage 2 only", f"P{after}G{after}": "both"}
+    lines = [f"**Swap table** of `{run_id}`: planners (P) x grounders (G) after iterations {base} and {after}, on the "
+             "run's evaluation tasks (correct/n)", "", _row(["agents", *heads]), _row(["---"] * (len(heads) + 1))]
+    for cell, summary in rows.items():
+        label = labels.get(cell, "on gold plans")
+        lines.append(_row([f"{cell} ({label})", *(_accuracy(summary.get(s, {}).get(d)) for s, d in columns)]))
+    lines += ["", "**Which stage moved what**: exact McNemar on the same tasks (+gained / −lost / p)", "",
+              _row(["change", *heads]), _row(["---"] * (len(heads) + 1))]
+    for test in table["tests"].values():
+        lines.append(_row([f"{test['label']}: {test['after']} vs {test['before']}",
+                           *(_test(test["results"].get(s, {}).get(d)) for s, d in columns)]))
+    if not table["tests"]:
+        lines.append(_row(["(no McNemar rows stored)", *("–" for _ in heads)]))
+    return "\n".join(lines)
+
+
+def changes_markdown(store: Store, run_id: str | None) -> str:
+    """Consecutive iterations compared on the same tasks, per split (exact McNemar)."""
+    rows = iteration_changes(store, run_id) if run_id else []
+    if not rows:
+        return "**Iteration-to-iteration change**: needs two evaluated iterations with per-task traces."
+    lines = ["**Iteration-to-iteration change** on the same tasks (exact McNemar)", "",
+             _row(["split", "iterations", "gained", "lost", "p", "tasks"]), _row(["---"] * 6)]
+    for r in rows:
+        lines.append(_row([r["split"].replace("_", "-"), f"{r['before']} → {r['after']}", str(r["gained"]),
+                           str(r["lost"]), f"{r['p']:.3g}", str(r["n"])]))
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""Plotly building blocks shared by the Metrics tab's run and experiment views: one palette, integer iteration axes,
+a line with optional error bars, a mean line with its shaded interval band.
+
+Pure rendering: every function takes numbers already computed (by the engine) and returns or changes a figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+
+import plotly.graph_objects as go
+
+PALETTE = ("#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2", "#7F7F7F", "#BCBD22",
+           "#17BECF")  # D3's category10
+# Integer ticks on an iteration axis: one tick per iteration, never 0.5.
+ITERATION_AXIS = dict(tickmode="linear", tick0=0, dtick=1, tickformat="d")
+
+
+def colours(keys: Iterable[Hashable]) -> dict[Hashable, str]:
+    """One palette colour per key, in the order given (cycling after ten): the same key, the same colour, in every
+    figure that uses this map."""
+    return {key: PALETTE[i % len(PALETTE)] for i, key in enumerate(dict.fromkeys(keys))}
+
+
+def rgba(colour: str, alpha: float) -> str:
+    """``#RRGGBB`` -> ``rgba(r,g,b,alpha)`` (a band's fill)."""
+    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def figure(title: str, x: str, y: str, iterations: bool = True, percent: bool = False) -> go.Figure:
+    """An empty figure; ``iterations``: integer ticks on x; ``percent``: y holds fractions shown as %."""
+    fig = go.Figure()
+    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=320, margin=dict(l=40, r=10, t=40, b=40))
+    if iterations:
+        fig.update_xaxes(**ITERATION_AXIS)
+    if percent:
+        fig.update_yaxes(tickformat=".0%")
+    return fig
+
+
+def line(fig: go.Figure, x: Sequence, y: Sequence, name: str, colour: str | None = None, dashed: bool = False,
+         lo: Sequence | None = None, hi: Sequence | None = None) -> None:
+    """A line with markers; ``lo``/``hi`` (same length as ``y``) draw asymmetric error bars."""
+    error = None
+    if lo is not None and hi is not None:
+        error = dict(type="data", symmetric=False, array=[h - v for h, v in zip(hi, y)],
+                     arrayminus=[v - lo_ for v, lo_ in zip(y, lo)], thickness=1, width=4)
+    fig.add_scatter(x=list(x), y=list(y), mode="lines+markers", name=name, error_y=error,
+                    line=dict(dash="dash" if dashed else "solid", color=colour))
+
+
+def band_and_mean(fig: go.Figure, x: Sequence, mean: Sequence, lo: Sequence, hi: Sequence, name: str, colour: str,
+                  legend: bool = True, **where: int) -> None:
+    """A shaded interval polygon (``fill="toself"``, named ``"<name> 95% CI"``) under the mean line (``name``);
+    ``where`` (row=, col=) places both in a subplot."""
+    x = list(x)
+    fig.add_trace(go.Scatter(x=x + x[::-1], y=list(hi) + list(lo)[::-1], fill="toself", fillcolor=rgba(colour, 0.18),
+                             line=dict(width=0, color=colour), hoverinfo="skip", showlegend=False, legendgroup=name,
+                             name=f"{name} 95% CI", mode="lines"), **where)
+    fig.add_trace(go.Scatter(x=x, y=list(mean), mode="lines+markers", name=name, legendgroup=name,
+                             showlegend=legend, line=dict(color=colour)), **where)

@@ -1,0 +1,221 @@
+"""The Metrics tab's handlers on a hand-made experiment store (``tests/_experiment_world.py``, no models): the
+experiment view's figures (a mean line and a 95% band per variant, from ``engine.report``, checked against a hand
+computation), its table, the run view's integer axes, Wilson error bars and colours, the stored swap table and its
+CLI hint, and the iteration-to-iteration McNemar table against a hand count."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+
+from engine.report import experiment_report
+from engine.store import Store
+from tests._experiment_world import (
+    EXP,
+    GAP,
+    HELD_IN,
+    HELD_OUT,
+    SEEDS,
+    SWAP_CORRECT,
+    SWAP_N,
+    SWAP_RUN,
+    SWAP_TESTS,
+    VARIANTS,
+    build_experiment,
+    run_of,
+)
+
+T975_DF1 = 12.706204736174707  # Student t quantile 0.975 with 1 degree of freedom (two seeds)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "exp.duckdb") as s:
+        build_experiment(s)
+        yield s
+
+
+def _hand(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95% t interval of two values, by hand."""
+    mean = statistics.fmean(values)
+    half = T975_DF1 * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def _bands_and_lines(fig):
+    bands = [t for t in fig.data if t.fill == "toself"]
+    lines = [t for t in fig.data if t.fill != "toself"]
+    return bands, lines
+
+
+@pytest.mark.parametrize("key, table", [("held_in_accuracy", HELD_IN), ("held_out_accuracy", HELD_OUT),
+                                        ("held_out_gap_ppl", GAP)])
+def test_experiment_figures_have_a_mean_line_and_a_band_per_variant(store, key, table):
+    from studio.metrics_experiment import experiment_figures
+
+    report = experiment_report(store, EXP)
+    fig = experiment_figures(report)[key]
+    bands, lines = _bands_and_lines(fig)
+    assert [t.name for t in lines] == list(VARIANTS)
+    assert [t.name for t in bands] == [f"{v} 95% CI" for v in VARIANTS]
+    for variant, band, mean_line in zip(VARIANTS, bands, lines):
+        cells = [report["variants"][variant]["iterations"][str(t)][key] for t in range(3)]
+        assert list(mean_line.x) == [0, 1, 2]
+        assert list(mean_line.y) == [c["mean"] for c in cells]
+        lows, highs = [c["ci95"][0] for c in cells], [c["ci95"][1] for c in cells]
+        assert list(band.x) == [0, 1, 2, 2, 1, 0] and list(band.y) == highs + lows[::-1]
+        for t in range(3):  # ... and the report's numbers are the hand computation
+            mean, lo, hi = _hand([table[variant, s][t] for s in SEEDS])
+            assert mean_line.y[t] == pytest.approx(mean) and (lows[t], highs[t]) == (pytest.approx(lo),
+                                                                                    pytest.approx(hi))
+        assert band.fillcolor.startswith("rgba(") and band.line.color == mean_line.line.color
+    assert fig.layout.xaxis.tickmode == "linear" and fig.layout.xaxis.dtick == 1
+
+
+def test_experiment_figures_colour_each_variant_once_and_split_held_out_domains(store):
+    from studio.metrics_experiment import experiment_figures
+
+    figs = experiment_figures(experiment_report(store, EXP))
+    assert set(figs) == {"held_in_accuracy", "held_out_accuracy", "held_out_gap_ppl", "held_out_by_domain"}
+    colour = {}
+    for fig in figs.values():
+        for trace in _bands_and_lines(fig)[1]:
+            assert colour.setdefault(trace.name, trace.line.color) == trace.line.color, trace.name
+    assert len(set(colour.values())) == len(VARIANTS)
+    by_domain = figs["held_out_by_domain"]
+    assert [a.text for a in by_domain.layout.annotations] == ["held-out maths", "held-out qa"]
+    bands, lines = _bands_and_lines(by_domain)
+    assert len(bands) == len(lines) == 2 * len(VARIANTS)
+    maths = [t for t in lines if t.xaxis == "x" and t.name == "full"][0]
+    assert list(maths.y) == pytest.approx([statistics.fmean(HELD_OUT["full", s][t] + 0.1 for s in SEEDS)
+                                           for t in range(3)])
+    assert by_domain.layout.xaxis.dtick == by_domain.layout.xaxis2.dtick == 1
+
+
+def test_a_dev_figure_only_when_dev_was_evaluated(store):
+    from studio.metrics_experiment import experiment_figures
+
+    store.put_metrics(run_of("full", 11), 1, [{"split": "dev", "domain": "all", "name": "accuracy", "value": 0.4}])
+    fig = experiment_figures(experiment_report(store, EXP))["dev_accuracy"]
+    assert [(t.name, list(t.y)) for t in _bands_and_lines(fig)[1]] == [("full", [0.4])]
+
+
+def test_experiment_table_shows_intervals_seeds_and_the_paired_test_vs_baseline(store):
+    from studio.metrics_experiment import experiment_table
+
+    text = experiment_table(experiment_report(store, EXP))
+    mean, lo, hi = _hand([HELD_IN["full", s][1] for s in SEEDS])
+    cell = f"{100 * mean:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] (2 seeds)"
+    assert cell == "59.0 [46.3, 71.7] (2 seeds)"
+    assert f"| full | 1 | {cell} |" in text
+    diffs = [HELD_IN["no_stage1", s][2] - HELD_IN["full", s][2] for s in SEEDS]
+    t_stat = statistics.fmean(diffs) / (statistics.stdev(diffs) / math.sqrt(2))
+    p = 1 - 2 / math.pi * math.atan(abs(t_stat))  # two-sided Student t with 1 degree of freedom
+    row = [line for line in text.splitlines() if line.startswith("| no_stage1 | 2 |")][0]
+    assert f"| {100 * statistics.fmean(diffs):+.1f} (p={p:.3g}, n=2) |" in row and "-13.5 (p=0.0236, n=2)" in row
+    assert "Δ held-out gap PPL vs full" in text and "| full | 0 |" in text and "baseline" in text
+    assert "4 runs, 4 done" in text and "Missing" not in text
+
+
+def test_experiment_choices_are_newest_first(store):
+    from studio.metrics_experiment import experiment_choices
+
+    store.write("experiments", [{"experiment_id": "k-00000001", "name": "k", "source": "k.toml",
+                                 "config_json": {}, "created_at": "2099-01-01 00:00:00"}])
+    assert [v for _, v in experiment_choices(store)] == ["k-00000001", EXP]
+    assert experiment_choices(store)[1][0] == f"abl · {EXP} (4 runs)"
+
+
+def test_run_view_has_integer_axes_wilson_bars_and_one_colour_per_split_domain(store):
+    from engine.stats import wilson
+    from studio.tab_metrics import FIGURES, figures
+
+    figs = figures(store, SWAP_RUN)
+    assert set(figs) == set(FIGURES)
+    for name in ("accuracy", "gap_ppl", "gap_logppl", "pairs", "critic"):
+        assert figs[name].layout.xaxis.dtick == 1 and figs[name].layout.xaxis.tickmode == "linear", name
+    accuracy = {t.name: t for t in figs["accuracy"].data}
+    assert set(accuracy) == {"held_in/all", "held_out/all", "held_out/maths", "held_out/qa"}
+    maths = accuracy["held_out/maths"]
+    correct = [round((HELD_OUT["full", 11][t] + 0.1) * 100) for t in range(3)]
+    assert list(maths.y) == pytest.approx([c / 100 for c in correct])
+    bounds = [wilson(c, 100) for c in correct]
+    assert list(maths.error_y.array) == pytest.approx([hi - c / 100 for c, (_, hi) in zip(correct, bounds)])
+    assert list(maths.error_y.arrayminus) == pytest.approx([c / 100 - lo for c, (lo, _) in zip(correct, bounds)])
+    gap = {t.name: t for t in figs["gap_ppl"].data}
+    assert list(gap["held_out/all"].y) == pytest.approx(GAP["full", 11])
+    log_gap = {t.name: t for t in figs["gap_logppl"].data}
+    assert list(log_gap["held_out/all"].y) == pytest.approx([math.log(g) for g in GAP["full", 11]])
+    colours = {t.name: t.line.color for t in figs["accuracy"].data}
+    assert len(set(colours.values())) == 4
+    for name in ("gap_ppl", "gap_logppl"):
+        assert {t.name: t.line.color for t in figs[name].data} == {n: colours[n] for n in ("held_in/all",
+                                                                                            "held_out/all")}
+    both = figures(store, SWAP_RUN, run_of("no_stage1", 11))  # run B: dashed, same colours
+    b = {t.name: t for t in both["accuracy"].data}
+    assert b["B held_out/qa"].line.dash == "dash" and b["B held_out/qa"].line.color == b["A held_out/qa"].line.color
+
+
+def test_stored_swaps_read_back_the_cells_and_tests(store):
+    from engine.swap import stored_swaps
+
+    table = stored_swaps(store, SWAP_RUN)
+    assert (table["base"], table["after"], table["iterations"]) == (0, 2, [0, 2])
+    assert list(table["cells"]) == ["P0G0", "P2G0", "P0G2", "P2G2"] and list(table["gold_plans"]) == ["G0", "G2"]
+    assert table["cells"]["P2G2"]["held_out"]["maths"]["correct"] == 7
+    assert table["tests"]["both"]["results"]["held_out"]["all"] == {"gained": 6, "lost": 0, "p": 0.03125}
+    assert [t["label"] for t in table["tests"].values()] == ["stage 1 alone", "stage 2 alone", "both stages",
+                                                              "grounder on gold plans"]
+    assert stored_swaps(store, run_of("full", 12)) is None
+
+
+def test_swap_table_renders_counts_and_mcnemar_rows(store):
+    from studio.metrics_swaps import swap_markdown
+
+    text = swap_markdown(store, SWAP_RUN)
+    assert "| agents | held-out maths | held-out qa | held-out all |" in text
+    for (a, b), (maths, qa) in SWAP_CORRECT.items():
+        cell = f"G{b}" if a == -1 else f"P{a}G{b}"
+        row = [line for line in text.splitlines() if line.startswith(f"| {cell} (")][0]
+        cells = [f"{c}/{n} ({100 * c / n:.1f}%)" for c, n in ((maths, SWAP_N), (qa, SWAP_N), (maths + qa, 2 * SWAP_N))]
+        assert row.endswith(" | ".join(cells) + " |"), row
+    assert "| P2G0 (stage 1 only) | 5/10 (50.0%) | 2/10 (20.0%) | 7/20 (35.0%) |" in text
+    for label, cell in (("stage 1 alone", (2, 0)), ("stage 2 alone", (0, 2)), ("both stages", (2, 2)),
+                        ("grounder on gold plans", (-1, 2))):
+        row = [line for line in text.splitlines() if line.startswith(f"| {label}:")][0]
+        tests = SWAP_TESTS[cell]
+        assert row.endswith(" | ".join(f"+{g} / −{lo} / p={p:.3g}" for g, lo, p in
+                                       (tests["maths"], tests["qa"], tests["all"])) + " |"), row
+
+
+def test_a_run_without_swaps_shows_the_cli_command(store):
+    from studio.metrics_swaps import swap_markdown
+
+    run_id = run_of("no_stage1", 12)
+    text = swap_markdown(store, run_id)
+    assert f"`python -m engine swap --db {store.path} --run {run_id}`" in text and "|" not in text
+
+
+def test_iteration_changes_equal_a_hand_count(store):
+    from engine.changes import iteration_changes
+    from studio.metrics_swaps import changes_markdown
+
+    rows = [(r["split"], r["before"], r["after"], r["gained"], r["lost"], r["p"], r["n"])
+            for r in iteration_changes(store, SWAP_RUN)]
+    # hand count from tests/_experiment_world.TRACES; p = exact two-sided binomial on the discordant tasks
+    assert rows == [("held_in", 0, 1, 3, 0, 0.25, 6), ("held_out", 0, 1, 1, 1, 1.0, 4),
+                    ("held_in", 1, 2, 1, 2, 1.0, 6), ("held_out", 1, 2, 2, 0, 0.5, 3)]
+    text = changes_markdown(store, SWAP_RUN)
+    assert "| held-in | 0 → 1 | 3 | 0 | 0.25 | 6 |" in text and "| held-out | 1 → 2 | 2 | 0 | 0.5 | 3 |" in text
+    assert iteration_changes(store, run_of("full", 12)) == []
+    assert "needs two evaluated iterations" in changes_markdown(store, run_of("full", 12))
+
+
+def test_experiment_swaps_cover_every_baseline_run(store):
+    from studio.metrics_experiment import experiment_swaps
+
+    text = experiment_swaps(store, experiment_report(store, EXP))
+    assert "#### full seed 11" in text and "#### full seed 12" in text and "no_stage1" not in text
+    assert "**Swap table** of `abl/full/s11`" in text and "--run abl/full/s12" in text
