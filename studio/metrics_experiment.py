@@ -9,7 +9,8 @@ Handlers (plain functions of the store or the report dict):
   (trace ``name`` = the variant) over a shaded 95% interval polygon (``"<variant> 95% CI"``, ``fill="toself"``),
   integer iteration ticks, one colour per variant in every figure. Accuracies are fractions shown as %.
 * ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure and
-  the paired t test against the baseline variant (``diff (p=...)``), then incomplete and missing runs.
+  under it, in the same cell, the paired t test against the baseline variant
+  (``Δ vs <baseline>: diff (p=..., n=...)``), then incomplete and missing runs.
 * ``experiment_swaps(store, report) -> str``: the stored swap table of each baseline-variant run
   (``studio.metrics_swaps.swap_markdown``).
 """
@@ -111,18 +112,19 @@ def experiment_table(report: dict[str, Any]) -> str:
     done = sum(r["status"] == "done" for r in report["runs"])
     lines = [f"**{report['name']}** (`{report['experiment']}`): {len(report['runs'])} runs, {done} done; seeds "
              f"{', '.join(map(str, report['seeds'])) or '–'}; baseline: {baseline or '–'}. Means over seeds with 95% "
-             "t intervals (n seeds); vs baseline: paired t test on the seeds both have (difference, p, n).", ""]
+             "t intervals (n seeds); under each, Δ vs the baseline: the paired t test on the seeds both have "
+             "(difference, p, n).", ""]
     head = ["variant", "iteration", *(c[1] for c in columns)]
-    if baseline:
-        head += [f"Δ {c[1]} vs {baseline}" for c in columns]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for variant in report["variants"]:
         for t, cell in _iterations(report, variant):
-            row = [variant, str(t), *(_interval(cell.get(key), scale, digits) for key, _, scale, digits in columns)]
-            if baseline:
-                versus = cell.get("vs_baseline", {})
-                row += [("baseline" if variant == baseline else _test(versus.get(key), scale, digits))
-                        for key, _, scale, digits in columns]
+            versus = cell.get("vs_baseline", {}) if baseline and variant != baseline else None
+            row = [variant, str(t)]
+            for key, _, scale, digits in columns:
+                text = _interval(cell.get(key), scale, digits)
+                if versus is not None:  # the paired test under the interval, in the same cell
+                    text += f"<br>Δ vs {baseline}: {_test(versus.get(key), scale, digits)}"
+                row.append(text)
             lines.append("| " + " | ".join(row) + " |")
     incomplete = [f"{r['variant']} seed {r['seed']} ({r.get('at', r['status'])})" for r in report["runs"]
                   if r["status"] != "done"]

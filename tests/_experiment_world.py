@@ -95,8 +95,9 @@ def build_experiment(store: Store) -> None:
     for seed in SEEDS:
         for variant in VARIANTS:
             run_id = run_of(variant, seed)
-            store.write("runs", [{"run_id": run_id, "name": run_id, "config_json": {}, "run_dir": f"runs/{run_id}"}])
-            store.write("experiment_runs", [{"experiment_id": EXP, "variant": variant, "seed": seed, "run_id": run_id}])
+            store.write("runs", [{"run_id": run_id, "name": run_id, "config_json": {}, "run_dir": "runs"}])
+            store.write("experiment_runs", [{"experiment_id": EXP, "variant": variant, "seed": seed,
+                                             "run_id": run_id}])
             for t in range(3):
                 store.put_metrics(run_id, t, _metrics(variant, seed, t))
                 store.write("stages", [{"run_id": run_id, "iteration": t, "stage": "evaluate", "status": "done",

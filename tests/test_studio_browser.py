@@ -1,7 +1,9 @@
 """The studio in a real browser: Debian's Chromium driven by Playwright against the app served in-process on a free
 port, on a tmp store made by a tiny loop. Visits every tab (a screenshot each under test-artifacts/), overrides a
 pair and a critic verdict through the UI and checks the store changed, and checks that a reload (and a second
-browser session) re-attaches to a running job. Skips cleanly without /usr/bin/chromium or playwright."""
+browser session) re-attaches to a running job; on a hand-made experiment store (no models), picks the experiment in
+the Metrics tab and sees its banded plots, its table and the swap tables. Skips cleanly without /usr/bin/chromium or
+playwright."""
 
 from __future__ import annotations
 
@@ -158,3 +160,54 @@ def test_reload_and_a_second_session_reattach_to_a_running_job(served, browser):
 def test_artifacts_dir_is_ignored():
     assert "test-artifacts/" in (Path(__file__).resolve().parents[1] / ".gitignore").read_text()
     assert shutil.which("chromium") or CHROMIUM.exists()
+
+
+@pytest.fixture(scope="module")
+def served_experiment(tmp_path_factory):
+    """(url, store): the studio on a hand-made experiment store (tests/_experiment_world.py; no models)."""
+    from engine.store import Store
+    from studio.app import HEAD, build_app
+    from studio.auth import serve
+    from tests._experiment_world import build_experiment
+
+    store = Store(tmp_path_factory.mktemp("studio_experiment") / "exp.duckdb")
+    build_experiment(store)
+    demo = build_app(store, "examples/demo.toml")
+    port = _free_port()
+    serve(demo, port=port, prevent_thread_lock=True, quiet=True, head=HEAD)
+    yield f"http://127.0.0.1:{port}/", store
+    demo.close()
+    store.close()
+
+
+def test_metrics_tab_shows_an_experiment(served_experiment, browser):
+    from tests._experiment_world import EXP
+
+    url, store = served_experiment
+    expect = sync_api.expect
+    page = _open(browser, url)
+    _tab(page, "Metrics")
+    expect(page.locator("#metrics-accuracy .js-plotly-plot").first).to_be_visible()  # the run view first
+    expect(page.locator("#metrics-experiment-view")).to_be_hidden()
+    page.locator("#metrics-experiment input").click()
+    page.get_by_role("option", name=f"abl · {EXP} (4 runs)").click()
+    view = page.locator("#metrics-experiment-view")
+    expect(view).to_be_visible()
+    expect(page.locator("#metrics-run-view")).to_be_hidden()
+    for name in ("held_in_accuracy", "held_out_accuracy", "held_out_gap_ppl", "held_out_by_domain"):
+        plot = page.locator(f"#metrics-exp-{name} .js-plotly-plot").first
+        expect(plot).to_be_visible()
+        expect(plot.locator("path.js-fill").first).to_be_attached()  # the shaded interval band was drawn
+    expect(page.locator("#metrics-exp-dev_accuracy")).to_be_hidden()  # no dev split in this experiment
+    table = page.locator("#metrics-experiment-table")
+    expect(table).to_contain_text("59.0 [46.3, 71.7] (2 seeds)")
+    expect(table.locator("table")).to_be_visible()
+    swaps = page.locator("#metrics-experiment-swaps")
+    expect(swaps).to_contain_text("stage 1 alone")
+    expect(swaps).to_contain_text("python -m engine swap")  # seed 12 has no swap rows
+    _shot(page, "metrics-experiment")
+    page.locator("#metrics-experiment input").click()
+    page.get_by_role("option", name="(none: the picked run)").click()
+    expect(page.locator("#metrics-run-view")).to_be_visible()
+    expect(view).to_be_hidden()
+    page.close()

@@ -114,8 +114,12 @@ def test_experiment_table_shows_intervals_seeds_and_the_paired_test_vs_baseline(
     t_stat = statistics.fmean(diffs) / (statistics.stdev(diffs) / math.sqrt(2))
     p = 1 - 2 / math.pi * math.atan(abs(t_stat))  # two-sided Student t with 1 degree of freedom
     row = [line for line in text.splitlines() if line.startswith("| no_stage1 | 2 |")][0]
-    assert f"| {100 * statistics.fmean(diffs):+.1f} (p={p:.3g}, n=2) |" in row and "-13.5 (p=0.0236, n=2)" in row
-    assert "Δ held-out gap PPL vs full" in text and "| full | 0 |" in text and "baseline" in text
+    mean, lo, hi = _hand([HELD_IN["no_stage1", s][2] for s in SEEDS])
+    interval = f"{100 * mean:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] (2 seeds)"
+    assert row.startswith(f"| no_stage1 | 2 | {interval}<br>Δ vs full: {100 * statistics.fmean(diffs):+.1f} "
+                          f"(p={p:.3g}, n=2) |"), row
+    assert "Δ vs full: -13.5 (p=0.0236, n=2)" in row and row.count("Δ vs full") == 3
+    assert "| held-out gap PPL |" in text and "Δ" not in [r for r in text.splitlines() if r.startswith("| full |")][0]
     assert "4 runs, 4 done" in text and "Missing" not in text
 
 
