@@ -194,11 +194,11 @@ def test_create_run_with_a_bad_task_file_writes_nothing(tmp_path):
 def test_cli_run_with_a_bad_task_file_exits_2_and_writes_nothing(tmp_path, capsys):
     from engine.store import Store
 
-    path = write_lines(tmp_path / "t.jsonl", [record("tasks", "a"), {**record("tasks", "b"), "split": "dev"}])
+    path = write_lines(tmp_path / "t.jsonl", [record("tasks", "a"), {**record("tasks", "b"), "split": "validation"}])
     db = tmp_path / "s.duckdb"
     code = main(["run", "--db", str(db), "--quiet", "--config", "examples/demo.toml", "--set", f"data.tasks={path}",
                  "--set", f"run.workdir={tmp_path / 'runs'}"])
     assert code == 2
-    assert f"{path}:2: split: 'dev' is not one of" in capsys.readouterr().err
+    assert f"{path}:2: split: 'validation' is not one of" in capsys.readouterr().err
     with Store(db) as store:
         assert store.list_runs() == []

@@ -448,7 +448,8 @@ def test_filters_and_search_are_parameterised(server_b):
             store.frame(text, run_id)  # table names too
         with pytest.raises(ValueError):
             store.frame("tasks", run_id, **{text: 1})  # and column names
-    assert tab_pairs.pairs_table(store, run_id, 1, text="%")[1] == want_pairs("%") == 0  # % is no wildcard
+    # % is no wildcard: it matches only the rows that contain a literal "%" (tiny models may write one), not all.
+    assert tab_pairs.pairs_table(store, run_id, 1, text="%")[1] == want_pairs("%") < len(pairs)
     # The same payloads through the HTTP API of the search handlers.
     client = Client(url, verbose=False)
     client.predict(api_name="/studio_load")
