@@ -68,6 +68,8 @@ class TrainSettings:
     seed: int = _f(0, "trainer seed", ge=0, le=SEED_MAX)
     logging_steps: int = _f(1, "log every n optimizer steps (each log line is stored)", ge=1)
     warmup_steps: float = _f(0.0, "int: warmup steps; float in [0, 1): fraction of all steps", ge=0)
+    lr_scheduler: str = _f("linear", "learning-rate schedule after warm-up (transformers' lr_scheduler_type)",
+                           choices=("linear", "cosine", "constant_with_warmup"))
     report_to: str = _f("none", "TRL report_to: none | wandb | trackio | tensorboard")
 
 

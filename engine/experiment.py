@@ -10,6 +10,7 @@ seeds = [11, 12, 13]            # one run per variant and seed (run.seed)
 iterations = 3                  # run.iterations of every run (default: the base config's)
 set = []                        # section.field=value overrides applied to every variant
 baseline = "full"               # optional: the variant the report compares the others with (default: full)
+swap = ["full"]                 # optional: variants whose runs also get the planner x grounder swap table
 [variants.full]
 set = []                        # this variant's overrides, applied after the shared ones
 ```
@@ -27,7 +28,8 @@ A run's config is the base + ``experiment.set`` + ``variants.<v>.set`` + ``run.s
 the canonical JSON of the *definition* -- the loaded base config (without ``run.name``/``run.seed``/
 ``run.iterations``, which every run overrides), the shared set and the variants' sets. Seeds and iterations only
 choose what to run, so running more seeds or iterations keeps the id, and any change that alters what a run computes
-gives a new one; ``baseline`` only tells the report what to compare with, and is not hashed either. This module
+gives a new one; ``baseline`` only tells the report what to compare with, and ``swap`` which runs get the
+planner x grounder swap table (``engine.runner.swap_finished``), so neither is hashed. This module
 knows nothing of stores or processes (``engine.runner`` runs an experiment).
 """
 
@@ -46,7 +48,7 @@ from engine.errors import ConfigError
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 TABLES = ("experiment", "variants")
-EXPERIMENT_KEYS = ("name", "base", "seeds", "iterations", "set", "baseline")
+EXPERIMENT_KEYS = ("name", "base", "seeds", "iterations", "set", "baseline", "swap")
 VARIANT_KEYS = ("set",)
 RUN_OWNED = ("name", "seed", "iterations")  # run.* fields each run overrides: not part of the definition
 
@@ -68,6 +70,7 @@ class Experiment:
     variants: dict[str, Variant]  # in the file's order
     base_config: dict[str, Any] = field(repr=False, default_factory=dict)  # config_to_dict of the loaded base
     baseline: str | None = None  # the variant the report's paired tests compare the others with (None: none)
+    swap: list[str] = field(default_factory=list)  # variants whose finished runs get the swap table (engine.swap)
 
     def definition(self) -> dict[str, Any]:
         """What the runs compute: hashed into the id (seeds and iterations only choose what to run)."""
@@ -96,7 +99,7 @@ class Experiment:
 
     def to_json(self, seeds: list[int] | None = None, iterations: int | None = None) -> dict[str, Any]:
         """The ``experiments.config_json`` snapshot: the definition plus what was asked to run."""
-        return {**self.definition(), "base_file": str(self.base), "baseline": self.baseline,
+        return {**self.definition(), "base_file": str(self.base), "baseline": self.baseline, "swap": self.swap,
                 "seeds": list(self.seeds if seeds is None else seeds),
                 "iterations": self.iterations if iterations is None else iterations}
 
@@ -184,11 +187,18 @@ def load_experiment(path: str | Path) -> Experiment:
     if baseline is not None and baseline not in variants:
         raise ConfigError("experiment.baseline", f"no variant {baseline!r}{suggest(baseline, variants)} "
                                                  f"(variants: {', '.join(variants)})", source)
+    swap = head.get("swap", [])
+    if not isinstance(swap, list) or not all(isinstance(v, str) for v in swap):
+        raise ConfigError("experiment.swap", f"expected a list of variant names, got {swap!r}", source)
+    for vname in swap:
+        if vname not in variants:
+            raise ConfigError("experiment.swap", f"no variant {vname!r}{suggest(vname, variants)} "
+                                                 f"(variants: {', '.join(variants)})", source)
     base_config = load_config(base)  # its own errors name the base file
     iterations = head.get("iterations", base_config.run.iterations)
     iterations = _int(iterations, "experiment.iterations", source, 1)
     exp = Experiment(name=name, source=path, base=base, seeds=seeds, iterations=iterations, set=shared,
-                     variants=variants, base_config=config_to_dict(base_config), baseline=baseline)
+                     variants=variants, base_config=config_to_dict(base_config), baseline=baseline, swap=swap)
     validate_runs(exp, seeds[:1], iterations)
     return exp
 

@@ -13,6 +13,9 @@ is absent or null); ``UnknownExperiment`` (a ``KeyError`` carrying the known ids
          "by_domain": {"held_out": {"maths": {"accuracy": S, "gap_ppl": S, ...}, ...}, ...},
          "vs_iteration_0": {"held_in_accuracy": P, "held_out_accuracy": P, "held_out_gap_ppl_pct": P, ...},
          "vs_baseline": {"held_in_accuracy": P, "held_out_accuracy": P, "held_out_gap_ppl": P, ...}}}}},
+     "swaps": {"<variant>": {"base", "after", "seeds", "cells": {"P0G0" | "P{N}G0" | "P0G{N}" | "P{N}G{N}" |
+         "gold/G0" | "gold/G{N}": {"held_in_accuracy": S, "held_out_accuracy": S, ...}},
+         "gains": {"stage1" | "stage2" | "both": {"held_in_accuracy": P, "held_out_accuracy": P}}}},
      "runs": [{"variant", "seed", "run_id", "status", "iterations_done", "wall_s", ...}], "missing": [...],
      "wall_s": {"total", "per_variant": {...}}}
 
@@ -23,7 +26,10 @@ is absent or null); ``UnknownExperiment`` (a ``KeyError`` carrying the known ids
 baseline variant (``full`` unless the file names another) at the same iteration. Wall times are the sums of the
 runs' stage durations (``stages.started_at`` .. ``finished_at``). A run is ``done`` once its ``evaluate`` stage
 is done for every iteration up to the largest requested; others are ``incomplete`` (with the stage where they
-stand), and an iteration lists only the seeds that reached it.
+stand), and an iteration lists only the seeds that reached it. ``swaps`` aggregates the stored swap tables
+(``engine.swap``, written for the variants an experiment's ``swap`` lists) of each variant's runs over seeds: every
+cell's accuracy (split "all") as ``S``, and each stage's gain paired over seeds (``P``): stage 1 alone = P{N}G0 vs
+P0G0, stage 2 alone = P0G{N} vs P0G0, both = P{N}G{N} vs P0G0, with N the largest iteration the seeds share.
 """
 
 from __future__ import annotations
@@ -169,15 +175,51 @@ def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
                 entry["vs_baseline"] = {k: v for k, v in versus.items() if v is not None}
             its[str(t)] = entry
         report_variants[variant] = {"iterations": its}
+    swaps = _swaps(store, experiment_id)
     have = {(r["variant"], r["seed"]) for r in runs}
     seeds = [int(s) for s in definition.get("seeds", [])]
     missing = [{"variant": v, "seed": s} for s in seeds for v in definition.get("variants", {}) if (v, s) not in have]
     per_variant = {v: round(sum(r["wall_s"] for r in runs if r["variant"] == v), 3) for v in variants}
     return clean({
         "experiment": experiment_id, "name": found[0]["name"], "source": found[0]["source"], "baseline": baseline,
-        "seeds": seeds, "iterations_requested": requested, "variants": report_variants, "runs": runs,
+        "seeds": seeds, "iterations_requested": requested, "variants": report_variants, "swaps": swaps, "runs": runs,
         "missing": missing, "wall_s": {"total": round(sum(r["wall_s"] for r in runs), 3), "per_variant": per_variant},
     })
+
+
+def _swaps(store: Store, experiment_id: str) -> dict[str, Any]:
+    df = store.query(
+        "SELECT r.variant, r.seed, w.planner_after, w.grounder_after, w.split, w.value FROM experiment_runs r "
+        "JOIN swaps w USING (run_id) WHERE r.experiment_id = ? AND w.domain = 'all' AND w.name = 'accuracy' "
+        "AND w.split IN (SELECT unnest(?))", [experiment_id, list(SPLITS)])
+    # cells[variant][(planner_after, grounder_after)][split][seed]
+    cells: dict[str, dict[tuple[int, int], dict[str, dict[int, float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(dict)))
+    for variant, seed, p, g, split, value in df.itertuples(index=False):
+        cells[variant][(int(p), int(g))][split][int(seed)] = float(value)
+    out: dict[str, Any] = {}
+    for variant, by_cell in cells.items():
+        after = max(g for _, g in by_cell)
+        base = min(g for _, g in by_cell)
+
+        def name(p: int, g: int, after: int = after) -> str:
+            return f"gold/G{g}" if p == -1 else f"P{p}G{g}"
+
+        entry: dict[str, Any] = {"base": base, "after": after, "cells": {}, "gains": {}}
+        seeds: set[int] = set()
+        for (p, g), splits in sorted(by_cell.items()):
+            if g not in (base, after) or p not in (-1, base, after):
+                continue
+            entry["cells"][name(p, g)] = {f"{sp}_accuracy": summary(v) for sp, v in sorted(splits.items())}
+            seeds |= {s for v in splits.values() for s in v}
+        start = by_cell.get((base, base), {})
+        for stage, cell in (("stage1", (after, base)), ("stage2", (base, after)), ("both", (after, after))):
+            now = by_cell.get(cell, {})
+            gains = {f"{sp}_accuracy": paired(start[sp], now[sp]) for sp in sorted(start) if sp in now}
+            entry["gains"][stage] = {k: v for k, v in gains.items() if v is not None}
+        entry["seeds"] = sorted(seeds)
+        out[variant] = entry
+    return out
 
 
 # -- markdown ---------------------------------------------------------------------------------------------------------
@@ -245,6 +287,20 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += [f"## vs {report['baseline']} (paired over seeds, same iteration)", ""]
         lines += _table(["variant", "iteration", "held-in accuracy Δ pp", "held-out accuracy Δ pp",
                          "held-out gap PPL Δ"], rows)
+    for variant, sw in report.get("swaps", {}).items():
+        a, b = sw["after"], sw["base"]
+        labels = {f"P{b}G{b}": "starting agents", f"P{a}G{b}": "stage 1 only (planner trained)",
+                  f"P{b}G{a}": "stage 2 only (grounder trained)", f"P{a}G{a}": "both (the trained system)",
+                  f"gold/G{b}": "starting grounder on gold plans", f"gold/G{a}": "trained grounder on gold plans"}
+        splits = sorted({k for c in sw["cells"].values() for k in c})
+        rows = [[f"{cell} ({labels.get(cell, '')})", *(_interval(sw["cells"][cell].get(k), 100) for k in splits)]
+                for cell in labels if cell in sw["cells"]]
+        lines += [f"## Swap table: {variant} (planner x grounder, {len(sw['seeds'])} seed(s), accuracy %)", ""]
+        lines += _table(["agents", *(k.replace("_accuracy", "") for k in splits)], rows)
+        rows = [[stage, *(_test(sw["gains"][stage].get(k), 100) for k in splits)]
+                for stage in ("stage1", "stage2", "both") if sw["gains"].get(stage)]
+        lines += _table(["gain vs starting agents (pp, paired over seeds)", *(k.replace("_accuracy", "")
+                                                                                 for k in splits)], rows)
     rows = [[r["variant"], str(r["seed"]), f"`{r['run_id']}`", r["status"] + (f" ({r['at']})" if "at" in r else ""),
              str(r["iterations_done"]), f"{r['wall_s']:.1f} s"] for r in report["runs"]]
     rows += [[m["variant"], str(m["seed"]), "-", "missing", "-", "-"] for m in report["missing"]]

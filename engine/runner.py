@@ -14,6 +14,9 @@ Contract:
 * ``run_inprocess`` runs the plans one after the other in this process, directly in the store (the studio's way of
   running: every row is live). A failed run is reported and the next one runs; the stop flag ends the run in flight
   as ``run_loop`` does (resumable) and starts no other.
+* ``swap_finished`` computes, in this process, the swap table (``engine.swap``: planner and grounder after iteration 0
+  vs after the last iteration) of every finished run of the variants the experiment's ``swap`` lists, unless it is
+  stored already -- after the runs, whether they ran in this process or as jobs, so a re-run completes them too.
 """
 
 from __future__ import annotations
@@ -187,3 +190,30 @@ def run_inprocess(store: Store, exp: Experiment, plans: list[PlannedRun], iterat
             result.wall_s = time.perf_counter() - started
             gc.collect()  # the run's models go before the next run loads its own
     return results
+
+
+def swap_finished(store: Store, exp: Experiment, seeds: list[int], iterations: int, *,
+                  on_start: OnRun = lambda name: None,
+                  should_stop: Callable[[], bool] = lambda: False) -> list[dict[str, Any]]:
+    """The swap tables of the finished runs of ``exp.swap``'s variants (see the module docstring)."""
+    from engine.stages.context import StageStopped
+    from engine.swap import stored_swaps, swap_table
+
+    links = linked_runs(store, exp.experiment_id)
+    done = []
+    for seed in seeds:
+        for variant in exp.swap:
+            run_id = links.get((variant, seed))
+            if run_id is None or should_stop() or units_left(store, run_id, iterations):
+                continue
+            stored = stored_swaps(store, run_id, base=0, after=iterations)
+            if stored and f"P{iterations}G0" in stored.get("cells", {}) and f"P0G{iterations}" in stored["cells"]:
+                continue
+            on_start(f"swap {exp.run_name(variant, seed)}")
+            try:
+                table = swap_table(store, run_id, base=0, after=iterations, should_stop=should_stop)
+            except StageStopped:
+                break
+            done.append({"variant": variant, "seed": seed, "run_id": run_id, "seconds": table["seconds"]})
+    return done
+

@@ -58,6 +58,7 @@ def _common_args(settings: TrainSettings, device: torch.device, output_dir: str)
         seed=settings.seed,
         logging_steps=settings.logging_steps,
         warmup_steps=settings.warmup_steps,
+        lr_scheduler_type=settings.lr_scheduler,
         report_to=settings.report_to,
         save_strategy="no",
         dataloader_num_workers=0,

@@ -535,3 +535,36 @@ def test_parallel_jobs_give_the_runs_and_rows_of_jobs_1_and_resume_killed_worker
         assert state[key]["run_id"] == partial[key]["run_id"]  # resumed in place, not created again
         assert state[key]["stages"] == reference[key]["stages"], key
         assert state[key]["rows"] == reference[key]["rows"], key
+
+
+@pytest.mark.slow
+def test_swap_lists_variants_whose_finished_runs_get_the_swap_table(inprocess_run, capsys, tmp_path):
+    """``swap = [...]`` is not part of the experiment's identity: adding it to a finished experiment computes the
+    swap tables of that variant's runs (and only those), and the report aggregates them over seeds."""
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(inprocess_run["db"], db)
+    config = inprocess_run["config"]
+    text = config.read_text().replace("set = ", 'swap = ["full"]\nset = ', 1)
+    with_swap = config.with_name("tiny-swap.toml")
+    with_swap.write_text(text)
+    assert load_experiment(with_swap).experiment_id == load_experiment(config).experiment_id
+    capsys.readouterr()
+    assert main(["experiment", "--config", str(with_swap), "--db", str(db), "--quiet"]) == 0
+    out = last_json(capsys.readouterr().out)
+    assert sorted((s["variant"], s["seed"]) for s in out["swaps"]) == [("full", 1), ("full", 2)]
+    with Store(db, read_only=True) as store:
+        report = experiment_report(store, out["experiment"])
+        by_run = store.query("SELECT DISTINCT run_id FROM swaps")["run_id"].tolist()
+    full_runs = {inprocess_run["state"][("full", s)]["run_id"] for s in (1, 2)}
+    assert set(by_run) == full_runs
+    sw = report["swaps"]["full"]
+    assert (sw["base"], sw["after"], sw["seeds"]) == (0, 1, [1, 2])
+    assert {"P0G0", "P1G0", "P0G1", "P1G1", "gold/G0", "gold/G1"} <= set(sw["cells"])
+    assert set(sw["gains"]) == {"stage1", "stage2", "both"}
+    # The diagonal cells are the runs' own evaluations.
+    assert sw["cells"]["P1G1"]["held_in_accuracy"]["mean"] == pytest.approx(
+        report["variants"]["full"]["iterations"]["1"]["held_in_accuracy"]["mean"])
+    assert "Swap table: full" in report_markdown(report)
+    capsys.readouterr()
+    assert main(["experiment", "--config", str(with_swap), "--db", str(db), "--quiet"]) == 0
+    assert last_json(capsys.readouterr().out)["swaps"] == []  # stored: not computed again

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from engine.jobs import absorb_job_files, run_parallel
-    from engine.runner import plan_runs, register, run_inprocess
+    from engine.runner import plan_runs, register, run_inprocess, swap_finished
     from engine.store import Store
 
     stop = {"flag": False}
@@ -140,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
                     results = run_inprocess(store, exp, plans, iterations, **hooks)
                 else:
                     results = run_parallel(store, exp, plans, iterations, args.jobs, **hooks)
+                swaps = swap_finished(store, exp, seeds, iterations, on_start=bar.set_description,
+                                      should_stop=hooks["should_stop"])
             finally:
                 bar.close()
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
@@ -156,5 +158,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"experiment {exp_id}: {status}; {statuses.count('done')} run(s) finished now, "
           f"{statuses.count('already done')} already done; {wall:.1f} s", file=sys.stderr)
     print_json({"experiment": exp_id, "name": exp.name, "status": status, "db": str(args.db),
-                "runs": [r.to_dict() for r in results], "wall_s": round(wall, 3)})
+                "runs": [r.to_dict() for r in results], "swaps": swaps, "wall_s": round(wall, 3)})
     return 1 if status == "failed" else 0

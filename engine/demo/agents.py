@@ -30,8 +30,8 @@ class AgentBuildConfig:
     intermediate_size: int = 768
     max_positions: int = 512
     vocab_size: int = 2048  # BPE merges stop earlier when the demo text runs out of pairs
-    planner_steps: int = 300  # optimizer steps of warm-start SFT (two plan draws per task: ~3 epochs)
-    grounder_steps: int = 400  # ~8 epochs of the concrete-plan grounder data
+    planner_steps: int = 400  # optimizer steps of warm-start SFT (two plan draws per task: ~1.8 epochs)
+    grounder_steps: int = 800  # ~7 epochs of the concrete-plan grounder data: copying emerges after ~600 steps
     batch_size: int = 32
     learning_rate: float = 2e-3  # tiny models from scratch want a large rate
     max_train_tasks: int = 0  # 0 = every train task
@@ -105,7 +105,12 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
     # The tokenizer sees the training rows only: no dev or held-out question, template or name shapes its merges.
     corpus = [r["prompt"] + r["completion"] for r in p_rows + g_rows]
     tokenizer = train_tokenizer(corpus, instruction_phrases(), config.vocab_size)
-    report: dict = {"config": asdict(config), "train_tasks": len(train), "vocab": len(tokenizer)}
+    import torch
+
+    from engine.precision import describe
+
+    report: dict = {"config": asdict(config), "train_tasks": len(train), "vocab": len(tokenizer),
+                    "precision": describe("auto", torch.device("cpu"))}
     for role, rows, steps in (("planner", p_rows, config.planner_steps), ("grounder", g_rows, config.grounder_steps)):
         started = time.perf_counter()
         model = _new_model(config, tokenizer)

@@ -4,7 +4,7 @@ A problem is a sequence of clauses ("Ava has 3 boxes of pens with 12 pens in eac
 friend.", ...). Each clause adds one or two arithmetic steps, and each step has three renderings: *concrete* (names
 the operation and the quantities by their role: "Subtract the pens given away from the pens so far."), *explicit*
 (the same with the literal numbers: "Subtract the 5 pens given away from the pens so far.") and *vague* ("Update
-the count."). About half the problems also carry a *distractor* clause: a number the answer does not use ("Ava
+the count."). A share of the problems also carries a *distractor* clause: a number the answer does not use ("Ava
 also has 4 shells.", "Ben has 6 pens."), so a plan that names the quantities really helps the grounder.
 
 A clause sequence is a template; a seeded quarter of the templates is held out and a further share (of the rest)
@@ -54,9 +54,8 @@ CLAUSES: dict[str, tuple[str, list[tuple[str, str, str, str, str, str]]]] = {
                 "Divide the {item} so far by the {s} friends.", "Find each share.")]),
 }
 # Distractor sentences: a quantity the question never asks about (another item of the same person, or another
-# person's items), inserted after the first clause.
+# person's items), inserted after the first clause of a share of the problems (``make_problem``'s argument).
 DISTRACTORS = ("{name} also has {x} {other_item}.", "{other} has {x} {item}.")
-DISTRACTOR_SHARE = 0.5
 SLOT_RANGES = {"a": (2, 9), "b": (2, 12), "g": (1, 9), "l": (1, 9), "c": (2, 5), "d": (2, 9), "s": (2, 5)}
 QUESTIONS = {"share": "How many {item} does each friend get?", None: "How many {item} does {name} have now?"}
 
@@ -119,7 +118,7 @@ class MathProblem:
     answer: Fraction
 
 
-def _attempt(template: MathTemplate, rng: random.Random) -> MathProblem | None:
+def _attempt(template: MathTemplate, rng: random.Random, distractor_share: float) -> MathProblem | None:
     name, other = rng.sample(NAMES, 2)
     item, other_item = rng.sample(ITEMS, 2)
     words = {"name": name, "item": item, "box": rng.choice(BOXES), "other": other, "other_item": other_item}
@@ -155,17 +154,17 @@ def _attempt(template: MathTemplate, rng: random.Random) -> MathProblem | None:
             new_value, new_text = value, var
         if steps:  # the clause's last result is the running quantity for the next clause
             cur_value, cur_text = new_value, new_text
-    if rng.random() < DISTRACTOR_SHARE:
+    if rng.random() < distractor_share:
         distractor = rng.choice(DISTRACTORS).format(**words, x=rng.randint(2, 9))
         sentences.insert(rng.randint(1, len(sentences)), distractor)
     question = " ".join(sentences) + " " + QUESTIONS.get(template.clauses[-1], QUESTIONS[None]).format(**words)
     return MathProblem(template.name, template.held_out, question, concrete, explicit, vague, actions, cur_value)
 
 
-def make_problem(template: MathTemplate, rng: random.Random) -> MathProblem:
+def make_problem(template: MathTemplate, rng: random.Random, distractor_share: float = 0.0) -> MathProblem:
     """Draw names and numbers until every step result is whole, non-negative and at most 10,000."""
     for _ in range(1000):
-        problem = _attempt(template, rng)
+        problem = _attempt(template, rng, distractor_share)
         if problem is not None:
             return problem
     raise RuntimeError(f"template {template.name} found no valid numbers")  # pragma: no cover

@@ -9,8 +9,9 @@ so the offline tools (BM25 retrieval, extractive QA) execute the gold actions to
 A template is a chain of relations (``born_in``, ``country_of``, ``river_of``, ``mayor_of``, ``founder_of``,
 ``year_of``, ``hq_of``) applied to a named entity -- one hop, or two where the second hop applies to the first
 hop's answer (R3) -- plus a two-company comparison (``founding_gap``). The split is compositional: every relation
-in every position (first hop / later hop) of a dev or held-out chain also occurs in that position in a training
-chain, so dev and held-out tasks are new *combinations* of familiar hops, solvable in principle.
+in every position of a dev or held-out chain (first or later hop; inner noun phrase or outer question of the
+wording) also occurs in that position in a training chain, so dev and held-out tasks are new *combinations* of
+familiar hops, solvable in principle.
 
 Each hop has three plan renderings, as in the maths world: concrete ("Answer which river that city is on."),
 explicit (the first hop names the entity: "Answer in which city Kalo Venu was born.") and vague ("Look it up.").
@@ -69,7 +70,7 @@ VAGUE_FIRST, VAGUE_LATER, VAGUE_CALC = "Look it up.", "Look up the next fact.", 
 # Two-hop chains (first relation's object type = second relation's subject type), named "<first>-<second>".
 CHAINS_TWO = ("born_in-country_of", "born_in-river_of", "born_in-mayor_of", "hq_of-country_of", "hq_of-river_of",
               "hq_of-mayor_of", "mayor_of-born_in", "founder_of-born_in")
-DEV_TEMPLATES = ("mayor_of-born_in",)
+DEV_TEMPLATES = ("born_in-country_of",)
 HELD_OUT_TEMPLATES = ("born_in-river_of", "hq_of-mayor_of")
 GAP = "founding_gap"
 
@@ -80,14 +81,21 @@ def all_templates() -> list[str]:
 
 
 def _positions(template: str) -> set[tuple[str, str]]:
+    """What a template asks of the agents, hop by hop: each relation as the first hop (applied to a named entity)
+    or a later one (applied to R3), and -- in the question's wording -- as the inner noun phrase ("the city where X
+    was born") or the outer question ("Which river is ... on?") of a two-hop chain."""
     if template == GAP:
         return {("year_of", "first")}
     hops = template.split("-")
-    return {(hops[0], "first")} | {(h, "later") for h in hops[1:]}
+    out = {(hops[0], "first")} | {(h, "later") for h in hops[1:]}
+    if len(hops) > 1:
+        out |= {(h, "inner") for h in hops[:-1]} | {(hops[-1], "outer")}
+    return out
 
 
 def split_templates() -> tuple[list[str], list[str], list[str]]:
-    """(train/held-in, dev, held-out) template names; every hop position of dev/held-out occurs in training."""
+    """(train/held-in, dev, held-out) template names; everything a dev or held-out template asks (``_positions``)
+    is asked by some training template too, so those tasks are unseen but solvable by composition."""
     dev, held_out = list(DEV_TEMPLATES), list(HELD_OUT_TEMPLATES)
     held_in = [t for t in all_templates() if t not in dev and t not in held_out]
     seen = set().union(*(_positions(t) for t in held_in))

@@ -29,14 +29,16 @@ from engine.tasks import Task
 @dataclass(frozen=True)
 class WorldConfig:
     seed: int = 7  # one seed drives every draw
-    maths_train: int = 1200  # tasks per split and domain
+    maths_train: int = 2400  # tasks per split and domain (many distinct training tasks: the tiny agents learn to
+    # copy numbers and names instead of memorising them)
     maths_dev: int = 100
     maths_held_in: int = 150
     maths_held_out: int = 150
-    qa_train: int = 600
+    qa_train: int = 1200
     qa_dev: int = 50
     qa_held_in: int = 75
     qa_held_out: int = 75
+    distractor_percent: int = 20  # maths problems with a distractor clause (a number the answer does not use)
 
     @classmethod
     def small(cls, seed: int = 7) -> WorldConfig:
@@ -71,11 +73,12 @@ def _round_robin(templates: list, count: int, rng: random.Random) -> list:
     return out[:count]
 
 
-def _maths_tasks(rng: random.Random, split: str, count: int, templates, seen: set[str]) -> list[Task]:
+def _maths_tasks(rng: random.Random, split: str, count: int, templates, seen: set[str],
+                 distractor_share: float) -> list[Task]:
     tasks: list[Task] = []
     for template in _round_robin(templates, count, rng):
         while True:
-            problem = maths_world.make_problem(template, rng)
+            problem = maths_world.make_problem(template, rng, distractor_share)
             if problem.question not in seen:
                 break
         seen.add(problem.question)
@@ -100,10 +103,11 @@ def generate_suite(config: WorldConfig = WorldConfig()) -> list[Task]:
     rng = random.Random(config.seed)
     seen: set[str] = set()
     m_in, m_dev, m_out = maths_world.split_templates()
-    tasks = _maths_tasks(rng, "train", config.maths_train, m_in, seen)
-    tasks += _maths_tasks(rng, "dev", config.maths_dev, m_dev, seen)
-    tasks += _maths_tasks(rng, "held_in", config.maths_held_in, m_in, seen)
-    tasks += _maths_tasks(rng, "held_out", config.maths_held_out, m_out, seen)
+    share = config.distractor_percent / 100
+    tasks = _maths_tasks(rng, "train", config.maths_train, m_in, seen, share)
+    tasks += _maths_tasks(rng, "dev", config.maths_dev, m_dev, seen, share)
+    tasks += _maths_tasks(rng, "held_in", config.maths_held_in, m_in, seen, share)
+    tasks += _maths_tasks(rng, "held_out", config.maths_held_out, m_out, seen, share)
     q_in, q_dev, q_out = qa_world.split_templates()
     tasks += _qa_tasks(rng, "train", config.qa_train, q_in, seen)
     tasks += _qa_tasks(rng, "dev", config.qa_dev, q_dev, seen)
