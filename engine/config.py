@@ -347,10 +347,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         except yaml.YAMLError as exc:
             raise ConfigError("<yaml>", str(exc).replace("\n", " "), str(path)) from None
         return data
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+    import tomllib  # Python >= 3.11 (pyproject's requires-python)
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -1,19 +1,41 @@
 """Errors the engine raises for bad input.
 
 ``DataError`` always names where the problem is (``path:line: field: what is wrong``) so a user can fix the file;
-loaders raise it instead of bare ``KeyError``/``JSONDecodeError`` and never return a partial result. ``ConfigError``
-names a config field (``sample.k``); ``CheckpointError`` is the ``ConfigError`` for a model path that cannot be used.
+loaders raise it instead of bare ``KeyError``/``JSONDecodeError`` and never return a partial result. A record of a
+JSON array document is located by an ``ArrayLine``, which also names the record (``path:12 (record 3): ...``), since
+on a single-line array every record is on line 1. ``ConfigError`` names a config field (``sample.k``);
+``CheckpointError`` is the ``ConfigError`` for a model path that cannot be used.
 """
 
 from __future__ import annotations
 
 
+class ArrayLine(int):
+    """The 1-based line a record of a JSON array document starts on (an ``int``, so every loader helper takes it as a
+    line), carrying the record's 1-based position in the array, ``record``."""
+
+    record: int
+
+    def __new__(cls, line: int, record: int) -> ArrayLine:
+        self = super().__new__(cls, line)
+        self.record = record
+        return self
+
+    def __getnewargs__(self) -> tuple[int, int]:  # pickle and copy rebuild it with its record
+        return int(self), self.record
+
+
+def line_text(line: int) -> str:
+    """``"12"``, or ``"12 (record 3)"`` for an ``ArrayLine``."""
+    return f"{int(line)} (record {line.record})" if isinstance(line, ArrayLine) else str(line)
+
+
 class DataError(ValueError):
-    """Bad input data, located by file path, 1-based line number and field name."""
+    """Bad input data, located by file path, 1-based line number (an ``ArrayLine`` in an array file) and field."""
 
     def __init__(self, path: str, line: int | None, field: str, message: str):
         self.path, self.line, self.field, self.message = str(path), line, field, message
-        where = f"{self.path}:{line}" if line is not None else self.path
+        where = f"{self.path}:{line_text(line)}" if line is not None else self.path
         super().__init__(f"{where}: {field}: {message}")
 
 

@@ -2,10 +2,12 @@
 
 Contract: ``execute(actions, domain, env)`` parses the text (``engine.actions``), runs each action in order with
 the maths tools (domain "maths") or the QA tools plus Calculator (domain "qa"), keeps typed values (sympy objects,
-passages) between steps and renders them with ``value_to_text``. It stops at the first failing step (earlier
-values kept) and never raises on bad text. For "web" nothing runs: each output's value is the action's
-``arg_text`` and ``answer`` is None (Mind2Web step scoring lives elsewhere). ``answer`` is the value of
-``Output``/``Answer`` when assigned, else of the last assigned variable.
+equations, passages) between steps and renders them with ``value_to_text``; a variable holding an equation or an
+expression stands for it in a later tool's formula (``R1 = SetEquation(3*y - 7 = 20); R2 = SolveEquation(R1)``
+gives 9, as in Lumos). It stops at the first failing step (earlier values kept) and never raises on bad text. For
+"web" nothing runs: each output's value is the action's ``arg_text`` and ``answer`` is None (Mind2Web step scoring
+lives elsewhere). ``answer`` is the value of ``Output``/``Answer`` when assigned, else of the last assigned
+variable.
 """
 
 from __future__ import annotations

@@ -8,12 +8,13 @@ actions joined by ``"; "``), so ``"; ".join(task.gold_actions)`` is the onetime 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from engine.errors import DataError
+from engine.errors import ArrayLine, DataError
 
 DOMAINS = ("maths", "qa", "web")
 SPLITS = ("train", "dev", "held_in", "held_out")  # dev: for tuning; held_out: only for reporting
@@ -91,6 +92,10 @@ def task_from_dict(row: Any, path: str = "<memory>", line: int | None = None) ->
 # iterative chats) are tens of KB; the cap keeps a corrupt or hostile file (one 50 MB line, a file without newlines)
 # from being read into memory whole: such a line is rejected after reading at most this much of it.
 MAX_LINE_BYTES = 8 * 1024 * 1024
+# A JSON array document (SVAMP's own SVAMP.json, about 0.7 MB for its 1,000 records) is parsed whole, so it is read
+# only up to this size; a larger dataset belongs in JSON lines, which are streamed a line at a time.
+MAX_ARRAY_BYTES = 32 * 1024 * 1024
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's own whitespace; str.isspace() knows more characters
 _UTF8_BOM = b"\xef\xbb\xbf"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
@@ -152,6 +157,114 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
             yield number, row
     if not records:
         raise DataError(path, None, "<file>", "no records (the file is empty or blank)")
+
+
+def read_records(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, parsed_json)`` per record of a JSON lines file or of one JSON array document.
+
+    A file whose first non-blank character (after a UTF-8 BOM) is ``[`` is one array: read whole up to
+    ``MAX_ARRAY_BYTES`` (beyond it a ``DataError`` for the file), each element a record located by an ``ArrayLine``
+    (the line it starts on and its position), which the loaders' field errors carry. Anything else is JSON lines,
+    streamed by ``read_jsonl``. Errors are those of ``read_jsonl``: bad JSON, bad UTF-8, NaN/Infinity, no records,
+    each naming file and line; in an array, bad JSON is located by line and column, and its message names the
+    record being read.
+    """
+    if _starts_with_bracket(str(path)):
+        yield from _read_json_array(str(path))
+    else:
+        yield from read_jsonl(path)
+
+
+def _starts_with_bracket(path: str) -> bool:
+    """Whether the first non-blank byte after a UTF-8 BOM is ``[``; False if unreadable (read_jsonl says why)."""
+    try:
+        with open(path, "rb") as handle:
+            first = True
+            while chunk := handle.read(64 * 1024):
+                if first and chunk.startswith(_UTF8_BOM):
+                    chunk = chunk[len(_UTF8_BOM):]
+                first = False
+                chunk = chunk.lstrip(b" \t\r\n")
+                if chunk:
+                    return chunk.startswith(b"[")
+    except OSError:
+        pass
+    return False
+
+
+def _read_json_array(path: str) -> Iterator[tuple[ArrayLine, Any]]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_ARRAY_BYTES + 1)  # never more than the limit, whatever the file claims to be
+    except OSError as exc:
+        raise DataError(path, None, "<file>", f"cannot read: {exc.strerror}") from None
+    if len(data) > MAX_ARRAY_BYTES:
+        raise DataError(path, None, "<file>", f"a JSON array document larger than {MAX_ARRAY_BYTES} bytes "
+                                              "(MAX_ARRAY_BYTES); write it as JSON lines, one record per line")
+    if data.startswith(_UTF8_BOM):
+        data = data[len(_UTF8_BOM):]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise DataError(path, line, "<encoding>", f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at column "
+                                                  f"{column}); save the file as UTF-8") from None
+    # Element by element with raw_decode (not json.loads of the whole text), so each record knows where it starts.
+    decoder = json.JSONDecoder(parse_constant=_no_constants)
+    lines = _LineCounter(text)
+    pos = _JSON_SPACE.match(text).end()
+    if not text.startswith("[", pos):  # the file changed since _starts_with_bracket looked
+        raise DataError(path, int(lines.at(pos, 1)), "<json>", "expected a JSON array document starting with '['")
+    pos += 1
+    record = 0
+    # Bad JSON is located as in JSON lines (a plain line, the column in the message); the record being read is named
+    # in the message. Only a parsed record gets an ArrayLine, for the field errors that have no column to show.
+    while True:
+        pos = _JSON_SPACE.match(text, pos).end()
+        if record == 0 and text.startswith("]", pos):
+            break
+        record += 1
+        start = lines.at(pos, record)
+        try:
+            row, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise DataError(path, exc.lineno, "<json>",
+                            f"invalid JSON at column {exc.colno}: {exc.msg} (in record {record})") from None
+        except ValueError as exc:  # NaN / Infinity
+            raise DataError(path, int(start), "<json>", f"{exc} (in record {record})") from None
+        except RecursionError:
+            raise DataError(path, int(start), "<json>", f"JSON nested too deeply (in record {record})") from None
+        yield start, row
+        pos = _JSON_SPACE.match(text, pos).end()
+        if text.startswith("]", pos):
+            break
+        if not text.startswith(",", pos):
+            found = repr(text[pos]) if pos < len(text) else "the end of the file"
+            raise DataError(path, int(lines.at(pos, record)), "<json>",
+                            f"expected ',' or ']' after record {record} at column {lines.column(pos)}, got {found}")
+        pos += 1
+    rest = _JSON_SPACE.match(text, pos + 1).end()
+    if rest < len(text):
+        raise DataError(path, int(lines.at(rest, record)), "<json>",
+                        f"text after the array's closing ']' at column {lines.column(rest)}")
+    if not record:
+        raise DataError(path, None, "<file>", "no records (the array is empty)")
+
+
+class _LineCounter:
+    """Line numbers of increasing offsets in one text, counting each newline once (linear in the text)."""
+
+    def __init__(self, text: str):
+        self.text, self.pos, self.line = text, 0, 1
+
+    def at(self, pos: int, record: int) -> ArrayLine:
+        self.line += self.text.count("\n", self.pos, pos)
+        self.pos = pos
+        return ArrayLine(self.line, record)
+
+    def column(self, pos: int) -> int:
+        return pos - (self.text.rfind("\n", 0, pos) + 1) + 1
 
 
 def load_tasks(path: str | Path) -> Iterator[Task]:

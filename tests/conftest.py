@@ -6,14 +6,34 @@ from pathlib import Path
 
 import pytest
 
+# Real-data samples carried with the tests (provenance and the records kept: tests/data/SOURCES.md). They live
+# inside tests/ so a fresh clone anywhere tests exactly as much as this one does.
+SAMPLES_DIR = Path(__file__).parent / "data" / "samples"
+SAMPLE_FILES = (
+    "gsm8k_test.jsonl",
+    "gsm8k_train.jsonl",
+    "svamp.jsonl",
+    "hotpotqa_dev_simplified.jsonl",
+    "strategyqa_lumos_eval.jsonl",
+    "strategyqa_train_full.jsonl",
+    "strategyqa_bigbench.jsonl",
+    "lumos_incontext_exemplars.jsonl",
+    *(f"lumos_derived_{dataset}_{role}_{formulation}.jsonl"
+      for dataset in ("maths", "complex_qa", "web_agent")
+      for role in ("plan", "ground")
+      for formulation in ("iterative", "onetime")),
+)
+
 
 @pytest.fixture
 def samples_dir() -> Path:
-    """The shared real-data samples (``<repo>/../shared/samples``, else /work/shared/samples); skip if absent."""
-    for candidate in (Path(__file__).resolve().parents[2] / "shared" / "samples", Path("/work/shared/samples")):
-        if candidate.is_dir():
-            return candidate
-    pytest.skip("shared samples folder not found")
+    """The carried real-data samples (``tests/data/samples``). Fails, naming every missing file, when one is absent:
+    a skip here would let an incomplete checkout pass while testing less."""
+    missing = [name for name in SAMPLE_FILES if not (SAMPLES_DIR / name).is_file()]
+    if missing:
+        pytest.fail(f"test data missing from {SAMPLES_DIR}: {', '.join(missing)} (see tests/data/SOURCES.md)",
+                    pytrace=False)
+    return SAMPLES_DIR
 
 
 @pytest.fixture(scope="session")

@@ -10,16 +10,10 @@ import pytest
 from engine.actions import Action, format_actions, keyword_args, parse_actions, split_args
 
 
-def _samples_dir() -> Path:
-    local = Path(__file__).resolve().parents[2] / "shared" / "samples"
-    return local if local.is_dir() else Path("/work/shared/samples")
-
-
-def _assistant_messages() -> list[str]:
-    folder = _samples_dir()
-    files = sorted(folder.glob("lumos_derived_*_ground_*.jsonl")) if folder.is_dir() else []
-    if not files:
-        pytest.skip("shared samples not available")
+def _assistant_messages(samples_dir: Path) -> list[str]:
+    # The six grounder files by name, not a glob: a glob over an incomplete folder would quietly test fewer files.
+    files = [samples_dir / f"lumos_derived_{dataset}_ground_{formulation}.jsonl"
+             for dataset in ("maths", "complex_qa", "web_agent") for formulation in ("iterative", "onetime")]
     return [
         m["content"]
         for path in files
@@ -30,8 +24,8 @@ def _assistant_messages() -> list[str]:
     ]
 
 
-def test_every_sample_assistant_message_parses():
-    messages = _assistant_messages()
+def test_every_sample_assistant_message_parses(samples_dir):
+    messages = _assistant_messages(samples_dir)
     assert messages
     for text in messages:
         parsed = parse_actions(text)

@@ -202,3 +202,98 @@ def test_cli_run_with_a_bad_task_file_exits_2_and_writes_nothing(tmp_path, capsy
     assert f"{path}:2: split: 'validation' is not one of" in capsys.readouterr().err
     with Store(db) as store:
         assert store.list_runs() == []
+
+
+# ---------------------------------------------------------------- SVAMP as one JSON array document (SVAMP.json)
+
+
+def write_array(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def svamp_array(rows: list) -> str:
+    """Rows as SVAMP.json is laid out: an indented array, so each record starts on a line of its own."""
+    return json.dumps(rows, indent=4)
+
+
+def array_located(path: Path, line: int, record_number: int, field: str) -> DataError:
+    with pytest.raises(DataError) as info:
+        list(load("svamp", path))
+    err = info.value
+    assert (err.path, err.line, err.line.record, err.field) == (str(path), line, record_number, field), str(err)
+    assert str(err).startswith(f"{path}:{line} (record {record_number}): {field}: ")
+    return err
+
+
+def test_svamp_array_errors_name_line_record_and_field(tmp_path):
+    good = [record("svamp", "a"), record("svamp", "b")]
+    third = {**record("svamp", "c"), "Answer": "one"}
+    # json.dumps(indent=4): "[" on line 1, then each 4-key record takes 6 lines, so record n starts on line 6n - 4
+    path = write_array(tmp_path / "typed.json", svamp_array([*good, third]))
+    assert "must be a number, got str" in str(array_located(path, 14, 3, "Answer"))
+    missing = record("svamp", "c")
+    del missing["Question"]
+    array_located(write_array(tmp_path / "missing.json", svamp_array([*good, missing])), 14, 3, "Question")
+    array_located(write_array(tmp_path / "item.json", svamp_array([*good, [1, 2]])), 14, 3, "<record>")
+    err = array_located(write_array(tmp_path / "dup.json", svamp_array([*good, record("svamp", "a")])), 14, 3, "ID")
+    assert "duplicate id 'a' (first on line 2 (record 1))" in str(err)
+    # one line holding the whole array: the record number is what tells the records apart
+    path = write_array(tmp_path / "minified.json", json.dumps([*good, third]))
+    array_located(path, 1, 3, "Answer")
+
+
+GOOD_ROW = '{"ID": "a", "Body": "b", "Question": "q", "Answer": 1}'
+
+
+@pytest.mark.parametrize(("text", "line", "message"), [
+    (f'[\n  {GOOD_ROW},\n  {{"ID": "b", oops}}\n]', 3, "invalid JSON at column 15: Expecting property name"),
+    (f'[\n  {GOOD_ROW},\n  {{"ID": "b", oops}}\n]', 3, "double quotes (in record 2)"),
+    (f'[\n  {GOOD_ROW}\n  {{"ID": "b"}}\n]', 3, "expected ',' or ']' after record 1 at column 3, got '{'"),
+    (f'[\n  {GOOD_ROW},\n]', 3, "invalid JSON at column 1: Expecting value (in record 2)"),  # a trailing comma
+    (f'[\n  {GOOD_ROW},\n  {{"ID": "b"', 3, "invalid JSON at column"),  # cut off
+    ('[\n  {"ID": "a", "Answer": NaN}\n]', 2, "NaN is not valid JSON (in record 1)"),
+    ("[" + "[" * 100_000, 1, "JSON nested too deeply (in record 1)"),
+    (f'[\n  {GOOD_ROW}\n]\n{{"ID": "b"}}', 4, "text after the array's closing ']' at column 1"),
+])
+def test_malformed_svamp_array_is_located(tmp_path, text, line, message):
+    """Bad JSON in an array is located as in JSON lines (line, column), and the message names the record."""
+    assert message in str(located("svamp", write_array(tmp_path / "bad.json", text), line, "<json>"))
+
+
+def test_svamp_array_file_level_errors(tmp_path, monkeypatch):
+    for text in ("[]", " \n[\n]\n"):
+        assert "no records (the array is empty)" in str(located("svamp", write_array(tmp_path / "e.json", text),
+                                                                None, "<file>"))
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes(b'[\n {"ID": "a", "Body": "caf\xe9", "Question": "q", "Answer": 1}\n]')
+    assert "not valid UTF-8 (byte 0xe9 at column 26)" in str(located("svamp", latin, 2, "<encoding>"))
+    # The stated size limit: a bigger array is refused for the file, after reading no more than the limit.
+    import engine.tasks
+
+    monkeypatch.setattr(engine.tasks, "MAX_ARRAY_BYTES", 200)
+    path = write_array(tmp_path / "big.json", svamp_array([record("svamp", f"r{i}") for i in range(5)]))
+    err = located("svamp", path, None, "<file>")
+    assert "larger than 200 bytes (MAX_ARRAY_BYTES); write it as JSON lines" in str(err)
+    monkeypatch.undo()
+    assert engine.tasks.MAX_ARRAY_BYTES == 32 * 1024 * 1024
+    assert len(list(load("svamp", path))) == 5
+
+
+def test_bad_svamp_array_imports_nothing(tmp_path, capsys):
+    from engine.config import load_config
+    from engine.loop import create_run
+    from engine.store import Store
+
+    path = write_array(tmp_path / "SVAMP.json", svamp_array([record("svamp", "a"), record("svamp", "b"),
+                                                             {**record("svamp", "c"), "Answer": True}]))
+    assert main(["load", "--format", "svamp", str(path), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(f"error: {path}:14 (record 3): Answer: must be a number")
+    config = load_config(None, [f"data.tasks={path}", "data.format=svamp", f"run.workdir={tmp_path / 'runs'}"])
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(DataError, match=r"SVAMP.json:14 \(record 3\): Answer"):
+            create_run(store, config)
+        assert store.list_runs() == []
+        assert int(store.query("SELECT count(*) AS n FROM tasks")["n"][0]) == 0
+    assert not (tmp_path / "runs").exists()

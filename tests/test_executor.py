@@ -113,3 +113,34 @@ def test_cli_context_file(tmp_path, capsys):
     assert main(["execute", "--domain", "qa", "--actions", actions, "--context", str(bad)]) == 2
     assert "bad.jsonl:1: text" in capsys.readouterr().err
     assert main(["execute", "--domain", "qa", "--actions", actions, "--context", str(tmp_path / "none.jsonl")]) == 2
+
+
+def test_equation_variable_is_substituted_as_the_equation():
+    """Issue 13: Lumos substitutes a variable holding an equation as that equation, so this gives 9."""
+    result = execute("R1 = SetEquation(3*y - 7 = 20); R2 = SolveEquation(R1)", "maths")
+    assert result.ok, result.error
+    assert result.values == {"R1": "3*y - 7 = 20", "R2": "9"} and result.answer == "9"
+    copied = execute("R1 = SetEquation(3*y - 7 = 20); R2 = R1; Answer = SolveEquation(R2)", "maths")
+    assert copied.ok and copied.answer == "9"
+
+
+def test_equation_variables_combine_and_solve_as_a_system():
+    actions = ("R1, R2 = SetEquation(x + y = 10, x - y = 2); R3 = Calculator(R1 - R2); R4 = SolveEquation(R3); "
+               "R5 = SetEquation(x + y = 10, x - y = 2); R6, R7 = SolveEquation(R5); Answer = R4")
+    result = execute(actions, "maths")
+    assert result.ok, result.error
+    assert (result.values["R1"], result.values["R2"], result.values["R3"]) == ("x + y = 10", "x - y = 2", "2*y = 8")
+    assert (result.values["R6"], result.values["R7"], result.answer) == ("6", "4", "4")
+
+
+def test_expression_and_inequality_variables_are_arguments():
+    result = execute("R1 = Define(2*x + 1); R2 = SolveEquation(R1 = 7); R3 = SetEquation(R1 > 7); "
+                     "R4 = SolveInequality(R3)", "maths")
+    assert result.ok, result.error
+    assert (result.values["R2"], result.values["R4"]) == ("3", "x > 3")
+
+
+def test_equation_variable_misused_is_a_step_error():
+    result = execute("R1 = SetEquation(3*y - 7 = 20); R2 = Calculator(sqrt(R1))", "maths")
+    assert not result.ok and result.values == {"R1": "3*y - 7 = 20"}
+    assert result.error.startswith("R2 = Calculator(sqrt(R1)): an equation can be solved")

@@ -1,4 +1,4 @@
-"""Dataset loaders on the real shared samples, malformed inputs, and the ``load`` CLI."""
+"""Dataset loaders on the carried real-data samples (tests/data/samples), malformed inputs, and the ``load`` CLI."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from engine.formats import FORMATS, load
 from engine.formats.lumos import load_lumos, parse_planner_turn, parse_subgoals
 
 LUMOS_COUNTS = {"maths": 10, "complex_qa": 5, "web_agent": 2}
+# The carried eval and train samples are the first rows of the upstream files (tests/data/SOURCES.md); these counts
+# pin that every kept row loads, nothing more.
+EVAL_ROWS, TRAIN_ROWS = 20, 10
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -32,20 +35,20 @@ def lumos_pair(samples: Path, dataset: str, formulation: str) -> tuple[Path, Pat
 
 def test_gsm8k_samples(samples_dir):
     tasks = list(load("gsm8k", samples_dir / "gsm8k_test.jsonl"))
-    assert len(tasks) == 100
+    assert len(tasks) == EVAL_ROWS
     first = tasks[0]
     expected = ("gsm8k-1", "maths", "gsm8k", "held_in", "18")
     assert (first.id, first.domain, first.source, first.split, first.answer) == expected
     assert first.question.startswith("Janet\u2019s ducks lay 16 eggs per day.")
     assert first.meta["solution"].endswith("$<<9*2=18>>18 every day at the farmer\u2019s market.")
-    assert len(list(load("gsm8k", samples_dir / "gsm8k_train.jsonl", split="train"))) == 50
+    assert len(list(load("gsm8k", samples_dir / "gsm8k_train.jsonl", split="train"))) == TRAIN_ROWS
     # GSM8K answers with thousands separators lose the commas.
     assert all("," not in t.answer for t in tasks)
 
 
 def test_svamp_samples(samples_dir):
     tasks = list(load("svamp", samples_dir / "svamp.jsonl"))
-    assert len(tasks) == 100
+    assert len(tasks) == EVAL_ROWS
     first = tasks[0]
     assert first.id == "chal-1"
     assert first.question == (
@@ -59,12 +62,12 @@ def test_svamp_samples(samples_dir):
 
 def test_hotpotqa_samples(samples_dir):
     tasks = list(load("hotpotqa", samples_dir / "hotpotqa_dev_simplified.jsonl"))
-    assert len(tasks) == 100
+    assert len(tasks) == EVAL_ROWS
     first = tasks[0]
     assert (first.id, first.domain, first.answer) == ("hotpotqa-1", "qa", "yes")
     assert first.question == "Were Scott Derrickson and Ed Wood of the same nationality?"
     assert first.meta == {"type": "comparison"}
-    assert sum(t.meta["type"] == "bridge" for t in tasks) == 79
+    assert sum(t.meta["type"] == "bridge" for t in tasks) == 14  # the other 6 kept rows are comparisons
 
 
 def test_hotpotqa_official_context(tmp_path):
@@ -83,16 +86,16 @@ def test_hotpotqa_official_context(tmp_path):
 
 def test_strategyqa_samples(samples_dir):
     evals = list(load("strategyqa", samples_dir / "strategyqa_lumos_eval.jsonl"))
-    assert len(evals) == 100
+    assert len(evals) == EVAL_ROWS
     assert (evals[0].id, evals[0].answer, evals[1].answer) == ("strategyqa-1", "yes", "no")
     full = list(load("strategyqa", samples_dir / "strategyqa_train_full.jsonl"))
-    assert len(full) == 50
+    assert len(full) == TRAIN_ROWS
     assert full[0].id == "2bc9c4f9c19c167187f2"
     assert full[0].question == "Are more people today related to Genghis Khan than Julius Caesar?"
     assert full[0].meta["decomposition"][0] == "How many kids did Julius Caesar have?"
     assert len(full[0].meta["facts"]) == 3
     bigbench = list(load("strategyqa", samples_dir / "strategyqa_bigbench.jsonl"))
-    assert len(bigbench) == 50
+    assert len(bigbench) == TRAIN_ROWS
     assert [t.answer for t in bigbench[:2]] == ["yes", "no"]
     assert bigbench[0].question == evals[0].question
     assert bigbench[0].meta["explanation"].startswith("Yes. College commencement")
@@ -295,9 +298,9 @@ def test_cli_load_json(samples_dir, capsys):
 def test_cli_load_split_and_text(samples_dir, capsys):
     assert main(["load", "--format", "svamp", str(samples_dir / "svamp.jsonl"), "--split", "held_out", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["first"]["split"] == "held_out" and out["domains"] == {"maths": 100}
+    assert out["first"]["split"] == "held_out" and out["domains"] == {"maths": EVAL_ROWS}
     assert main(["load", "--format", "hotpotqa", str(samples_dir / "hotpotqa_dev_simplified.jsonl")]) == 0
-    assert "100 tasks (qa=100)" in capsys.readouterr().out
+    assert f"{EVAL_ROWS} tasks (qa={EVAL_ROWS})" in capsys.readouterr().out
 
 
 def test_cli_load_bad_input_exits_2(tmp_path, capsys):
@@ -311,3 +314,37 @@ def test_cli_load_bad_input_exits_2(tmp_path, capsys):
 
 def test_formats_tuple():
     assert FORMATS == ("gsm8k", "svamp", "hotpotqa", "strategyqa", "lumos", "tasks")
+
+
+# The first three records of SVAMP's own SVAMP.json (arkilpatel/SVAMP; the same rows as the carried svamp.jsonl,
+# which repacks that array as JSON lines), written below as the upstream file is: one indented JSON array.
+SVAMP_RECORDS = [
+    {"ID": "chal-1", "Body": "Each pack of dvds costs 76 dollars. If there is a discount of 25 dollars on each pack",
+     "Question": "How much do you have to pay to buy each pack?", "Equation": "( 76.0 - 25.0 )", "Answer": 51.0,
+     "Type": "Subtraction"},
+    {"ID": "chal-2", "Body": "Dan had $ 3 left with him after he bought a candy bar. If he had $ 4 at the start",
+     "Question": "How much did the candy bar cost?", "Equation": "( 4.0 - 3.0 )", "Answer": 1.0,
+     "Type": "Subtraction"},
+    {"ID": "chal-3", "Body": "Paco had 26 salty cookies and 17 sweet cookies. He ate 14 sweet cookies and 9 salty "
+     "cookies.", "Question": "How many salty cookies did Paco have left?", "Equation": "( 26.0 - 9.0 )",
+     "Answer": 17.0, "Type": "Subtraction"},
+]
+
+
+def test_svamp_json_array_as_distributed(tmp_path, capsys):
+    """SVAMP ships one JSON array (SVAMP.json): it loads to the same tasks as the JSON lines of the same records."""
+    array = tmp_path / "SVAMP.json"
+    array.write_text(json.dumps(SVAMP_RECORDS, indent=4), encoding="utf-8")
+    lines = write_jsonl(tmp_path / "svamp.jsonl", SVAMP_RECORDS)
+    tasks = list(load("svamp", array))
+    assert [t.to_dict() for t in tasks] == [t.to_dict() for t in load("svamp", lines)]
+    assert [(t.id, t.answer) for t in tasks] == [("chal-1", "51"), ("chal-2", "1"), ("chal-3", "17")]
+    assert tasks[0].meta == {"equation": "( 76.0 - 25.0 )", "type": "Subtraction"}
+    # minified, after a UTF-8 BOM and blank lines, without IDs: ids count records, as svamp-<line> counts lines
+    bare = tmp_path / "bare.json"
+    bare.write_bytes(b"\xef\xbb\xbf\n \n" + json.dumps([{k: v for k, v in r.items() if k != "ID"}
+                                                        for r in SVAMP_RECORDS]).encode())
+    assert [t.id for t in load("svamp", bare)] == ["svamp-1", "svamp-2", "svamp-3"]
+    assert main(["load", "--format", "svamp", str(array), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["count"] == 3 and out["first"]["id"] == "chal-1" and out["domains"] == {"maths": 3}

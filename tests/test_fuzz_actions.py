@@ -218,3 +218,23 @@ def test_the_spy_sees_an_evaluator_call(spy_log):
         with pytest.raises(EvaluatorCalled):
             bounded(spy_log, call)
         assert spy_log.read_text(encoding="utf-8") == logged + "\n"
+
+
+EQUATIONS = ("R1 = SetEquation(3*y - 7 = 20); R2, R3 = SetEquation(x + y = 10, x - y = 2); "
+             "R4 = SetEquation(x = 1, y = 2); ")
+
+
+@pytest.mark.parametrize("tail", [
+    "R9 = Calculator(abs(R1))", "R9 = Calculator(sqrt(R1) + floor(R2))", "R9 = Calculator(Abs(R1) > R2)",
+    "R9 = Calculator([R1, R2])", "R9 = Calculator(max(R1, R2))", "R9 = Calculator(gcd(R1, 2))",
+    "R9 = Calculator(R1(R2))", "R9 = Calculator(R4(1))", "R9 = Calculator(R4 * 2)", "R9 = Calculator(R1 ** R2)",
+    "R9 = Calculator(2 ** R1 % R2 // R3)", "R9 = SolveEquation(R1 = R2)", "R9 = SolveInequality(R1, R4)",
+    "R9 = Count(R4)", "R9 = SetEquation(R4, R1 - R2); R10 = SolveEquation()", "R9 = Calculator(R1(10**9))",
+    "R9 = Calculator(R1 ** 1000 ** 1000)", "R9 = Calculator(exp(exp(R1)))",
+])
+def test_equation_values_never_reach_a_string_evaluator(spy_log, tail):
+    """A variable holding equations (issue 13) is no sympy object: misused, it fails as a step, never as text."""
+    text = EQUATIONS + tail
+    result, seconds, peak = bounded(spy_log, execute, text, "maths", ENV)
+    assert isinstance(result, ExecutionResult) and result.values["R1"] == "3*y - 7 = 20"
+    check_bounds(spy_log, text, seconds, peak)

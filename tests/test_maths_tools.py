@@ -228,3 +228,109 @@ def test_substitution_is_rebuilt_under_the_limits():
     assert run("Calculator", "R3(3, 1)", env) == ["10"]
     assert run("SolveEquation", "x - 2 = 0, y = x*2") == ["2", "4"]
     assert run("Calculator", "0 = (1, 2)".replace("=", "==")) == ["False"]
+
+
+# ------------------------------------------------ variables holding equations or expressions (issue 13)
+
+
+def tool_values(tool: str, arg: str, env: dict, state: MathsState | None = None) -> tuple:
+    """The raw values a tool returns, to bind as the next steps' variables."""
+    return MATHS_TOOLS[tool](arg, env, state or MathsState(), 2.0).values
+
+
+def test_equation_variable_is_an_argument_of_solve_equation():
+    """Lumos substitutes a variable holding an equation as that equation: ``SolveEquation(R1)`` solves it."""
+    env = {"R1": tool_values("SetEquation", "3*y - 7 = 20", {})[0]}
+    assert value_to_text(env["R1"]) == "3*y - 7 = 20"  # rendered as written
+    assert run("SolveEquation", "R1", env) == ["9"]
+    # a system under one name stands for all its equations; two names are two equations of one system
+    env["R2"] = tool_values("SetEquation", "x + y = 10, x - y = 2", {})
+    assert value_to_text(env["R2"]) == "x + y = 10, x - y = 2"
+    assert run("SolveEquation", "R2", env) == ["6", "4"]
+    env["R3"], env["R4"] = tool_values("SetEquation", "a + b = 7, a - b = 1", {})
+    assert run("SolveEquation", "R3, R4", env) == ["4", "3"]
+    assert run("SolveEquation", "R3, R4, a*b = c", env) == ["4", "3", "12"]  # mixed with a written equation
+
+
+def test_equation_variable_in_set_equation_and_argumentless_solve():
+    env = {"R1": tool_values("SetEquation", "x + y = 10, x - y = 2", {})}
+    state = MathsState()
+    assert run("SetEquation", "R1", env, state) == ["x + y = 10", "x - y = 2"]
+    assert run("SolveEquation", "", env, state) == ["6", "4"]
+
+
+def test_equations_combine_side_by_side():
+    """Arithmetic on equations applies to both sides, as Lumos combines ``R1 - R2`` on two equations."""
+    env = {"R1": tool_values("SetEquation", "x + y = 10", {})[0], "R2": tool_values("SetEquation", "x - y = 2", {})[0]}
+    assert run("Calculator", "R1 - R2", env) == ["2*y = 8"]
+    assert run("Calculator", "R1 + R2", env) == ["2*x = 12"]
+    assert run("Calculator", "2*R1", env) == ["2*x + 2*y = 20"]
+    assert run("Calculator", "-R2", env) == ["-x + y = -2"]
+    assert run("Define", "R1", env) == ["x + y = 10"]
+    assert run("SolveEquation", "R1 - R2", env) == ["4"]
+    env["R3"] = tool_values("Calculator", "R1 - R2", env)[0]
+    assert run("SolveEquation", "R3", env) == ["4"]
+    env["R4"] = tool_values("SetEquation", "0.5*t = 2.5", {})[0]
+    assert run("Calculator", "R4 * 2", env) == ["t = 5"]  # the decimal flag travels with the equation
+    env["R5"] = tool_values("SetEquation", "a*t = 20", {})[0]
+    assert run("SolveEquation", "R5(4)", env) == ["5"]  # Rk(a): both sides substituted, then solved
+
+
+def test_set_equation_naming_earlier_values_renders_them():
+    env = {"R1": evaluate("4", {})}
+    env["R2"] = tool_values("SetEquation", "R1*y = 20", env)[0]
+    assert value_to_text(env["R2"]) == "4*y = 20"  # as Lumos substitutes values into the text
+    assert run("SolveEquation", "R2", env) == ["5"]
+    assert run("SetEquation", "x^2 - 4", {}) == ["x^2 - 4 = 0"]  # a bare expression sets "= 0"
+
+
+def test_inequality_variable_is_an_argument_of_solve_inequality():
+    env = {"R1": tool_values("SetEquation", "2x + 1 > 5", {})[0]}
+    assert run("SolveInequality", "R1", env) == ["x > 2"]
+    env["R2"] = tool_values("Calculator", "x^2 <= 4", {})[0]
+    assert run("SolveInequality", "R2", env) == ["-2 <= x <= 2"]
+    env["R3"] = tool_values("SetEquation", "3*y - 7 = 20", {})[0]
+    with pytest.raises(ToolError, match="needs inequalities"):
+        run("SolveInequality", "R3", env)
+    with pytest.raises(ToolError, match="use SolveInequality"):
+        run("SolveEquation", "R1", env)
+
+
+def test_expression_variable_is_an_argument_of_every_maths_tool():
+    env = {"R1": tool_values("Define", "2*x + 1", {})[0]}
+    assert run("Calculator", "R1(3)", env) == ["7"]
+    assert run("Calculator", "R1 * 2", env) == ["4*x + 2"]
+    assert run("SolveEquation", "R1 = 7", env) == ["3"]
+    assert run("SolveEquation", "R1 - 7", env) == ["3"]  # a bare expression means "= 0"
+    assert run("SolveInequality", "R1 > 7", env) == ["x > 3"]
+    state = MathsState()
+    assert run("SetEquation", "R1 = 7", env, state) == ["2*x + 1 = 7"]
+    assert run("SolveEquation", "", env, state) == ["3"]
+    assert run("Count", "R1, R1", env) == ["2"]
+
+
+@pytest.mark.parametrize(
+    "formula, message",
+    [
+        ("sqrt(R1)", "cannot be a function argument"),
+        ("abs(R1)", "cannot be a function argument"),  # sympy.Abs would sympify its argument: stopped before
+        ("R1 > 1", "compared"),
+        ("[R1, 1]", "in a list"),
+        ("R9 + 1", "holding 2 equations"),
+        ("R9(1)", "holding 2 equations"),
+        ("R2(R1)", "cannot be a function argument"),
+    ],
+)
+def test_equation_variable_where_a_number_must_be(formula, message):
+    env = {"R1": tool_values("SetEquation", "3*y - 7 = 20", {})[0], "R2": evaluate("2*x", {}),
+           "R9": tool_values("SetEquation", "x + y = 10, x - y = 2", {})}
+    with pytest.raises(ToolError, match=message):
+        run("Calculator", formula, env)
+
+
+def test_equation_variable_cannot_be_one_side_of_an_equation():
+    env = {"R1": tool_values("SetEquation", "3*y - 7 = 20", {})[0]}
+    with pytest.raises(ToolError, match="cannot be one side of another"):
+        run("SolveEquation", "R1 = 4", env)
+    with pytest.raises(ToolError, match="cannot be one side of another"):
+        run("SetEquation", "y = R1", env)

@@ -1,4 +1,5 @@
-"""Prompt rendering: byte-for-byte round trips against the shared Lumos samples, chat layout, prompt/completion."""
+"""Prompt rendering: byte-for-byte round trips against the carried Lumos samples, chat layout,
+prompt/completion."""
 
 from __future__ import annotations
 

@@ -27,20 +27,8 @@ from engine.tools.web import (
 )
 
 
-def _samples_dir() -> Path | None:
-    for candidate in (Path(__file__).resolve().parents[2] / "shared" / "samples", Path("/work/shared/samples")):
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
-SAMPLES = _samples_dir()
-needs_samples = pytest.mark.skipif(SAMPLES is None, reason="shared/samples not available")
-
-
-def _jsonl(name: str) -> list[dict]:
-    assert SAMPLES is not None
-    with open(SAMPLES / name, encoding="utf-8") as handle:
+def _jsonl(samples_dir: Path, name: str) -> list[dict]:
+    with open(samples_dir / name, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 
@@ -94,13 +82,12 @@ def test_parse_web_operations_lenient():
     assert parse_web_operations("   ") == []
 
 
-@needs_samples
 @pytest.mark.parametrize(
     "name", ["lumos_derived_web_agent_ground_onetime.jsonl", "lumos_derived_web_agent_ground_iterative.jsonl"]
 )
-def test_every_sample_assistant_action_parses(name):
+def test_every_sample_assistant_action_parses(samples_dir, name):
     count = 0
-    for record in _jsonl(name):
+    for record in _jsonl(samples_dir, name):
         for message in record["messages"]:
             if message["role"] != "assistant" or not re.search(r"\b(CLICK|TYPE|SELECT)\(", message["content"]):
                 continue
@@ -113,9 +100,8 @@ def test_every_sample_assistant_action_parses(name):
     assert count >= 15
 
 
-@needs_samples
-def test_onetime_sample_details():
-    record = _jsonl("lumos_derived_web_agent_ground_onetime.jsonl")[0]
+def test_onetime_sample_details(samples_dir):
+    record = _jsonl(samples_dir, "lumos_derived_web_agent_ground_onetime.jsonl")[0]
     ops = parse_web_operations(record["messages"][-1]["content"])
     assert len(ops) == 11
     assert ops[2] == WebOperation("TYPE", "Type Atlanta as the departure location", "Atlanta")
@@ -126,11 +112,9 @@ def test_onetime_sample_details():
     assert episode["task_success"] and episode["step_success_rate"] == 1.0
 
 
-@needs_samples
-def test_every_exemplar_gold_plan_parses():
-    plans = [
-        r["natural_language_plan"] for r in _jsonl("lumos_incontext_exemplars.jsonl") if r["domain"] == "web_agent"
-    ]
+def test_every_exemplar_gold_plan_parses(samples_dir):
+    exemplars = _jsonl(samples_dir, "lumos_incontext_exemplars.jsonl")
+    plans = [r["natural_language_plan"] for r in exemplars if r["domain"] == "web_agent"]
     assert plans
     for plan in plans:
         ops = parse_web_operations(plan)

@@ -3,9 +3,10 @@
 Contract: ``load(format, path, ground=None, split=None)`` yields Tasks; every malformed record raises
 ``DataError(path, line, field, message)`` (never skipped, never partially used): the whole file is read and
 validated before the first Task is yielded, so a consumer never sees part of a bad file. Files must be UTF-8 JSONL
-with at least one record and lines of at most ``engine.tasks.MAX_LINE_BYTES``. ``FORMATS`` lists the names the CLI
-accepts. Each loader lives in its own module and is imported lazily by ``load`` so submodules can share the small
-helpers defined here without an import cycle.
+with at least one record and lines of at most ``engine.tasks.MAX_LINE_BYTES``; the SVAMP loader also takes one JSON
+array document, as SVAMP itself ships (``engine.tasks.read_records``: up to ``MAX_ARRAY_BYTES``, each record located
+by its line and position). ``FORMATS`` lists the names the CLI accepts. Each loader lives in its own module and is
+imported lazily by ``load`` so submodules can share the small helpers defined here without an import cycle.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.errors import DataError
+from engine.errors import ArrayLine, DataError, line_text
 from engine.tasks import SPLITS, Task
 
 FORMATS = ("gsm8k", "svamp", "hotpotqa", "strategyqa", "lumos", "tasks")
@@ -82,18 +83,19 @@ def require_text(row: dict[str, Any], key: str, path: str | Path, line: int) -> 
 
 def record_id(row: dict[str, Any], source: str, path: str | Path, line: int) -> tuple[str, str]:
     """``(id, key)``: the record's own id and the key holding it (``id``/``ID``/``qid``/``_id``), or
-    ``(<source>-<line>, "id")`` when it has none; the key lets a duplicate-id error name the field as written."""
+    ``(<source>-<line>, "id")`` when it has none (``<source>-<n>`` for the n-th record of a JSON array document, whose
+    records may share a line); the key lets a duplicate-id error name the field as written."""
     for key in _ID_KEYS:
         if key in row:
             value = row[key]
             if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
                 raise DataError(str(path), line, key, "must be a non-empty string or an integer")
             return str(value), key
-    return f"{source}-{line}", "id"
+    return f"{source}-{line.record if isinstance(line, ArrayLine) else line}", "id"
 
 
 def unique(task_id: str, seen: dict[str, int], path: str | Path, line: int, field: str = "id") -> None:
     """Record ``task_id`` in ``seen``; a repeat is an error (named by ``field``) because ids key every later join."""
     if task_id in seen:
-        raise DataError(str(path), line, field, f"duplicate id {task_id!r} (first on line {seen[task_id]})")
+        raise DataError(str(path), line, field, f"duplicate id {task_id!r} (first on line {line_text(seen[task_id])})")
     seen[task_id] = line

@@ -3,7 +3,11 @@
 Contract: Task.question is ``Body.strip() + " " + Question.strip()`` -- exactly what Lumos's SVAMP evaluation feeds
 the planner (no period is inserted when Body lacks one, so prompts stay identical to Lumos's); Task.answer is the
 numeric ``Answer`` as text, without ``.0`` when integral; ``Equation`` and ``Type`` go to meta; id is ``ID`` (else
-``svamp-<line>``); domain "maths", source "svamp".
+``svamp-<line>``, or ``svamp-<n>`` for the n-th record of an array); domain "maths", source "svamp".
+
+The file is JSON lines or, as SVAMP distributes it (``SVAMP.json``), one JSON array of these objects, read whole up
+to ``engine.tasks.MAX_ARRAY_BYTES`` (32 MiB; SVAMP.json is under 1 MB); errors in an array name the line and the
+record (``SVAMP.json:12 (record 3): Answer: ...``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pathlib import Path
 
 from engine.errors import DataError
 from engine.formats import DEFAULT_SPLIT, check_split, expect_object, record_id, require_text, unique
-from engine.tasks import Task, read_jsonl
+from engine.tasks import Task, read_records
 
 SOURCE = "svamp"
 
@@ -28,7 +32,7 @@ def number_text(value: int | float) -> str:
 def load_svamp(path: str | Path, split: str = DEFAULT_SPLIT) -> Iterator[Task]:
     check_split(path, split)
     seen: dict[str, int] = {}
-    for line, raw in read_jsonl(path):
+    for line, raw in read_records(path):
         row = expect_object(raw, path, line)
         body = require_text(row, "Body", path, line)
         question = require_text(row, "Question", path, line)

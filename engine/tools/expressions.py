@@ -5,8 +5,16 @@ parsed by ``ast.parse`` in expression mode and walked, and only numbers, names, 
 lists/tuples and calls to ``FUNCTIONS`` are turned into sympy objects. Sizes are checked before anything is built
 (text length, node count, nesting, integer size, exponents, factorials, ``exp`` arguments) and every built number is
 kept under ``2**MAX_BITS`` in magnitude, so forcing digits out of it (``floor``, ``sin``, rendering) stays cheap;
-``Rk(a, b)`` substitution re-checks each rebuilt node. ``evaluate`` gives a ``MathValue``; bad input raises
-``ToolError``.
+``Rk(a, b)`` substitution re-checks each rebuilt node. ``evaluate`` gives a ``MathValue`` (or an ``Equation``, see
+below); bad input raises ``ToolError``.
+
+Equations as values: ``build_equations`` turns ``lhs = rhs`` into an ``Equation`` (two built sides), which
+SetEquation keeps as a variable's value. A name bound to an equation stands for that equation wherever a formula
+may hold one, as Lumos substitutes it: alone (``SolveEquation(R1)``; a name bound to several equations stands for
+all of them), in ``+ - * / ** // %`` and unary minus, applied side by side (``R1 - R2`` with ``R1: a = b`` and
+``R2: c = d`` is ``a - c = b - d``; ``2*R1`` is ``2*a = 2*b``), and called as ``Rk(a, b)`` (both sides substituted).
+Anywhere else (a function argument, a comparison, a list, one side of another ``=``) it is a ``ToolError``. An
+``Equation`` is no sympy object and cannot become one (``CantSympify``), so it never reaches sympy's text fallback.
 
 Normalisation: ``^`` -> ``**``, ``×``/``÷``; ``$`` and thousands separators (``1,000``) removed; a ``%`` right after
 a number that is not followed by an operand is a percent (``15 / 25%`` = 60, ``141 % 2`` is modulo); a number
@@ -17,7 +25,8 @@ symbols of ``Rk`` in sorted name order.
 
 Rendering (``value_to_text``): integers as ``18``; a non-integer rational as a decimal (``0.75``) when the input
 that produced it had a decimal literal or a percent, else as ``p/q`` (``7/2``); irrational numbers to 12
-significant digits; booleans as ``True``/``False``; expressions with ``^`` for powers; tuples comma-joined.
+significant digits; booleans as ``True``/``False``; expressions with ``^`` for powers; tuples comma-joined; an
+equation as written when it names no earlier variable, else as ``lhs = rhs`` from its built sides.
 """
 
 from __future__ import annotations
@@ -27,11 +36,12 @@ import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
 import sympy
+from sympy.core.sympify import CantSympify
 
 from engine.tools.base import ToolError
 
@@ -62,6 +72,34 @@ class MathValue:
         return value_to_text(self)
 
 
+@dataclass(frozen=True)
+class Equation(CantSympify):
+    """``lhs = rhs`` held as a value between steps (SetEquation's result; arithmetic on one keeps it an equation).
+
+    ``text`` is the equation as the model wrote it and is what it renders as; it is empty when the written form named
+    earlier variables or the equation was derived (``R1 - R2``), and the built sides render instead. CantSympify: a
+    path that handed it to sympy would fail there instead of falling back to parsing ``str(value)``.
+    """
+
+    lhs: Any
+    rhs: Any
+    decimal: bool = False
+    text: str = ""
+
+    def __str__(self) -> str:
+        return value_to_text(self)
+
+    @property
+    def expression(self) -> Any:
+        """``lhs - rhs``: what a solver sets to zero."""
+        return self.lhs - self.rhs
+
+
+def is_system(value: Any) -> bool:
+    """Several equations bound to one name (``R1 = SetEquation(x + y = 10, x - y = 2)``)."""
+    return isinstance(value, tuple) and bool(value) and all(isinstance(v, Equation) for v in value)
+
+
 
 # ---------------------------------------------------------------- rendering
 
@@ -70,6 +108,8 @@ def value_to_text(value: Any) -> str:
     """Render a tool value as the text the planner sees (see the module docstring for the rules)."""
     if isinstance(value, MathValue):
         return render(value.value, value.decimal)
+    if isinstance(value, Equation):
+        return value.text or f"{render(value.lhs, value.decimal)} = {render(value.rhs, value.decimal)}"
     if isinstance(value, (tuple, list)):
         return ", ".join(value_to_text(v) for v in value)
     if isinstance(value, sympy.Basic):
@@ -296,6 +336,12 @@ class _Builder:
         if isinstance(value, MathValue):
             self.decimal = self.decimal or value.decimal
             return value.value
+        if isinstance(value, Equation):  # the equation itself, as Lumos substitutes it (module docstring)
+            self.decimal = self.decimal or value.decimal
+            return value
+        if is_system(value):
+            self.decimal = self.decimal or any(e.decimal for e in value)
+            return value
         if isinstance(value, str):
             parsed = parse_number_text(value)
             if parsed is None:
@@ -308,26 +354,32 @@ class _Builder:
 
     def _UnaryOp(self, node: ast.UnaryOp, depth: int) -> Any:
         operand = self.build(node.operand, depth)
-        if isinstance(node.op, ast.USub):
-            return -operand
-        if isinstance(node.op, ast.UAdd):
-            return operand
-        raise ToolError(f"unsupported operator {type(node.op).__name__}")
+        if not isinstance(node.op, (ast.USub, ast.UAdd)):
+            raise ToolError(f"unsupported operator {type(node.op).__name__}")
+        if isinstance(operand, Equation):
+            return Equation(-operand.lhs, -operand.rhs) if isinstance(node.op, ast.USub) else operand
+        _plain(operand)
+        return -operand if isinstance(node.op, ast.USub) else operand
 
     def _BinOp(self, node: ast.BinOp, depth: int) -> Any:
         left, right = self.build(node.left, depth), self.build(node.right, depth)
-        if isinstance(node.op, ast.Pow):
-            return _power(left, right)
-        op = _BINOPS.get(type(node.op))
-        if op is None:
-            raise ToolError(f"unsupported operator {type(node.op).__name__}")
-        try:
-            return op(left, right)
-        except (TypeError, ValueError, ZeroDivisionError) as exc:
-            raise ToolError(f"cannot compute: {exc}") from None
+        _plain(left, several_only=True)
+        _plain(right, several_only=True)
+        if isinstance(left, Equation) or isinstance(right, Equation):
+            # a = b with c = d gives a op c = b op d, and with a plain x, a op x = b op x: each side stays true
+            # when both get the same operation, which is what Lumos does with "R1 - R2" on two equations.
+            one = left if isinstance(left, Equation) else Equation(left, left)
+            two = right if isinstance(right, Equation) else Equation(right, right)
+            sides = (_binary(node.op, one.lhs, two.lhs), _binary(node.op, one.rhs, two.rhs))
+            for side in sides:
+                _check_size(side)  # build() checks only what it returns, and an Equation is no number
+            return Equation(*sides)
+        return _binary(node.op, left, right)
 
     def _Compare(self, node: ast.Compare, depth: int) -> Any:
         items = [self.build(node.left, depth)] + [self.build(c, depth) for c in node.comparators]
+        for item in items:
+            _plain(item)
         parts = [_COMPARE[type(op)](a, b) for op, a, b in zip(node.ops, items, items[1:])]
         return sympy.And(*parts) if len(parts) > 1 else parts[0]
 
@@ -338,6 +390,8 @@ class _Builder:
         if name not in self.env and name not in FUNCTIONS:
             raise ToolError(f"unknown function {name}")
         args = [self.build(a, depth) for a in node.args]
+        for arg in args:
+            _plain(arg)
         if name in self.env:  # Rk(a, b): substitute into the free symbols of Rk
             return _substitute(name, self._reference(name), args)
         try:
@@ -346,7 +400,10 @@ class _Builder:
             raise ToolError(f"{name}: {exc}") from None
 
     def _List(self, node: ast.List, depth: int) -> Any:
-        return sympy.Tuple(*(self.build(e, depth) for e in node.elts))
+        items = [self.build(e, depth) for e in node.elts]
+        for item in items:
+            _plain(item)
+        return sympy.Tuple(*items)
 
     _Tuple = _List
 
@@ -354,19 +411,58 @@ class _Builder:
         raise ToolError("unsupported syntax: *")
 
 
+def _plain(value: Any, several_only: bool = False) -> None:
+    """Refuse an equation where only a number or expression fits (a function argument, a comparison, a list).
+
+    ``several_only``: refuse only a name bound to several equations (arithmetic takes one equation, not several).
+    """
+    if is_system(value):
+        raise ToolError(f"a name holding {len(value)} equations can only be solved or set as a whole")
+    if isinstance(value, Equation) and not several_only:
+        raise ToolError("an equation can be solved, set, or combined with + - * / ** (both sides alike); "
+                        "it cannot be a function argument, compared, or put in a list")
+
+
+def _binary(op: ast.operator, left: Any, right: Any) -> Any:
+    if isinstance(op, ast.Pow):
+        return _power(left, right)
+    function = _BINOPS.get(type(op))
+    if function is None:
+        raise ToolError(f"unsupported operator {type(op).__name__}")
+    try:
+        return function(left, right)
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        raise ToolError(f"cannot compute: {exc}") from None
+
+
 def free_symbols(value: Any) -> set[sympy.Symbol]:
+    """The unknowns of a value: a sympy object, a ``MathValue``, an ``Equation`` (both sides) or a tuple of them."""
+    if isinstance(value, Equation):
+        return free_symbols(value.lhs) | free_symbols(value.rhs)
+    if isinstance(value, (tuple, list)):
+        return set().union(*(free_symbols(v) for v in value))
     inner = value.value if isinstance(value, MathValue) else value
     return set(inner.free_symbols) if isinstance(inner, sympy.Basic) else set()
 
 
 def _substitute(name: str, expr: Any, args: list[Any]) -> Any:
+    _plain(expr, several_only=True)
     symbols = sorted(free_symbols(expr), key=lambda s: s.name)
     if len(args) > len(symbols):
         raise ToolError(f"{name} has {len(symbols)} unknown(s), called with {len(args)} value(s)")
+    mapping = dict(zip(symbols, args))
+    if isinstance(expr, Equation):  # both sides get the same values, keyed on the unknowns of the whole equation
+        return Equation(_substituted(expr.lhs, mapping), _substituted(expr.rhs, mapping))
+    return _substituted(expr, mapping)
+
+
+def _substituted(expr: Any, mapping: dict[Any, Any]) -> Any:
+    if not isinstance(expr, sympy.Basic):  # a plain bool from a comparison: nothing to substitute
+        return expr
     # Substitute without evaluating, then rebuild bottom-up under the same limits as a typed formula: a plain
     # subs would evaluate 2**x at x = 10**9 or floor(exp(x)) at x = 10**10 before any check could run.
     with sympy.evaluate(False):
-        unevaluated = expr.subs(dict(zip(symbols, args)))
+        unevaluated = expr.subs(mapping)
     return _rebuild(unevaluated)
 
 
@@ -425,11 +521,19 @@ def _magnitude_bits(value: Any) -> int:
     return bits
 
 
-def evaluate(text: str, env: Mapping[str, Any]) -> MathValue:
-    """Evaluate one formula against earlier values; raise ``ToolError`` on anything outside the whitelist."""
+def evaluate(text: str, env: Mapping[str, Any]) -> MathValue | Equation | tuple[Equation, ...]:
+    """Evaluate one formula against earlier values; raise ``ToolError`` on anything outside the whitelist.
+
+    A formula on equations (``R1``, ``R1 - R2``) gives an ``Equation``; a name bound to several gives them all.
+    """
     tree = _parse_tree(text)
     builder = _Builder(env, [tree])
-    return MathValue(builder.build(tree), builder.decimal)
+    value = builder.build(tree)
+    if isinstance(value, Equation):
+        return replace(value, decimal=value.decimal or builder.decimal)
+    if is_system(value):
+        return value
+    return MathValue(value, builder.decimal)
 
 
 def parse_number_text(text: str) -> MathValue | None:
@@ -455,15 +559,33 @@ def _sides(text: str) -> list[ast.expr]:
 
 
 def build_equations(pieces: Sequence[str], env: Mapping[str, Any]) -> tuple[list[Any], bool]:
-    """Each ``lhs = rhs`` (or bare expression/relation) as a sympy expression ``lhs - rhs`` or relation."""
+    """The formulas of ``pieces`` and whether any had a decimal.
+
+    Each ``lhs = rhs`` is an ``Equation`` (``text``: the piece, when it names no earlier variable); a bare
+    expression or relation is its sympy object; a piece that evaluates to an equation (``R1``, ``R1 - R2``) is that
+    equation, or all of them when the name holds several.
+    """
     sided = [_sides(p) for p in pieces]
     builder = _Builder(env, [t for trees in sided for t in trees])
-    built = []
-    for trees in sided:
+    built: list[Any] = []
+    for piece, trees in zip(pieces, sided):
         values = [builder.build(t) for t in trees]
-        try:
-            built.append(values[0] - values[1] if len(values) == 2 else values[0])
-        except SYMPY_ERRORS as exc:
-            raise ToolError(f"not an equation: {type(exc).__name__}: {exc}"[:300]) from None
-    return built, builder.decimal
+        if len(values) == 2:
+            for side in values:
+                if isinstance(side, Equation) or is_system(side):
+                    raise ToolError(f"an equation cannot be one side of another: {piece.strip()[:80]!r}")
+            names_earlier = any(isinstance(n, ast.Name) and n.id in env for t in trees for n in ast.walk(t))
+            built.append(Equation(values[0], values[1], text="" if names_earlier else piece.strip()))
+        elif is_system(values[0]):
+            built.extend(values[0])
+        else:
+            built.append(values[0])
+    for formula in built:
+        if isinstance(formula, Equation):
+            try:  # here, so that a meaningless equation ("(1, 2) = x") fails at the step that wrote it
+                _check_size(formula.expression)
+            except SYMPY_ERRORS as exc:
+                raise ToolError(f"not an equation: {type(exc).__name__}: {exc}"[:300]) from None
+    decimal = builder.decimal
+    return [replace(f, decimal=f.decimal or decimal) if isinstance(f, Equation) else f for f in built], decimal
 

@@ -3,6 +3,11 @@
 Contract: each tool takes the raw argument text and the environment of earlier values and returns a
 ``ToolResult`` (one value per output) or raises ``ToolError`` with a message for the user. Expressions are built by
 ``engine.tools.expressions`` (a whitelisted syntax tree, never an evaluator; limits and rendering documented there).
+SetEquation's value is its equations, one ``Equation`` per piece (a bare expression sets ``expression = 0``; an
+inequality is kept as a ``MathValue`` relation), so a variable holding them is an argument wherever a formula is:
+``SolveEquation(R1)``, ``SolveEquation(R1, R2)``, ``SolveEquation(R1 - R2)``, ``SolveInequality(R1)``,
+``SetEquation(R1)``, ``Calculator(2*R1)`` (an equation again); a variable holding an expression already was one
+(``SolveEquation(R1 = 7)``, ``SolveInequality(R1 > 7)``, ``Calculator(R1(3))``).
 Equation/inequality solving runs in a forked process killed after ``time_limit_s`` and capped at ``SOLVER_MEMORY``
 bytes more than the parent (sympy cannot be interrupted).
 """
@@ -19,8 +24,8 @@ import sympy
 from engine.actions import split_args
 from engine.tools.base import ToolError as ToolError  # re-exported: tools and callers import it from here
 from engine.tools.base import ToolResult as ToolResult
-from engine.tools.expressions import EQUALS, build_equations, evaluate, free_symbols, render
 from engine.tools.expressions import FUNCTIONS as FUNCTIONS
+from engine.tools.expressions import Equation, build_equations, evaluate, free_symbols, render
 from engine.tools.expressions import MathValue as MathValue
 from engine.tools.expressions import normalise as normalise
 from engine.tools.expressions import value_to_text as value_to_text
@@ -30,9 +35,10 @@ SOLVER_MEMORY = 1 << 30  # address space a forked solver may add before sympy ge
 
 @dataclass
 class MathsState:
-    """What a maths session remembers between steps: the last ``SetEquation``."""
+    """What a maths session remembers between steps: the last ``SetEquation``, for an argument-less solve."""
 
-    equations: list[str] = field(default_factory=list)
+    equations: list[Any] = field(default_factory=list)  # its formulas as built (build_equations), not its text
+    decimal: bool = False  # they had a decimal literal or a percent
 
 
 
@@ -110,14 +116,17 @@ def _solve_inequality(relations: list[Any], symbol: sympy.Symbol) -> Any:
 # ---------------------------------------------------------------- the tools
 
 
-def _pieces(arg_text: str, state: MathsState) -> list[str]:
-    pieces = split_args(arg_text) if arg_text.strip() else list(state.equations)
-    if not pieces:
+def _formulas(arg_text: str, env: Mapping[str, Any], state: MathsState) -> tuple[list[Any], bool]:
+    """The argument's formulas (``build_equations``), or those of the last SetEquation when there is none."""
+    if arg_text.strip():
+        return build_equations(split_args(arg_text), env)
+    if not state.equations:
         raise ToolError("no equation given and none set with SetEquation")
-    return pieces
+    return list(state.equations), state.decimal
 
 
 def calculator(arg_text: str, env: Mapping[str, Any], state: MathsState, time_limit_s: float) -> ToolResult:
+    """A number or expression; on equations (``R1 - R2``, ``2*R1``) an equation, both sides alike."""
     return ToolResult((evaluate(arg_text, env),))
 
 
@@ -126,23 +135,32 @@ def define(arg_text: str, env: Mapping[str, Any], state: MathsState, time_limit_
 
 
 def set_equation(arg_text: str, env: Mapping[str, Any], state: MathsState, time_limit_s: float) -> ToolResult:
+    """One value per formula (several into one output make a tuple); built now, so errors show at this step."""
     pieces = split_args(arg_text)
     if not pieces:
         raise ToolError("SetEquation needs an equation")
-    build_equations(pieces, env)  # validate now, so the error shows at this step
-    state.equations = pieces
-    return ToolResult((arg_text.strip(),))
+    formulas, decimal = build_equations(pieces, env)
+    state.equations, state.decimal = formulas, decimal
+    return ToolResult(tuple(_as_value(f, decimal) for f in formulas))
+
+
+def _as_value(formula: Any, decimal: bool) -> Equation | MathValue:
+    if isinstance(formula, Equation):
+        return formula
+    if isinstance(formula, sympy.Expr):  # a bare expression sets "expression = 0", as a solver reads it
+        return Equation(formula, sympy.Integer(0), decimal)
+    return MathValue(formula, decimal)  # an inequality (for SolveInequality), or a truth value
 
 
 def solve_equation(arg_text: str, env: Mapping[str, Any], state: MathsState, time_limit_s: float) -> ToolResult:
     """Solve for every free symbol (sorted by name); one value per unknown, several roots as a tuple."""
-    pieces = _pieces(arg_text, state)
-    equations, decimal = build_equations(pieces, env)
-    if any(isinstance(e, sympy.core.relational.Relational) for e in equations):
+    formulas, decimal = _formulas(arg_text, env, state)
+    if any(isinstance(f, sympy.core.relational.Relational) for f in formulas):
         raise ToolError("use SolveInequality for inequalities")
+    equations = [f.expression if isinstance(f, Equation) else f for f in formulas]
     symbols = sorted(set().union(*(free_symbols(e) for e in equations)), key=lambda s: s.name)
     if not symbols:
-        if any(EQUALS.search(p) for p in pieces):  # "x + 1 = x + 2": the unknown cancelled out
+        if any(isinstance(f, Equation) for f in formulas):  # "x + 1 = x + 2": the unknown cancelled out
             raise ToolError("no solution" if any(e != 0 for e in equations) else "no unknown to solve for")
         return ToolResult(tuple(MathValue(e, decimal) for e in equations))  # "SolveEquation(R2 + R4)": the value
     solutions = _bounded(_solve, (equations, symbols), time_limit_s)
@@ -159,7 +177,7 @@ def solve_equation(arg_text: str, env: Mapping[str, Any], state: MathsState, tim
 
 
 def solve_inequality(arg_text: str, env: Mapping[str, Any], state: MathsState, time_limit_s: float) -> ToolResult:
-    relations, _ = build_equations(_pieces(arg_text, state), env)
+    relations, _ = _formulas(arg_text, env, state)
     if not all(isinstance(r, sympy.core.relational.Relational) for r in relations):
         raise ToolError("SolveInequality needs inequalities such as 2*x + 1 > 5")
     symbols = set().union(*(free_symbols(r) for r in relations))
