@@ -22,13 +22,20 @@ ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
-def build(out: Path, vocab_size: int = 1268, layers: int = 2, hidden: int = 16) -> Path:
-    """A random tiny Llama saved with the demo tokenizer (1268 tokens)."""
+def demo_vocab() -> int:
+    """How many tokens the committed demo tokenizer has (it changes when the demo agents are rebuilt)."""
+    from transformers import AutoTokenizer
+
+    return len(AutoTokenizer.from_pretrained(ROOT / "assets" / "demo" / "planner"))
+
+
+def build(out: Path, vocab_size: int | None = None, layers: int = 2, hidden: int = 16) -> Path:
+    """A random tiny Llama saved with the demo tokenizer (embedding rows = its size unless ``vocab_size`` says)."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=32, num_hidden_layers=layers,
+    config = LlamaConfig(vocab_size=vocab_size or demo_vocab(), hidden_size=hidden, intermediate_size=32, num_hidden_layers=layers,
                          num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True, eos_token_id=1,
                          pad_token_id=0)
     AutoModelForCausalLM.from_config(config).save_pretrained(out)
@@ -100,7 +107,7 @@ def test_tokenizer_larger_than_the_embeddings(tmp_path):
     small = build(tmp_path / "small", vocab_size=100)
     err = error_of(small)
     assert err.field == "planner.path"
-    assert "the tokenizer has 1268 tokens but the model has 100 embedding rows" in err.message
+    assert f"the tokenizer has {demo_vocab()} tokens but the model has 100 embedding rows" in err.message
 
 
 def test_tokenizer_without_pad_token_falls_back_to_eos(copy, caplog):
