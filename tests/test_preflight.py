@@ -35,9 +35,9 @@ def build(out: Path, vocab_size: int | None = None, layers: int = 2, hidden: int
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=vocab_size or demo_vocab(), hidden_size=hidden, intermediate_size=32, num_hidden_layers=layers,
-                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True, eos_token_id=1,
-                         pad_token_id=0)
+    config = LlamaConfig(vocab_size=vocab_size or demo_vocab(), hidden_size=hidden, intermediate_size=32,
+                         num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=2,
+                         tie_word_embeddings=True, eos_token_id=1, pad_token_id=0)
     AutoModelForCausalLM.from_config(config).save_pretrained(out)
     for name in TOKENIZER_FILES:
         shutil.copy(ROOT / "assets" / "demo" / "planner" / name, out / name)
