@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.config import RunConfig, config_from_dict, config_to_dict
 from engine.preflight import preflight
-from engine.runtime import load_run_tasks
+from engine.runtime import check_eval_splits, load_run_tasks
 from engine.stages import critique, evaluation, ground, pairs, sample, score, train
 from engine.stages.context import ProgressSink, StageContext, StageStopped
 from engine.store import Store
@@ -46,6 +46,7 @@ def create_run(store: Store, config: RunConfig) -> str:
     written, so a failed create leaves no run behind.
     """
     tasks = load_run_tasks(config)
+    check_eval_splits(config, tasks)
     preflight(config)
     run_dir = Path(config.run.workdir)
     return store.create_run(config.run.name, config_to_dict(config), run_dir, tasks)

@@ -21,6 +21,17 @@ def load_run_tasks(config: RunConfig) -> list[Task]:
     return tasks
 
 
+def check_eval_splits(config: RunConfig, tasks: list[Task]) -> None:
+    """Every split ``evaluate.splits`` names has tasks: otherwise the evaluation stage would report nothing,
+    silently (a Lumos training file loads as split ``train`` only). Raises ``ConfigError`` naming the field."""
+    have = sorted({t.split for t in tasks})
+    for split in config.evaluate.splits:
+        if not any(t.split == split for t in tasks):
+            raise ConfigError("evaluate.splits", f"no {split!r} task in {config.data.tasks} (its splits: "
+                                                 f"{', '.join(have) or 'none'}): name a task file with evaluation "
+                                                 "tasks, or list only the splits it has")
+
+
 def sample_tasks(tasks: list[Task], limit: int, seed: int) -> list[Task]:
     """A seeded subset of ``limit`` tasks in their original order (all when limit is 0 or larger)."""
     if not limit or limit >= len(tasks):

@@ -297,3 +297,31 @@ def test_bad_svamp_array_imports_nothing(tmp_path, capsys):
         assert store.list_runs() == []
         assert int(store.query("SELECT count(*) AS n FROM tasks")["n"][0]) == 0
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_whose_evaluation_splits_have_no_tasks_is_refused_naming_the_field(tmp_path, capsys):
+    """Training files only (every task in split ``train``) with the default ``evaluate.splits``: the evaluation
+    stage would report nothing, so the run is refused before anything is written, naming the field and the splits
+    the file has; listing only splits it has is accepted."""
+    from engine.config import load_config
+    from engine.errors import ConfigError
+    from engine.runtime import check_eval_splits, load_run_tasks
+    from engine.store import Store
+
+    path = write_lines(tmp_path / "t.jsonl", [{**record("tasks", "a"), "split": "train"},
+                                              {**record("tasks", "b"), "split": "held_in"}])
+    config = load_config(None, [f"data.tasks={path}"])
+    with pytest.raises(ConfigError) as info:
+        check_eval_splits(config, load_run_tasks(config))
+    assert info.value.field == "evaluate.splits"
+    assert "no 'held_out' task" in info.value.message and "its splits: held_in, train" in info.value.message
+    check_eval_splits(load_config(None, [f"data.tasks={path}", 'evaluate.splits=["held_in"]']),
+                      load_run_tasks(config))
+    db = tmp_path / "s.duckdb"
+    code = main(["run", "--db", str(db), "--quiet", "--config", "examples/demo.toml", "--set", f"data.tasks={path}",
+                 "--set", f"run.workdir={tmp_path / 'runs'}"])
+    assert code == 2
+    assert "evaluate.splits: no 'held_out' task" in capsys.readouterr().err
+    with Store(db) as store:
+        assert store.list_runs() == []
+    assert not (tmp_path / "runs").exists()

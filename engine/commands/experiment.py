@@ -68,19 +68,20 @@ def _preflight(exp, variants: list[str], seeds: list[int], iterations: int) -> N
     from engine.errors import ConfigError
     from engine.experiment import validate_runs
     from engine.preflight import preflight
-    from engine.runtime import load_run_tasks
+    from engine.runtime import check_eval_splits, load_run_tasks
 
     validate_runs(exp, seeds, iterations)
     seen: set[str] = set()
     for variant in variants:
         config = exp.run_config(variant, seeds[0], iterations)
         key = json.dumps([config.planner.__dict__, config.grounder.__dict__, config.critic.__dict__,
-                          config.data.__dict__, config.sft.original_data], sort_keys=True, default=str)
+                          config.data.__dict__, config.sft.original_data, config.evaluate.splits], sort_keys=True,
+                         default=str)
         if key in seen:
             continue
         seen.add(key)
         try:
-            load_run_tasks(config)
+            check_eval_splits(config, load_run_tasks(config))
             preflight(config)
         except ConfigError as exc:
             raise ConfigError(f"variants.{variant}", f"{exc.field}: {exc.message}", str(exp.source)) from None
