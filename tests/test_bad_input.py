@@ -51,6 +51,19 @@ def write_lines(path: Path, lines: list, encoding: str = "utf-8") -> Path:
     return path
 
 
+def assert_create_run_writes_nothing(tmp_path: Path, config, match: str) -> None:
+    """``create_run`` raises a located ``DataError`` matching ``match`` and leaves no run, task or run directory."""
+    from engine.loop import create_run
+    from engine.store import Store
+
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(DataError, match=match):
+            create_run(store, config)
+        assert store.list_runs() == []
+        assert int(store.query("SELECT count(*) AS n FROM tasks")["n"][0]) == 0
+    assert not (tmp_path / "runs").exists()
+
+
 def located(fmt: str, path: Path, line: int | None, field: str) -> DataError:
     with pytest.raises(DataError) as info:
         list(load(fmt, path))
@@ -178,17 +191,10 @@ def test_cli_load_prints_nothing_on_error(tmp_path, capsys):
 
 def test_create_run_with_a_bad_task_file_writes_nothing(tmp_path):
     from engine.config import load_config
-    from engine.loop import create_run
-    from engine.store import Store
 
     path = write_lines(tmp_path / "t.jsonl", [record("tasks", "a"), record("tasks", "b"), "{broken"])
     config = load_config(None, [f"data.tasks={path}", f"run.workdir={tmp_path / 'runs'}"])
-    with Store(tmp_path / "s.duckdb") as store:
-        with pytest.raises(DataError, match=r"t.jsonl:3: <json>"):
-            create_run(store, config)
-        assert store.list_runs() == []
-        assert int(store.query("SELECT count(*) AS n FROM tasks")["n"][0]) == 0
-    assert not (tmp_path / "runs").exists()
+    assert_create_run_writes_nothing(tmp_path, config, r"t.jsonl:3: <json>")
 
 
 def test_cli_run_with_a_bad_task_file_exits_2_and_writes_nothing(tmp_path, capsys):
@@ -282,8 +288,6 @@ def test_svamp_array_file_level_errors(tmp_path, monkeypatch):
 
 def test_bad_svamp_array_imports_nothing(tmp_path, capsys):
     from engine.config import load_config
-    from engine.loop import create_run
-    from engine.store import Store
 
     path = write_array(tmp_path / "SVAMP.json", svamp_array([record("svamp", "a"), record("svamp", "b"),
                                                              {**record("svamp", "c"), "Answer": True}]))
@@ -291,12 +295,7 @@ def test_bad_svamp_array_imports_nothing(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith(f"error: {path}:14 (record 3): Answer: must be a number")
     config = load_config(None, [f"data.tasks={path}", "data.format=svamp", f"run.workdir={tmp_path / 'runs'}"])
-    with Store(tmp_path / "s.duckdb") as store:
-        with pytest.raises(DataError, match=r"SVAMP.json:14 \(record 3\): Answer"):
-            create_run(store, config)
-        assert store.list_runs() == []
-        assert int(store.query("SELECT count(*) AS n FROM tasks")["n"][0]) == 0
-    assert not (tmp_path / "runs").exists()
+    assert_create_run_writes_nothing(tmp_path, config, r"SVAMP.json:14 \(record 3\): Answer")
 
 
 def test_a_run_whose_evaluation_splits_have_no_tasks_is_refused_naming_the_field(tmp_path, capsys):
