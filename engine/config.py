@@ -78,6 +78,9 @@ class DPOSettings(TrainSettings):
     learning_rate: float = _f(4e-7, "peak learning rate (paper: 4e-7 for 7B planners)", gt=0, le=1)
     beta: float = _f(0.2, "DPO temperature beta (paper: 0.2)", gt=0)
     loss_type: str = _f("sigmoid", "TRL DPO loss type")
+    sft_weight: float = _f(0.0, "weight of an NLL term on the chosen plan added to the DPO loss (TRL loss_type "
+                                "'sft'; RPO, Pang et al. 2024: keeps iterated DPO from lowering the chosen plans' "
+                                "likelihood); 0: plain DPO", ge=0)
     reference: str = _f("previous", "previous: the iteration's starting planner | initial: the warm-start planner",
                         choices=("previous", "initial"))
     precompute_ref_log_probs: bool = _f(False, "compute reference log-probs once up front (no reference in memory)")

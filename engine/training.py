@@ -126,8 +126,11 @@ def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSetting
         for p in ref_model.parameters():
             p.requires_grad_(False)
     with tempfile.TemporaryDirectory(prefix="moat-dpo-") as out:
-        args = DPOConfig(**_common_args(settings, device, out), beta=settings.beta, loss_type=[settings.loss_type],
-                         precompute_ref_log_probs=settings.precompute_ref_log_probs)
+        losses, weights = [settings.loss_type], [1.0]
+        if settings.sft_weight > 0:
+            losses, weights = [settings.loss_type, "sft"], [1.0, settings.sft_weight]
+        args = DPOConfig(**_common_args(settings, device, out), beta=settings.beta, loss_type=losses,
+                         loss_weights=weights, precompute_ref_log_probs=settings.precompute_ref_log_probs)
         trainer = DPOTrainer(
             model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer, peft_config=_lora_config(settings) if settings.lora else None,

@@ -59,3 +59,19 @@ def test_lora_sft_merges_and_stop_flag_ends_training(tiny_agents, demo_tasks):
     trained, history = sft_train(grounder.model, grounder.tokenizer, rows, settings, should_stop=stop_after_two)
     assert _changed(start, trained) > 0
     assert max(h["step"] for h in history) == 2  # stopped after the second optimizer step, not at max_steps=5
+
+
+def test_dpo_sft_weight_adds_a_scaled_nll_term_on_the_chosen_plan(tiny_agents):
+    """``dpo.sft_weight`` combines TRL's sigmoid and sft losses: at the first step the policy equals its reference,
+    so plain DPO logs exactly ln 2, and the NLL term adds an excess that scales with the weight."""
+    planner, _ = tiny_agents
+    first_loss = {}
+    for weight in (0.0, 1.0, 2.0):
+        settings = DPOSettings(learning_rate=1e-9, max_steps=1, batch_size=2, max_length=128, logging_steps=1,
+                               sft_weight=weight)
+        _, history = dpo_train(copy.deepcopy(planner.model), planner.tokenizer, ROWS, settings)
+        first_loss[weight] = next(h["loss"] for h in history if "loss" in h)
+    assert first_loss[0.0] == pytest.approx(0.6931, abs=1e-3)
+    excess_1, excess_2 = first_loss[1.0] - first_loss[0.0], first_loss[2.0] - first_loss[0.0]
+    assert excess_1 > 0.1  # an untrained model's NLL per token is far above zero
+    assert excess_2 == pytest.approx(2 * excess_1, rel=1e-2)
