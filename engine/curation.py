@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from engine.actions import parse_actions
-from engine.executor import ExecutionResult, ToolEnv, execute
+from engine.executor import ExecutionResult
+from engine.outcome import qa_model_for_run, run_actions
 from engine.store import Store
-from engine.tools.qa import Corpus
 
 PAIR_ACTIONS = ("swap", "exclude", "tie", "choose", "restore")
 VERDICT_ACTIONS = ("keep_original", "accept_correction", "edit", "drop", "restore")
@@ -332,7 +332,7 @@ def edit_correction(
     task = store.get_task(run_id, task_id)
     # Executing the edit may take a while (tools): outside the lock; only the read of the verdict and the append
     # need to be one step.
-    result = execute(actions_text, task.domain, ToolEnv(corpus=Corpus.from_context(task.context)))
+    result = run_actions(task, actions_text, qa_model_for_run(store, run_id))
     after = {"actions": actions_text.strip(), "subgoals": subgoals, "preview": result.to_dict()}
     with store.serialized():
         v = _verdict(store, run_id, iteration, task_id, step, k)

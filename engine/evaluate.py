@@ -18,12 +18,10 @@ from typing import Any
 
 from engine import models, prompts
 from engine.config import EvaluateSection
-from engine.executor import ExecutionResult, ToolEnv, execute
 from engine.formats.lumos import parse_planner_turn
-from engine.metrics import score_answer
+from engine.outcome import judge_answer, run_actions, step_result
 from engine.stats import wilson
 from engine.tasks import Task
-from engine.tools.qa import Corpus
 from engine.turns import (
     Agent,
     grounder_prompt,
@@ -55,19 +53,10 @@ class Trace:
         return asdict(self)
 
 
-def tool_env(task: Task, qa_model: Any = None) -> ToolEnv:
-    """The task's tools: its context passages as the corpus, and the QA model when one is configured."""
-    return ToolEnv(corpus=Corpus.from_context(task.context) if task.context else None, qa_model=qa_model)
-
-
-def execute_for(task: Task, actions: str, qa_model: Any = None) -> ExecutionResult:
-    return execute(actions, task.domain, tool_env(task, qa_model))
-
-
 def _trace(task: Task, plan: str, subgoals: list[str], actions: str, qa_model: Any = None) -> Trace:
-    result = execute_for(task, actions, qa_model)
+    result = run_actions(task, actions, qa_model)
     answer = result.answer if result.ok else None
-    scores = score_answer(task.domain, answer or "", task.answer, task.source)
+    scores = judge_answer(task, answer)
     return Trace(task.id, task.split, task.domain, plan, subgoals, actions, result.ok, result.values, answer,
                  task.answer, bool(scores.get("correct")), result.error,
                  {k: v for k, v in scores.items() if k in ("em", "f1")})
@@ -91,14 +80,6 @@ def _ground_onetime(grounder: Agent, tasks: list[Task], subgoals: list[list[str]
     actions = models.generate(grounder.model, grounder.tokenizer, g_prompts,
                               _greedy(settings.ground_max_new_tokens, settings.batch_size))
     return [_trace(t, text, s, a[0], qa_model) for t, text, s, a in zip(tasks, texts, subgoals, actions)]
-
-
-def step_result(result: ExecutionResult, group: str) -> str:
-    """What the planner is told after a subgoal: the value of its last action (or the error)."""
-    if not result.ok:
-        return f"error: {result.error}"
-    step_values = [v for s in result.steps if str(s.action) in group for v in s.values.values()]
-    return step_values[-1] if step_values else (result.answer or "")
 
 
 def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
@@ -131,7 +112,7 @@ def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: 
                                  _greedy(settings.ground_max_new_tokens, settings.batch_size))
         for i, group in zip(grounding, groups):
             actions[i].append(group[0].strip())
-            result = execute_for(tasks[i], "; ".join(actions[i]), qa_model)
+            result = run_actions(tasks[i], "; ".join(actions[i]), qa_model)
             results[i].append(step_result(result, group[0]))
         active = grounding
     return [_trace(t, prompts.format_subgoals(s), s, "; ".join(a), qa_model)
@@ -155,7 +136,7 @@ def ground_plans(grounder: Agent, tasks: list[Task], plans: list[list[str]], set
                                  _greedy(settings.ground_max_new_tokens, settings.batch_size))
         for i, group in zip(active, groups):
             actions[i].append(group[0].strip())
-            result = execute_for(tasks[i], "; ".join(actions[i]), qa_model)
+            result = run_actions(tasks[i], "; ".join(actions[i]), qa_model)
             results[i].append(step_result(result, group[0]))
     return [_trace(t, text, p, "; ".join(a), qa_model) for t, text, p, a in zip(tasks, texts, plans, actions)]
 
@@ -214,11 +195,3 @@ def evaluate(planner: Agent, grounder: Agent, tasks: list[Task], settings: Evalu
             trace.gold_logppl = value if value == value else None
     return summarize(traces), traces
 
-
-def gold_step_results(task: Task) -> list[str]:
-    """The executed result of each gold subgoal (the feedback the iterative planner was trained with)."""
-    results = []
-    for k in range(1, len(task.gold_actions) + 1):
-        result = execute_for(task, "; ".join(task.gold_actions[:k]))
-        results.append(step_result(result, task.gold_actions[k - 1]))
-    return results

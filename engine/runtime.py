@@ -49,18 +49,6 @@ def pick_eval_tasks(tasks: list[Task], splits: list[str], limit: int, seed: int)
     return chosen
 
 
-def qa_model(config: RunConfig):
-    """The OpenAI-compatible model behind the QA tool, or None for the extractive fallback."""
-    if not config.tools.qa_model:
-        return None
-    import os
-
-    from engine.tools.qa import OpenAIQA
-
-    return OpenAIQA(config.tools.qa_model, base_url=config.tools.qa_base_url,
-                    api_key=os.environ.get(config.tools.qa_api_key_env) or "EMPTY")
-
-
 def load_agent(section: AgentSection, path: str | None = None, adapter: str | None = None) -> Agent:
     """Load the agent a config section names (or an explicit checkpoint ``path`` that replaces it)."""
     spec = models.ModelSpec(path=path or section.path, adapter=adapter if path else (section.adapter or None),

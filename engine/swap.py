@@ -47,7 +47,8 @@ from typing import Any
 from engine.dbutil import records
 from engine.evaluate import evaluate, gold_logppl, ground_plans, summarize
 from engine.loop import run_config, run_directory
-from engine.runtime import pick_eval_tasks, qa_model
+from engine.outcome import qa_model_for
+from engine.runtime import pick_eval_tasks
 from engine.stages.context import ProgressSink, StageContext
 from engine.stats import mcnemar
 from engine.store import Store
@@ -171,7 +172,7 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
         return [paths["grounder", b]] + ([paths["planner", a]] if a != GOLD else [])
 
     uses = Counter(path for cell in todo for path in models_of(*cell))
-    qa = qa_model(config)
+    qa = qa_model_for(config.tools)
     for done, (a, b) in enumerate(todo):
         ctx.check_stop()
         ctx.report(done, len(todo), f"evaluating {cell_name(a, b)}")

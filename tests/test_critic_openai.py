@@ -381,3 +381,23 @@ def test_qa_tool_answers_through_an_openai_compatible_model(fake_server):
     assert result.steps[-1].note is None  # a model's answer is not labelled as the extractive fallback
     offline = execute(actions, "qa", ToolEnv(corpus=corpus))
     assert offline.steps[-1].note == "extractive fallback"
+
+
+def test_curation_edit_and_its_preview_use_the_runs_qa_model(fake_server, tmp_path):
+    """A curator's edit (engine.curation) and the critic tab's preview execute QA(...) with the model the run's
+    config names, exactly as the ground stage does; without one they use the extractive fallback."""
+    from engine.curation import edit_correction
+    from studio.tab_critic import preview_edit
+    from tests._store_world import IT, RUN, build_world
+
+    fake, base_url = fake_server
+    actions = "R1 = KnowledgeQuery(Ada Lovelace); R2 = QA([R1], Question: [[qa]] Where was Ada Lovelace born?)"
+    with Store(tmp_path / "s.duckdb") as store:
+        build_world(store)
+        assert edit_correction(store, RUN, IT, "q1", 0, 0, actions).answer.startswith("London")  # extractive
+        assert fake.counts["qa"] == 0
+        store.write("runs", [{"run_id": RUN, "name": "world", "run_dir": "runs/world", "config_json": {
+            "tools": {"qa_model": "qa-model", "qa_base_url": base_url}}}])
+        assert "Brindleford" in preview_edit(store, RUN, "q1|0|0", actions) and fake.counts["qa"] == 1
+        result = edit_correction(store, RUN, IT, "q1", 0, 0, actions)
+        assert result.answer == "Brindleford" and fake.counts["qa"] == 2

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from engine.demo import maths_world, qa_world, world
 from engine.demo.world import WorldConfig, generate_suite
-from engine.evaluate import execute_for
 from engine.metrics import score_answer
+from engine.outcome import run_actions
 from engine.tasks import load_tasks, write_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def test_held_out_qa_hops_all_occur_in_training_in_the_same_position():
 
 def test_every_gold_action_sequence_executes_to_the_gold_answer():
     for task in load_tasks(ROOT / "examples" / "demo" / "tasks.jsonl"):
-        result = execute_for(task, task.actions_text)
+        result = run_actions(task, task.actions_text)
         assert result.ok, (task.id, result.error)
         assert score_answer(task.domain, result.answer, task.answer)["correct"], (task.id, result.answer)
 

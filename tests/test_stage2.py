@@ -103,7 +103,7 @@ def test_original_data_mix():
 def test_iterative_sft_records_use_the_iterative_layout(demo_tasks, tiny_agents):
     _, grounder = tiny_agents
     task = _maths_task(demo_tasks)
-    from engine.evaluate import gold_step_results
+    from engine.outcome import gold_step_results
 
     results = gold_step_results(task)
     plan = [task.meta["vague_subgoals"][1]]

@@ -14,8 +14,7 @@ import statistics
 from typing import Any
 
 from engine import models
-from engine.evaluate import execute_for
-from engine.metrics import score_answer
+from engine.outcome import is_solved, run_actions
 from engine.tasks import Task
 from engine.turns import Agent, grounder_prompt
 
@@ -44,8 +43,7 @@ def plan_style_gap(grounder: Agent, tasks: list[Task], batch_size: int = 32,
                                                           batch_size=batch_size))
         correct = []
         for task, (text,) in zip(tasks, actions):
-            result = execute_for(task, text)
-            correct.append(result.ok and bool(score_answer(task.domain, result.answer or "", task.answer)["correct"]))
+            correct.append(is_solved(task, run_actions(task, text)))
         out[f"{style}_logppl"] = statistics.fmean(logppl)
         out[f"{style}_accuracy"] = sum(correct) / len(correct)
         for domain in sorted({t.domain for t in tasks}):

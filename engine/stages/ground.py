@@ -15,10 +15,8 @@ import json
 from typing import Any
 
 from engine import models
-from engine.evaluate import execute_for, gold_step_results, step_result
-from engine.metrics import maths_correct, score_answer
+from engine.outcome import gold_step_results, is_solved, qa_model_for, run_actions, step_matches, step_result
 from engine.ranking import Candidate, select
-from engine.runtime import qa_model
 from engine.stages.context import StageContext, batches, pending_batches
 from engine.tasks import Task
 from engine.turns import grounding_pair, plan_subgoals
@@ -41,14 +39,12 @@ def plans_to_ground(ctx: StageContext) -> list[Any]:
 def judge(task: Task, step: int, actions: str, results: list[str], qa_model=None) -> tuple[dict, bool]:
     """Execute a grounding; ``(execution dict, correct)``. Iterative steps run after the gold history."""
     if step == 0:
-        result = execute_for(task, actions, qa_model)
-        correct = result.ok and bool(score_answer(task.domain, result.answer or "", task.answer)["correct"])
-        return result.to_dict(), correct
+        result = run_actions(task, actions, qa_model)
+        return result.to_dict(), is_solved(task, result)
     history = task.gold_actions[:step - 1]
-    result = execute_for(task, "; ".join(history + [actions]), qa_model)
+    result = run_actions(task, "; ".join(history + [actions]), qa_model)
     got, want = step_result(result, actions), results[step - 1]
-    same = maths_correct(got, want) if task.domain == "maths" else got.strip().lower() == want.strip().lower()
-    return result.to_dict(), result.ok and same
+    return result.to_dict(), result.ok and step_matches(task, got, want)
 
 
 def run(ctx: StageContext) -> dict[str, int]:
@@ -58,7 +54,7 @@ def run(ctx: StageContext) -> dict[str, int]:
     grounder = ctx.agent("grounder")
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
     gold_results = {}
-    qa = qa_model(ctx.config)
+    qa = qa_model_for(ctx.config.tools)
     gen = models.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                                   batch_size=cfg.batch_size)
     written = 0

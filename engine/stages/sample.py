@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 from engine import models
-from engine.evaluate import gold_step_results
 from engine.formats.lumos import parse_planner_turn
+from engine.outcome import gold_step_results
 from engine.stages.context import StageContext, batches, pending_batches
 from engine.tasks import Task
 from engine.turns import planner_prompt, planner_prompt_iterative, read_plan

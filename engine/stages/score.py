@@ -14,7 +14,7 @@ import math
 import pandas as pd
 
 from engine import models
-from engine.evaluate import gold_step_results
+from engine.outcome import gold_step_results
 from engine.stages.context import StageContext, batches, pending_batches
 from engine.turns import grounding_pair, plan_subgoals
 
