@@ -4,7 +4,8 @@
 loaders raise it instead of bare ``KeyError``/``JSONDecodeError`` and never return a partial result. A record of a
 JSON array document is located by an ``ArrayLine``, which also names the record (``path:12 (record 3): ...``), since
 on a single-line array every record is on line 1. ``ConfigError`` names a config field (``sample.k``);
-``CheckpointError`` is the ``ConfigError`` for a model path that cannot be used.
+``CheckpointError`` is the ``ConfigError`` for a model path that cannot be used. ``StageStopped`` is not bad input: a
+stage raises it when the user pressed stop (the loop records the stage as stopped).
 """
 
 from __future__ import annotations
@@ -66,3 +67,7 @@ class StoreLockedError(StoreError):
 
 class StoreVersionError(StoreError):
     """The file was written by a newer schema version than this engine knows."""
+
+
+class StageStopped(Exception):
+    """Raised inside a stage when the stop flag is seen between batches; the loop records status 'stopped'."""

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import LaunchSection, TrainSettings
-from engine.stages.context import StageStopped
+from engine.errors import StageStopped
 
 KILL_AFTER_S = 10.0  # SIGTERM grace before SIGKILL: torchrun forwards SIGTERM to its ranks, give them time to exit
 TAIL_CHARS = 4000  # how much of the subprocess output a failure message carries

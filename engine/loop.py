@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import RunConfig, config_from_dict, config_to_dict
+from engine.errors import StageStopped
 from engine.preflight import preflight
 from engine.runtime import check_eval_splits, load_run_tasks
 from engine.stages import critique, evaluation, ground, pairs, sample, score, train
-from engine.stages.context import ProgressSink, StageContext, StageStopped
+from engine.stages.context import ProgressSink, StageContext
 from engine.store import Store
 
 STAGES: dict[str, Callable[[StageContext], dict[str, Any]]] = {

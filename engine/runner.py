@@ -196,7 +196,7 @@ def swap_finished(store: Store, exp: Experiment, seeds: list[int], iterations: i
                   on_start: OnRun = lambda name: None,
                   should_stop: Callable[[], bool] = lambda: False) -> list[dict[str, Any]]:
     """The swap tables of the finished runs of ``exp.swap``'s variants (see the module docstring)."""
-    from engine.stages.context import StageStopped
+    from engine.errors import StageStopped
     from engine.swap import stored_swaps, swap_table
 
     links = linked_runs(store, exp.experiment_id)

@@ -2,7 +2,7 @@
 
 Chosen with ``sample.backend = "vllm"`` / ``ground.backend = "vllm"``; this module is imported only then, and vLLM
 itself only inside ``VLLMGenerator`` (``pip install moat-studio[vllm]``, a CUDA GPU). Contract, shared with
-``engine.models.HFGenerator``:
+``engine.generators.HFGenerator``:
 
 - ``VLLMGenerator(path, dtype=..., tokenizer=..., options=...)`` loads the checkpoint (full weights; LoRA adapters
   are refused by config validation) into a ``vllm.LLM``;

@@ -19,6 +19,7 @@ import torch
 from engine import models
 from engine.config import LaunchSection, TrainSettings, load_config
 from engine.errors import ConfigError
+from engine.generators import generator_for
 from engine.loop import create_run, run_stage
 from engine.store import Store
 
@@ -86,15 +87,23 @@ def test_vllm_backend_without_vllm_names_the_field_and_the_install(tmp_path, loo
     assert "pip install moat-studio[vllm]" in str(caught.value)
 
 
-def test_hf_generator_is_plain_generate(tiny_agents):
+@pytest.mark.parametrize("shared_prefill", [True, False])
+def test_hf_generator_honours_shared_prefill(tiny_agents, shared_prefill):
+    """The ``hf`` backend routes to the shared-prefill kernel (``sample.shared_prefill``, the default) or to one plain
+    batched generate; both give K continuations per prompt, the same texts for a seed, and the same greedy text."""
     planner, _ = tiny_agents
     config = models.GenerationConfig(max_new_tokens=6, temperature=1.0, top_p=0.95, num_return_sequences=2)
     prompts = ["<|user|>\nplan 1 + 2\n<|assistant|>\n", "<|user|>\nplan 3 * 4\n<|assistant|>\n"]
-    generator = models.generator_for("hf", planner, "unused", field="sample.backend")
+    generator = generator_for("hf", planner, "unused", field="sample.backend", shared_prefill=shared_prefill)
     via_backend = generator.generate(prompts, config, seed=7)
-    generator.close()
-    assert via_backend == models.generate(planner.model, planner.tokenizer, prompts, config, seed=7)
+    assert via_backend == models.generate(planner.model, planner.tokenizer, prompts, config, seed=7,
+                                          fast=shared_prefill)
+    assert via_backend == generator.generate(prompts, config, seed=7)
     assert [len(g) for g in via_backend] == [2, 2]
+    greedy = models.GenerationConfig(max_new_tokens=6, temperature=0.0)
+    assert generator.generate(prompts, greedy) == models.generate_naive(planner.model, planner.tokenizer, prompts,
+                                                                        greedy)
+    generator.close()
 
 
 @pytest.mark.skipif(not (HAS_VLLM and HAS_CUDA), reason="needs vLLM and a CUDA GPU")
@@ -181,8 +190,8 @@ def test_launch_failure_carries_the_output_tail(tmp_path, monkeypatch):
 
 
 def test_launch_streams_logs_and_stop_terminates(tmp_path, monkeypatch):
+    from engine.errors import StageStopped
     from engine.launch import run_training
-    from engine.stages.context import StageStopped
 
     script = ("import json, sys, time; spec = json.load(open(sys.argv[1]))\n"
               "for step in range(1, 1000):\n"

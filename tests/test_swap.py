@@ -15,9 +15,9 @@ import pytest
 from engine import swap
 from engine.__main__ import main
 from engine.config import config_to_dict, load_config
+from engine.errors import StageStopped
 from engine.evaluate import Trace, summarize
 from engine.runtime import pick_eval_tasks
-from engine.stages.context import StageStopped
 from engine.store import Store
 from engine.swap import GOLD, SwapError, paired_tests, swap_table
 

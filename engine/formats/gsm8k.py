@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine.errors import DataError
-from engine.formats import DEFAULT_SPLIT, check_split, expect_object, record_id, require_text, unique
+from engine.formats.common import DEFAULT_SPLIT, check_split, expect_object, record_id, require_text, unique
 from engine.tasks import Task, read_jsonl
 
 SOURCE = "gsm8k"

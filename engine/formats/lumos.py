@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import DataError
-from engine.formats import check_split, expect_object, require_text
+from engine.formats.common import check_split, expect_object, require_text
 from engine.prompts import (
     ACTION_LISTS,
     GROUNDER_INSTRUCTION,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import DataError
-from engine.formats import DEFAULT_SPLIT, check_split, expect_object, record_id, require_text, unique
+from engine.formats.common import DEFAULT_SPLIT, check_split, expect_object, record_id, require_text, unique
 from engine.tasks import Task, read_jsonl
 
 SOURCE = "strategyqa"

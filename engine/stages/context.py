@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import RunConfig
+from engine.errors import StageStopped
 from engine.runtime import load_agent, sample_tasks
 from engine.store import Store
 from engine.tasks import Task
@@ -39,10 +40,6 @@ def crash_point(iteration: int, stage: str, point: str | int) -> None:
     """
     if os.environ.get(KILL_ENV) == f"{iteration}:{stage}:{point}":
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-class StageStopped(Exception):
-    """Raised inside a stage when the stop flag is seen between batches; the loop records status 'stopped'."""
 
 
 @dataclass

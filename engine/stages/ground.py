@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from engine import models
+from engine.generators import generator_for
 from engine.outcome import gold_step_results, is_solved, qa_model_for, run_actions, step_matches, step_result
 from engine.ranking import Candidate, select
 from engine.stages.context import StageContext, batches, pending_batches
@@ -64,7 +65,7 @@ def run(ctx: StageContext) -> dict[str, int]:
     n_chunks = len(batches(rows_in, cfg.batch_size * 4))
     if not chunks:  # resumed with nothing left: do not start a (vLLM) engine for nothing
         return {"rows": ctx.store.count("groundings", ctx.run_id, ctx.iteration), "new_rows": 0}
-    generator = models.generator_for(cfg.backend, grounder, ctx.agent_path("grounder", ctx.iteration),
+    generator = generator_for(cfg.backend, grounder, ctx.agent_path("grounder", ctx.iteration),
                                      field="ground.backend", dtype=ctx.config.grounder.dtype, options=ctx.config.vllm)
     try:
         for index, chunk in chunks:

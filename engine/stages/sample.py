@@ -13,6 +13,7 @@ import json
 
 from engine import models
 from engine.formats.lumos import parse_planner_turn
+from engine.generators import generator_for
 from engine.outcome import gold_step_results
 from engine.stages.context import StageContext, batches, pending_batches
 from engine.tasks import Task
@@ -60,7 +61,7 @@ def run(ctx: StageContext) -> dict[str, int]:
     n_batches = len(batches(list(by_task), max(1, cfg.batch_size)))
     if not task_batches:  # resumed with nothing left: do not start a (vLLM) engine for nothing
         return {"rows": ctx.store.count("plans", ctx.run_id, ctx.iteration), "new_rows": 0}
-    generator = models.generator_for(cfg.backend, planner, ctx.agent_path("planner", ctx.iteration),
+    generator = generator_for(cfg.backend, planner, ctx.agent_path("planner", ctx.iteration),
                                      field="sample.backend", dtype=ctx.config.planner.dtype, options=ctx.config.vllm,
                                      shared_prefill=cfg.shared_prefill)
     try:

@@ -29,9 +29,10 @@ from pathlib import Path
 from engine import prompts
 from engine.config import RunConfig
 from engine.curation import effective_sft_records
+from engine.errors import StageStopped
 from engine.export import pair_rows
 from engine.outcome import gold_step_results
-from engine.stages.context import StageContext, StageStopped, crash_point
+from engine.stages.context import StageContext, crash_point
 from engine.tasks import Task
 from engine.turns import Agent, grounding_messages, plan_subgoals
 
