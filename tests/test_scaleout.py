@@ -10,7 +10,6 @@ import importlib.util
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -193,7 +192,8 @@ def test_launch_streams_logs_and_stop_terminates(tmp_path, monkeypatch):
     from engine.errors import StageStopped
     from engine.launch import run_training
 
-    script = ("import json, sys, time; spec = json.load(open(sys.argv[1]))\n"
+    script = ("import json, os, sys, time; spec = json.load(open(sys.argv[1]))\n"
+              "open(spec['log'] + '.pid', 'w').write(str(os.getpid()))\n"
               "for step in range(1, 1000):\n"
               "    open(spec['log'], 'a').write(json.dumps({'step': step, 'loss': 1.0 / step}) + '\\n')\n"
               "    time.sleep(0.05)\n")
@@ -202,9 +202,9 @@ def test_launch_streams_logs_and_stop_terminates(tmp_path, monkeypatch):
     with pytest.raises(StageStopped):
         run_training(**_kwargs(tmp_path, seen, should_stop=lambda: len(seen) >= 3))
     assert seen[0] == {"step": 1, "loss": 1.0} and [s["step"] for s in seen] == list(range(1, len(seen) + 1))
-    n = len((tmp_path / "w" / "train_log.jsonl").read_text().splitlines())
-    time.sleep(0.3)  # terminated: the log stops growing
-    assert len((tmp_path / "w" / "train_log.jsonl").read_text().splitlines()) == n
+    pid = int((tmp_path / "w" / "train_log.jsonl.pid").read_text())
+    with pytest.raises(ProcessLookupError):  # terminated and reaped before StageStopped reached us
+        os.kill(pid, 0)
 
 
 def test_launch_success_without_checkpoint_fails(tmp_path, monkeypatch):
