@@ -23,6 +23,8 @@ from engine.dbutil import TABLES
 from engine.loop import STAGES, create_run, run_loop, run_stage
 from engine.store import Store
 
+pytestmark = pytest.mark.slow  # kills and resumes runs of tiny models: `pytest -m "not slow"` leaves these out
+
 ROOT = Path(__file__).resolve().parents[1]
 # Columns that legitimately differ between two runs of the same config: ids, clocks, and paths under the run dir.
 VOLATILE = {"run_id", "created_at", "started_at", "finished_at", "latency_s"}

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine import curation, export
 from engine.loop import STAGES, create_run, run_loop, run_stage
 from engine.stages.pairs import Candidate, build_pairs
 from engine.store import Store
+
+pytestmark = pytest.mark.slow  # trains tiny models: `pytest -m "not slow"` leaves these out
 
 
 def _params(path):

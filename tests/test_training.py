@@ -12,6 +12,8 @@ from engine import prompts
 from engine.config import DPOSettings, TrainSettings
 from engine.training import dpo_train, sft_train
 
+pytestmark = pytest.mark.slow  # trains tiny models: `pytest -m "not slow"` leaves these out
+
 ROWS = [
     {"prompt": "<|user|>\nPlan for task one\n<|assistant|>\n", "chosen": "Subgoal 1: Add 2 and 3.",
      "rejected": "Subgoal 1: Find it."},
