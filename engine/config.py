@@ -33,7 +33,8 @@ def _f(default: Any, help: str, *, ge: float | None = None, gt: float | None = N
     """A dataclass field carrying its help text and what values it accepts.
 
     ``ge``/``gt``/``le``/``lt`` bound a number; ``choices`` lists the allowed strings (for a list field: the allowed
-    items); ``why`` is added to the range error. ``_validate`` reads them, the studio's config editor shows ``help``.
+    items); ``why`` is added to the range error. ``engine.config_checks.validate`` reads them, the studio's config
+    editor shows ``help``.
     """
     meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "why": why}
     if isinstance(default, (list, dict)):

@@ -5,7 +5,8 @@
   and target are tokenized separately and concatenated, prompt and padding positions are masked, so a batched
   result equals scoring the pair alone (right padding never changes the logits of earlier positions).
 
-Both take plain strings and return plain Python values; they know nothing about tasks, plans or the store.
+Both take plain strings and return plain Python values; they know nothing about tasks, plans or the store. Which
+backend a stage generates with (these kernels or vLLM) is chosen in ``engine.generators``.
 """
 
 from __future__ import annotations
@@ -299,8 +300,9 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
     prompt tokens (left-padded after the cached part; positions follow the attention mask, so the holes are
     invisible) and then decodes with transformers' own samplers. A fixed seed reproduces the outputs; greedy decoding
     gives the baseline's text up to float rounding (and, since rows consume the RNG in the same order, sampled
-    texts matched the baseline's exactly in the benchmarks). ``fast=False`` (default until it measures faster, see
-    engine/bench/RESULTS.md) runs ``generate_naive``.
+    texts matched the baseline's exactly in the benchmarks). ``fast=False``, this function's default, runs
+    ``generate_naive``; the sample stage passes ``sample.shared_prefill`` (true by default) through
+    ``engine.generators``. Measurements: ``python -m engine bench sample``.
     """
     if not fast:
         return generate_naive(model, tokenizer, prompts, config, seed=seed, stats=stats)

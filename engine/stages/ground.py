@@ -66,7 +66,7 @@ def run(ctx: StageContext) -> dict[str, int]:
     if not chunks:  # resumed with nothing left: do not start a (vLLM) engine for nothing
         return {"rows": ctx.store.count("groundings", ctx.run_id, ctx.iteration), "new_rows": 0}
     generator = generator_for(cfg.backend, grounder, ctx.agent_path("grounder", ctx.iteration),
-                                     field="ground.backend", dtype=ctx.config.grounder.dtype, options=ctx.config.vllm)
+                              field="ground.backend", dtype=ctx.config.grounder.dtype, options=ctx.config.vllm)
     try:
         for index, chunk in chunks:
             ctx.check_stop()

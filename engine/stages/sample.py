@@ -62,8 +62,8 @@ def run(ctx: StageContext) -> dict[str, int]:
     if not task_batches:  # resumed with nothing left: do not start a (vLLM) engine for nothing
         return {"rows": ctx.store.count("plans", ctx.run_id, ctx.iteration), "new_rows": 0}
     generator = generator_for(cfg.backend, planner, ctx.agent_path("planner", ctx.iteration),
-                                     field="sample.backend", dtype=ctx.config.planner.dtype, options=ctx.config.vllm,
-                                     shared_prefill=cfg.shared_prefill)
+                              field="sample.backend", dtype=ctx.config.planner.dtype, options=ctx.config.vllm,
+                              shared_prefill=cfg.shared_prefill)
     try:
         for index, group in task_batches:
             ctx.check_stop()
