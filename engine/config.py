@@ -321,6 +321,18 @@ def config_to_dict(config: RunConfig) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
+def config_to_toml(config: RunConfig) -> str:
+    """The whole config as TOML that ``load_config`` reads back to an equal config (every value is a string, a finite
+    number, a bool or a list of strings, and JSON spells each of those the way TOML does)."""
+    lines = []
+    for section, fields in config_to_dict(config).items():
+        lines.append(f"[{section}]")
+        lines += [f"{name} = {json.dumps(value, ensure_ascii=False, allow_nan=False)}"
+                  for name, value in fields.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     """``["sample.k=8", "data.train_limit=32"]`` -> ``{"sample": {"k": "8"}, "data": {"train_limit": "32"}}``."""
     merged: dict[str, dict[str, Any]] = {}

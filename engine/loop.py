@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.config import RunConfig, config_from_dict, config_to_dict
+from engine.config import RunConfig, config_from_dict, config_to_dict, config_to_toml
 from engine.errors import StageStopped
 from engine.preflight import preflight
 from engine.runtime import check_eval_splits, load_run_tasks
@@ -50,7 +50,20 @@ def create_run(store: Store, config: RunConfig) -> str:
     check_eval_splits(config, tasks)
     preflight(config)
     run_dir = Path(config.run.workdir)
-    return store.create_run(config.run.name, config_to_dict(config), run_dir, tasks)
+    run_id = store.create_run(config.run.name, config_to_dict(config), run_dir, tasks)
+    write_run_config(run_directory(store, run_id), config)
+    return run_id
+
+
+def write_run_config(directory: Path, config: RunConfig) -> Path:
+    """``config.toml`` in the run directory, beside its checkpoints: the directory describes itself without the store
+    (``python -m engine run --config DIR/config.toml`` starts the same run again). Written whole or not at all."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / "config.toml"
+    partial = directory / "config.toml.partial"
+    partial.write_text(config_to_toml(config), encoding="utf-8")
+    partial.replace(target)
+    return target
 
 
 def run_config(store: Store, run_id: str) -> RunConfig:

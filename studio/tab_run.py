@@ -22,19 +22,15 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
+import tomllib
 
-from engine.config import RunConfig, config_from_dict, config_to_dict, load_config
+from engine.config import RunConfig, config_from_dict, config_to_dict, config_to_toml, load_config
 from engine.errors import ConfigError, DataError
 from engine.loop import create_run, run_config
 from engine.store import Store
 from engine.workspace import config_paths_inside
 from studio.common import Ctx, check_writable, curator_of, spaces_capped, spaces_policy
 from studio.jobs import JobWorker
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 
 def validate_config(text: str, spaces: bool = False, workspace: str | Path | None = None) -> tuple[RunConfig | None,
@@ -57,13 +53,8 @@ def validate_config(text: str, spaces: bool = False, workspace: str | Path | Non
 
 
 def config_toml(config: RunConfig) -> str:
-    """The whole config as TOML (every value is a string, number, bool or list of strings, so JSON spells it)."""
-    lines = []
-    for section, fields in config_to_dict(config).items():
-        lines.append(f"[{section}]")
-        lines += [f"{name} = {json.dumps(value)}" for name, value in fields.items()]
-        lines.append("")
-    return "\n".join(lines)
+    """The whole config as TOML (``engine.config.config_to_toml``)."""
+    return config_to_toml(config)
 
 
 def _flat(d: dict[str, Any]) -> dict[str, Any]:

@@ -172,3 +172,19 @@ def test_domain_filter_that_keeps_nothing_is_an_error(tmp_path):
     config = load_config(ROOT / "examples" / "demo.toml", ["data.domains=web"])
     with pytest.raises(ConfigError, match="data.domains: no task of web"):
         load_run_tasks(config)
+
+
+def test_create_run_writes_its_config_beside_the_checkpoints(tmp_path, loop_config):
+    """A run directory describes itself without the store: config.toml reads back to the stored config."""
+    from engine.config import config_to_dict, load_config
+    from engine.loop import create_run, run_config, run_directory
+    from engine.store import Store
+
+    loop_config.dpo.sft_weight = 0.5  # a non-default value of each kind travels
+    loop_config.evaluate.splits = ["held_in"]
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, loop_config)
+        written = run_directory(store, run_id) / "config.toml"
+        assert written.is_file() and not list(written.parent.glob("*.partial"))
+        assert config_to_dict(load_config(written)) == config_to_dict(run_config(store, run_id))
+    assert load_config(written).dpo.sft_weight == 0.5 and load_config(written).evaluate.splits == ["held_in"]
