@@ -13,7 +13,7 @@ Contract
 * ``normalize_answer``, ``exact_match``, ``f1``: the official HotpotQA evaluation (hotpot_evaluate_v1.py, itself the
   SQuAD script) including its yes/no/noanswer rule in F1.
 * ``yes_no(text)`` reads a StrategyQA-style boolean; ``strategyqa_correct(pred, gold)`` compares two of them.
-* ``step_success_rate`` averages Mind2Web step results (see ``engine.tools.web``).
+* ``step_success_rate`` averages Mind2Web step results (see ``engine.tools.mind2web``).
 * ``score_answer(domain, predicted, gold, source)`` returns ``{"correct": bool, ...}`` for one task (extra keys:
   ``em``/``f1`` for qa, episode metrics for web); ``aggregate(rows)`` averages such rows per domain.
 """
@@ -198,7 +198,7 @@ def score_answer(domain: str, predicted: Any, gold: Any, source: str | None = No
       otherwise ``correct`` is EM.
     * web: ``predicted`` and ``gold`` are action texts (Lumos ``R1 = CLICK(...); ...`` or Mind2Web
       ``[tag] text -> OP: value; ...``) or lists of ``WebOperation``; ``correct`` is task success, plus the episode
-      metrics of ``engine.tools.web.score_episode``.
+      metrics of ``engine.tools.mind2web.score_episode``.
     """
     if domain == "maths":
         return {"correct": maths_correct(predicted, gold)}
@@ -210,11 +210,12 @@ def score_answer(domain: str, predicted: Any, gold: Any, source: str | None = No
         result["correct"] = strategyqa_correct(predicted, gold) if is_yes_no(gold) and not hotpot else em
         return result
     if domain == "web":
-        from engine.tools import web  # local import: web.py imports nothing from here, but keep metrics light
+        from engine.tools.mind2web import score_episode  # local: keeps `import engine.metrics` light
+        from engine.tools.web_actions import parse_web_operations
 
-        pred_ops = web.parse_web_operations(predicted, strict=False) if isinstance(predicted, str) else predicted
-        gold_ops = web.parse_web_operations(gold) if isinstance(gold, str) else gold
-        episode = web.score_episode(pred_ops, gold_ops)
+        pred_ops = parse_web_operations(predicted, strict=False) if isinstance(predicted, str) else predicted
+        gold_ops = parse_web_operations(gold) if isinstance(gold, str) else gold
+        episode = score_episode(pred_ops, gold_ops)
         return {"correct": episode["task_success"], **{k: v for k, v in episode.items() if k != "steps"}}
     raise ValueError(f"unknown domain {domain!r} (expected maths, qa or web)")
 

@@ -19,7 +19,7 @@ from engine.metrics import (
     strategyqa_correct,
     yes_no,
 )
-from engine.tools.web import StepScore
+from engine.tools.mind2web import StepScore
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""engine.tools.web: parsing both web action forms, Mind2Web step scoring, and the WebShop boundary."""
+"""engine.tools.web_actions, mind2web and webshop: parsing both web action forms, Mind2Web step scoring, and
+the WebShop boundary."""
 
 from __future__ import annotations
 
@@ -8,23 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from engine.tools.web import (
-    StepScore,
+from engine.tools.mind2web import StepScore, make_element_matcher, op_f1, score_episode, score_step, token_f1
+from engine.tools.web_actions import (
     WebOperation,
     WebParseError,
-    WebShopHTTPEnv,
-    WebShopUnavailableError,
-    make_element_matcher,
-    op_f1,
     parse_gold_step,
     parse_lumos_action,
     parse_web_operation,
     parse_web_operations,
-    score_episode,
-    score_step,
     split_web_actions,
-    token_f1,
 )
+from engine.tools.webshop import WebShopHTTPEnv, WebShopUnavailableError
 
 
 def _jsonl(samples_dir: Path, name: str) -> list[dict]:
@@ -188,7 +183,7 @@ def test_score_episode_by_hand():
 
 
 def test_webshop_env_without_url_is_not_implemented():
-    from engine.tools.web import webshop_env
+    from engine.tools.webshop import webshop_env
 
     with pytest.raises(NotImplementedError, match="WebShop requires its environment server"):
         webshop_env(None)
