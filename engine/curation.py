@@ -6,8 +6,8 @@ Contract (shared by the studio and the CLI):
   means "back to what the engine decided". Every row records ``curator``, ``reason`` and ``before_json`` /
   ``after_json`` (the effective state before and after) so the history is auditable.
 * Pair overrides (``target="pair"``) are keyed by ``(run_id, iteration, task_id, step, pair_idx)``; ``pair_idx``
-  (0 unless a multi-pair rule made several pairs for one task-step) is stored in ``after_json["pair_idx"]``
-  because the table has no pair_idx column. Actions:
+  (0 unless a multi-pair rule made several pairs for one task-step) is the overrides table's own column (also kept
+  in ``after_json`` as part of the state it describes). Actions:
   ``swap`` flips the auto pair's chosen/rejected (and logppls); swapping a swapped pair writes a ``restore``;
   swapping a chosen pair writes a ``choose`` with the two plans reversed. ``exclude`` and ``tie`` keep the row,
   flagged, but take it out of training/export. ``choose`` names any two scored, differing plans of the task-step
@@ -28,13 +28,13 @@ Contract (shared by the studio and the CLI):
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pandas as pd
 
 from engine.actions import parse_actions
+from engine.dbutil import loads, records
 from engine.executor import ExecutionResult
 from engine.outcome import qa_model_for_run, run_actions
 from engine.store import Store
@@ -117,6 +117,7 @@ def _pair_override(
             "task_id": task_id,
             "step": step,
             "k": None,
+            "pair_idx": int(after.get("pair_idx", 0)),
             "action": action,
             "before_json": before,
             "after_json": after,
@@ -234,16 +235,12 @@ def _verdict(store: Store, run_id: str, iteration: int, task_id: str, step: int,
     df = df[(df["task_id"] == task_id) & (df["step"] == step) & (df["k"] == k)]
     if not len(df):
         raise ValueError(f"no verdict for task {task_id!r} step {step} k={k} in iteration {iteration}")
-    return {key: (None if _missing(v) else v) for key, v in df.iloc[0].to_dict().items()}
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and value != value) or value is pd.NA or value is pd.NaT
+    return records(df.iloc[:1])[0]
 
 
 def _verdict_state(v: dict[str, Any]) -> dict[str, Any]:
     """What the row trains on now (for before_json)."""
-    return {"status": v["status"], "override": v["override_action"], "after": _loads(v["override_after_json"])}
+    return {"status": v["status"], "override": v["override_action"], "after": loads(v["override_after_json"])}
 
 
 def _verdict_override(
@@ -302,7 +299,7 @@ def accept_correction(
     v = _verdict(store, run_id, iteration, task_id, step, k)
     if not v["corrected_actions"]:
         raise ValueError(f"the critic made no correction for task {task_id!r} step {step} k={k}")
-    after = {"actions": v["corrected_actions"], "subgoals": _loads(v["corrected_subgoals_json"])}
+    after = {"actions": v["corrected_actions"], "subgoals": loads(v["corrected_subgoals_json"])}
     return _verdict_override(store, v, "accept_correction", after, curator, reason)
 
 
@@ -377,15 +374,11 @@ def restore_verdict(
 # -- training data ----------------------------------------------------------------------------------------------------
 
 
-def _loads(text: Any) -> Any:
-    return None if _missing(text) else json.loads(text)
-
-
 def _sft_record(v: dict[str, Any]) -> dict[str, Any] | None:
     """The training record one verdict row yields after its override, or None."""
-    plan_subgoals = _loads(v["plan_subgoals_json"]) or []
-    corrected_subgoals = _loads(v["corrected_subgoals_json"])
-    action, after = v["override_action"], _loads(v["override_after_json"]) or {}
+    plan_subgoals = loads(v["plan_subgoals_json"]) or []
+    corrected_subgoals = loads(v["corrected_subgoals_json"])
+    action, after = v["override_action"], loads(v["override_after_json"]) or {}
     if action == "drop":
         return None
     if action == "keep_original":
@@ -419,12 +412,8 @@ def effective_sft_records(store: Store, run_id: str, iteration: int) -> list[dic
     """Grounder SFT records after overrides: ``{"task_id", "step", "k", "subgoals", "actions", "source"}`` where
     source is accepted | corrected | override:keep_original | override:accept | override:edit."""
     rows = store.verdict_rows(run_id, iteration)
-    records = (_sft_record({key: (None if _missing(x) else x) for key, x in r.items()}) for r in _dicts(rows))
-    return [r for r in records if r is not None]
-
-
-def _dicts(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return df.to_dict("records")
+    built = (_sft_record(row) for row in records(rows))
+    return [r for r in built if r is not None]
 
 
 def _agrees(status: str, action: str) -> bool:

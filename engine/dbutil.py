@@ -37,7 +37,8 @@ def json_cell(value: Any) -> Any:
 
 
 def loads(text: Any, default: Any = None) -> Any:
-    if text is None or (isinstance(text, float) and text != text):  # NULL or NaN
+    """A JSON cell's value; ``default`` for a missing cell (None, NaN, pandas' NA/NaT)."""
+    if text is None or isna(text):
         return default
     return json.loads(text)
 

@@ -20,7 +20,7 @@ import duckdb
 
 from engine.errors import StoreError, StoreVersionError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 DDL_V1 = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL);
@@ -246,6 +246,13 @@ CREATE TABLE IF NOT EXISTS swaps (
     created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
     PRIMARY KEY (run_id, planner_after, grounder_after, split, domain, name)
 );
+""",
+    # v4: a pair override names its pair in a column (it was only in after_json), so the effective-pairs view joins
+    # on a column; existing pair overrides get theirs from after_json (0 when absent, the single-pair default).
+    3: """
+ALTER TABLE overrides ADD COLUMN pair_idx INTEGER;
+UPDATE overrides SET pair_idx = coalesce(TRY_CAST(json_extract_string(after_json, '$.pair_idx') AS INTEGER), 0)
+WHERE target = 'pair';
 """,
 }
 

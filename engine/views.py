@@ -191,7 +191,7 @@ def _pair_filters(min_margin: float | None, max_margin: float | None, text: str 
 
 
 # Latest pair override per (task_id, step, pair_idx); a "restore" as the latest row means "back to auto".
-# Pair overrides carry pair_idx (default 0) and, for "choose", chosen_k/rejected_k in after_json.
+# Pair overrides name their pair in the pair_idx column and, for "choose", chosen_k/rejected_k in after_json.
 # ``{scope}`` narrows both the pairs and the overrides read (and so every join after them) to some tasks; it is one
 # of the fixed snippets in ``SCOPES``, never user text.
 # ``tasks`` also bounds task_id by $lo/$hi (the list's min and max): a range on constants lets DuckDB skip row
@@ -200,7 +200,7 @@ SCOPES = {"all": "", "task": "AND task_id = $task",
           "tasks": "AND task_id BETWEEN $lo AND $hi AND list_contains($tasks, task_id)"}
 _EFFECTIVE_PAIRS_TEMPLATE = """
 WITH po AS (
-    SELECT o.*, coalesce(TRY_CAST(json_extract_string(o.after_json, '$.pair_idx') AS INTEGER), 0) AS pidx
+    SELECT o.*, coalesce(o.pair_idx, 0) AS pidx
     FROM overrides o WHERE o.run_id = $run AND o.iteration = $it AND o.target = 'pair' {scope}),
 lo AS (
     SELECT * FROM (SELECT po.*, row_number() OVER (PARTITION BY task_id, step, pidx ORDER BY override_id DESC) AS rn

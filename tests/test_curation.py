@@ -307,3 +307,28 @@ def test_a_version_1_store_with_overrides_migrates_with_them_intact(tmp_path):
         pd.testing.assert_frame_equal(s.frame("overrides", RUN), overrides)
         assert _effect(s) == curated
         assert curation.restore_pair(s, RUN, IT, "m2", 0) == int(overrides["override_id"].max()) + 1
+
+
+def test_a_version_3_pair_override_gets_its_pair_idx_column_from_after_json(tmp_path):
+    """v4 moved a pair override's pair_idx from after_json into a column: old rows are migrated (0 when absent),
+    new rows write the column, and the effective view keys on it."""
+    path = tmp_path / "v3.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(schema.DDL_V1)
+    for version in (1, 2):
+        con.execute(schema.MIGRATIONS[version])
+    con.execute("INSERT INTO schema_info VALUES (3)")
+    base = "INSERT INTO overrides (run_id, iteration, target, task_id, step, k, action, after_json, curator) VALUES "
+    con.execute(base + "('r', 0, 'pair', 'a', 0, NULL, 'exclude', '{\"pair_idx\": 2}', 'ann'), "
+                       "('r', 0, 'pair', 'b', 0, NULL, 'tie', '{}', 'ann'), "
+                       "('r', 0, 'verdict', 'a', 0, 1, 'drop', '{}', 'ann')")
+    con.close()
+    with Store(path) as s:
+        assert s.version == schema.SCHEMA_VERSION
+        rows = s.query("SELECT task_id, target, coalesce(pair_idx, -1) AS p FROM overrides ORDER BY override_id")
+        assert rows.values.tolist() == [["a", "pair", 2], ["b", "pair", 0], ["a", "verdict", -1]]
+    with Store(tmp_path / "new.duckdb") as s:
+        build_world(s)
+        curation.exclude_pair(s, RUN, IT, "m1", 0, pair_idx=0)
+        assert s.query("SELECT pair_idx FROM overrides").values.tolist() == [[0]]
+        assert bool(s.effective_pairs(RUN, IT).set_index("task_id").loc["m1", "excluded"])

@@ -79,12 +79,12 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
                 "VALUES ('r', 1, 't', 0, 0, 'reference', 'accepted', true)")
     con.close()
     with Store(path) as s:
-        assert s.version == schema.SCHEMA_VERSION == 3
-        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [3]
+        assert s.version == schema.SCHEMA_VERSION == 4
+        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [4]
         assert {"experiments", "experiment_runs", "swaps"} <= set(s.query("SHOW TABLES")["name"])
         rows = s.query("SELECT status, extra_json FROM verdicts")
         assert rows["status"].tolist() == ["accepted"] and rows["extra_json"].isna().all()
-        assert "extra_json" in s.columns("verdicts")
+        assert "extra_json" in s.columns("verdicts") and "pair_idx" in s.columns("overrides")
 
 
 def _v1_store(path: Path) -> None:
@@ -173,15 +173,17 @@ def test_an_old_store_opened_read_only_is_refused_with_both_versions(tmp_path):
 def test_a_failed_migration_leaves_the_store_at_its_old_version(tmp_path, monkeypatch):
     path = tmp_path / "v1.duckdb"
     _v1_store(path)
-    # A future v4 whose last step fails after the earlier (real) steps already ran in the same transaction.
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 4)
-    monkeypatch.setitem(schema.MIGRATIONS, 3, "ALTER TABLE no_such_table ADD COLUMN x INTEGER;")
-    with pytest.raises(StoreError, match="from schema version 1 to 4 failed; the file is unchanged at version 1"):
+    # A future version whose last step fails after the earlier (real) steps already ran in the same transaction.
+    future = schema.SCHEMA_VERSION + 1
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", future)
+    monkeypatch.setitem(schema.MIGRATIONS, future - 1, "ALTER TABLE no_such_table ADD COLUMN x INTEGER;")
+    with pytest.raises(StoreError, match=f"from schema version 1 to {future} failed; the file is unchanged at "
+                                         "version 1"):
         Store(path)
     assert _raw_version(path) == (1, False)  # the first step was rolled back with the rest
     monkeypatch.undo()
     with Store(path) as s:  # and the real engine still migrates it
-        assert s.version == 3 and s.count("verdicts", "r") == 1
+        assert s.version == schema.SCHEMA_VERSION and s.count("verdicts", "r") == 1
 
 
 def test_a_migration_killed_before_commit_leaves_the_store_at_its_old_version(tmp_path):
