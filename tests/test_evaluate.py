@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
+
+import pytest
 
 from engine import evaluate as ev
+from engine import models
 from engine.config import EvaluateSection
-from engine.turns import read_plan
+from engine.outcome import is_solved, run_actions
+from engine.turns import grounder_prompt, read_plan
 
 
 def test_onetime_harness_traces_and_metrics(tiny_agents, demo_tasks):
@@ -17,10 +23,42 @@ def test_onetime_harness_traces_and_metrics(tiny_agents, demo_tasks):
     assert [t.task_id for t in traces] == [t.id for t in tasks]
     assert set(metrics) == {"held_in", "held_out"}
     assert metrics["held_in"]["all"]["n"] == 4
+    by_id = {t.id: t for t in tasks}
     for trace in traces:
         json.dumps(trace.to_dict())
-        assert trace.gold_logppl is not None and trace.gold_logppl > 0
-    assert "gap_logppl" in metrics["held_in"]["all"]
+        task = by_id[trace.task_id]
+        # each trace is what its own plan and actions give: re-executing and re-judging agrees
+        assert trace.correct == is_solved(task, run_actions(task, trace.actions))
+        # the gap is the grounder's log-PPL of the gold actions given this trace's plan, scored alone
+        (alone,) = models.score_targets(grounder.model, grounder.tokenizer,
+                                        [grounder_prompt(grounder, task, trace.subgoals)], [task.actions_text])
+        assert trace.gold_logppl == pytest.approx(alone, abs=1e-4) and trace.gold_logppl > 0
+    for split in ("held_in", "held_out"):
+        mine = [t for t in traces if t.split == split]
+        row = metrics[split]["all"]
+        assert row["n"] == len(mine) and row["correct"] == sum(t.correct for t in mine)
+        assert row["gap_logppl"] == pytest.approx(statistics.fmean(t.gold_logppl for t in mine))
+        assert row["gap_ppl"] == pytest.approx(statistics.fmean(math.exp(t.gold_logppl) for t in mine))
+
+
+def test_summarize_counts_intervals_and_gap_by_split_and_domain():
+    def trace(task_id, domain, correct, logppl, split="held_in"):
+        return ev.Trace(task_id, split, domain, "plan", ["s"], "R1 = Calculator(1)", True, {}, "1", "1", correct,
+                        gold_logppl=logppl)
+
+    traces = [trace("a", "maths", True, 0.0), trace("b", "maths", True, math.log(3)),
+              trace("c", "maths", True, None), trace("d", "qa", False, math.log(2)),
+              trace("e", "qa", True, 0.5, split="held_out")]
+    out = ev.summarize(traces)
+    assert set(out) == {"held_in", "held_out"} and set(out["held_in"]) == {"all", "maths", "qa"}
+    maths, every = out["held_in"]["maths"], out["held_in"]["all"]
+    assert (maths["n"], maths["correct"], maths["accuracy"]) == (3, 3, 1.0)
+    assert (every["n"], every["correct"], every["accuracy"]) == (4, 3, 0.75)
+    assert (every["accuracy_lo"], every["accuracy_hi"]) == pytest.approx((0.3006, 0.9544), abs=1e-4)  # Wilson
+    assert maths["gap_logppl"] == pytest.approx(math.log(3) / 2)  # a trace without a gap value is left out
+    assert maths["gap_ppl"] == pytest.approx(2.0)  # mean per-task PPL: (1 + 3) / 2
+    assert every["gap_ppl"] == pytest.approx(2.0)  # (1 + 3 + 2) / 3
+    assert out["held_out"]["qa"]["accuracy"] == 1.0
 
 
 def test_gold_trace_is_correct_and_gap_prefers_gold_plans(demo_tasks):

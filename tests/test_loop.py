@@ -30,11 +30,12 @@ def test_one_iteration_runs_every_stage_and_trains(tmp_path, loop_config, tiny_a
         assert store.count("plans", run_id, 1) == 4 * 3
         logs = store.frame("train_logs", run_id, 1)
         dpo_logs = logs[logs.stage == "train_planner"]
-        if store.count("pairs", run_id, 1):
-            assert any("rewards/margins" in text for text in dpo_logs.logs_json)
-            before = _params(tiny_agents_dir / "planner")
-            after = _params(store.checkpoint(run_id, 1, "planner")["path"])
-            assert all(not (before[n] == after[n]).all() for n in before if "norm" not in n)
+        # pairs.min_gap = 0 over 4 sampled plans per task: DPO must have had pairs to train on (never skipped)
+        assert store.count("pairs", run_id, 1) > 0, "no pairs: the DPO checks below would not test anything"
+        assert any("rewards/margins" in text for text in dpo_logs.logs_json)
+        before = _params(tiny_agents_dir / "planner")
+        after = _params(store.checkpoint(run_id, 1, "planner")["path"])
+        assert all(not (before[n] == after[n]).all() for n in before if "norm" not in n)
         assert logs[logs.stage == "train_grounder"].loss.notna().any()
         before = _params(tiny_agents_dir / "grounder")
         after = _params(store.checkpoint(run_id, 1, "grounder")["path"])
