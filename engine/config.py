@@ -82,6 +82,9 @@ class DPOSettings(TrainSettings):
     sft_weight: float = _f(0.0, "weight of an NLL term on the chosen plan added to the DPO loss (TRL loss_type "
                                 "'sft'; RPO, Pang et al. 2024: keeps iterated DPO from lowering the chosen plans' "
                                 "likelihood); 0: plain DPO", ge=0)
+    ld_alpha: float = _f(1.0, "LD-DPO (TRL ld_alpha): weight of the log-probabilities of tokens past the shorter "
+                              "plan's length; below 1 the longer plan's extra tokens count less, so DPO cannot "
+                              "prefer plans for being longer; 1: plain DPO", ge=0, le=1)
     reference: str = _f("previous", "previous: the iteration's starting planner | initial: the warm-start planner",
                         choices=("previous", "initial"))
     precompute_ref_log_probs: bool = _f(False, "compute reference log-probs once up front (no reference in memory)")

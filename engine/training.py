@@ -130,7 +130,8 @@ def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSetting
         if settings.sft_weight > 0:
             losses, weights = [settings.loss_type, "sft"], [1.0, settings.sft_weight]
         args = DPOConfig(**_common_args(settings, device, out), beta=settings.beta, loss_type=losses,
-                         loss_weights=weights, precompute_ref_log_probs=settings.precompute_ref_log_probs)
+                         loss_weights=weights, precompute_ref_log_probs=settings.precompute_ref_log_probs,
+                         ld_alpha=settings.ld_alpha if settings.ld_alpha < 1 else None)
         trainer = DPOTrainer(
             model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer, peft_config=_lora_config(settings) if settings.lora else None,

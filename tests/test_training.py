@@ -77,3 +77,21 @@ def test_dpo_sft_weight_adds_a_scaled_nll_term_on_the_chosen_plan(tiny_agents):
     excess_1, excess_2 = first_loss[1.0] - first_loss[0.0], first_loss[2.0] - first_loss[0.0]
     assert excess_1 > 0.1  # an untrained model's NLL per token is far above zero
     assert excess_2 == pytest.approx(2 * excess_1, rel=1e-2)
+
+
+def test_dpo_ld_alpha_discounts_the_longer_plans_extra_tokens(tiny_agents):
+    """``dpo.ld_alpha`` (TRL's LD-DPO): the log-probability of the longer plan counts its tokens past the shorter
+    plan's length with weight alpha. At the first step (before any update) the logged log-prob of the longer
+    (rejected) plans is therefore linear in alpha, and alpha = 0 leaves only the shared length."""
+    planner, _ = tiny_agents
+    rows = [dict(r, rejected=r["chosen"] + " Subgoal 2: Add the result to itself again.") for r in ROWS]
+    logged = {}
+    for alpha in (0.0, 0.5, 1.0):
+        settings = DPOSettings(learning_rate=1e-9, max_steps=1, batch_size=2, max_length=128, logging_steps=1,
+                               ld_alpha=alpha)
+        _, history = dpo_train(copy.deepcopy(planner.model), planner.tokenizer, rows, settings)
+        first = next(h for h in history if "logps/rejected" in h)
+        logged[alpha] = (first["logps/chosen"], first["logps/rejected"])
+    assert logged[0.0][0] == pytest.approx(logged[1.0][0], abs=1e-4)  # the shorter plan is all shared length
+    assert logged[0.0][1] > logged[1.0][1] + 1.0  # the extra subgoal's tokens no longer count
+    assert logged[0.5][1] == pytest.approx((logged[0.0][1] + logged[1.0][1]) / 2, abs=1e-3)
