@@ -126,6 +126,43 @@ class StudioViews:
         ORDER BY p.step, s.logppl NULLS LAST, p.k"""
         return self.query(sql, params)
 
+    def plan_texts(self, run_id: str, iteration: int, task_id: str, step: int) -> pd.DataFrame:
+        """``k``, ``text`` and ``prompt`` of every plan of one task-step."""
+        return self.query("SELECT k, text, prompt FROM plans WHERE run_id = ? AND iteration = ? AND task_id = ? "
+                          "AND step = ? ORDER BY k", [run_id, int(iteration), task_id, int(step)])
+
+    def task_page(self, run_id: str, iteration: int, *, text: str = "", domain: str = "", split: str = "",
+                  page: int = 1, size: int = 20) -> pd.DataFrame:
+        """One page of a run's tasks, most plans in ``iteration`` first: ``task_id, domain, split, question, plans``
+        and ``total`` (all matching tasks). ``text`` matches the question or the id, case-blind."""
+        conds, params = ["t.run_id = $run"], {"run": run_id, "it": int(iteration), "limit": int(size),
+                                              "offset": (max(int(page), 1) - 1) * int(size)}
+        if text:
+            conds.append("(contains(lower(t.question), lower($text)) OR contains(lower(t.task_id), lower($text)))")
+            params["text"] = text
+        for name, value in (("domain", domain), ("split", split)):
+            if value:
+                conds.append(f"t.{name} = ${name}")  # name is one of the two literals above, never user text
+                params[name] = value
+        sql = f"""SELECT t.task_id, t.domain, t.split, t.question,
+                    (SELECT count(*) FROM plans p WHERE p.run_id = $run AND p.iteration = $it
+                     AND p.task_id = t.task_id) AS plans, count(*) OVER () AS total
+                  FROM tasks t WHERE {" AND ".join(conds)}
+                  ORDER BY plans DESC, t.task_id LIMIT $limit OFFSET $offset"""
+        return self.query(sql, params)
+
+    def train_log_rows(self, run_id: str, stage: str | None = None) -> pd.DataFrame:
+        """A run's training log lines (``iteration, stage, step, loss, logs_json``) in the order they were logged,
+        for one training stage or both."""
+        cond, params = ("AND stage = ?", [run_id, stage]) if stage else ("", [run_id])
+        return self.query(f"SELECT iteration, stage, step, loss, logs_json FROM train_logs WHERE run_id = ? {cond} "
+                          "ORDER BY iteration, stage, seq", params)
+
+    def verdict_status_counts(self, run_id: str) -> pd.DataFrame:
+        """How many verdicts of each status every iteration of a run has: ``iteration, status, n``."""
+        return self.query("SELECT iteration, status, count(*) AS n FROM verdicts WHERE run_id = ? "
+                          "GROUP BY iteration, status ORDER BY iteration, status", [run_id])
+
     def verdict_rows(self, run_id: str, iteration: int | None = None) -> pd.DataFrame:
         """Every verdict with its grounding, judged plan, task and latest verdict override (all iterations when
         ``iteration`` is None)."""

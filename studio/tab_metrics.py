@@ -30,8 +30,7 @@ NO_EXPERIMENT = ("(none: the picked run)", "")
 
 
 def _train_logs(store: Store, run_id: str, stage: str) -> pd.DataFrame:
-    df = store.query("SELECT iteration, step, loss, logs_json FROM train_logs WHERE run_id = ? AND stage = ? "
-                     "ORDER BY iteration, seq", [run_id, stage])
+    df = store.train_log_rows(run_id, stage)
     df["x"] = range(1, len(df) + 1)  # logged steps across iterations, in order
     return df
 
@@ -94,8 +93,7 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
         pc = _pair_counts(store, run_id)
         line(figs["pairs"], pc["iteration"], pc["pairs"], f"{tag}pairs", dashed=dashed)
         line(figs["pairs"], pc["iteration"], pc["tie_rate"], f"{tag}tie rate", dashed=dashed)
-        v = store.query("SELECT iteration, status, count(*) AS n FROM verdicts WHERE run_id = ? "
-                        "GROUP BY iteration, status ORDER BY iteration", [run_id])
+        v = store.verdict_status_counts(run_id)
         if len(v):
             v["rate"] = v["n"] / v.groupby("iteration")["n"].transform("sum")
             for status, df in v.groupby("status"):

@@ -77,8 +77,7 @@ def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: st
     if not len(eff):
         return "<p>This pair no longer exists.</p>", "", ""
     pair = eff.iloc[0]
-    plans = store.query("SELECT k, text, prompt FROM plans WHERE run_id = ? AND iteration = ? AND task_id = ? "
-                        "AND step = ?", [run_id, int(iteration), task_id, step])
+    plans = store.plan_texts(run_id, int(iteration), task_id, step)
     by_k = {int(r.k): r for r in plans.itertuples(index=False)}
     flags = ", ".join(f for f in ("excluded", "tie") if bool(pair[f])) or "in training"
     chosen, rejected = by_k.get(int(pair["chosen_k"])), by_k.get(int(pair["rejected_k"]))

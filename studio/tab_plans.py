@@ -23,21 +23,8 @@ def task_page(store: Store, run_id: str | None, iteration: int | None, text: str
     cols = ["task_id", "domain", "split", "question", "plans", "total"]
     if not run_id:
         return pd.DataFrame(columns=cols)
-    conds, params = ["t.run_id = $run"], {"run": run_id, "it": int(iteration or 0), "limit": int(size),
-                                          "offset": (max(int(page), 1) - 1) * int(size)}
-    if text:
-        conds.append("(contains(lower(t.question), lower($text)) OR contains(lower(t.task_id), lower($text)))")
-        params["text"] = text
-    for name, value in (("domain", domain), ("split", split)):
-        if value:
-            conds.append(f"t.{name} = ${name}")
-            params[name] = value
-    sql = f"""SELECT t.task_id, t.domain, t.split, t.question,
-                (SELECT count(*) FROM plans p WHERE p.run_id = $run AND p.iteration = $it AND p.task_id = t.task_id)
-                AS plans, count(*) OVER () AS total
-              FROM tasks t WHERE {" AND ".join(conds)}
-              ORDER BY plans DESC, t.task_id LIMIT $limit OFFSET $offset"""
-    return store.query(sql, params)[cols]
+    return store.task_page(run_id, int(iteration or 0), text=text, domain=domain, split=split, page=page,
+                           size=size)[cols]
 
 
 def plans_html(store: Store, run_id: str | None, iteration: int | None, task_id: str | None) -> str:

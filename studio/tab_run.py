@@ -138,8 +138,8 @@ def loss_figure(store: Store, run_id: str | None) -> go.Figure:
     """Training loss per logged step for each (iteration, training stage) of the run."""
     fig = go.Figure()
     if run_id:
-        logs = store.query("SELECT iteration, stage, step, loss FROM train_logs WHERE run_id = ? AND loss IS NOT NULL"
-                           " ORDER BY iteration, stage, seq", [run_id])
+        logs = store.train_log_rows(run_id)
+        logs = logs[logs["loss"].notna()]
         for (it, stage), df in logs.groupby(["iteration", "stage"]):
             fig.add_scatter(x=df["step"], y=df["loss"], mode="lines+markers", name=f"it {it} {stage}")
     fig.update_layout(title="TRL loss", xaxis_title="step", yaxis_title="loss", height=320,
