@@ -30,7 +30,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from engine.views import effective_pairs_sql
+from engine.views import PAIR_ORDER_KEYS, effective_pairs_sql, pair_order_by, pair_text_filter
 
 # Tables whose rows the materialised view is derived from (overrides are tracked by id, see ``_newest_override``).
 SOURCES = ("tasks", "plans", "scores", "pairs")
@@ -38,10 +38,9 @@ SOURCES = ("tasks", "plans", "scores", "pairs")
 _SEARCH_COLUMNS = ("lower(question) AS question_lc, lower(chosen_text) AS chosen_lc, "
                    "lower(rejected_text) AS rejected_lc")
 _HIDDEN = "EXCLUDE (pos, question_lc, chosen_lc, rejected_lc)"
-_TEXT_FILTER = ("(contains(question_lc, lower($text)) OR contains(chosen_lc, lower($text)) "
-               "OR contains(rejected_lc, lower($text)))")
-# Same orders as ``StudioViews.pairs_page_sql``; ``pos`` is the position in (task_id, step, pair_idx) order.
-ORDERS = {"task": "pos", "margin": "margin, pos", "-margin": "margin DESC, pos"}
+_TEXT_FILTER = pair_text_filter("question_lc", "chosen_lc", "rejected_lc")
+# The orders of ``StudioViews.pairs_page_sql``; ``pos`` is the position in (task_id, step, pair_idx) order.
+ORDERS = {order: pair_order_by(order, "pos") for order in PAIR_ORDER_KEYS}
 
 # ``{bound}`` is empty or a $lo/$hi range on the plans' task_id (row-group pruning when patching a few tasks).
 _ROWS_SQL = """

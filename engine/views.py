@@ -196,13 +196,25 @@ class StudioViews:
         return self.query(sql, params)
 
 
-# Page orders (fixed snippets; task order breaks every tie, so pages are stable).
-PAGE_ORDERS = {"task": "task_id, step, pair_idx", "margin": "margin, task_id, step, pair_idx",
-               "-margin": "margin DESC, task_id, step, pair_idx"}
+# The pairs page's orders, one set for both sources of a page (these queries and engine.pair_view's materialised
+# table): the leading keys, then task order breaks every tie so pages are stable. Fixed snippets, never user text.
+PAIR_ORDER_KEYS = {"task": "", "margin": "margin", "-margin": "margin DESC"}
 
 
-_TEXT_FILTER = ("(contains(lower(question), lower($text)) OR contains(lower(chosen_text), lower($text)) "
-                "OR contains(lower(rejected_text), lower($text)))")
+def pair_order_by(order: str, task_order: str = "task_id, step, pair_idx") -> str:
+    """The ORDER BY list of a page order; ``task_order`` is how the source spells (task_id, step, pair_idx) order."""
+    return ", ".join(part for part in (PAIR_ORDER_KEYS[order], task_order) if part)
+
+
+def pair_text_filter(question: str = "lower(question)", chosen: str = "lower(chosen_text)",
+                     rejected: str = "lower(rejected_text)") -> str:
+    """The pairs page's text condition (``$text`` in the question or either plan, case-blind) over a source's
+    lower-cased columns (the materialised table keeps lower-cased copies so a search does not lower every text)."""
+    return " OR ".join(f"contains({column}, lower($text))" for column in (question, chosen, rejected)).join("()")
+
+
+PAGE_ORDERS = {order: pair_order_by(order) for order in PAIR_ORDER_KEYS}
+_TEXT_FILTER = pair_text_filter()
 
 
 def _pair_filters(min_margin: float | None, max_margin: float | None, text: str | None, overridden: bool | None,
