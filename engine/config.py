@@ -98,12 +98,29 @@ class RunSection:
     iterations: int = _f(2, "MOAT iterations to run", ge=1)
 
 
+DATA_FORMATS = ("tasks", "lumos", "gsm8k", "svamp", "hotpotqa", "strategyqa")
+
+
+@dataclass
+class DataSource:
+    """One file of a run's tasks (a ``[[data.sources]]`` table)."""
+
+    path: str = _f("", "the file: JSON lines (SVAMP also as its one JSON array)")
+    format: str = _f("tasks", "tasks | lumos | gsm8k | svamp | hotpotqa | strategyqa", choices=DATA_FORMATS)
+    split: str = _f("", "the split its tasks get: train | dev | held_in | held_out (empty: the format's default, "
+                        "train for lumos, held_in for a benchmark; a tasks file keeps each record's own split)",
+                    choices=("", *SPLITS))
+    ground: str = _f("", "lumos only: the grounder file joined by id with this planner file")
+
+
 @dataclass
 class DataSection:
-    tasks: str = _f("examples/demo/tasks.jsonl", "task file (format below)")
-    format: str = _f("tasks", "tasks | lumos | gsm8k | svamp | hotpotqa | strategyqa",
-                     choices=("tasks", "lumos", "gsm8k", "svamp", "hotpotqa", "strategyqa"))
+    tasks: str = _f("examples/demo/tasks.jsonl", "task file (format below); unused when data.sources is given")
+    format: str = _f("tasks", "tasks | lumos | gsm8k | svamp | hotpotqa | strategyqa", choices=DATA_FORMATS)
     ground: str = _f("", "lumos only: the grounder file joined by id with the planner file")
+    sources: list[DataSource] = _f([], "several files, each with its format and split ([[data.sources]] tables: "
+                                       "path, format, split, ground), e.g. Lumos training files plus benchmark "
+                                       "test files; when given they replace data.tasks/format/ground")
     domains: list[str] = _f([], "keep only these domains (empty: all)", choices=("maths", "qa", "web"))
     train_limit: int = _f(0, "training tasks used per iteration (0: all)", ge=0)
     eval_limit: int = _f(0, "tasks per evaluation split (0: all); a limited sample is drawn with data.eval_seed, "
@@ -327,12 +344,18 @@ def config_to_dict(config: RunConfig) -> dict[str, Any]:
 def config_to_toml(config: RunConfig) -> str:
     """The whole config as TOML that ``load_config`` reads back to an equal config (every value is a string, a finite
     number, a bool or a list of strings, and JSON spells each of those the way TOML does)."""
+    def value_lines(fields: dict[str, Any]) -> list[str]:
+        return [f"{name} = {json.dumps(value, ensure_ascii=False, allow_nan=False)}" for name, value in fields.items()]
+
     lines = []
     for section, fields in config_to_dict(config).items():
+        tables = {n: v for n, v in fields.items() if isinstance(v, list) and v and isinstance(v[0], dict)}
         lines.append(f"[{section}]")
-        lines += [f"{name} = {json.dumps(value, ensure_ascii=False, allow_nan=False)}"
-                  for name, value in fields.items()]
+        lines += value_lines({n: v for n, v in fields.items() if n not in tables})
         lines.append("")
+        for name, items in tables.items():  # arrays of tables come after the section's own keys (TOML)
+            for item in items:
+                lines += [f"[[{section}.{name}]]", *value_lines(item), ""]
     return "\n".join(lines)
 
 

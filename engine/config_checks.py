@@ -89,6 +89,15 @@ def validate(config: RunConfig, source: str | None) -> None:
             # vLLM serves plain weights here; merging on the fly would write a second copy of the model.
             raise ConfigError(f"{role}.adapter", f"not supported with {dotted} = vllm: merge the adapter into the "
                                                  "model first (or use the hf backend)", source)
+    for index, item in enumerate(config.data.sources, start=1):
+        where = f"data.sources[{index}]"
+        if not item.path:
+            raise ConfigError(f"{where}.path", "required: the file to load", source)
+        if item.ground and item.format != "lumos":
+            raise ConfigError(f"{where}.ground", f"a grounder file only applies to format lumos, not {item.format}",
+                              source)
+        if item.split and item.format == "tasks":
+            raise ConfigError(f"{where}.split", "a tasks file keeps each record's own split; leave it empty", source)
     if -1 < config.sft.original_ratio < 0:
         raise ConfigError("sft.original_ratio", "must be -1 (all the original data) or >= 0, got "
                                                 f"{config.sft.original_ratio!r}", source)
@@ -113,6 +122,8 @@ def coerce(value: Any, annotation: Any, dotted: str, source: str | None) -> Any:
     if origin in (typing.Union, types.UnionType):
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
         origin = typing.get_origin(hint)
+    if origin is list and dataclasses.is_dataclass(typing.get_args(hint)[0]):
+        return _coerce_tables(value, typing.get_args(hint)[0], dotted, source)
     if origin is list:
         if isinstance(value, str) and value.startswith("["):
             try:
@@ -148,6 +159,39 @@ def coerce(value: Any, annotation: Any, dotted: str, source: str | None) -> Any:
             raise ConfigError(dotted, f"expected a string, got {value!r}", source)
         return str(value)
     return value
+
+
+def _coerce_tables(value: Any, cls: type, dotted: str, source: str | None) -> list[Any]:
+    """A list of tables (``[[data.sources]]``; from ``--set``: a JSON list of objects) as ``cls`` instances, each
+    field coerced and range-checked; errors name the item, 1-based: ``data.sources[2].format``."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(dotted, f"expected a JSON list of tables: {exc.msg} at column {exc.colno}",
+                              source) from None
+    if not isinstance(value, list):
+        raise ConfigError(dotted, f"expected a list of tables ([[{dotted}]]), got {value!r}", source)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    items = []
+    for index, item in enumerate(value, start=1):
+        where = f"{dotted}[{index}]"
+        if dataclasses.is_dataclass(item):
+            item = dataclasses.asdict(item)
+        if not isinstance(item, dict):
+            raise ConfigError(where, f"expected a table of fields, got {item!r}", source)
+        values = {}
+        for name, raw in item.items():
+            if name not in fields:
+                if KEY_FIELD.search(str(name)):
+                    raise ConfigError(f"{where}.{name}", USE_KEY_ENV, source)
+                raise ConfigError(f"{where}.{name}", f"unknown field{suggest(name, fields)} (known: "
+                                                     f"{', '.join(fields)})", source)
+            values[name] = coerce(raw, hints[name], f"{where}.{name}", source)
+            check_field(values[name], dict(fields[name].metadata), f"{where}.{name}", source)
+        items.append(cls(**values))
+    return items
 
 
 def suggest(name: Any, known: Any) -> str:

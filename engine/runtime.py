@@ -5,19 +5,46 @@ from __future__ import annotations
 import random
 
 from engine import formats, models
-from engine.config import AgentSection, RunConfig
-from engine.errors import ConfigError
+from engine.config import AgentSection, DataSource, RunConfig
+from engine.errors import ConfigError, DataError
 from engine.tasks import Task
 from engine.turns import Agent
 
 
+def data_sources(config: RunConfig) -> list[DataSource]:
+    """The files a run's tasks come from: ``data.sources``, or the single ``data.tasks`` file."""
+    if config.data.sources:
+        return list(config.data.sources)
+    return [DataSource(path=config.data.tasks, format=config.data.format, ground=config.data.ground)]
+
+
+def describe_sources(config: RunConfig) -> str:
+    """The task files, for messages: ``a.jsonl`` or ``a.jsonl (lumos, train), b.jsonl (gsm8k, held_in)``."""
+    sources = data_sources(config)
+    if not config.data.sources:
+        return sources[0].path
+    return ", ".join(f"{s.path} ({s.format}, {s.split or 'default split'})" for s in sources)
+
+
 def load_run_tasks(config: RunConfig) -> list[Task]:
-    """Every task of the config's data file, restricted to ``data.domains`` when given."""
-    tasks = list(formats.load(config.data.format, config.data.tasks, ground=config.data.ground or None))
+    """Every task of the config's data files, restricted to ``data.domains`` when given. Each source is read whole
+    and checked before the next (``engine.formats.load``); an id in two sources is a ``DataError`` naming both,
+    since ids key every later join."""
+    tasks: list[Task] = []
+    seen: dict[str, str] = {}
+    for source in data_sources(config):
+        for task in formats.load(source.format, source.path, ground=source.ground or None,
+                                 split=source.split or None):
+            if task.id in seen:
+                raise DataError(source.path, None, "id", f"duplicate id {task.id!r}: {seen[task.id]} has it too; "
+                                                         "ids must be unique across data.sources")
+            seen[task.id] = source.path
+            tasks.append(task)
     if config.data.domains:
         tasks = [t for t in tasks if t.domain in config.data.domains]
         if not tasks:  # a run with no tasks would "succeed" at doing nothing
-            raise ConfigError("data.domains", f"no task of {', '.join(config.data.domains)} in {config.data.tasks}")
+            raise ConfigError("data.domains", f"no task of {', '.join(config.data.domains)} in "
+                                              f"{describe_sources(config)}")
     return tasks
 
 
@@ -27,9 +54,9 @@ def check_eval_splits(config: RunConfig, tasks: list[Task]) -> None:
     have = sorted({t.split for t in tasks})
     for split in config.evaluate.splits:
         if not any(t.split == split for t in tasks):
-            raise ConfigError("evaluate.splits", f"no {split!r} task in {config.data.tasks} (its splits: "
-                                                 f"{', '.join(have) or 'none'}): name a task file with evaluation "
-                                                 "tasks, or list only the splits it has")
+            raise ConfigError("evaluate.splits", f"no {split!r} task in {describe_sources(config)} (its splits: "
+                                                 f"{', '.join(have) or 'none'}): add a data.sources entry with "
+                                                 "evaluation tasks, or list only the splits it has")
 
 
 def sample_tasks(tasks: list[Task], limit: int, seed: int) -> list[Task]:

@@ -6,9 +6,9 @@ Contract:
   directory, symlinks followed) and returns it when it is ``root`` or below it; otherwise (``../`` escapes, absolute
   paths elsewhere, a symlink inside the root that points out) it raises ``PathOutsideWorkspace`` naming ``what``.
 * ``config_paths_inside(config, root)`` applies ``inside`` to every path field of a run config (``CONFIG_PATHS``,
-  plus ``critic.model`` for the hf critic and ``launch.accelerate_config`` in accelerate mode) and raises
-  ``ConfigError`` naming the first field outside the root. Empty fields are skipped; a hub id (``org/model``) is
-  judged as the relative path it would also be.
+  each ``data.sources`` file, plus ``critic.model`` for the hf critic and ``launch.accelerate_config`` in
+  accelerate mode) and raises ``ConfigError`` naming the first field outside the root. Empty fields are skipped; a
+  hub id (``org/model``) is judged as the relative path it would also be.
 * The studio applies both to everything a browser can send (the Run tab's config, the Export tab's file). The CLI
   does not: its caller already owns the shell and the files (``python -m engine export --out`` writes anywhere).
 """
@@ -43,9 +43,12 @@ def config_paths_inside(config: RunConfig, root: str | Path) -> None:
     """Raise ``ConfigError`` for the first path field of ``config`` outside ``root`` (see the module docstring)."""
     fields = list(CONFIG_PATHS) + (["critic.model"] if config.critic.backend == "hf" else []) + (
         ["launch.accelerate_config"] if config.launch.mode == "accelerate" else [])  # only read in that mode
-    for dotted in fields:
-        section, name = dotted.split(".")
-        value = getattr(getattr(config, section), name)
+    if config.data.sources:  # they replace data.tasks/ground, which then name nothing the engine opens
+        fields = [f for f in fields if f not in ("data.tasks", "data.ground")]
+    checks = [(dotted, getattr(getattr(config, dotted.split(".")[0]), dotted.split(".")[1])) for dotted in fields]
+    for index, item in enumerate(config.data.sources, start=1):
+        checks += [(f"data.sources[{index}].path", item.path), (f"data.sources[{index}].ground", item.ground)]
+    for dotted, value in checks:
         if not value:
             continue
         try:

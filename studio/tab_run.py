@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import shlex
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
-import tomllib
 
 from engine.config import RunConfig, config_from_dict, config_to_dict, config_to_toml, load_config
 from engine.errors import ConfigError, DataError
