@@ -113,6 +113,7 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
         store.set_stage(run_id, iteration, stage, "skipped", counts={"note": reason})
         return "skipped"
     store.set_stage(run_id, iteration, stage, "running")
+    ctx.announce()
     try:
         counts = STAGES[stage](ctx)
     except StageStopped as exc:

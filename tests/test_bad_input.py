@@ -210,6 +210,23 @@ def test_cli_run_with_a_bad_task_file_exits_2_and_writes_nothing(tmp_path, capsy
         assert store.list_runs() == []
 
 
+@pytest.mark.parametrize("extra", [["--set", "dpo.bf16=false"], ["--config", "examples/demo.toml"]])
+def test_cli_resume_refuses_config_changes_instead_of_ignoring_them(tmp_path, capsys, extra):
+    """``run --run ID --set ...`` used to resume with the stored config, silently: the user believed fp32 was on."""
+    from engine.store import Store
+    from tests._store_world import RUN, build_world
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        build_world(store)
+        before = store.query("SELECT * FROM stages").to_dict("records")
+    assert main(["run", "--db", str(db), "--run", RUN, "--quiet", *extra]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot change run {RUN!r}: a run keeps the config it was created with" in err and extra[0] in err
+    with Store(db) as store:
+        assert store.query("SELECT * FROM stages").to_dict("records") == before  # nothing ran
+
+
 # ---------------------------------------------------------------- SVAMP as one JSON array document (SVAMP.json)
 
 

@@ -1,18 +1,20 @@
 """``python -m engine run``: create (or resume) a run from a config and run its pending stages.
 
 Bad input exits 2 with ``error: ...`` on stderr before any stage runs: a config error, a task file error, a model
-that fails ``engine.preflight`` (checked by ``create_run``/``run_loop``), or an unknown ``--run``.
+that fails ``engine.preflight`` (checked by ``create_run``/``run_loop``), an unknown ``--run``, or ``--run`` with
+``--config``/``--set`` (a run keeps the config it was created with).
 """
 
 from __future__ import annotations
 
 import argparse
 
+DEFAULT_CONFIG = "examples/demo.toml"
 HELP = "Run the MOAT loop: every pending stage of iterations 0..N, resuming an interrupted run."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default="examples/demo.toml", help="run config (TOML or YAML)")
+    parser.add_argument("--config", default=None, help="run config (TOML or YAML; default: examples/demo.toml)")
     parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
     parser.add_argument("--run", default=None, help="resume this run id instead of creating a new run")
     parser.add_argument("--iterations", type=int, default=None, help="iterations to run (default: run.iterations)")
@@ -35,9 +37,10 @@ def progress_printer(quiet: bool):
             for bar in bars.values():
                 bar.close()
             bars.clear()
-            bars[key] = tqdm(total=event["total"], desc=f"iter {key[0]} {key[1]}", unit="batch", leave=True)
+            bars[key] = tqdm(total=event["total"] or None, desc=f"iter {key[0]} {key[1]}", unit="batch", leave=True)
         bar = bars[key]
-        bar.total = max(event["total"], 1)
+        if event["total"]:  # the "started" event has no total yet
+            bar.total = event["total"]
         bar.n = event["done"]
         bar.set_postfix_str(event.get("message", ""), refresh=False)
         bar.refresh()
@@ -67,9 +70,15 @@ def run(args: argparse.Namespace) -> int:
                 if store.get_run(args.run) is None:
                     print(f"error: no run {args.run!r} in {args.db}", file=sys.stderr)
                     return 2
+                if args.set or args.config:  # silently running the stored config would mislead
+                    given = " ".join(["--config"] * bool(args.config) + ["--set"] * bool(args.set))
+                    print(f"error: {given} cannot change run {args.run!r}: a run keeps the config it was created "
+                          f"with (its run directory's config.toml). Resume it without them, or create a new run: "
+                          f"python -m engine run --config FILE --set ...", file=sys.stderr)
+                    return 2
                 run_id = args.run
             else:
-                config = load_config(args.config, args.set)
+                config = load_config(args.config or DEFAULT_CONFIG, args.set)
                 run_id = create_run(store, config)
             status = run_loop(store, run_id, iterations=args.iterations, progress=progress_printer(args.quiet),
                               should_stop=lambda: stop["flag"])
