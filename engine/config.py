@@ -240,6 +240,9 @@ class ToolsSection:
                               "fallback, labelled as such)")
     qa_model: str = _f("", "QA tool: model name at qa_base_url")
     qa_api_key_env: str = _f("OPENAI_API_KEY", "QA tool: NAME of the environment variable holding the key")
+    corpus: str = _f("", "KnowledgeQuery/ParagraphRetrieve: a JSONL passage file ({\"title\", \"text\"} per line) for "
+                         "tasks without context of their own (StrategyQA, HotpotQA without context); empty: such "
+                         "an action fails with 'no corpus'")
 
 
 @dataclass

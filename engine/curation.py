@@ -36,7 +36,7 @@ import pandas as pd
 from engine.actions import parse_actions
 from engine.dbutil import loads, records
 from engine.executor import ExecutionResult
-from engine.outcome import qa_model_for_run, run_actions
+from engine.outcome import run_actions, toolbox_for_run
 from engine.store import Store
 
 PAIR_ACTIONS = ("swap", "exclude", "tie", "choose", "restore")
@@ -329,7 +329,7 @@ def edit_correction(
     task = store.get_task(run_id, task_id)
     # Executing the edit may take a while (tools): outside the lock; only the read of the verdict and the append
     # need to be one step.
-    result = run_actions(task, actions_text, qa_model_for_run(store, run_id))
+    result = run_actions(task, actions_text, toolbox_for_run(store, run_id))
     after = {"actions": actions_text.strip(), "subgoals": subgoals, "preview": result.to_dict()}
     with store.serialized():
         v = _verdict(store, run_id, iteration, task_id, step, k)

@@ -19,7 +19,7 @@ from typing import Any
 from engine import models, prompts
 from engine.config import EvaluateSection
 from engine.formats.lumos import parse_planner_turn
-from engine.outcome import judge_answer, run_actions, step_result
+from engine.outcome import Toolbox, judge_answer, run_actions, step_result
 from engine.stats import wilson
 from engine.tasks import Task
 from engine.turns import (
@@ -53,8 +53,8 @@ class Trace:
         return asdict(self)
 
 
-def _trace(task: Task, plan: str, subgoals: list[str], actions: str, qa_model: Any = None) -> Trace:
-    result = run_actions(task, actions, qa_model)
+def _trace(task: Task, plan: str, subgoals: list[str], actions: str, toolbox: Toolbox | None = None) -> Trace:
+    result = run_actions(task, actions, toolbox)
     answer = result.answer if result.ok else None
     scores = judge_answer(task, answer)
     return Trace(task.id, task.split, task.domain, plan, subgoals, actions, result.ok, result.values, answer,
@@ -67,23 +67,23 @@ def _greedy(tokens: int, batch: int) -> models.GenerationConfig:
 
 
 def run_onetime(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
-                qa_model: Any = None) -> list[Trace]:
+                toolbox: Toolbox | None = None) -> list[Trace]:
     plans = models.generate(planner.model, planner.tokenizer, [planner_prompt(planner, t) for t in tasks],
                             _greedy(settings.plan_max_new_tokens, settings.batch_size))
     texts = [p[0] for p in plans]
-    return _ground_onetime(grounder, tasks, [read_plan(text)[0] for text in texts], texts, settings, qa_model)
+    return _ground_onetime(grounder, tasks, [read_plan(text)[0] for text in texts], texts, settings, toolbox)
 
 
 def _ground_onetime(grounder: Agent, tasks: list[Task], subgoals: list[list[str]], texts: list[str],
-                    settings: EvaluateSection, qa_model: Any = None) -> list[Trace]:
+                    settings: EvaluateSection, toolbox: Toolbox | None = None) -> list[Trace]:
     g_prompts = [grounder_prompt(grounder, t, s) for t, s in zip(tasks, subgoals)]
     actions = models.generate(grounder.model, grounder.tokenizer, g_prompts,
                               _greedy(settings.ground_max_new_tokens, settings.batch_size))
-    return [_trace(t, text, s, a[0], qa_model) for t, text, s, a in zip(tasks, texts, subgoals, actions)]
+    return [_trace(t, text, s, a[0], toolbox) for t, text, s, a in zip(tasks, texts, subgoals, actions)]
 
 
 def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
-                  max_steps: int = 8, qa_model: Any = None) -> list[Trace]:
+                  max_steps: int = 8, toolbox: Toolbox | None = None) -> list[Trace]:
     """Turn by turn: the planner proposes subgoal k, the grounder grounds it, the executor's result goes back."""
     subgoals: list[list[str]] = [[] for _ in tasks]
     actions: list[list[str]] = [[] for _ in tasks]
@@ -112,21 +112,21 @@ def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: 
                                  _greedy(settings.ground_max_new_tokens, settings.batch_size))
         for i, group in zip(grounding, groups):
             actions[i].append(group[0].strip())
-            result = run_actions(tasks[i], "; ".join(actions[i]), qa_model)
+            result = run_actions(tasks[i], "; ".join(actions[i]), toolbox)
             results[i].append(step_result(result, group[0]))
         active = grounding
-    return [_trace(t, prompts.format_subgoals(s), s, "; ".join(a), qa_model)
+    return [_trace(t, prompts.format_subgoals(s), s, "; ".join(a), toolbox)
             for t, s, a in zip(tasks, subgoals, actions)]
 
 
 def ground_plans(grounder: Agent, tasks: list[Task], plans: list[list[str]], settings: EvaluateSection,
-                 qa_model: Any = None) -> list[Trace]:
+                 toolbox: Toolbox | None = None) -> list[Trace]:
     """The grounder alone on given plans (e.g. each task's gold subgoals), greedy, as ``run_onetime`` and
     ``run_iterative`` ground: onetime grounds each whole plan in one turn; iterative grounds subgoal k after its own
     actions for subgoals 1..k-1 and their executed results."""
     texts = [prompts.format_subgoals(p) for p in plans]
     if settings.formulation != "iterative":
-        return _ground_onetime(grounder, tasks, plans, texts, settings, qa_model)
+        return _ground_onetime(grounder, tasks, plans, texts, settings, toolbox)
     actions: list[list[str]] = [[] for _ in tasks]
     results: list[list[str]] = [[] for _ in tasks]
     for k in range(max((len(p) for p in plans), default=0)):
@@ -136,9 +136,9 @@ def ground_plans(grounder: Agent, tasks: list[Task], plans: list[list[str]], set
                                  _greedy(settings.ground_max_new_tokens, settings.batch_size))
         for i, group in zip(active, groups):
             actions[i].append(group[0].strip())
-            result = run_actions(tasks[i], "; ".join(actions[i]), qa_model)
+            result = run_actions(tasks[i], "; ".join(actions[i]), toolbox)
             results[i].append(step_result(result, group[0]))
-    return [_trace(t, text, p, "; ".join(a), qa_model) for t, text, p, a in zip(tasks, texts, plans, actions)]
+    return [_trace(t, text, p, "; ".join(a), toolbox) for t, text, p, a in zip(tasks, texts, plans, actions)]
 
 
 def gold_logppl(grounder: Agent, tasks: list[Task], plans: list[list[str]], batch_size: int = 32) -> list[float]:
@@ -183,12 +183,13 @@ def summarize(traces: list[Trace]) -> dict[str, Any]:
 
 
 def evaluate(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
-             gap: bool = True, qa_model: Any = None) -> tuple[dict[str, Any], list[Trace]]:
-    """Run the agents on ``tasks`` and return ``(metrics, traces)``; ``qa_model`` answers QA(...) actions."""
+             gap: bool = True, toolbox: Toolbox | None = None) -> tuple[dict[str, Any], list[Trace]]:
+    """Run the agents on ``tasks`` and return ``(metrics, traces)``; ``toolbox`` holds the run's QA model and corpus
+    (``engine.outcome.toolbox_for``)."""
     if settings.formulation == "iterative":
-        traces = run_iterative(planner, grounder, tasks, settings, qa_model=qa_model)
+        traces = run_iterative(planner, grounder, tasks, settings, toolbox=toolbox)
     else:
-        traces = run_onetime(planner, grounder, tasks, settings, qa_model)
+        traces = run_onetime(planner, grounder, tasks, settings, toolbox)
     if gap:
         values = gold_logppl(grounder, tasks, [t.subgoals for t in traces], settings.batch_size)
         for trace, value in zip(traces, values):

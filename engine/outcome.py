@@ -3,12 +3,14 @@
 Every place that runs a grounding and judges it (the ground stage, the evaluation, the curation edit and the
 critic tab's edit preview) calls these, so they cannot disagree:
 
-* ``tool_env(task, qa_model)``: the task's tools: its context passages as the corpus and the run's QA model.
-* ``run_actions(task, actions, qa_model)``: execute an action text with those tools.
+* ``Toolbox`` / ``toolbox_for(tools)`` / ``toolbox_for_run(store, run_id)``: what a run's tools share across tasks:
+  the QA model (OpenAI-compatible, or None for the extractive fallback) and the passage corpus ``tools.corpus``
+  names (loaded once per file version), for tasks that bring no context of their own.
+* ``tool_env(task, toolbox)``: the task's tools: its context passages as the corpus (else the toolbox's corpus) and
+  the run's QA model.
+* ``run_actions(task, actions, toolbox)``: execute an action text with those tools.
 * ``judge_answer(task, answer)``: the task's metric (``engine.metrics.score_answer`` with the task's *source*, so a
   HotpotQA yes/no gold is judged by EM everywhere, a StrategyQA one by yes/no accuracy).
-* ``qa_model_for(tools)`` / ``qa_model_for_run(store, run_id)``: the OpenAI-compatible QA model a config names, or
-  None for the extractive fallback.
 * ``step_result`` / ``gold_step_results`` / ``step_matches``: what the iterative planner is told after each
   subgoal, and whether a grounded step reached the gold step's result.
 
@@ -17,7 +19,10 @@ Pure functions of their inputs (the QA model aside, which is a remote call); no 
 
 from __future__ import annotations
 
+import functools
 import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.config import ToolsSection, config_from_dict
@@ -30,14 +35,24 @@ if TYPE_CHECKING:
     from engine.store import Store
 
 
-def tool_env(task: Task, qa_model: Any = None) -> ToolEnv:
-    """The task's tools: its context passages as the corpus, and the QA model when one is configured."""
-    return ToolEnv(corpus=Corpus.from_context(task.context) if task.context else None, qa_model=qa_model)
+@dataclass(frozen=True)
+class Toolbox:
+    """What a run's tools share across its tasks (the default, empty, is offline: extractive QA, no corpus)."""
+
+    qa_model: Any = None  # .answer(context, question), or None for the extractive fallback
+    corpus: Corpus | None = None  # passages for tasks without context of their own (tools.corpus)
 
 
-def run_actions(task: Task, actions: str, qa_model: Any = None) -> ExecutionResult:
+def tool_env(task: Task, toolbox: Toolbox | None = None) -> ToolEnv:
+    """The task's tools: its context passages as the corpus (else the run's corpus), and the run's QA model."""
+    toolbox = toolbox or Toolbox()
+    corpus = Corpus.from_context(task.context) if task.context else toolbox.corpus
+    return ToolEnv(corpus=corpus, qa_model=toolbox.qa_model)
+
+
+def run_actions(task: Task, actions: str, toolbox: Toolbox | None = None) -> ExecutionResult:
     """Execute ``actions`` (one text, ``R1 = ...; R2 = ...``) with the task's tools."""
-    return execute(actions, task.domain, tool_env(task, qa_model))
+    return execute(actions, task.domain, tool_env(task, toolbox))
 
 
 def judge_answer(task: Task, answer: str | None) -> dict[str, Any]:
@@ -55,21 +70,34 @@ def step_matches(task: Task, got: str, want: str) -> bool:
     return maths_correct(got, want) if task.domain == "maths" else got.strip().lower() == want.strip().lower()
 
 
-def qa_model_for(tools: ToolsSection) -> Any:
-    """The OpenAI-compatible model behind the QA tool, or None for the extractive fallback."""
-    if not tools.qa_model:
-        return None
-    from engine.tools.qa import OpenAIQA
+def toolbox_for(tools: ToolsSection) -> Toolbox:
+    """The QA model and corpus a config's ``[tools]`` names."""
+    qa_model = None
+    if tools.qa_model:
+        from engine.tools.qa import OpenAIQA
 
-    return OpenAIQA(tools.qa_model, base_url=tools.qa_base_url,
-                    api_key=os.environ.get(tools.qa_api_key_env) or "EMPTY")
+        qa_model = OpenAIQA(tools.qa_model, base_url=tools.qa_base_url,
+                            api_key=os.environ.get(tools.qa_api_key_env) or "EMPTY")
+    return Toolbox(qa_model=qa_model, corpus=shared_corpus(tools.corpus) if tools.corpus else None)
 
 
-def qa_model_for_run(store: Store, run_id: str) -> Any:
-    """The QA model of a stored run's config (None when it names none, or the run is unknown)."""
+def shared_corpus(path: str) -> Corpus:
+    """``tools.corpus`` loaded (and its BM25 index built) once per file version in this process."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()  # a missing file raises here, naming it
+    return _load_corpus(str(resolved), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_corpus(path: str, mtime_ns: int, size: int) -> Corpus:
+    return Corpus.from_jsonl(path)
+
+
+def toolbox_for_run(store: Store, run_id: str) -> Toolbox:
+    """The toolbox of a stored run's config (empty when the run is unknown)."""
     run = store.get_run(run_id)
     # Only the tools section is read, so a run stored by an older version with other fields still previews.
-    return qa_model_for(config_from_dict({"tools": run["config"].get("tools", {})}).tools) if run else None
+    return toolbox_for(config_from_dict({"tools": run["config"].get("tools", {})}).tools) if run else Toolbox()
 
 
 def step_result(result: ExecutionResult, group: str) -> str:

@@ -47,7 +47,7 @@ from typing import Any
 from engine.dbutil import records
 from engine.evaluate import evaluate, gold_logppl, ground_plans, summarize
 from engine.loop import run_config, run_directory
-from engine.outcome import qa_model_for
+from engine.outcome import Toolbox, toolbox_for
 from engine.runtime import pick_eval_tasks
 from engine.stages.context import ProgressSink, StageContext
 from engine.stats import mcnemar
@@ -94,19 +94,19 @@ def _stored_cell(store: Store, run_id: str, t: int, task_ids: list[str]) -> tupl
 
 
 def _compute_cell(ctx: StageContext, planner_after: int, grounder_after: int, tasks: list[Task],
-                  qa: Any) -> tuple[Summary, Outcomes]:
+                  toolbox: Toolbox) -> tuple[Summary, Outcomes]:
     settings = ctx.config.evaluate
     grounder = ctx.agent("grounder", iteration=grounder_after + 1)  # the agent after t = what t + 1 starts from
     if planner_after == GOLD:
         tasks = [t for t in tasks if t.gold_subgoals]
         plans = [t.gold_subgoals for t in tasks]
-        traces = ground_plans(grounder, tasks, plans, settings, qa)
+        traces = ground_plans(grounder, tasks, plans, settings, toolbox)
         for trace, value in zip(traces, gold_logppl(grounder, tasks, plans, settings.batch_size)):
             trace.gold_logppl = value if value == value else None
         summary = summarize(traces)
     else:
         planner = ctx.agent("planner", iteration=planner_after + 1)
-        summary, traces = evaluate(planner, grounder, tasks, settings, qa_model=qa)
+        summary, traces = evaluate(planner, grounder, tasks, settings, toolbox=toolbox)
     return summary, {t.task_id: t.correct for t in traces}
 
 
@@ -172,11 +172,11 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
         return [paths["grounder", b]] + ([paths["planner", a]] if a != GOLD else [])
 
     uses = Counter(path for cell in todo for path in models_of(*cell))
-    qa = qa_model_for(config.tools)
+    toolbox = toolbox_for(config.tools)
     for done, (a, b) in enumerate(todo):
         ctx.check_stop()
         ctx.report(done, len(todo), f"evaluating {cell_name(a, b)}")
-        results[(a, b)] = _compute_cell(ctx, a, b, tasks, qa)
+        results[(a, b)] = _compute_cell(ctx, a, b, tasks, toolbox)
         for path in models_of(a, b):
             uses[path] -= 1
             if not uses[path]:

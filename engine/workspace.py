@@ -22,7 +22,7 @@ from engine.errors import ConfigError
 
 # Config fields naming a file or directory the engine reads or writes.
 CONFIG_PATHS = ("run.workdir", "data.tasks", "data.ground", "sft.original_data", "planner.path", "planner.adapter",
-                "grounder.path", "grounder.adapter")
+                "grounder.path", "grounder.adapter", "tools.corpus")
 
 
 class PathOutsideWorkspace(ValueError):

@@ -21,7 +21,7 @@ import pandas as pd
 
 from engine import curation
 from engine.executor import ExecutionResult
-from engine.outcome import qa_model_for_run, run_actions
+from engine.outcome import run_actions, toolbox_for_run
 from engine.store import Store
 from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, word_diff_html
 
@@ -106,7 +106,7 @@ def _result_markdown(result: ExecutionResult) -> str:
 def preview_edit(store: Store, run_id: str, key: str, actions: str) -> str:
     """Execute the edited actions without saving: the values, or the parse/execution error."""
     task = store.get_task(run_id, parse_key(key)[0])
-    return _result_markdown(run_actions(task, actions, qa_model_for_run(store, run_id)))
+    return _result_markdown(run_actions(task, actions, toolbox_for_run(store, run_id)))
 
 
 def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str, curator: str,

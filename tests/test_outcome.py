@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from engine.evaluate import _trace
-from engine.outcome import gold_step_results, is_solved, judge_answer, run_actions, step_matches
+from engine.outcome import (
+    Toolbox,
+    gold_step_results,
+    is_solved,
+    judge_answer,
+    run_actions,
+    step_matches,
+    toolbox_for,
+)
 from engine.stages.ground import judge
 from engine.tasks import Task
 
@@ -29,7 +37,7 @@ def _task(source: str) -> Task:
 
 @pytest.mark.parametrize(("source", "expected"), [("hotpotqa", False), ("strategyqa", True)])
 def test_yes_no_gold_is_judged_by_the_source_everywhere(source, expected):
-    task, qa = _task(source), AnswersTrue()
+    task, qa = _task(source), Toolbox(qa_model=AnswersTrue())
     assert judge_answer(task, "True")["correct"] is expected
     result = run_actions(task, ACTIONS, qa)
     assert result.ok and result.answer == "True"
@@ -50,3 +58,23 @@ def test_iterative_steps_are_judged_numerically_for_maths_and_as_text_otherwise(
     assert correct
     _, wrong = judge(maths, 2, "R2 = Calculator(R1+4)", ["12", "17"])
     assert not wrong
+
+
+def test_tasks_without_context_search_the_runs_corpus(tmp_path):
+    """``tools.corpus``: a StrategyQA-like task brings no passages; KnowledgeQuery searches the run's corpus (a task
+    with context keeps its own). Without a corpus the action fails, saying so."""
+    from engine.config import ToolsSection
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"title": "Brindleford", "text": "Brindleford is a market town by the river Vel."}\n'
+                      '{"title": "Vel", "text": "The Vel is a river."}\n', encoding="utf-8")
+    task = Task(id="s1", domain="qa", source="strategyqa", split="held_in", question=QUESTION, answer="yes")
+    actions = "R1 = KnowledgeQuery(Brindleford); R2 = QA([R1], Question: Is Brindleford on a river?)"
+    offline = run_actions(task, actions)
+    assert not offline.ok and "no corpus" in offline.error
+    toolbox = toolbox_for(ToolsSection(corpus=str(corpus)))
+    result = run_actions(task, actions, toolbox)
+    assert result.ok and "market town" in result.values["R1"] and is_solved(task, result)
+    assert toolbox_for(ToolsSection(corpus=str(corpus))).corpus is toolbox.corpus  # loaded once per file version
+    own = _task("hotpotqa")  # has its own context: the run's corpus is not used
+    assert "market" not in run_actions(own, "R1 = KnowledgeQuery(Brindleford)", toolbox).values["R1"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from engine.evaluate import evaluate
-from engine.outcome import qa_model_for
+from engine.outcome import toolbox_for
 from engine.runtime import pick_eval_tasks
 from engine.stages.context import StageContext
 
@@ -23,7 +23,7 @@ def run(ctx: StageContext) -> dict[str, int]:
     grounder = ctx.agent("grounder", iteration=ctx.iteration + 1)
     ctx.check_stop()
     ctx.report(0, len(tasks), "planning and grounding")
-    metrics, traces = evaluate(planner, grounder, tasks, cfg.evaluate, qa_model=qa_model_for(cfg.tools))
+    metrics, traces = evaluate(planner, grounder, tasks, cfg.evaluate, toolbox=toolbox_for(cfg.tools))
     rows = [{"run_id": ctx.run_id, "iteration": ctx.iteration, "split": split, "domain": domain, "name": name,
              "value": float(value)}
             for split, domains in metrics.items() for domain, values in domains.items()

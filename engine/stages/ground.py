@@ -16,7 +16,7 @@ from typing import Any
 
 from engine import models
 from engine.generators import generator_for
-from engine.outcome import gold_step_results, is_solved, qa_model_for, run_actions, step_matches, step_result
+from engine.outcome import Toolbox, gold_step_results, is_solved, run_actions, step_matches, step_result, toolbox_for
 from engine.ranking import Candidate, select
 from engine.stages.context import StageContext, batches, pending_batches
 from engine.tasks import Task
@@ -37,13 +37,14 @@ def plans_to_ground(ctx: StageContext) -> list[Any]:
     return chosen
 
 
-def judge(task: Task, step: int, actions: str, results: list[str], qa_model=None) -> tuple[dict, bool]:
+def judge(task: Task, step: int, actions: str, results: list[str], toolbox: Toolbox | None = None
+          ) -> tuple[dict, bool]:
     """Execute a grounding; ``(execution dict, correct)``. Iterative steps run after the gold history."""
     if step == 0:
-        result = run_actions(task, actions, qa_model)
+        result = run_actions(task, actions, toolbox)
         return result.to_dict(), is_solved(task, result)
     history = task.gold_actions[:step - 1]
-    result = run_actions(task, "; ".join(history + [actions]), qa_model)
+    result = run_actions(task, "; ".join(history + [actions]), toolbox)
     got, want = step_result(result, actions), results[step - 1]
     return result.to_dict(), result.ok and step_matches(task, got, want)
 
@@ -55,7 +56,7 @@ def run(ctx: StageContext) -> dict[str, int]:
     grounder = ctx.agent("grounder")
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
     gold_results = {}
-    qa = qa_model_for(ctx.config.tools)
+    toolbox = toolbox_for(ctx.config.tools)
     gen = models.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                                   batch_size=cfg.batch_size)
     written = 0
@@ -84,7 +85,7 @@ def run(ctx: StageContext) -> dict[str, int]:
             rows = []
             for row, prompt in zip(chunk, prompts_by_row):
                 task, actions = tasks[row.task_id], generated[prompt]
-                execution, correct = judge(task, row.step, actions, gold_results.get(task.id, []), qa)
+                execution, correct = judge(task, row.step, actions, gold_results.get(task.id, []), toolbox)
                 rows.append({"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": row.task_id,
                              "step": row.step, "k": row.k, "prompt": prompt, "actions": actions,
                              "ok": execution["ok"],
