@@ -153,11 +153,20 @@ def gold_logppl(grounder: Agent, tasks: list[Task], plans: list[list[str]], batc
     return out
 
 
+UNSUPPORTED = "unsupported tool"  # Code(...) and the other tools Lumos lists but never implemented
+NO_CORPUS = "no corpus"  # KnowledgeQuery for a task without context and no tools.corpus
+
+
+def _failed_with(trace: Trace, kind: str) -> bool:
+    return not trace.ok and kind in (trace.error or "")
+
+
 def summarize(traces: list[Trace]) -> dict[str, Any]:
     """Metrics per split and domain (plus "all"): accuracy with its 95% Wilson interval (``accuracy_lo``/``_hi``)
-    and counts (``n``, ``correct``), EM/F1 where present, and the capability gap: the mean log-PPL of the gold
-    actions under the planner's plans (``gap_logppl``) and the mean per-task PPL (``gap_ppl``, the paper's quantity;
-    its % change is what the paper reports)."""
+    and counts (``n``, ``correct``), the share of executions that ran and of those that failed because a tool is
+    not implemented (``unsupported_tool_rate``) or had no corpus (``no_corpus_rate``), EM/F1 where present, and the
+    capability gap: the mean log-PPL of the gold actions under the planner's plans (``gap_logppl``) and the mean
+    per-task PPL (``gap_ppl``, the paper's quantity; its % change is what the paper reports)."""
     groups: dict[tuple[str, str], list[Trace]] = defaultdict(list)
     for t in traces:
         groups[(t.split, t.domain)].append(t)
@@ -169,6 +178,9 @@ def summarize(traces: list[Trace]) -> dict[str, Any]:
         row: dict[str, Any] = {"n": len(items), "correct": correct, "accuracy": correct / len(items),
                                "accuracy_lo": lo, "accuracy_hi": hi,
                                "executed": sum(t.ok for t in items) / len(items),
+                               # actions the offline tools could not run at all (say so instead of a silent 0)
+                               "unsupported_tool_rate": sum(_failed_with(t, UNSUPPORTED) for t in items) / len(items),
+                               "no_corpus_rate": sum(_failed_with(t, NO_CORPUS) for t in items) / len(items),
                                "well_formed_plans": sum(bool(t.subgoals) for t in items) / len(items)}
         for key in ("em", "f1"):
             vals = [t.scores[key] for t in items if key in t.scores]

@@ -59,6 +59,20 @@ def test_summarize_counts_intervals_and_gap_by_split_and_domain():
     assert maths["gap_ppl"] == pytest.approx(2.0)  # mean per-task PPL: (1 + 3) / 2
     assert every["gap_ppl"] == pytest.approx(2.0)  # (1 + 3 + 2) / 3
     assert out["held_out"]["qa"]["accuracy"] == 1.0
+    assert every["unsupported_tool_rate"] == 0.0
+
+
+def test_tools_that_cannot_run_offline_are_counted_not_hidden(demo_tasks):
+    """Code(...) is listed in the Lumos maths prompt but was never implemented; KnowledgeQuery needs a corpus. The
+    metrics say how many executions failed for those reasons."""
+    maths = next(t for t in demo_tasks if t.domain == "maths" and t.split == "held_in")
+    qa = ev.Trace("q", "held_in", "qa", "", [], "", False, {}, None, "x", False,
+                  error="R1 = KnowledgeQuery(x): no corpus")
+    traces = [ev._trace(maths, "", maths.gold_subgoals, "R1 = Code(print(1))"),
+              ev._trace(maths, "", maths.gold_subgoals, maths.actions_text), qa]
+    assert not traces[0].ok and "unsupported tool" in traces[0].error
+    row = ev.summarize(traces)["held_in"]["all"]
+    assert row["unsupported_tool_rate"] == pytest.approx(1 / 3) and row["no_corpus_rate"] == pytest.approx(1 / 3)
 
 
 def test_gold_trace_is_correct_and_gap_prefers_gold_plans(demo_tasks):
