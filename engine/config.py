@@ -246,6 +246,17 @@ class ToolsSection:
 
 
 @dataclass
+class WarmStartSection:
+    enabled: bool = _f(False, "iteration 0 first trains the configured models by SFT on the training tasks' gold "
+                              "plans (planner) and gold actions (grounder), as the paper starts MOAT from Lumos-"
+                              "trained agents, and evaluates those; other training settings come from [sft]")
+    planner_epochs: float = _f(2.0, "planner warm-start epochs", gt=0)
+    planner_learning_rate: float = _f(2e-5, "planner warm-start peak learning rate (Lumos: 2e-5)", gt=0, le=1)
+    grounder_epochs: float = _f(2.0, "grounder warm-start epochs", gt=0)
+    grounder_learning_rate: float = _f(2e-5, "grounder warm-start peak learning rate (Lumos: 2e-5)", gt=0, le=1)
+
+
+@dataclass
 class StagesSection:
     stage1: bool = _f(True, "planner alignment (sample, score, pairs, DPO); false = the 'no stage 1' ablation")
     stage2: bool = _f(True, "grounder improvement (ground, critique, SFT); false = the 'no stage 2' ablation")
@@ -280,6 +291,7 @@ class RunConfig:
     sft: SFTSection = field(default_factory=SFTSection)
     evaluate: EvaluateSection = field(default_factory=EvaluateSection)
     tools: ToolsSection = field(default_factory=ToolsSection)
+    warm_start: WarmStartSection = field(default_factory=WarmStartSection)
     stages: StagesSection = field(default_factory=StagesSection)
     vllm: VLLMSection = field(default_factory=VLLMSection)
     launch: LaunchSection = field(default_factory=LaunchSection)

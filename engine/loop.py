@@ -1,6 +1,7 @@
 """The MOAT loop: runs, iterations and stages, resumable from what the store holds.
 
-An iteration t >= 1 runs ``STAGES`` in order; iteration 0 only evaluates the starting agents. Each stage is a
+An iteration t >= 1 runs ``STAGES`` in order; iteration 0 evaluates the starting agents, after training them by SFT
+when ``warm_start.enabled`` (``WARM_START``). Each stage is a
 function ``run(ctx) -> counts`` (``engine.stages``) whose state lives in the store's ``stages`` table:
 pending -> running -> done | failed | stopped | skipped. ``run_loop`` runs every stage that is not done or skipped,
 so an interrupted run resumes where it stopped, and a stage left ``running`` by a killed process runs again (its
@@ -22,7 +23,7 @@ from engine.config import RunConfig, config_from_dict, config_to_dict, config_to
 from engine.errors import StageStopped
 from engine.preflight import preflight
 from engine.runtime import check_eval_splits, load_run_tasks
-from engine.stages import critique, evaluation, ground, pairs, sample, score, train
+from engine.stages import critique, evaluation, ground, pairs, sample, score, train, warm_start
 from engine.stages.context import ProgressSink, StageContext
 from engine.store import Store
 
@@ -36,6 +37,8 @@ STAGES: dict[str, Callable[[StageContext], dict[str, Any]]] = {
     "train_grounder": train.run_grounder,
     "evaluate": evaluation.run,
 }
+# Iteration 0 with warm_start.enabled: SFT of the configured models before the starting agents are evaluated.
+WARM_START = {"warm_start_planner": warm_start.run_planner, "warm_start_grounder": warm_start.run_grounder}
 STAGE1 = ("pairs", "train_planner")
 STAGE2 = ("ground", "critique", "train_grounder")
 
@@ -79,7 +82,8 @@ def run_directory(store: Store, run_id: str) -> Path:
 
 def stages_of(iteration: int, config: RunConfig) -> list[str]:
     if iteration == 0:
-        return ["evaluate"] if config.stages.evaluate_initial else []
+        return ([*WARM_START] if config.warm_start.enabled else []) + (
+            ["evaluate"] if config.stages.evaluate_initial else [])
     return list(STAGES)
 
 
@@ -100,8 +104,9 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
               progress: ProgressSink | None = None, should_stop: Callable[[], bool] = lambda: False,
               context: StageContext | None = None) -> str:
     """Run one stage and record its state; returns the final status."""
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r} (stages: {', '.join(STAGES)})")
+    if stage not in STAGES and not (stage in WARM_START and iteration == 0):
+        raise ValueError(f"unknown stage {stage!r} (stages: {', '.join(STAGES)}; iteration 0 only: "
+                         f"{', '.join(WARM_START)})")
     config = config or run_config(store, run_id)
     ctx = context or StageContext(store, run_id, iteration, config, run_directory(store, run_id))
     ctx.begin(iteration, stage, progress, should_stop)
@@ -115,7 +120,7 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
     store.set_stage(run_id, iteration, stage, "running")
     ctx.announce()
     try:
-        counts = STAGES[stage](ctx)
+        counts = {**STAGES, **WARM_START}[stage](ctx)
     except StageStopped as exc:
         store.set_stage(run_id, iteration, stage, "stopped", error=str(exc))
         return "stopped"

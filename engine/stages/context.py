@@ -58,8 +58,9 @@ class StageContext:
 
     # -- agents -----------------------------------------------------------------------------------------------
     def agent_path(self, role: str, iteration: int) -> str:
-        """The checkpoint that iteration ``iteration`` starts from: the one the previous iteration produced."""
-        for t in range(iteration - 1, 0, -1):
+        """The checkpoint that iteration ``iteration`` starts from: the latest one an earlier iteration produced
+        (iteration 0 produces checkpoints only with ``warm_start``), else the configured model."""
+        for t in range(iteration - 1, -1, -1):
             found = self.store.checkpoint(self.run_id, t, role)
             if found:
                 return found["path"]
