@@ -94,14 +94,7 @@ def test_ablation_without_stage1_keeps_the_planner(tmp_path, loop_config, tiny_a
     loop_config.stages.evaluate_initial = False
     with Store(tmp_path / "s.duckdb") as store:
         run_id = create_run(store, loop_config)
-        events: list[dict] = []
-        assert run_loop(store, run_id, progress=events.append) == "done"
-        # every stage announces itself before its first batch (a progress bar opens when the stage starts)
-        firsts = {}
-        for event in events:
-            firsts.setdefault((event["iteration"], event["stage"]), event)
-        assert set(firsts) == {(0, "evaluate")} | {(1, s) for s in STAGES}
-        assert all(e["done"] == 0 and e["message"] == "started" for e in firsts.values())
+        assert run_loop(store, run_id) == "done"
         states = store.stage_status(run_id, 1)
         assert states["train_planner"]["status"] == "skipped" and states["ground"]["status"] == "skipped"
         assert store.checkpoint(run_id, 1, "planner")["path"] == str(tiny_agents_dir / "planner")
