@@ -268,7 +268,7 @@ def generate_naive(model, tokenizer, prompts: Sequence[str], config: GenerationC
             input_ids[row, width - len(ids):] = torch.tensor(ids)
             attention[row, width - len(ids):] = 1
         generated = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                   num_return_sequences=k, **_sampling_kwargs(tokenizer, config))
+                                   num_return_sequences=k, **_sampling_kwargs(tokenizer, config, model))
         texts = tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)
         outputs.extend([t.strip() for t in texts[i * k:(i + 1) * k]] for i in range(len(chunk)))
         if stats is not None:
@@ -279,10 +279,27 @@ def generate_naive(model, tokenizer, prompts: Sequence[str], config: GenerationC
     return outputs
 
 
-def _sampling_kwargs(tokenizer, config: GenerationConfig) -> dict:
+# End-of-turn markers of common chat templates (Llama-3, ChatML: Qwen2.5/SmolLM2, Phi-3, Gemma) and the Lumos layout's
+# next user turn: generation stops at whichever of them the tokenizer has as a single token.
+END_OF_TURN = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|user|>")
+
+
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """The tokens that end an agent's turn: the tokenizer's EOS, the model's generation-config EOS (one id or a list,
+    as instruct checkpoints ship it) and every ``END_OF_TURN`` marker that is one token of this vocabulary."""
+    ids: list[int] = []
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (tokenizer.eos_token_id, config_eos):
+        ids += value if isinstance(value, (list, tuple)) else [value]
+    vocab = tokenizer.get_vocab()
+    ids += [vocab[marker] for marker in END_OF_TURN if marker in vocab]
+    return sorted({int(i) for i in ids if i is not None})
+
+
+def _sampling_kwargs(tokenizer, config: GenerationConfig, model=None) -> dict:
     sample = config.temperature > 0
     kwargs = dict(max_new_tokens=config.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                  eos_token_id=tokenizer.eos_token_id, do_sample=sample)
+                  eos_token_id=stop_token_ids(model, tokenizer), do_sample=sample)
     if sample:
         kwargs.update(temperature=config.temperature, top_p=config.top_p, top_k=0)
     return kwargs
@@ -344,7 +361,7 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
                 cache, _ = stacked_cache(model, [node_kv for _, node_kv in groups], [group_of[i] for i in order])
                 kwargs[cache_arg(model)] = cache
             generated = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                       num_return_sequences=1, **_sampling_kwargs(tokenizer, config), **kwargs)
+                                       num_return_sequences=1, **_sampling_kwargs(tokenizer, config, model), **kwargs)
             texts = tokenizer.batch_decode(generated[:, cached + suffix:], skip_special_tokens=True)
             outputs.extend([t.strip() for t in texts[i * k:(i + 1) * k]] for i in range(len(encoded)))
             if stats is not None:

@@ -14,8 +14,8 @@ Prompts are tokenized by the agent's HF tokenizer without special tokens and han
 as the HF backend feeds them (vLLM would otherwise add a BOS to the already-rendered chat text). Each prompt gets
 its own seed (``seed + index``) so that identical prompts still draw different samples, as they do with HF.
 Sampling is the same distribution as HF's (temperature, top-p, no top-k) but not the same random stream: outputs
-match HF's only for greedy decoding, up to kernel rounding. Generation stops at the tokenizer's EOS (HF: the same
-``eos_token_id``).
+match HF's only for greedy decoding, up to kernel rounding. Generation stops at the same tokens as with HF
+(``engine.models.stop_token_ids``: EOS and the chat template's end-of-turn markers).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.models import GenerationConfig
+from engine.models import GenerationConfig, stop_token_ids
 
 INSTALL_HINT = "pip install moat-studio[vllm]"
 
@@ -77,7 +77,8 @@ class VLLMGenerator:
         # top_k=-1: no top-k cut, like the HF backend's top_k=0.
         return SamplingParams(n=config.num_return_sequences, temperature=0.0 if greedy else config.temperature,
                               top_p=1.0 if greedy else config.top_p, top_k=-1, max_tokens=config.max_new_tokens,
-                              seed=seed, skip_special_tokens=True)
+                              seed=seed, skip_special_tokens=True,
+                              stop_token_ids=stop_token_ids(None, self.tokenizer))
 
     def generate(self, prompts: Sequence[str], config: GenerationConfig, seed: int | None = None) -> list[list[str]]:
         if self.llm is None:

@@ -65,3 +65,23 @@ def test_resolve_device_and_dtype():
     cpu = models.resolve_device("cpu")
     assert models.resolve_dtype("auto", cpu) == torch.float32
     assert models.resolve_dtype("bfloat16", cpu) == torch.bfloat16
+
+
+def test_generation_stops_at_eos_and_the_templates_end_of_turn(tiny_agents):
+    """Instruct checkpoints end a turn with their template's marker (``<|im_end|>``, ``<|eot_id|>``) and list several
+    EOS ids in their generation config; generation must stop at all of them, not run on into a next turn."""
+    import copy
+
+    planner, _ = tiny_agents
+    tokenizer = copy.deepcopy(planner.tokenizer)
+    tokenizer.add_tokens(["<|im_end|>"])  # not "special", so the decoded text shows where generation stopped
+    model = copy.deepcopy(planner.model)
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, 7]
+    ids = models.stop_token_ids(model, tokenizer)
+    assert tokenizer.eos_token_id in ids and 7 in ids and tokenizer.convert_tokens_to_ids("<|im_end|>") in ids
+    assert models.stop_token_ids(None, planner.tokenizer) == sorted(
+        {planner.tokenizer.eos_token_id} | {planner.tokenizer.get_vocab()[m] for m in models.END_OF_TURN
+                                            if m in planner.tokenizer.get_vocab()})
+    # what both generate paths hand to transformers' generate (which stops a row at any of these ids)
+    kwargs = models._sampling_kwargs(tokenizer, models.GenerationConfig(max_new_tokens=4), model)
+    assert kwargs["eos_token_id"] == ids
