@@ -229,3 +229,38 @@ def test_a_training_worker_exits_when_the_engine_that_launched_it_is_gone():
                           f"parent_watch({gone.pid})()\nprint('still training')"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 3 and "still training" not in out.stdout, out.stderr
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_reach_the_loss_of_one_with_the_same_global_batch(tmp_path, tiny_agents_dir, demo_tasks):
+    """``launch.mode = "accelerate"`` with 2 processes (DDP over gloo on the CPU, examples/accelerate/cpu_ddp.yaml),
+    1 row per process per step, against 1 process with 2 rows per step: same rows, same seed, so each step's
+    global batch holds the same rows. Tolerance: DDP averages the two per-process mean losses, one process
+    averages over all tokens of both rows, so the losses agree to rounding of that weighting (2%), not bit for bit."""
+    from engine import prompts
+    from engine.config import TrainSettings
+    from engine.launch import ModelRef, run_training
+
+    rows = []
+    for task in [t for t in demo_tasks if t.split == "train"][:12]:
+        prompt, completion = prompts.prompt_and_completion(
+            prompts.grounder_messages(task, task.gold_subgoals, task.gold_actions))
+        rows.append({"prompt": prompt, "completion": completion.removesuffix("</s>")})
+    losses = {}
+    for name, processes, per_device in (("one", 1, 2), ("two", 2, 1)):
+        settings = TrainSettings(learning_rate=1e-3, max_steps=4, batch_size=per_device, max_length=256,
+                                 logging_steps=1, seed=3, bf16="false")
+        config = "single_process.yaml" if processes == 1 else "cpu_ddp.yaml"
+        launch = LaunchSection(mode="accelerate", accelerate_config=str(ROOT / "examples" / "accelerate" / config),
+                               num_processes=processes, poll_s=0.2)
+        seen: list[dict] = []
+        run_training(stage="train_grounder", kind="sft", work_dir=tmp_path / name / "w",
+                     output_dir=tmp_path / name / "out", rows=rows, settings=settings,
+                     model=ModelRef(str(tiny_agents_dir / "grounder")), reference=None, launch=launch,
+                     on_log=seen.append, should_stop=lambda: False)
+        losses[name] = [line["loss"] for line in seen if "loss" in line]
+        assert (tmp_path / name / "out" / "config.json").is_file()
+    print("losses per step, one process vs two:", losses)
+    assert len(losses["one"]) == len(losses["two"]) == 4
+    assert losses["two"] == pytest.approx(losses["one"], rel=0.02)
+    assert losses["one"][-1] < losses["one"][0]  # it trained
