@@ -135,7 +135,8 @@ class AgentSection:
     adapter: str = _f("", "optional LoRA adapter directory applied on top")
     dtype: str = _f("auto", "auto | float32 | bfloat16 | float16 (auto: bf16 on a CUDA GPU with bf16, else fp32)",
                     choices=("auto", "float32", "bfloat16", "float16"))
-    device: str = _f("auto", "auto | cpu | cuda | cuda:N")
+    device: str = _f("auto", "auto | cpu | cuda | cuda:N | map (accelerate's device_map='auto': a model too large for "
+                             "one GPU is spread over every GPU, then the CPU)")
     chat_template: str = _f("lumos", "lumos: <|user|>/<|assistant|> layout | tokenizer: the tokenizer's template",
                             choices=("lumos", "tokenizer"))
 

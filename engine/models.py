@@ -44,11 +44,12 @@ class ModelSpec:
     path: str  # local directory or hub id
     adapter: str | None = None  # LoRA adapter directory applied on top (merged for inference)
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16; auto = bf16 on a CUDA GPU with bf16, else fp32
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | map (accelerate device_map="auto")
 
 
 def resolve_device(device: str = "auto") -> torch.device:
-    if device == "auto":
+    """The device a model runs on; for ``map`` (spread by accelerate) the device of its first layers."""
+    if device in ("auto", "map"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
 
@@ -82,12 +83,15 @@ def load_model(spec: ModelSpec, *, trainable: bool = False):
     from transformers import AutoModelForCausalLM
 
     device = resolve_device(spec.device)
-    model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=resolve_dtype(spec.dtype, device))
+    spread = spec.device == "map"  # accelerate places the layers (GPUs first, then CPU); never moved afterwards
+    model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=resolve_dtype(spec.dtype, device),
+                                                 **({"device_map": "auto"} if spread else {}))
     if spec.adapter:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, spec.adapter).merge_and_unload()
-    model.to(device)
+    if not spread:
+        model.to(device)
     model.train(trainable)
     return model, load_tokenizer(spec.adapter or spec.path)
 

@@ -85,3 +85,17 @@ def test_generation_stops_at_eos_and_the_templates_end_of_turn(tiny_agents):
     # what both generate paths hand to transformers' generate (which stops a row at any of these ids)
     kwargs = models._sampling_kwargs(tokenizer, models.GenerationConfig(max_new_tokens=4), model)
     assert kwargs["eos_token_id"] == ids
+
+
+def test_device_map_loads_through_accelerate_and_generates(tiny_agents_dir):
+    """``device = "map"``: accelerate's device_map="auto" places the layers (here, without a GPU, on the CPU); the
+    model generates and scores like one loaded plainly."""
+    spec = models.ModelSpec(str(tiny_agents_dir / "planner"), device="map")
+    mapped, tokenizer = models.load_model(spec)
+    plain, _ = models.load_model(models.ModelSpec(str(tiny_agents_dir / "planner"), device="cpu"))
+    assert next(mapped.parameters()).device.type == "cpu"  # no GPU here: accelerate keeps every layer on the CPU
+    greedy = models.GenerationConfig(max_new_tokens=6, temperature=0.0)
+    prompts = ["<|user|>\nplan 1 + 2\n<|assistant|>\n"]
+    assert models.generate(mapped, tokenizer, prompts, greedy) == models.generate(plain, tokenizer, prompts, greedy)
+    assert models.score_targets(mapped, tokenizer, prompts, ["Subgoal 1: Add."]) == pytest.approx(
+        models.score_targets(plain, tokenizer, prompts, ["Subgoal 1: Add."]), abs=1e-5)
