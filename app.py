@@ -58,8 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     # No usage analytics calls home from a curation studio unless the operator asks for them.
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from engine.store import Store, StoreError
+    from engine.threads import ensure_thread_policy, usable_cores
     from studio.app import HEAD, build_app
     from studio.auth import serve
+
+    # The studio's job computes in this process beside the web server: with 4+ cores, leave one to the server.
+    policy = ensure_thread_policy(reserve=1 if usable_cores()[0] >= 4 else 0)
+    print(f"MOAT Studio: {policy.describe()}", file=sys.stderr)
 
     try:
         store = Store(args.db, read_only=args.read_only)

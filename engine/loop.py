@@ -26,6 +26,7 @@ from engine.runtime import check_eval_splits, load_run_tasks
 from engine.stages import critique, evaluation, ground, pairs, sample, score, train, warm_start
 from engine.stages.context import ProgressSink, StageContext
 from engine.store import Store
+from engine.threads import ensure_thread_policy
 
 STAGES: dict[str, Callable[[StageContext], dict[str, Any]]] = {
     "sample": sample.run,
@@ -118,7 +119,7 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
         store.set_stage(run_id, iteration, stage, "skipped", counts={"note": reason})
         return "skipped"
     store.set_stage(run_id, iteration, stage, "running")
-    ctx.announce()
+    ctx.announce(ensure_thread_policy().describe())
     try:
         counts = {**STAGES, **WARM_START}[stage](ctx)
     except StageStopped as exc:

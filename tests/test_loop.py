@@ -28,7 +28,7 @@ def test_one_iteration_runs_every_stage_and_trains(tmp_path, loop_config, tiny_a
         for event in events:
             firsts.setdefault((event["iteration"], event["stage"]), event)
         assert set(firsts) == {(0, "evaluate")} | {(1, s) for s in STAGES}
-        assert all(e["done"] == 0 and e["message"] == "started" for e in firsts.values())
+        assert all(e["done"] == 0 and e["message"].startswith("started: torch threads ") for e in firsts.values())
         states = store.stage_status(run_id, 1)
         assert {s: states[s]["status"] for s in STAGES} == {s: "done" for s in STAGES}
         assert store.stage_status(run_id, 0)["evaluate"]["status"] == "done"

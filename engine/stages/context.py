@@ -99,13 +99,14 @@ class StageContext:
         self.iteration, self.stage, self.progress, self.should_stop = iteration, stage, progress, should_stop
         self._started, self._reports = time.perf_counter(), 0
 
-    def announce(self) -> None:
-        """Tell the progress sink the stage has started (``done = total = 0``, message "started"), so a display
-        opens the stage's bar and closes the previous one now, not at the stage's first committed batch. Not a
-        report: the crash tests' counter does not move."""
+    def announce(self, note: str = "") -> None:
+        """Tell the progress sink the stage has started (``done = total = 0``, message "started[: note]"), so a
+        display opens the stage's bar and closes the previous one now, not at the stage's first committed batch.
+        Not a report: the crash tests' counter does not move."""
         if self.progress is not None:
             self.progress({"run_id": self.run_id, "iteration": self.iteration, "stage": self.stage, "done": 0,
-                           "total": 0, "elapsed_s": 0.0, "eta_s": None, "message": "started"})
+                           "total": 0, "elapsed_s": 0.0, "eta_s": None,
+                           "message": f"started: {note}" if note else "started"})
 
     def report(self, done: int, total: int, message: str = "") -> None:
         """Report progress; stages call it after each committed batch (so it is also the crash tests' clock)."""
