@@ -102,3 +102,31 @@ def test_benchmark_smoke_tiny(name, capsys):
         assert report["correct"]["same_well_formed"]
     if name == "ground":
         assert report["correct"]["same_groundings"]
+
+
+def test_contention_runs_competitors_only_during_the_loaded_measurement():
+    """``bench --contention N``: N busy processes exist while the second measurement runs and are gone afterwards;
+    the report holds both measurements, each timing's slowdown and each ratio quiet and contended."""
+    import os
+
+    from engine.bench.contention import competing, with_contention
+
+    with competing(2) as pids:
+        assert len(pids) == 2
+        for pid in pids:
+            os.kill(pid, 0)  # alive
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    calls = []
+
+    def measure() -> dict:
+        calls.append(len(calls))
+        scale = 1.0 if len(calls) == 1 else 2.0
+        return {"variants": {"fast": {"median_s": 1.0 * scale}, "slow": {"median_s": 4.0}},
+                "ratios": {"fast_vs_slow": 4.0 / scale}, "iteration_s": 10.0 * scale, "correct": {"ok": True}}
+
+    report = with_contention(measure, 1)
+    assert report["slowdown"] == {"fast": 2.0, "slow": 1.0, "iteration_s": 2.0}
+    assert report["ratios_side_by_side"] == {"fast_vs_slow": {"quiet": 4.0, "contended": 2.0}}
+    assert report["contention"] == 1 and report["correct"]["ok"] and len(calls) == 2

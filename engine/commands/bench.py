@@ -1,8 +1,10 @@
 """``python -m engine bench NAME``: run one benchmark of ``engine.bench`` and print its report.
 
-Contract: ``bench NAME [--size tiny|default] [--repeats N] [--device cpu|cuda] [--json]`` prints one JSON object
-(``--json``; without it an indented one) with sizes, per-variant medians, side-by-side ratios and a ``correct``
-section; exits 0 when the fast path matched its baseline (``correct.ok``), 1 otherwise.
+Contract: ``bench NAME [--size tiny|default] [--repeats N] [--device cpu|cuda] [--contention N] [--json]`` prints
+one JSON object (``--json``; without it an indented one) with sizes, per-variant medians, side-by-side ratios and a
+``correct`` section; exits 0 when the fast path matched its baseline (``correct.ok``), 1 otherwise. With
+``--contention N`` the object holds the ``quiet`` and the ``contended`` report (N competing processes, see
+``engine.bench.contention``), each timing's ``slowdown`` and every ratio quiet and contended side by side.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", choices=("tiny", "default"), default="default", help="workload size")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per variant (median reported)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    parser.add_argument("--contention", type=int, default=0, metavar="N",
+                        help="measure quiet, then again while N competing CPU-bound processes run (started and "
+                             "stopped by the benchmark); reports both and each timing's slowdown")
     parser.add_argument("--json", action="store_true", help="print one compact JSON object")
 
 
@@ -32,7 +37,15 @@ def run(args: argparse.Namespace) -> int:
 
     # Trainers print their logs on stdout; keep stdout for the one JSON object.
     with contextlib.redirect_stdout(sys.stderr):
-        report = bench.run(args.name, size=args.size, repeats=args.repeats, device=args.device)
+        def measure() -> dict:
+            return bench.run(args.name, size=args.size, repeats=args.repeats, device=args.device)
+
+        if args.contention > 0:
+            from engine.bench.contention import with_contention
+
+            report = {"benchmark": args.name, **with_contention(measure, args.contention)}
+        else:
+            report = measure()
     if args.json:
         print_json(report)
     else:
