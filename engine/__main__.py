@@ -25,6 +25,7 @@ COMMANDS = {
     "swap": "swap",
     "experiment": "experiment",
     "report": "report",
+    "merge": "merge",
 }
 
 

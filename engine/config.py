@@ -58,7 +58,10 @@ class TrainSettings:
     batch_size: int = _f(8, "rows per device per step", ge=1)
     grad_accum: int = _f(1, "gradient accumulation steps", ge=1)
     max_length: int = _f(512, "tokens per row (prompt + completion); longer rows are truncated by TRL", ge=1)
-    lora: bool = _f(False, "train a LoRA adapter (merged after training) instead of all weights")
+    lora: bool = _f(False, "train a LoRA adapter instead of all weights")
+    save_adapter: bool = _f(True, "LoRA: the iteration's checkpoint is the adapter alone (MBs, not a full copy); the "
+                                  "next stage loads the starting model and merges the adapters in order; `python -m "
+                                  "engine merge` writes merged weights. false: merge and save full weights")
     lora_r: int = _f(16, "LoRA rank", ge=1)
     lora_alpha: int = _f(32, "LoRA alpha", ge=1)
     lora_dropout: float = _f(0.0, "LoRA dropout", ge=0, lt=1)

@@ -84,6 +84,12 @@ def validate(config: RunConfig, source: str | None) -> None:
         raise ConfigError("critic.base_url", "required for the openai backend", source)
     if bool(config.tools.qa_base_url) != bool(config.tools.qa_model):
         raise ConfigError("tools.qa_model", "set both tools.qa_base_url and tools.qa_model, or neither", source)
+    for dotted, settings in (("sample.backend", config.dpo), ("ground.backend", config.sft)):
+        if get_field(config, dotted) == "vllm" and settings.lora and settings.save_adapter:
+            # vLLM loads a model directory; a run's adapter checkpoint is an adapter plus the model it applies to.
+            section = "dpo" if settings is config.dpo else "sft"
+            raise ConfigError(f"{section}.save_adapter", f"with {dotted} = vllm the checkpoints must be full weights: "
+                                                         f"set {section}.save_adapter = false", source)
     for dotted, role in (("sample.backend", "planner"), ("ground.backend", "grounder")):
         if get_field(config, dotted) == "vllm" and getattr(config, role).adapter:
             # vLLM serves plain weights here; merging on the fly would write a second copy of the model.

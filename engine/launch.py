@@ -14,7 +14,8 @@ the other path, for DDP / DeepSpeed ZeRO / FSDP over several GPUs. Contract of `
 - when ``should_stop()`` turns true it terminates the whole process group (SIGTERM, SIGKILL after
   ``KILL_AFTER_S``) and raises ``StageStopped``: no checkpoint is recorded, as with the in-process trainer;
 - a non-zero exit raises ``LaunchFailed`` carrying the tail of ``output.log``; success means the worker wrote the
-  checkpoint (``config.json`` present in the output directory) and its ``done.json``.
+  checkpoint (``config.json``, or an adapter checkpoint's ``moat_base.json``, in the output directory) and its
+  ``done.json``.
 
 It returns the number of log lines imported. Relative ``launch.accelerate_config`` paths resolve against the
 working directory (the examples assume the repository root, like every other path in the example configs).
@@ -159,7 +160,8 @@ def run_training(*, stage: str, kind: str, work_dir: Path, output_dir: Path, row
     if proc.returncode != 0:
         raise LaunchFailed(f"{stage}: accelerate launch exited with status {proc.returncode}; see "
                            f"{work_dir / 'output.log'}. Last output:\n{_tail(work_dir / 'output.log')}")
-    if not (output_dir / "config.json").exists() or not (work_dir / "done.json").exists():
+    written = (output_dir / "config.json").exists() or (output_dir / "moat_base.json").exists()  # full or adapter
+    if not written or not (work_dir / "done.json").exists():
         raise LaunchFailed(f"{stage}: the training subprocess exited 0 but wrote no checkpoint to {output_dir}. "
                            f"Last output:\n{_tail(work_dir / 'output.log')}")
     return imported

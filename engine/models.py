@@ -11,10 +11,12 @@ backend a stage generates with (these kernels or vLLM) is chosen in ``engine.gen
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -78,10 +80,58 @@ def load_tokenizer(path: str):
     return tokenizer
 
 
+# In a run's adapter checkpoint: {"base": the model it was trained on, "base_adapter": that model's own configured
+# LoRA adapter ("" for none; only the configured model has one, as in runtime.load_agent)}.
+ADAPTER_BASE = "moat_base.json"
+
+
+def is_adapter_checkpoint(path: str | Path) -> bool:
+    """A run's LoRA checkpoint: an adapter (``adapter_config.json``) saying which model it was trained on."""
+    return (Path(path) / ADAPTER_BASE).is_file()
+
+
+def adapter_chain(path: str | Path) -> tuple[ModelSpec, list[str]]:
+    """``(the full model, [adapter dirs, oldest first])`` behind a checkpoint path: an iteration's adapter names the
+    model it started from, which may itself be the previous iteration's adapter."""
+    adapters: list[str] = []
+    current, base_adapter = str(path), ""
+    while is_adapter_checkpoint(current):
+        adapters.append(current)
+        found = json.loads((Path(current) / ADAPTER_BASE).read_text(encoding="utf-8"))
+        current, base_adapter = found["base"], found.get("base_adapter", "")
+        if current in adapters:
+            raise ValueError(f"{path}: the adapter checkpoints' bases form a loop")
+    return ModelSpec(current, base_adapter or None), adapters[::-1]
+
+
+def save_adapter_checkpoint(model, tokenizer, out: str | Path, base: str, base_adapter: str = "") -> None:
+    """Write a trained ``PeftModel``'s adapter (not the base weights), the tokenizer and the model it applies to."""
+    out = Path(out)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    write_adapter_base(out, base, base_adapter)
+
+
+def write_adapter_base(out: str | Path, base: str, base_adapter: str = "") -> None:
+    """Name the model an adapter checkpoint applies to (what makes the directory a loadable checkpoint)."""
+    (Path(out) / ADAPTER_BASE).write_text(json.dumps({"base": str(base), "base_adapter": base_adapter or ""}),
+                                          encoding="utf-8")
+
+
 def load_model(spec: ModelSpec, *, trainable: bool = False):
-    """Return ``(model, tokenizer)``; an adapter is merged so inference runs on plain weights."""
+    """Return ``(model, tokenizer)``; an adapter is merged so inference runs on plain weights. ``spec.path`` may be an
+    adapter checkpoint of a run: its chain back to the full model is loaded and merged in order."""
     from transformers import AutoModelForCausalLM
 
+    if is_adapter_checkpoint(spec.path):
+        from peft import PeftModel
+
+        base, adapters = adapter_chain(spec.path)
+        model, _ = load_model(ModelSpec(base.path, base.adapter, spec.dtype, spec.device), trainable=False)
+        for adapter in adapters:
+            model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+        model.train(trainable)
+        return model, load_tokenizer(spec.path)
     device = resolve_device(spec.device)
     spread = spec.device == "map"  # accelerate places the layers (GPUs first, then CPU); never moved afterwards
     model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=resolve_dtype(spec.dtype, device),

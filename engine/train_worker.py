@@ -92,14 +92,23 @@ def _full_state_dict(model) -> dict[str, Any] | None:
     return None  # plain or DDP-unwrapped module: save_pretrained reads it directly
 
 
-def _save(model, tokenizer, output_dir: Path) -> None:
+def _save(model, tokenizer, output_dir: Path, base: dict[str, Any]) -> None:
+    """Rank 0 writes the checkpoint: full weights, or a LoRA run's adapter and the model it applies to (``base``, the
+    spec's model reference) as ``engine.models.save_adapter_checkpoint`` does in-process."""
     state = _full_state_dict(model)
     if _rank() != 0:
         return
     from accelerate.utils import extract_model_from_parallel
 
+    from engine.models import write_adapter_base
+
     plain = extract_model_from_parallel(model)
     output_dir.mkdir(parents=True, exist_ok=True)
+    if hasattr(plain, "peft_config"):  # PEFT's save_pretrained keeps only the adapter's keys of a full state
+        plain.save_pretrained(output_dir, safe_serialization=True, **({} if state is None else {"state_dict": state}))
+        tokenizer.save_pretrained(output_dir)
+        write_adapter_base(output_dir, base["path"], base.get("adapter") or "")
+        return
     if state is None:
         plain.save_pretrained(output_dir, safe_serialization=True)
     else:
@@ -147,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         if log_file is not None:
             log_file.close()
     orphaned()  # the engine may have died during the last step: then nobody wants this checkpoint
-    _save(trained, tokenizer, Path(spec["output_dir"]))
+    _save(trained, tokenizer, Path(spec["output_dir"]), spec["model"])
     if _rank() == 0:
         Path(spec["done"]).write_text(json.dumps({"log_lines": len(history), "rows": len(rows)}), encoding="utf-8")
     return 0

@@ -6,7 +6,9 @@ only builds their configs, datasets and callbacks:
 - ``sft_train(model, tokenizer, rows, settings)`` with rows ``{"prompt", "completion"}``;
 - ``dpo_train(model, tokenizer, rows, settings, ref_model=None)`` with rows ``{"prompt", "chosen", "rejected"}``.
 
-With LoRA the adapter is merged back after training, so callers always get a plain model. The DPO reference is
+With LoRA the caller gets the ``PeftModel`` (``save_adapter``, the default: the checkpoint is the adapter alone,
+``engine.models.save_adapter_checkpoint``) or, with ``save_adapter = false``, the adapter merged back into plain
+weights. The DPO reference is
 explicit (see ``DPOSettings.reference``): TRL's default of reloading ``config._name_or_path`` is never used for full
 fine-tuning. ``should_stop`` is polled after every optimizer step; ``on_log`` receives each TRL log dict.
 """
@@ -82,9 +84,11 @@ def _quiet(trainer):
     return trainer
 
 
-def _finish(trainer, lora: bool):
+def _finish(trainer, settings: TrainSettings):
+    """The trained model: a LoRA run's ``PeftModel`` as it is when its adapter is what gets saved
+    (``settings.save_adapter``), else plain weights (the adapter merged in)."""
     model = trainer.model
-    if lora:
+    if settings.lora and not settings.save_adapter:
         model = model.merge_and_unload()
     model.eval()
     return model
@@ -105,7 +109,7 @@ def sft_train(model, tokenizer, rows: list[dict[str, str]], settings: TrainSetti
             callbacks=[StepHooks(on_log, should_stop)],
         )
         _quiet(trainer).train()
-        return _finish(trainer, settings.lora), list(trainer.state.log_history)
+        return _finish(trainer, settings), list(trainer.state.log_history)
 
 
 def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSettings, *, ref_model=None,
@@ -138,4 +142,4 @@ def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSetting
             callbacks=[StepHooks(on_log, should_stop)],
         )
         _quiet(trainer).train()
-        return _finish(trainer, settings.lora), list(trainer.state.log_history)
+        return _finish(trainer, settings), list(trainer.state.log_history)

@@ -32,11 +32,11 @@ def test_dpo_variants_train_and_log(tiny_agents, variant):
     planner, _ = tiny_agents
     start = copy.deepcopy(planner.model)
     settings = DPOSettings(learning_rate=5e-3, max_steps=2, batch_size=2, max_length=128, logging_steps=1,
-                           lora=variant == "lora", lora_r=4, lora_alpha=8,
+                           lora=variant == "lora", lora_r=4, lora_alpha=8, save_adapter=False,
                            precompute_ref_log_probs=variant == "precompute")
     logs = []
     trained, history = dpo_train(planner.model, planner.tokenizer, ROWS, settings, on_log=logs.append)
-    assert type(trained).__name__ == "LlamaForCausalLM"  # LoRA merged back into a plain model
+    assert type(trained).__name__ == "LlamaForCausalLM"  # save_adapter = false: LoRA merged into plain weights
     assert _changed(start, trained) > 0
     assert any("rewards/margins" in line for line in logs) and len(logs) >= 2
     assert history[-1]["step"] == 2
@@ -51,7 +51,7 @@ def test_lora_sft_merges_and_stop_flag_ends_training(tiny_agents, demo_tasks):
         rows.append({"prompt": prompt, "completion": completion.removesuffix("</s>")})
     start = copy.deepcopy(grounder.model)
     settings = TrainSettings(learning_rate=5e-3, max_steps=5, batch_size=2, max_length=256, lora=True, lora_r=4,
-                             lora_alpha=8, logging_steps=1)
+                             lora_alpha=8, logging_steps=1, save_adapter=False)
     calls = {"n": 0}
 
     def stop_after_two() -> bool:
@@ -95,3 +95,14 @@ def test_dpo_ld_alpha_discounts_the_longer_plans_extra_tokens(tiny_agents):
     assert logged[0.0][0] == pytest.approx(logged[1.0][0], abs=1e-4)  # the shorter plan is all shared length
     assert logged[0.0][1] > logged[1.0][1] + 1.0  # the extra subgoal's tokens no longer count
     assert logged[0.5][1] == pytest.approx((logged[0.0][1] + logged[1.0][1]) / 2, abs=1e-3)
+
+
+def test_lora_keeps_the_adapter_unmerged_when_it_is_what_gets_saved(tiny_agents):
+    """``save_adapter`` (the default): the caller gets the ``PeftModel``; merging it changes the weights."""
+    planner, _ = tiny_agents
+    start = copy.deepcopy(planner.model)
+    settings = DPOSettings(learning_rate=5e-3, max_steps=2, batch_size=2, max_length=128, lora=True, lora_r=4,
+                           lora_alpha=8)
+    trained, _ = dpo_train(copy.deepcopy(planner.model), planner.tokenizer, ROWS, settings)
+    assert hasattr(trained, "peft_config") and settings.save_adapter
+    assert _changed(start, trained.merge_and_unload()) > 0

@@ -2,7 +2,9 @@
 
 Both train a fresh copy of the iteration's starting agent with TRL, log every TRL log line into ``train_logs``,
 honour the stop flag after each optimizer step, and save the result as the iteration's checkpoint
-(``run_dir/iter_TT/<role>``, full weights; a LoRA run merges its adapter first). With nothing to train on they
+(``run_dir/iter_TT/<role>``: full weights; a LoRA run saves its adapter alone with the model it was trained on,
+loaded back as that model plus the adapters in order, or with ``save_adapter = false`` merges it into full
+weights). With nothing to train on they
 record the starting checkpoint unchanged, so the next iteration always has a planner and a grounder.
 
 Crash safety: a checkpoint is written to ``<role>.partial-<pid>`` and renamed into place when complete, and its row
@@ -63,11 +65,27 @@ def _partial_dir(ctx: StageContext, role: str) -> Path:
     return ctx.iteration_dir() / f"{role}.partial-{os.getpid()}"
 
 
+def checkpoint_kind(settings) -> str:
+    """How a training stage's result is stored: full weights, LoRA merged into them, or the LoRA adapter alone."""
+    if not settings.lora:
+        return "full"
+    return "lora-adapter" if settings.save_adapter else "lora-merged"
+
+
 def _save(ctx: StageContext, role: str, agent: Agent, model) -> str:
+    """Write the trained model as the iteration's checkpoint: full weights, or (a LoRA ``PeftModel`` kept unmerged)
+    the adapter and the model it was trained on (``engine.models.save_adapter_checkpoint``)."""
+    from engine.models import save_adapter_checkpoint
+
     final, partial = ctx.iteration_dir() / role, _partial_dir(ctx, role)
-    model.save_pretrained(partial, safe_serialization=True)
-    crash_point(ctx.iteration, ctx.stage, "save")  # weights written, tokenizer not yet: a half-written checkpoint
-    agent.tokenizer.save_pretrained(partial)
+    if hasattr(model, "peft_config"):
+        start = _model_ref(ctx, role, ctx.iteration)
+        save_adapter_checkpoint(model, agent.tokenizer, partial, start.path, start.adapter)
+        crash_point(ctx.iteration, ctx.stage, "save")
+    else:
+        model.save_pretrained(partial, safe_serialization=True)
+        crash_point(ctx.iteration, ctx.stage, "save")  # weights written, tokenizer not yet: a half-written checkpoint
+        agent.tokenizer.save_pretrained(partial)
     _publish(partial, final)
     return str(final)
 
@@ -149,7 +167,7 @@ def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str
                          on_log=_train_logger(ctx, _steps(-(-len(rows) // ranks), settings)),
                          should_stop=ctx.should_stop)
     _publish(partial, output)
-    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, str(output), "lora-merged" if settings.lora else "full")
+    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, str(output), checkpoint_kind(settings))
     return lines
 
 
@@ -177,7 +195,7 @@ def run_planner(ctx: StageContext) -> dict[str, int | str]:
                                  on_log=_train_logger(ctx, _steps(len(rows), settings)), should_stop=ctx.should_stop)
     ctx.check_stop()  # stopped mid-training: no checkpoint
     path = _save(ctx, "planner", start, trained)
-    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "planner", path, "lora-merged" if settings.lora else "full")
+    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "planner", path, checkpoint_kind(settings))
     return {"rows": len(rows), "log_lines": len(history), "precision": precision}
 
 
@@ -266,6 +284,6 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
     if ctx.should_stop():
         raise StageStopped("train_grounder stopped at the user's request")
     path = _save(ctx, "grounder", start, trained)
-    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "grounder", path, "lora-merged" if settings.lora else "full")
+    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "grounder", path, checkpoint_kind(settings))
     return {**counts, "log_lines": len(history)}
 

@@ -87,7 +87,7 @@ def _run(ctx: StageContext, role: str) -> dict[str, int | str]:
     if ctx.should_stop():
         raise StageStopped(f"{ctx.stage} stopped at the user's request")
     path = train._save(ctx, role, start, trained)
-    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, path, "lora-merged" if settings.lora else "full")
+    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, path, train.checkpoint_kind(settings))
     ctx.forget_agents()  # the evaluation and iteration 1 load what this stage saved
     return {**counts, "log_lines": len(history)}
 

@@ -1,0 +1,71 @@
+"""``python -m engine merge``: write a checkpoint as one plain model directory (full weights, no adapters).
+
+Contract: ``merge --out DIR (PATH | --run R --iteration T --role planner|grounder [--db D])`` loads the checkpoint,
+a LoRA run's adapter checkpoint included (its chain back to the full model, merged in order:
+``engine.models.load_model``), and saves the merged weights and the tokenizer to ``DIR``, which must not exist yet;
+prints ``{"out": DIR, "from": PATH, "adapters": N}``. A missing checkpoint, run or iteration, or an existing ``DIR``,
+prints ``error: ...`` on stderr and exits 2; nothing is written then. The merged directory is what vLLM and other
+tools load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "Merge a checkpoint (a LoRA run's adapters included) into one plain model directory."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", nargs="?", default=None,
+                        help="a checkpoint directory (or use --run/--iteration/--role)")
+    parser.add_argument("--out", required=True, help="the directory to write (must not exist)")
+    parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (with --run)")
+    parser.add_argument("--run", default=None, help="the run whose checkpoint to merge")
+    parser.add_argument("--iteration", type=int, default=None, help="the iteration that produced it")
+    parser.add_argument("--role", choices=("planner", "grounder"), default=None, help="which agent")
+    parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: as loaded)")
+
+
+def _checkpoint_path(args: argparse.Namespace) -> str | None:
+    if args.path:
+        return args.path
+    from engine.store import Store
+
+    if not (args.run and args.iteration is not None and args.role):
+        print("error: give a checkpoint PATH, or --run, --iteration and --role", file=sys.stderr)
+        return None
+    if not Path(args.db).exists():
+        print(f"error: {args.db} does not exist", file=sys.stderr)
+        return None
+    with Store(args.db, read_only=True) as store:
+        found = store.checkpoint(args.run, args.iteration, args.role)
+    if not found:
+        print(f"error: run {args.run!r} has no {args.role} checkpoint for iteration {args.iteration}", file=sys.stderr)
+        return None
+    return found["path"]
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.commands._common import print_json
+    from engine.models import ModelSpec, adapter_chain, load_model
+
+    path = _checkpoint_path(args)
+    if path is None:
+        return 2
+    out = Path(args.out)
+    if out.exists():
+        print(f"error: {out} exists; merge writes a new directory", file=sys.stderr)
+        return 2
+    if not Path(path).is_dir():
+        print(f"error: {path} is not a checkpoint directory", file=sys.stderr)
+        return 2
+    _, adapters = adapter_chain(path)
+    model, tokenizer = load_model(ModelSpec(path, dtype=args.dtype, device="cpu"))
+    partial = out.with_name(out.name + ".partial")
+    model.save_pretrained(partial, safe_serialization=True)
+    tokenizer.save_pretrained(partial)
+    partial.rename(out)  # the directory appears whole or not at all
+    print_json({"out": str(out), "from": str(path), "adapters": len(adapters)})
+    return 0
