@@ -1,6 +1,7 @@
 """Run tab: edit a config (TOML) in the page, validate it with field-level errors, see the equivalent CLI command,
 create a run, and drive the shared ``JobWorker`` (next stage / rest of iteration / next iteration / stop) with live
-progress (stage table, counts, ETA, log tail, TRL loss curves) refreshed by a ``gr.Timer``.
+progress (stage table with one human line per stage from ``studio.stage_text``, ETA, log tail, TRL loss curves)
+refreshed by a ``gr.Timer``.
 
 A config from the page is checked like a file (``engine.config``), then every path in it must lie inside the
 studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_policy``. Creating a run and every
@@ -31,6 +32,7 @@ from engine.store import Store
 from engine.workspace import config_paths_inside
 from studio.common import Ctx, check_writable, curator_of, spaces_capped, spaces_policy
 from studio.jobs import JobWorker
+from studio.stage_text import stage_summary
 
 
 def validate_config(text: str, spaces: bool = False, workspace: str | Path | None = None) -> tuple[RunConfig | None,
@@ -103,9 +105,9 @@ def stage_table(store: Store, run_id: str | None, live: bool = False) -> pd.Data
                 "started_at"] else None
             status = "interrupted" if s["status"] == "running" and not live else s["status"]
             rows.append({"iteration": it, "stage": stage, "status": status,
-                         "counts": json.dumps(s["counts"])[:120], "seconds": None if took is None else round(took, 1),
-                         "error": (s["error"] or "")[:160]})
-    return pd.DataFrame(rows, columns=["iteration", "stage", "status", "counts", "seconds", "error"])
+                         "summary": stage_summary(store, run_id, it, stage, status, s["counts"]),
+                         "seconds": None if took is None else round(took, 1), "error": (s["error"] or "")[:160]})
+    return pd.DataFrame(rows, columns=["iteration", "stage", "status", "summary", "seconds", "error"])
 
 
 def job_markdown(jobs: JobWorker) -> str:

@@ -346,3 +346,31 @@ def test_stage_table_shows_a_dead_running_stage_as_interrupted(tmp_path):
         s.set_stage(RUN, IT, "ground", "running")
         assert stage_table(s, RUN)["status"].tolist() == ["interrupted"]
         assert stage_table(s, RUN, live=True)["status"].tolist() == ["running"]
+
+
+def test_the_run_tab_says_what_each_stage_did_in_words(tmp_path):
+    """One human line per stage, from its counts and the rows it wrote: never the counts' JSON."""
+    from studio.tab_run import stage_table
+    from tests._store_world import IT, RUN, build_world
+
+    with Store(tmp_path / "ws.duckdb") as s:
+        build_world(s)  # 3 auto pairs (margins 1.5, 0.3, 0.7) and verdicts: 1 accepted, 1 corrected, 1 unfixable
+        s.write("metrics", [{"run_id": RUN, "iteration": IT, "split": split, "domain": "all", "name": "accuracy",
+                             "value": value} for split, value in (("held_in", 0.68), ("held_out", 0.271))])
+        done = {"sample": {"rows": 8, "new_rows": 8}, "pairs": {"rows": 3, "groups": 3},
+                "train_planner": {"rows": 3, "log_lines": 4, "precision": "fp32 (bf16 = false)"},
+                "critique": {"rows": 3}, "evaluate": {"rows": 450, "metrics": 74},
+                "train_grounder": {"rows": 480, "new_rows": 96, "original_rows": 384}}
+        for stage, counts in done.items():
+            s.set_stage(RUN, IT, stage, "running")
+            s.set_stage(RUN, IT, stage, "done", counts=counts)
+        s.set_stage(RUN, IT, "ground", "skipped", counts={"note": "stage 2 disabled (stages.stage2 = false)"})
+        table = stage_table(s, RUN).set_index("stage")
+    assert "counts" not in table.columns
+    assert table.loc["sample", "summary"] == "8 plans sampled"
+    assert table.loc["pairs", "summary"] == "3 pairs from 3 tasks, median margin 0.70 (of 3 task-steps)"
+    assert table.loc["train_planner", "summary"] == "DPO on 3 rows, fp32 (bf16 = false)"
+    assert table.loc["critique", "summary"] == "3 verdicts: 1 accepted, 1 corrected, 1 unfixable"
+    assert table.loc["evaluate", "summary"] == "450 tasks evaluated: held-in 68.0%, held-out 27.1%"
+    assert table.loc["train_grounder", "summary"] == "SFT on 480 rows (96 new + 384 original)"
+    assert table.loc["ground", "summary"] == "skipped: stage 2 disabled (stages.stage2 = false)"

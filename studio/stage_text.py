@@ -1,0 +1,78 @@
+"""One human line per stage of a run for the Run tab ("96 pairs from 96 tasks, median margin 0.31"), built from the
+stage's stored counts and, where a count alone says little, the rows the stage wrote (pair margins, verdict
+statuses, accuracies). Pure reads; a stage that has not finished says what it is doing or why it was skipped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.store import Store
+
+
+def _n(value: Any) -> str:
+    return f"{int(value):,}" if isinstance(value, (int, float)) else "?"
+
+
+def _pairs(store: Store, run_id: str, iteration: int, counts: dict[str, Any]) -> str:
+    stats = store.query("SELECT count(*) AS n, count(DISTINCT task_id) AS tasks, median(margin) AS margin FROM pairs "
+                        "WHERE run_id = ? AND iteration = ?", [run_id, iteration]).iloc[0]
+    if not stats["n"]:
+        return f"no pair cleared the margin threshold ({_n(counts.get('groups', 0))} task-steps)"
+    return (f"{_n(stats['n'])} pairs from {_n(stats['tasks'])} tasks, median margin {float(stats['margin']):.2f} "
+            f"(of {_n(counts.get('groups', stats['tasks']))} task-steps)")
+
+
+def _critique(store: Store, run_id: str, iteration: int, counts: dict[str, Any]) -> str:
+    statuses = store.query("SELECT status, count(*) AS n FROM verdicts WHERE run_id = ? AND iteration = ? "
+                           "GROUP BY status ORDER BY n DESC, status", [run_id, iteration])
+    parts = ", ".join(f"{int(r.n):,} {r.status}" for r in statuses.itertuples(index=False))
+    return f"{_n(counts.get('rows'))} verdicts" + (f": {parts}" if parts else "")
+
+
+def _evaluate(store: Store, run_id: str, iteration: int, counts: dict[str, Any]) -> str:
+    accuracy = store.query("SELECT split, value FROM metrics WHERE run_id = ? AND iteration = ? AND domain = 'all' "
+                           "AND name = 'accuracy' ORDER BY split", [run_id, iteration])
+    parts = ", ".join(f"{r.split.replace('_', '-')} {100 * r.value:.1f}%" for r in accuracy.itertuples(index=False))
+    return f"{_n(counts.get('rows'))} tasks evaluated" + (f": {parts}" if parts else "")
+
+
+def _training(what: str, counts: dict[str, Any]) -> str:
+    if counts.get("note"):
+        return str(counts["note"])
+    rows = _n(counts.get("rows"))
+    if "original_rows" in counts:
+        rows += f" rows ({_n(counts.get('new_rows'))} new + {_n(counts['original_rows'])} original)"
+    else:
+        rows += " rows"
+    precision = f", {counts['precision']}" if counts.get("precision") else ""
+    return f"{what} on {rows}{precision}"
+
+
+def stage_summary(store: Store, run_id: str, iteration: int, stage: str, status: str,
+                  counts: dict[str, Any] | None) -> str:
+    """The Run tab's line for one stage (see the module docstring)."""
+    counts = counts or {}
+    if status == "skipped":
+        return f"skipped: {counts.get('note', '')}".rstrip(": ")
+    if status in ("running", "interrupted", "pending"):
+        return {"running": "running", "interrupted": "interrupted: resumes where it stopped",
+                "pending": "waiting"}[status]
+    if status in ("failed", "stopped") and not counts:
+        return status
+    if stage == "sample":
+        return f"{_n(counts.get('rows'))} plans sampled"
+    if stage == "score":
+        return f"{_n(counts.get('rows'))} plans scored by the grounder"
+    if stage == "pairs":
+        return _pairs(store, run_id, iteration, counts)
+    if stage == "ground":
+        return f"{_n(counts.get('rows'))} plans grounded"
+    if stage == "critique":
+        return _critique(store, run_id, iteration, counts)
+    if stage == "evaluate":
+        return _evaluate(store, run_id, iteration, counts)
+    if stage in ("train_planner", "warm_start_planner"):
+        return _training("DPO" if stage == "train_planner" else "warm-start SFT", counts)
+    if stage in ("train_grounder", "warm_start_grounder"):
+        return _training("SFT", counts)
+    return ", ".join(f"{k} {v}" for k, v in counts.items())
