@@ -207,7 +207,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     iteration INTEGER NOT NULL,         -- the agent produced by iteration t (pi(t+1))
     role TEXT NOT NULL,                 -- planner | grounder
     path TEXT NOT NULL,
-    kind TEXT NOT NULL,                 -- full | lora
+    kind TEXT NOT NULL,                 -- full | lora-merged | lora-adapter (adapter + moat_base.json) | unchanged
     created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
     PRIMARY KEY (run_id, iteration, role)
 );

@@ -39,6 +39,16 @@ def figure(title: str, x: str, y: str, iterations: bool = True, percent: bool = 
     return fig
 
 
+def note_if_empty(fig: go.Figure, text: str) -> go.Figure:
+    """A figure without data shows ``text`` instead of empty axes (never an empty chart with axes from -1 to 6)."""
+    if not any(len(trace.x if trace.x is not None else ()) for trace in fig.data):
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
+        fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+                           font=dict(size=14, color="#666"))
+    return fig
+
+
 def line(fig: go.Figure, x: Sequence, y: Sequence, name: str, colour: str | None = None, dashed: bool = False,
          lo: Sequence | None = None, hi: Sequence | None = None) -> None:
     """A line with markers; ``lo``/``hi`` (same length as ``y``) draw asymmetric error bars."""

@@ -22,7 +22,7 @@ from engine.store import Store
 from studio import metrics_experiment as mexp
 from studio.common import Ctx
 from studio.metrics_swaps import changes_markdown, swap_markdown
-from studio.plots import colours, figure, line
+from studio.plots import colours, figure, line, note_if_empty
 
 FIGURES = ("accuracy", "gap_ppl", "gap_logppl", "dpo_rewards", "dpo_loss", "sft_loss", "pairs", "critic")
 DPO_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
@@ -98,7 +98,8 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
             v["rate"] = v["n"] / v.groupby("iteration")["n"].transform("sum")
             for status, df in v.groupby("status"):
                 line(figs["critic"], df["iteration"], df["rate"], f"{tag}{status}", dashed=dashed)
-    return figs
+    empty = "Nothing measured yet: pick a run, or start one in the Run tab"
+    return {name: note_if_empty(fig, empty) for name, fig in figs.items()}
 
 
 def run_tables(store: Store, run_id: str | None) -> tuple[str, str]:

@@ -32,6 +32,7 @@ from engine.store import Store
 from engine.workspace import config_paths_inside
 from studio.common import Ctx, check_writable, curator_of, spaces_capped, spaces_policy
 from studio.jobs import JobWorker
+from studio.plots import note_if_empty
 from studio.stage_text import stage_summary
 
 
@@ -146,7 +147,7 @@ def loss_figure(store: Store, run_id: str | None) -> go.Figure:
             fig.add_scatter(x=df["step"], y=df["loss"], mode="lines+markers", name=f"it {it} {stage}")
     fig.update_layout(title="TRL loss", xaxis_title="step", yaxis_title="loss", height=320,
                       margin=dict(l=40, r=10, t=40, b=40))
-    return fig
+    return note_if_empty(fig, "No training logged yet: the loss appears here while a training stage runs")
 
 
 def build(ctx: Ctx, config_path: str) -> None:

@@ -374,3 +374,18 @@ def test_the_run_tab_says_what_each_stage_did_in_words(tmp_path):
     assert table.loc["evaluate", "summary"] == "450 tasks evaluated: held-in 68.0%, held-out 27.1%"
     assert table.loc["train_grounder", "summary"] == "SFT on 480 rows (96 new + 384 original)"
     assert table.loc["ground", "summary"] == "skipped: stage 2 disabled (stages.stage2 = false)"
+
+
+def test_no_empty_chart_is_drawn(tmp_path):
+    """Without data a chart says so in words instead of drawing empty axes; with data it draws the data only."""
+    from studio import tab_metrics, tab_run
+    from tests._store_world import RUN, build_world
+
+    with Store(tmp_path / "ws.duckdb") as s:
+        build_world(s)
+        for fig in [tab_run.loss_figure(s, RUN), tab_run.loss_figure(s, None),
+                    *tab_metrics.figures(s, None).values()]:
+            assert [a.text for a in fig.layout.annotations] and fig.layout.xaxis.visible is False
+        s.add_train_logs(RUN, 0, "train_planner", [{"step": 1, "loss": 0.69}, {"step": 2, "loss": 0.6}])
+        drawn = tab_run.loss_figure(s, RUN)
+        assert not drawn.layout.annotations and list(drawn.data[0].y) == [0.69, 0.6]
