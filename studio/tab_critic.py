@@ -20,6 +20,7 @@ import gradio as gr
 import pandas as pd
 
 from engine import curation
+from engine.dbutil import records
 from engine.executor import ExecutionResult
 from engine.outcome import run_actions, toolbox_for_run
 from engine.store import Store
@@ -55,14 +56,7 @@ def _row(store: Store, run_id: str, iteration: int, key: str) -> dict[str, Any] 
     task_id, step, k = parse_key(key)
     df = store.verdict_rows(run_id, int(iteration))
     df = df[(df["task_id"] == task_id) & (df["step"] == step) & (df["k"] == k)]
-    return None if not len(df) else {c: (None if _na(v) else v) for c, v in df.iloc[0].to_dict().items()}
-
-
-def _na(v: Any) -> bool:
-    try:
-        return bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
+    return records(df.iloc[:1])[0] if len(df) else None
 
 
 def _subgoals(text: Any) -> str:
@@ -80,7 +74,9 @@ def verdict_detail(store: Store, run_id: str | None, iteration: int | None, key:
     head = f"<p><b>{v['status']}</b> ({v['backend']}) · {v['question']}</p>"
     decided = f"<p>Curator: <b>{v['override_action']}</b> by {v['curator']}</p>" if v["override_action"] else ""
     original = (head + decided + "<b>Plan subgoals</b>" + pre(_subgoals(v["plan_subgoals_json"]) or v["plan_text"])
-                + "<b>Grounded actions</b>" + pre(v["grounding_actions"]))
+                + "<b>Grounded actions</b>" + pre(v["grounding_actions"])
+                + "<details><summary>What the grounder saw (its prompt, as rendered)</summary>"
+                + pre(v.get("grounding_prompt") or "") + "</details>")
     corrected = ("<b>Corrected subgoals</b>" + pre(_subgoals(v["corrected_subgoals_json"]))
                  + "<b>Corrected actions</b>" + pre(v["corrected_actions"]) + "<b>Critic says</b>" + pre(v["raw"]))
     diff = word_diff_html(v["grounding_actions"] or "", v["corrected_actions"] or "")

@@ -389,3 +389,15 @@ def test_no_empty_chart_is_drawn(tmp_path):
         s.add_train_logs(RUN, 0, "train_planner", [{"step": 1, "loss": 0.69}, {"step": 2, "loss": 0.6}])
         drawn = tab_run.loss_figure(s, RUN)
         assert not drawn.layout.annotations and list(drawn.data[0].y) == [0.69, 0.6]
+
+
+def test_a_verdict_shows_what_the_grounder_saw(tmp_path):
+    from studio.tab_critic import verdict_detail
+    from tests._store_world import IT, RUN, build_world
+
+    with Store(tmp_path / "ws.duckdb") as s:
+        build_world(s)
+        row = s.frame("groundings", RUN, IT, task_id="m2").iloc[0].to_dict()
+        s.write("groundings", [{**row, "prompt": "<|user|>\nGround these subgoals for m2\n<|assistant|>\n"}])
+        original, _, _, _ = verdict_detail(s, RUN, IT, "m2|0|0")
+    assert "What the grounder saw" in original and "Ground these subgoals for m2" in original
