@@ -47,6 +47,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="viewers only: no overrides, no jobs, no exports")
     p.add_argument("--workspace", default=env.get("MOAT_WORKSPACE", "."),
                    help="paths sent from the page (config paths) must lie inside this directory (env MOAT_WORKSPACE)")
+    p.add_argument("--first-visit-demo", action=argparse.BooleanOptionalAction,
+                   default=env.get("MOAT_FIRST_VISIT_DEMO", "1" if env.get("SPACE_ID") else "") in ("1", "true"),
+                   help="on an empty store, create and start a one-iteration demo run at once, so a first visit has "
+                        "something to browse (default: on Spaces only; env MOAT_FIRST_VISIT_DEMO)")
     return p.parse_args(argv)
 
 
@@ -74,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     viewers = parse_auth(args.viewers) or []
     accounts = (parse_auth(args.auth) or []) + viewers
     demo = build_app(store, args.config, read_only=args.read_only, spaces=spaces,
-                     viewers=frozenset(user for user, _ in viewers), workspace=args.workspace)
+                     viewers=frozenset(user for user, _ in viewers), workspace=args.workspace,
+                     first_visit=args.first_visit_demo)
     try:
         serve(demo, host=args.host, port=args.port, auth=accounts or None, head=HEAD)
     finally:

@@ -27,6 +27,7 @@ import gradio as gr
 from engine.store import Store
 from studio import tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
 from studio.common import Ctx, default_iteration, run_iterations
+from studio.first_visit import WELCOME, start_showcase
 from studio.jobs import JobWorker
 
 HEAD = tab_pairs.SHORTCUTS_JS
@@ -42,12 +43,15 @@ CONCURRENCY = 8
 
 def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: bool = False, spaces: bool = False,
               jobs: JobWorker | None = None, viewers: frozenset[str] = frozenset(),
-              workspace: str | Path | None = None) -> gr.Blocks:
+              workspace: str | Path | None = None, first_visit: bool = False) -> gr.Blocks:
     jobs = jobs or JobWorker(store, read_only=read_only)
+    showcase = start_showcase(store, jobs, config_path, spaces) if first_visit else None
     with gr.Blocks(title="MOAT Studio") as demo:
         mode = " · read-only" if read_only else ""
         mode += " · Spaces demo (sizes capped, demo agents only)" if spaces else ""
         gr.Markdown(f"## MOAT Studio\nStore `{store.path}`{mode}")
+        if showcase:
+            gr.Markdown(WELCOME, elem_id="first-visit")
         with gr.Row():
             run = gr.Dropdown([], label="Run", elem_id="pick-run", scale=3)
             iteration = gr.Dropdown([], label="Iteration", elem_id="pick-iteration", scale=1)

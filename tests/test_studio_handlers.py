@@ -401,3 +401,29 @@ def test_a_verdict_shows_what_the_grounder_saw(tmp_path):
         s.write("groundings", [{**row, "prompt": "<|user|>\nGround these subgoals for m2\n<|assistant|>\n"}])
         original, _, _, _ = verdict_detail(s, RUN, IT, "m2|0|0")
     assert "What the grounder saw" in original and "Ground these subgoals for m2" in original
+
+
+def test_a_first_visit_to_an_empty_store_starts_a_demo_run_to_browse(tmp_path, loop_config):
+    """``first_visit``: an empty, writable store gets a one-iteration demo run started at once, with a welcome that
+    says what happens and where to look; a store that has runs, or a read-only one, is never touched."""
+    from engine.config import config_to_toml
+    from studio.app import build_app
+    from studio.first_visit import SHOWCASE_NAME, WELCOME
+    from studio.jobs import JobWorker
+
+    config_file = tmp_path / "demo.toml"
+    config_file.write_text(config_to_toml(loop_config))
+    with Store(tmp_path / "fresh.duckdb") as s:
+        jobs = JobWorker(s)
+        demo = build_app(s, str(config_file), jobs=jobs, first_visit=True)
+        (run,) = s.list_runs()
+        assert run["name"] == SHOWCASE_NAME and jobs.snapshot()["status"] != "idle"  # started at once
+        assert jobs.wait(timeout=300) and jobs.snapshot()["result"] == "done", jobs.snapshot()
+        assert s.stage_status(run["run_id"], 1)["evaluate"]["status"] == "done"
+        assert s.count("pairs", run["run_id"], 1) > 0 and s.count("verdicts", run["run_id"], 1) > 0
+        assert WELCOME in str(demo.config)
+        build_app(s, str(config_file), jobs=jobs, first_visit=True)  # a second start: the store has a run now
+        assert len(s.list_runs()) == 1
+    with Store(tmp_path / "ro.duckdb") as s:
+        build_app(s, str(config_file), jobs=JobWorker(s, read_only=True), first_visit=True)
+        assert s.list_runs() == []
