@@ -59,6 +59,18 @@ def write_rows(path: Path, rows: list[dict[str, str]]) -> None:
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def rank_steps(work_dir: Path) -> dict[int, int]:
+    """``{rank: optimizer steps done}`` from the workers' progress files (``engine.train_worker.progress_hook``)."""
+    steps = {}
+    for path in work_dir.glob("rank*.progress.json"):
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # replaced while read: the next poll sees it
+            continue
+        steps[int(found["rank"])] = int(found["steps"])
+    return dict(sorted(steps.items()))
+
+
 class LogTail:
     """Reads the complete lines appended to a JSON-lines file since the last call (a half-written line waits)."""
 
@@ -108,13 +120,17 @@ def _terminate(proc: subprocess.Popen) -> None:
 
 def run_training(*, stage: str, kind: str, work_dir: Path, output_dir: Path, rows: list[dict[str, str]],
                  settings: TrainSettings, model: ModelRef, reference: ModelRef | None, launch: LaunchSection,
-                 on_log: Callable[[dict[str, Any]], None], should_stop: Callable[[], bool]) -> int:
-    """Train ``model`` on ``rows`` in an ``accelerate launch`` subprocess; see the module docstring."""
+                 on_log: Callable[[dict[str, Any]], None], should_stop: Callable[[], bool],
+                 on_ranks: Callable[[dict[int, int]], None] | None = None) -> int:
+    """Train ``model`` on ``rows`` in an ``accelerate launch`` subprocess; see the module docstring. ``on_ranks``
+    receives ``{rank: optimizer steps done}`` for every worker whenever it changes."""
     if kind not in ("sft", "dpo"):
         raise ValueError(f"kind must be sft or dpo, not {kind!r}")
     work_dir.mkdir(parents=True, exist_ok=True)
     for name in ("rows.jsonl", "spec.json", "train_log.jsonl", "output.log", "done.json"):
         (work_dir / name).unlink(missing_ok=True)  # a re-run starts afresh
+    for stale in work_dir.glob("rank*.progress.json"):
+        stale.unlink()
     write_rows(work_dir / "rows.jsonl", rows)
     spec = {
         "stage": stage,
@@ -136,7 +152,7 @@ def run_training(*, stage: str, kind: str, work_dir: Path, output_dir: Path, row
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     tail = LogTail(work_dir / "train_log.jsonl")
-    imported = 0
+    imported, reported = 0, {}
     with (work_dir / "output.log").open("wb") as output:
         proc = subprocess.Popen(launch_command(launch, spec_path.resolve()), stdout=output, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -150,6 +166,10 @@ def run_training(*, stage: str, kind: str, work_dir: Path, output_dir: Path, row
                 for log in tail.read():
                     on_log(log)
                     imported += 1
+                ranks = rank_steps(work_dir)
+                if on_ranks is not None and ranks and ranks != reported:
+                    on_ranks(ranks)
+                    reported = ranks
                 if finished:
                     break
                 if should_stop():

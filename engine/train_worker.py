@@ -48,6 +48,26 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def rank_progress_path(log: str | Path, rank: int) -> Path:
+    """Where a rank writes its optimizer-step count (beside the rank-0 log the engine tails)."""
+    return Path(log).with_name(f"rank{rank}.progress.json")
+
+
+def progress_hook(log: str | Path, should_stop):
+    """A ``should_stop`` (polled after every optimizer step, on every rank) that first records this rank's step
+    count: the engine shows every worker's progress, not only rank 0's log lines."""
+    path, steps = rank_progress_path(log, _rank()), {"n": 0}
+
+    def check() -> bool:
+        steps["n"] += 1
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps({"rank": _rank(), "steps": steps["n"]}), encoding="utf-8")
+        partial.replace(path)  # a reader never sees half a file
+        return should_stop()
+
+    return check
+
+
 def _device():
     import torch
 
@@ -131,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     device = _device()
     model, tokenizer = _load(spec["model"], device, trainable=True)
     orphaned = parent_watch(spec.get("parent_pid"))
+    step_hook = progress_hook(spec["log"], orphaned)
     log_path = Path(spec["log"])
     log_file = log_path.open("a", encoding="utf-8") if _rank() == 0 else None
 
@@ -147,9 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                 for p in ref_model.parameters():
                     p.requires_grad_(False)
             trained, history = dpo_train(model, tokenizer, rows, settings, ref_model=ref_model, on_log=on_log,
-                                         should_stop=orphaned)
+                                         should_stop=step_hook)
         elif kind == "sft":
-            trained, history = sft_train(model, tokenizer, rows, settings, on_log=on_log, should_stop=orphaned)
+            trained, history = sft_train(model, tokenizer, rows, settings, on_log=on_log, should_stop=step_hook)
         else:
             raise ValueError(f"spec kind must be sft or dpo, not {kind!r}")
     finally:

@@ -45,6 +45,10 @@ def _training(what: str, counts: dict[str, Any]) -> str:
     else:
         rows += " rows"
     precision = f", {counts['precision']}" if counts.get("precision") else ""
+    workers = counts.get("rank_steps") or {}
+    if len(workers) > 1:
+        steps = sorted(set(workers.values()))
+        precision += f", {len(workers)} workers at {'/'.join(map(str, steps))} step(s)"
     return f"{what} on {rows}{precision}"
 
 

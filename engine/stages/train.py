@@ -143,13 +143,14 @@ def _prompt_agent(ctx: StageContext, role: str) -> Agent:
     return Agent(None, load_tokenizer(ref.adapter or ref.path), getattr(ctx.config, role).chat_template)
 
 
-def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str, str]], settings) -> int:
-    """Train ``role`` on ``rows`` in an ``accelerate launch`` subprocess, record its checkpoint; the log lines."""
+def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str, str]], settings) -> dict:
+    """Train ``role`` on ``rows`` in an ``accelerate launch`` subprocess and record its checkpoint; returns the
+    counts it adds to the stage's: ``log_lines`` and ``rank_steps`` (the optimizer steps each worker did)."""
     import gc
 
     import torch
 
-    from engine.launch import run_training
+    from engine.launch import rank_steps, run_training
 
     ctx.forget_agents()  # the parent's cached models would sit on GPU 0 beside a training rank
     gc.collect()
@@ -161,14 +162,17 @@ def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str
     stage = ctx.stage or f"train_{role}"
     ranks = ctx.config.launch.num_processes
     output, partial = ctx.iteration_dir() / role, _partial_dir(ctx, role)
-    lines = run_training(stage=stage, kind=kind, work_dir=ctx.iteration_dir() / "launch" / stage, output_dir=partial,
-                         rows=rows, settings=settings, model=_model_ref(ctx, role, ctx.iteration),
-                         reference=reference, launch=ctx.config.launch,
-                         on_log=_train_logger(ctx, _steps(-(-len(rows) // ranks), settings)),
-                         should_stop=ctx.should_stop)
+    work_dir, total = ctx.iteration_dir() / "launch" / stage, _steps(-(-len(rows) // ranks), settings)
+
+    def show_ranks(steps: dict[int, int]) -> None:  # every worker's progress, not only rank 0's log lines
+        ctx.report(min(steps.values()), total, "workers at steps " + ", ".join(f"{r}: {n}" for r, n in steps.items()))
+
+    lines = run_training(stage=stage, kind=kind, work_dir=work_dir, output_dir=partial, rows=rows, settings=settings,
+                         model=_model_ref(ctx, role, ctx.iteration), reference=reference, launch=ctx.config.launch,
+                         on_log=_train_logger(ctx, total), should_stop=ctx.should_stop, on_ranks=show_ranks)
     _publish(partial, output)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, str(output), checkpoint_kind(settings))
-    return lines
+    return {"log_lines": lines, "rank_steps": {str(r): n for r, n in rank_steps(work_dir).items()}}
 
 
 def run_planner(ctx: StageContext) -> dict[str, int | str]:
@@ -183,8 +187,7 @@ def run_planner(ctx: StageContext) -> dict[str, int | str]:
     settings.seed = ctx.config.run.seed + ctx.iteration
     precision = _precision(ctx, "planner", settings)
     if _launched(ctx):
-        lines = _train_launched(ctx, "planner", "dpo", rows, settings)
-        return {"rows": len(rows), "log_lines": lines, "precision": precision}
+        return {"rows": len(rows), "precision": precision, **_train_launched(ctx, "planner", "dpo", rows, settings)}
     start = ctx.agent("planner")
     ref_model = None
     if settings.reference == "initial" and ctx.iteration > 1:
@@ -276,7 +279,7 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
     counts = {"rows": len(rows), "new_rows": len(new), "original_rows": n_original,
               "precision": _precision(ctx, "grounder", settings)}
     if _launched(ctx):
-        return {**counts, "log_lines": _train_launched(ctx, "grounder", "sft", rows, settings)}
+        return {**counts, **_train_launched(ctx, "grounder", "sft", rows, settings)}
     model = copy.deepcopy(start.model)
     model.train()
     trained, history = sft_train(model, start.tokenizer, rows, settings,

@@ -78,7 +78,7 @@ def _run(ctx: StageContext, role: str) -> dict[str, int | str]:
     settings = _settings(ctx.config, role)
     counts: dict[str, int | str] = {"rows": len(rows), "precision": train._precision(ctx, role, settings)}
     if train._launched(ctx):
-        return {**counts, "log_lines": train._train_launched(ctx, role, "sft", rows, settings)}
+        return {**counts, **train._train_launched(ctx, role, "sft", rows, settings)}
     model = copy.deepcopy(start.model)
     model.train()
     trained, history = sft_train(model, start.tokenizer, rows, settings,
