@@ -163,6 +163,9 @@ class ScoreSection:
     batch_size: int = _f(32, "(prompt, actions) pairs per forward pass", ge=1)
     shared_prefix: bool = _f(True, "compute each shared prompt prefix once and reuse its KV cache for the K plans "
                                    "(exact to ~1e-6); false: length-sorted padded batches")
+    calibrate: bool = _f(False, "time both kernels on the stage's first chunk, here and now (other jobs on the "
+                                "machine included), and score the rest with the faster; the choice is in the stage's "
+                                "counts. Off by default: then a rerun scores with the same kernel, bit for bit")
 
 
 @dataclass

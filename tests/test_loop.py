@@ -122,3 +122,21 @@ def test_iterative_formulation_samples_and_scores_per_step(tmp_path, loop_config
         assert len(store.frame("scores", run_id, 1)) == len(plans)
         verdicts = store.frame("verdicts", run_id, 1)
         assert set(verdicts.status) <= {"accepted", "corrected"} and verdicts.reference_guided.all()
+
+
+def test_score_calibrate_times_both_kernels_and_scores_the_same(tmp_path, loop_config):
+    """``score.calibrate``: the first chunk is scored by both kernels, the faster scores the rest, the counts say
+    which and why; the scores equal the configured kernel's to ~1e-6."""
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, loop_config)
+        assert run_stage(store, run_id, 1, "sample") == "done"
+        assert run_stage(store, run_id, 1, "score") == "done"
+        plain = store.frame("scores", run_id, 1).set_index(["task_id", "step", "k"])["logppl"]
+        assert store.stage_status(run_id, 1)["score"]["counts"]["kernel"] == "shared prefix"
+        loop_config.score.calibrate = True
+        store.delete("scores", run_id, 1)
+        assert run_stage(store, run_id, 1, "score", config=loop_config) == "done"
+        kernel = store.stage_status(run_id, 1)["score"]["counts"]["kernel"]
+        assert kernel.split(" (")[0] in ("shared prefix", "padded batches") and "calibrated on" in kernel
+        calibrated = store.frame("scores", run_id, 1).set_index(["task_id", "step", "k"])["logppl"]
+        assert (calibrated - plain.loc[calibrated.index]).abs().max() < 1e-5

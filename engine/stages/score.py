@@ -2,8 +2,10 @@
 
 log-PPL = mean NLL of the gold action tokens plus EOS given the grounder prompt with that plan (prompt masked;
 each task's shared prompt prefix is computed once when ``score.shared_prefix``, and batched or shared scoring
-equals unbatched, see ``engine.models.score_targets``). A malformed plan is scored with its raw
-text as the single subgoal, so it still gets a (typically bad) score instead of vanishing from the pairs.
+equals unbatched, see ``engine.models.score_targets``). With ``score.calibrate`` the first chunk is scored by both
+kernels and the faster one, here and now, scores the rest; the stage's counts name the kernel either way. A
+malformed plan is scored with its raw text as the single subgoal, so it still gets a (typically bad) score instead
+of vanishing from the pairs.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def run(ctx: StageContext) -> dict[str, int]:
     size = max(ctx.config.score.batch_size * 8, 64)
     chunks = pending_batches(rows, size, lambda r: (r.task_id, r.step, r.k) in scored)
     n_chunks = len(batches(rows, size))
+    fast: bool | None = None if ctx.config.score.calibrate else ctx.config.score.shared_prefix
+    kernel = "shared prefix" if ctx.config.score.shared_prefix else "padded batches"
     for index, chunk in chunks:
         ctx.check_stop()
         pairs = []
@@ -41,9 +45,11 @@ def run(ctx: StageContext) -> dict[str, int]:
             if row.step and task.id not in results_cache:
                 results_cache[task.id] = gold_step_results(task)
             pairs.append(grounding_pair(grounder, task, row.step, subgoals, results_cache.get(task.id, [])))
-        logppl = models.score_targets(grounder.model, grounder.tokenizer, [p for p, _ in pairs],
-                                      [t for _, t in pairs], batch_size=ctx.config.score.batch_size,
-                                      fast=ctx.config.score.shared_prefix)
+        prompts, targets = [p for p, _ in pairs], [t for _, t in pairs]
+        if fast is None:  # score.calibrate: the first chunk is scored by both kernels, timed side by side
+            fast, kernel = _calibrate(grounder, prompts, targets, ctx.config.score.batch_size)
+        logppl = models.score_targets(grounder.model, grounder.tokenizer, prompts, targets,
+                                      batch_size=ctx.config.score.batch_size, fast=fast)
         n_tokens = [len(grounder.tokenizer(t, add_special_tokens=False)["input_ids"]) + 1 for _, t in pairs]
         frame = pd.DataFrame({
             "run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": [r.task_id for r in chunk],
@@ -52,4 +58,18 @@ def run(ctx: StageContext) -> dict[str, int]:
         })
         written += ctx.store.write("scores", frame)
         ctx.report(index + 1, n_chunks, f"{written} plans scored")
-    return {"rows": ctx.store.count("scores", ctx.run_id, ctx.iteration), "new_rows": written}
+    return {"rows": ctx.store.count("scores", ctx.run_id, ctx.iteration), "new_rows": written, "kernel": kernel}
+
+
+def _calibrate(grounder, prompts: list[str], targets: list[str], batch_size: int) -> tuple[bool, str]:
+    """Score one chunk with each kernel and keep the faster (``score.calibrate``); the two agree to ~1e-6."""
+    import time
+
+    seconds = {}
+    for fast in (True, False):
+        started = time.perf_counter()
+        models.score_targets(grounder.model, grounder.tokenizer, prompts, targets, batch_size=batch_size, fast=fast)
+        seconds[fast] = time.perf_counter() - started
+    fast = seconds[True] <= seconds[False]
+    return fast, (f"{'shared prefix' if fast else 'padded batches'} (calibrated on {len(prompts)} plans: shared "
+                  f"prefix {seconds[True]:.2f} s, padded batches {seconds[False]:.2f} s)")
