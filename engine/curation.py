@@ -18,6 +18,9 @@ Contract (shared by the studio and the CLI):
   (train on the grounding as it was), ``accept_correction`` (train on the critic's correction), ``edit`` (train on
   curator-written actions, validated with ``parse_actions`` and previewed with the executor), ``drop`` (no
   training record), ``restore``.
+* ``mark_reviewed`` records that a curator looked at a pair or verdict and left it as it is (a row with target
+  ``pair_review`` / ``verdict_review``: never part of the effective data); ``review_progress`` counts the items
+  anybody (and one curator) has acted on or reviewed, for the "reviewed N of M" counters.
 * ``effective_pairs`` / ``effective_sft_records`` give the data after overrides; ``agreement`` measures how often
   curators agreed with the critic.
 * Each action reads the current state and appends its row under ``Store.serialized()``: concurrent sessions acting
@@ -225,6 +228,44 @@ def restore_pair(
     return _pair_override(
         store, run_id, iteration, task_id, step, "restore", before, {"pair_idx": pair_idx}, curator, reason
     )
+
+
+# -- reviews --------------------------------------------------------------------------------------------------------
+
+REVIEW_TARGETS = {"pair": "pair_review", "verdict": "verdict_review"}
+
+
+@_atomic
+def mark_reviewed(store: Store, run_id: str, iteration: int, target: str, task_id: str, step: int, index: int, *,
+                  curator: str = "curator", reason: str = "") -> int:
+    """Record "looked at, left as it is" for a pair (``index`` = pair_idx) or a verdict (``index`` = k)."""
+    if target not in REVIEW_TARGETS:
+        raise ValueError(f"target must be pair or verdict, not {target!r}")
+    if target == "pair":
+        _require_pair(store, run_id, iteration, task_id, step, index)
+    else:
+        _verdict(store, run_id, iteration, task_id, step, index)
+    return store.add_override({"run_id": run_id, "iteration": iteration, "target": REVIEW_TARGETS[target],
+                               "task_id": task_id, "step": step, "k": index if target == "verdict" else None,
+                               "pair_idx": index if target == "pair" else None, "action": "reviewed",
+                               "before_json": None, "after_json": None, "curator": curator, "reason": reason})
+
+
+def review_progress(store: Store, run_id: str, iteration: int, target: str, curator: str = "") -> dict[str, int]:
+    """``{"total", "reviewed", "mine"}``: the iteration's pairs (or verdicts), how many anybody has acted on or
+    marked reviewed, and how many ``curator`` has."""
+    if target not in REVIEW_TARGETS:
+        raise ValueError(f"target must be pair or verdict, not {target!r}")
+    index = "coalesce(pair_idx, 0)" if target == "pair" else "k"
+    table = "pairs" if target == "pair" else "verdicts"
+    total = int(store.query(f"SELECT count(*) AS n FROM {table} WHERE run_id = ? AND iteration = ?",
+                            [run_id, iteration])["n"][0])
+    acted = store.query(
+        f"""SELECT count(DISTINCT (task_id, step, {index})) AS anybody,
+                  count(DISTINCT (task_id, step, {index})) FILTER (WHERE curator = ?) AS mine
+           FROM overrides WHERE run_id = ? AND iteration = ? AND target IN (?, ?)""",
+        [curator, run_id, iteration, target, REVIEW_TARGETS[target]]).iloc[0]
+    return {"total": total, "reviewed": int(acted["anybody"]), "mine": int(acted["mine"])}
 
 
 # -- verdicts --------------------------------------------------------------------------------------------------------

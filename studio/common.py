@@ -138,6 +138,16 @@ def page_info(total: int, page: int, size: int) -> str:
     return f"{total} rows · page {min(page, pages)} of {pages}"
 
 
+def review_line(store: Store, run_id: str | None, iteration: int | None, target: str) -> str:
+    """`` · reviewed 12 of 96 by the team`` for a page's info line (items anybody acted on or marked reviewed)."""
+    if not run_id or iteration is None:
+        return ""
+    from engine.curation import review_progress
+
+    done = review_progress(store, run_id, int(iteration), target)
+    return f" · reviewed {done['reviewed']} of {done['total']} by the team"
+
+
 def tri(value: str) -> bool | None:
     """A "any / yes / no" radio as None / True / False."""
     return {"yes": True, "no": False}.get(value)

@@ -24,7 +24,7 @@ from engine.dbutil import records
 from engine.executor import ExecutionResult
 from engine.outcome import run_actions, toolbox_for_run
 from engine.store import Store
-from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, word_diff_html
+from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, review_line, word_diff_html
 
 PAGE = 20
 STATUSES = ["", "accepted", "corrected", "unfixable", "unparsed", "truncated", "error"]
@@ -85,9 +85,10 @@ def verdict_detail(store: Store, run_id: str | None, iteration: int | None, key:
 
 def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: str, curator: str,
                    reason: str = "") -> str:
-    """keep_original | accept_correction | drop | restore (edits go through ``save_edit``)."""
+    """keep_original | accept_correction | drop | restore | reviewed (edits go through ``save_edit``)."""
     fns = {"keep_original": curation.keep_original, "accept_correction": curation.accept_correction,
-           "drop": curation.drop_verdict, "restore": curation.restore_verdict}
+           "drop": curation.drop_verdict, "restore": curation.restore_verdict,
+           "reviewed": lambda *a, **kw: curation.mark_reviewed(a[0], a[1], a[2], "verdict", *a[3:], **kw)}
     task_id, step, k = parse_key(key)
     oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
     return f"{action} recorded for {key} by {curator} (override #{oid})."
@@ -141,7 +142,7 @@ def build(ctx: Ctx) -> None:
     with gr.Row():
         acts = {a: gr.Button(label, elem_id=f"critic-{a}", interactive=not ctx.read_only) for a, label in (
             ("keep_original", "Accept original"), ("accept_correction", "Accept correction"), ("drop", "Drop"),
-            ("restore", "Restore"))}
+            ("restore", "Restore"), ("reviewed", "Looks right (reviewed)"))}
     edit = gr.Textbox(label="Edit actions", lines=4, elem_id="critic-edit")
     reason = gr.Textbox(label="Reason (optional)")
     with gr.Row():
@@ -153,7 +154,8 @@ def build(ctx: Ctx) -> None:
         df, total = verdict_table(ctx.store, run_id, it, st, rv, int(pg or 1))
         keys = list(df["key"])
         keep = current if current in keys else (keys[0] if keys else None)
-        return (page_info(total, int(pg or 1), PAGE), df, gr.update(choices=keys, value=keep),
+        return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "verdict"), df,
+                gr.update(choices=keys, value=keep),
                 agreement_markdown(ctx.store, run_id, it))
 
     def act(action):

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from engine import curation
 from engine.store import Store
-from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, tri
+from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, review_line, tri
 
 PAGE = 20
 COLUMNS = ["key", "domain", "question", "chosen_k", "rejected_k", "chosen_logppl", "rejected_logppl", "margin",
@@ -90,12 +90,15 @@ def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: st
 
 def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str, curator: str,
                 chosen_k: int | None = None, rejected_k: int | None = None, reason: str = "") -> str:
-    """Apply one curator action (swap | exclude | tie | choose | restore) and say what happened."""
+    """Apply one curator action (swap | exclude | tie | choose | restore | reviewed) and say what happened."""
     task_id, step, idx = parse_key(key)
     kw = {"pair_idx": idx, "curator": curator, "reason": reason}
     fns = {"swap": curation.swap_pair, "exclude": curation.exclude_pair, "tie": curation.tie_pair,
            "restore": curation.restore_pair}
-    if action == "choose":
+    if action == "reviewed":  # looked at, left as it is
+        oid = curation.mark_reviewed(store, run_id, int(iteration), "pair", task_id, step, idx, curator=curator,
+                                     reason=reason)
+    elif action == "choose":
         if chosen_k is None or rejected_k is None:
             raise ValueError("choose needs both plan numbers")
         oid = curation.choose_pair(store, run_id, int(iteration), task_id, step, int(chosen_k), int(rejected_k), **kw)
@@ -153,6 +156,7 @@ def build(ctx: Ctx) -> None:
     with gr.Row():
         acts = {a: gr.Button(a.capitalize() + f" ({a[0] if a != 'exclude' else 'x'})", elem_id=f"pairs-{a}",
                              interactive=not ctx.read_only) for a in ("swap", "exclude", "tie", "restore")}
+        acts["reviewed"] = gr.Button("Looks right (reviewed)", elem_id="pairs-reviewed", interactive=not ctx.read_only)
         ck = gr.Number(None, label="Choose: chosen k", precision=0)
         rk = gr.Number(None, label="rejected k", precision=0)
         choose = gr.Button("Choose these plans", elem_id="pairs-choose", interactive=not ctx.read_only)
@@ -171,7 +175,8 @@ def build(ctx: Ctx) -> None:
         keep = current if current in keys else (keys[0] if keys else None)
         # Both charts from one stats query: this page is the one every curator reloads after each action.
         stats = _pair_stats(ctx.store, run_id, it) if run_id and it is not None else None
-        return (page_info(total, int(pg or 1), PAGE), df, gr.update(choices=keys, value=keep),
+        return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "pair"), df,
+                gr.update(choices=keys, value=keep),
                 margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats))
 
     def act(action):

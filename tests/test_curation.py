@@ -332,3 +332,25 @@ def test_a_version_3_pair_override_gets_its_pair_idx_column_from_after_json(tmp_
         curation.exclude_pair(s, RUN, IT, "m1", 0, pair_idx=0)
         assert s.query("SELECT pair_idx FROM overrides").values.tolist() == [[0]]
         assert bool(s.effective_pairs(RUN, IT).set_index("task_id").loc["m1", "excluded"])
+
+
+def test_reviews_count_toward_progress_and_never_change_the_data(store):
+    """"Reviewed N of M": an item counts once anybody acted on it or marked it reviewed (looked at, left as is); a
+    review mark never changes the effective pairs or training records."""
+    pairs_before, records_before = curation.effective_pairs(store, RUN, IT), curation.effective_sft_records(store, RUN,
+                                                                                                             IT)
+    assert curation.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 0, "mine": 0}
+    curation.swap_pair(store, RUN, IT, "m1", 0, curator="ann")
+    curation.mark_reviewed(store, RUN, IT, "pair", "m2", 0, 0, curator="bob")
+    curation.mark_reviewed(store, RUN, IT, "pair", "m2", 0, 0, curator="ann")  # a second look: still one item
+    assert curation.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 2, "mine": 2}
+    assert curation.review_progress(store, RUN, IT, "pair", "bob") == {"total": 3, "reviewed": 2, "mine": 1}
+    after = curation.effective_pairs(store, RUN, IT).set_index("task_id")
+    assert not after.loc["m2", "overridden"] and after.loc["m1", "override_action"] == "swap"
+    assert after.drop(index="m1")[["chosen_k", "rejected_k"]].equals(
+        pairs_before.set_index("task_id").drop(index="m1")[["chosen_k", "rejected_k"]])
+    curation.mark_reviewed(store, RUN, IT, "verdict", "m1", 0, 0, curator="ann")
+    assert curation.review_progress(store, RUN, IT, "verdict", "ann") == {"total": 3, "reviewed": 1, "mine": 1}
+    assert curation.effective_sft_records(store, RUN, IT) == records_before
+    with pytest.raises(ValueError, match="no pair"):
+        curation.mark_reviewed(store, RUN, IT, "pair", "nope", 0, 0)

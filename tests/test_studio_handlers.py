@@ -427,3 +427,20 @@ def test_a_first_visit_to_an_empty_store_starts_a_demo_run_to_browse(tmp_path, l
     with Store(tmp_path / "ro.duckdb") as s:
         build_app(s, str(config_file), jobs=JobWorker(s, read_only=True), first_visit=True)
         assert s.list_runs() == []
+
+
+def test_pages_count_what_the_team_has_reviewed(tmp_path):
+    """The Pairs and Critic pages say "reviewed N of M by the team"; "Looks right" counts without changing data."""
+    from studio import tab_critic, tab_pairs
+    from studio.common import review_line
+    from tests._store_world import IT, RUN, build_world
+
+    with Store(tmp_path / "ws.duckdb") as s:
+        build_world(s)
+        assert review_line(s, RUN, IT, "pair") == " · reviewed 0 of 3 by the team"
+        assert "reviewed" in tab_pairs.pair_action(s, RUN, IT, "m2|0|0", "reviewed", "ann")
+        tab_pairs.pair_action(s, RUN, IT, "m1|0|0", "swap", "bob")
+        assert review_line(s, RUN, IT, "pair") == " · reviewed 2 of 3 by the team"
+        assert "reviewed" in tab_critic.verdict_action(s, RUN, IT, "q1|0|0", "reviewed", "ann")
+        assert review_line(s, RUN, IT, "verdict") == " · reviewed 1 of 3 by the team"
+        assert review_line(s, None, None, "pair") == ""

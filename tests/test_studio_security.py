@@ -346,11 +346,11 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "export_file": ("write", (run_id, 1, "pairs", "jsonl")),  # writes a file on the server
         "export_push_hub": ("write", (run_id, 1, "pairs", "me/data")),  # writes to the Hub
     }
-    for action in ("swap", "exclude", "tie", "restore", "choose"):
+    for action in ("swap", "exclude", "tie", "restore", "choose", "reviewed"):
         out[f"pairs_{action}"] = ("write", (run_id, 1, pair, 0, 1, "why"))
         out[f"pairs_{action}_reload"] = ("read", pairs_filters)
         out[f"pairs_{action}_detail"] = ("read", (run_id, 1, pair))
-    for action in ("keep_original", "accept_correction", "drop", "restore"):
+    for action in ("keep_original", "accept_correction", "drop", "restore", "reviewed"):
         out[f"critic_{action}"] = ("write", (run_id, 1, verdict, "why"))
         out[f"critic_{action}_reload"] = ("read", critic_filters)
         out[f"critic_{action}_detail"] = ("read", (run_id, 1, verdict))
