@@ -58,7 +58,10 @@ def visible_gpus() -> list[str]:
 
 
 def cpu_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """The cores the workers share: affinity, cgroup quota and OMP_NUM_THREADS (``engine.threads``)."""
+    from engine.threads import usable_cores
+
+    return usable_cores()[0]
 
 
 def worker_env(slot: int, jobs: int, gpus: list[str]) -> dict[str, str]:

@@ -87,10 +87,13 @@ def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: 
                    reason: str = "") -> str:
     """keep_original | accept_correction | drop | restore | reviewed (edits go through ``save_edit``)."""
     fns = {"keep_original": curation.keep_original, "accept_correction": curation.accept_correction,
-           "drop": curation.drop_verdict, "restore": curation.restore_verdict,
-           "reviewed": lambda *a, **kw: curation.mark_reviewed(a[0], a[1], a[2], "verdict", *a[3:], **kw)}
+           "drop": curation.drop_verdict, "restore": curation.restore_verdict}
     task_id, step, k = parse_key(key)
-    oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
+    if action == "reviewed":  # looked at, left as it is
+        oid = curation.mark_reviewed(store, run_id, int(iteration), "verdict", task_id, step, k, curator=curator,
+                                     reason=reason)
+    else:
+        oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
     return f"{action} recorded for {key} by {curator} (override #{oid})."
 
 

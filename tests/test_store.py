@@ -428,8 +428,8 @@ def test_train_logs_metrics_checkpoints(store):
     store.put_metrics("r", 0, [{"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.5}])
     store.put_metrics("r", 0, [{"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.75}])
     assert store.frame("metrics", "r", 0)["value"].tolist() == [0.75]
-    store.put_checkpoint("r", 0, "planner", Path("/x/p"), "lora")
-    assert store.checkpoint("r", 0, "planner")["path"] == "/x/p"
+    store.put_checkpoint("r", 0, "planner", Path("runs/r/iter_00/planner"), "lora-adapter")
+    assert store.checkpoint("r", 0, "planner")["path"] == "runs/r/iter_00/planner"
     assert store.checkpoint("r", 0, "grounder") is None
 
 
