@@ -26,6 +26,7 @@ COMMANDS = {
     "experiment": "experiment",
     "report": "report",
     "merge": "merge",
+    "fetch-model": "fetch_model",
 }
 
 

@@ -146,8 +146,8 @@ def load_model(spec: ModelSpec, *, trainable: bool = False):
     return model, load_tokenizer(spec.adapter or spec.path)
 
 
-def _score_rows(tokenizer, prompts: Sequence[str], targets: Sequence[str],
-                max_length: int | None) -> list[tuple[list[int], int]]:
+def score_rows(tokenizer, prompts: Sequence[str], targets: Sequence[str],
+               max_length: int | None) -> list[tuple[list[int], int]]:
     """``(ids, n_label)`` per pair: prompt + target + EOS ids (truncated at the start to ``max_length``, keeping
     the target) whose last ``n_label`` tokens are scored. ``len(ids) - n_label >= 1`` whenever ``ids`` has 2+ tokens:
     the first scored token always has a predecessor."""
@@ -179,7 +179,7 @@ def score_targets_naive(model, tokenizer, prompts: Sequence[str], targets: Seque
     ``order="length"`` sorts rows by length (less padding), ``"arrival"`` batches them as given (the paper code's
     way); ``batch_size=1`` is one pair at a time. Results come back in input order.
     """
-    rows = _score_rows(tokenizer, prompts, targets, max_length)
+    rows = score_rows(tokenizer, prompts, targets, max_length)
     order_ = list(range(len(rows)))
     if order == "length":
         order_.sort(key=lambda i: len(rows[i][0]))
@@ -239,7 +239,7 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
     if not fast:
         return score_targets_naive(model, tokenizer, prompts, targets, batch_size=batch_size,
                                    max_length=max_length, stats=stats)
-    all_rows = _score_rows(tokenizer, prompts, targets, max_length)
+    all_rows = score_rows(tokenizer, prompts, targets, max_length)
     if not all_rows:
         return []
     # Identical rows (a plan sampled twice for the same task) are scored once: their results are the same number.

@@ -21,6 +21,7 @@ import gradio as gr
 from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.store import Store
+from engine.surprisal import SurprisalService
 from studio.jobs import JobWorker
 
 DEMO_AGENTS = ("assets/demo/planner", "assets/demo/grounder")
@@ -40,6 +41,8 @@ class Ctx:
     viewers: frozenset[str] = frozenset()  # authenticated users who may look but not change anything
     # Every path a browser sends (config paths, export files) must resolve inside this directory.
     workspace: Path = field(default_factory=Path.cwd)
+    # Token-level evidence for pairs (grounders and results cached for the studio's lifetime).
+    evidence: SurprisalService = field(default_factory=SurprisalService)
 
 
 def curator_of(name: str | None, request: gr.Request | None) -> str:

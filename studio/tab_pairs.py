@@ -2,14 +2,21 @@
 side-by-side view of prompt / chosen / rejected with both log-PPLs; curator actions (swap, exclude, tie, choose two
 other plans, restore) through ``engine.curation``; a margin histogram and the chosen-vs-rejected length bias.
 
-Keyboard shortcuts (outside text fields, on this tab): s swap, x exclude, t tie, r restore (``SHORTCUTS_JS`` is
-passed to ``launch(head=...)``). Handlers: ``pairs_table``, ``pair_detail``, ``pair_action``, ``margin_figure``,
-``length_figure``. API endpoints (``gradio_client``): ``/pairs_search`` (any filter change: one ``always_last``
-event), ``/pairs_detail`` and ``/pairs_<action>`` for swap, exclude, tie, choose and restore (writes); the refreshes
-after an action (``/pairs_<action>_reload``, ``/pairs_<action>_detail``) and ``/pairs_select_row`` are undocumented.
+Keyboard shortcuts (outside text fields, on this tab): j/k next/previous pair (across pages), s swap, x exclude,
+t tie, r restore, v evidence (``SHORTCUTS_JS`` is passed to ``launch(head=...)``). The pair picker names a pair by
+its question, step and plan numbers; the evidence (``studio.evidence``) shades the gold actions by the grounder's
+per-token surprisal under each plan, computed on demand and cached.
+
+Handlers: ``pairs_table``, ``pair_detail``, ``pair_evidence``, ``pair_action``, ``margin_figure``, ``length_figure``,
+``neighbour``. API endpoints (``gradio_client``): ``/pairs_search`` (any filter change: one ``always_last`` event),
+``/pairs_detail``, ``/pairs_evidence`` and ``/pairs_<action>`` for swap, exclude, tie, choose and restore (writes);
+the refreshes after an action (``/pairs_<action>_reload``, ``/pairs_<action>_detail``), ``/pairs_next``,
+``/pairs_prev`` and ``/pairs_select_row`` are undocumented.
 """
 
 from __future__ import annotations
+
+import html
 
 import gradio as gr
 import pandas as pd
@@ -17,7 +24,8 @@ import plotly.graph_objects as go
 
 from engine import curation
 from engine.store import Store
-from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, review_line, tri
+from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, review_line, tri, word_diff_html
+from studio.evidence import pair_evidence_html
 
 PAGE = 20
 COLUMNS = ["key", "domain", "question", "chosen_k", "rejected_k", "chosen_logppl", "rejected_logppl", "margin",
@@ -27,7 +35,8 @@ document.addEventListener('keydown', (e) => {
   const tag = (e.target && e.target.tagName || '').toLowerCase();
   if (tag === 'input' || tag === 'textarea' || e.target.isContentEditable) return;
   if (e.ctrlKey || e.metaKey || e.altKey) return;
-  const ids = {s: 'pairs-swap', x: 'pairs-exclude', t: 'pairs-tie', r: 'pairs-restore'};
+  const ids = {s: 'pairs-swap', x: 'pairs-exclude', t: 'pairs-tie', r: 'pairs-restore', j: 'pairs-next',
+               k: 'pairs-prev', v: 'pairs-evidence'};
   const el = ids[e.key] && document.getElementById(ids[e.key]);
   if (el && el.offsetParent !== null) { el.click(); e.preventDefault(); }
 });
@@ -41,6 +50,29 @@ def pair_key(task_id: str, step: int, pair_idx: int) -> str:
 def parse_key(key: str) -> tuple[str, int, int]:
     task_id, step, idx = key.rsplit("|", 2)
     return task_id, int(step), int(idx)
+
+
+def pair_label(question: str, key: str, chosen_k: int, rejected_k: int, width: int = 70) -> str:
+    """What the pair picker shows: the question's start, the step (iterative plans) and the two plan numbers."""
+    _, step, idx = parse_key(key)
+    text = " ".join(str(question or "").split())
+    text = text if len(text) <= width else text[:width - 1] + "…"
+    where = f" · step {step}" if step else ""
+    extra = f" · pair {idx + 1}" if idx else ""
+    return f"{text}{where} · plan {int(chosen_k)} over {int(rejected_k)}{extra}"
+
+
+def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int) -> tuple[str | None, int]:
+    """``(key, page)`` one pair before/after ``current`` in the listed order; past either end of the page, the
+    neighbouring page (whose first pair the reload then picks). At the very first/last pair nothing moves."""
+    i = keys.index(current) + delta if current in keys else 0
+    if 0 <= i < len(keys):
+        return keys[i], page
+    if i >= len(keys) and page * PAGE < total:
+        return None, page + 1
+    if i < 0 and page > 1:
+        return None, page - 1
+    return current, page
 
 
 def number(text: str | float | None) -> float | None:
@@ -81,11 +113,28 @@ def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: st
     by_k = {int(r.k): r for r in plans.itertuples(index=False)}
     flags = ", ".join(f for f in ("excluded", "tie") if bool(pair[f])) or "in training"
     chosen, rejected = by_k.get(int(pair["chosen_k"])), by_k.get(int(pair["rejected_k"]))
-    head = f"<p>{key} · {flags}{' · ' + str(pair['override_action']) if pair['overridden'] else ''}</p>"
+    label = pair_label(store.get_task(run_id, task_id).question, key, pair["chosen_k"], pair["rejected_k"])
+    head = (f"<p>{html.escape(label)} · margin {pair['margin']:.4f} · {flags}"
+            f"{' · ' + str(pair['override_action']) if pair['overridden'] else ''}</p>")
+    diff = (word_diff_html(chosen.text, rejected.text) if chosen is not None and rejected is not None else "")
     return (head + pre(chosen.prompt if chosen else ""),
             f"<b>chosen k={pair['chosen_k']} · log-PPL {pair['chosen_logppl']:.4f}</b>" + pre(chosen and chosen.text),
             f"<b>rejected k={pair['rejected_k']} · log-PPL {pair['rejected_logppl']:.4f}</b>"
-            + pre(rejected and rejected.text))
+            + pre(rejected and rejected.text) + "<p><i>chosen → rejected, word by word:</i></p>" + diff)
+
+
+def pair_evidence(store: Store, service, run_id: str | None, iteration: int | None, key: str | None) -> str:
+    """The evidence block of one pair (``studio.evidence``), or a line saying why there is none."""
+    if not (run_id and key) or iteration is None:
+        return "<p>Pick a pair first.</p>"
+    task_id, step, idx = parse_key(key)
+    eff = store.effective_pairs(run_id, int(iteration), task_id=task_id)
+    eff = eff[(eff["step"] == step) & (eff["pair_idx"] == idx)]
+    if not len(eff):
+        return "<p>This pair no longer exists.</p>"
+    pair = eff.iloc[0]
+    return pair_evidence_html(store, service, run_id, int(iteration), task_id, step, int(pair["chosen_k"]),
+                              int(pair["rejected_k"]))
 
 
 def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str, curator: str,
@@ -149,7 +198,11 @@ def build(ctx: Ctx) -> None:
         page = gr.Number(1, label="Page", precision=0, minimum=1)
     info = gr.Markdown()
     table = gr.Dataframe(interactive=False, elem_id="pairs-table", max_height=320)
-    pair = gr.Dropdown([], label="Pair (task|step|pair)", elem_id="pairs-pick")
+    total_rows = gr.State(0)
+    with gr.Row():
+        prev_btn = gr.Button("◀ Previous (k)", elem_id="pairs-prev", size="sm", scale=0)
+        pair = gr.Dropdown([], label="Pair", elem_id="pairs-pick", scale=4)
+        next_btn = gr.Button("Next (j) ▶", elem_id="pairs-next", size="sm", scale=0)
     with gr.Row():
         prompt = gr.HTML(elem_id="pairs-prompt")
         chosen, rejected = gr.HTML(elem_id="pairs-chosen"), gr.HTML(elem_id="pairs-rejected")
@@ -162,6 +215,8 @@ def build(ctx: Ctx) -> None:
         choose = gr.Button("Choose these plans", elem_id="pairs-choose", interactive=not ctx.read_only)
     reason = gr.Textbox(label="Reason (optional)")
     status = gr.Markdown(elem_id="pairs-status")
+    evidence_btn = gr.Button("Evidence: where the grounder gets lost (v)", elem_id="pairs-evidence", size="sm")
+    evidence = gr.HTML(elem_id="pairs-evidence-view")
     with gr.Row():
         hist, bias = gr.Plot(), gr.Plot()
 
@@ -173,11 +228,13 @@ def build(ctx: Ctx) -> None:
                                 excluded=ex, ties=ti, order=od, page=int(pg or 1))
         keys = list(df["key"])
         keep = current if current in keys else (keys[0] if keys else None)
+        labels = [(pair_label(q, k, c, r), k) for q, k, c, r in zip(df["question"], keys, df["chosen_k"],
+                                                                     df["rejected_k"])]
         # Both charts from one stats query: this page is the one every curator reloads after each action.
         stats = _pair_stats(ctx.store, run_id, it) if run_id and it is not None else None
         return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "pair"), df,
-                gr.update(choices=keys, value=keep),
-                margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats))
+                gr.update(choices=labels, value=keep),
+                margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats), total)
 
     def act(action):
         def handler(run_id, it, key, name, c, r, why, request: gr.Request):
@@ -190,7 +247,7 @@ def build(ctx: Ctx) -> None:
                 raise gr.Error(str(exc)) from None
         return handler
 
-    outputs = [info, table, pair, hist, bias]
+    outputs = [info, table, pair, hist, bias, total_rows]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
     gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change, ties.change,
            page.change, ctx.iteration.change, ctx.run.change], load, [*filters, pair], outputs,
@@ -198,9 +255,25 @@ def build(ctx: Ctx) -> None:
     table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")
     pair.change(lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
                 [prompt, chosen, rejected], api_name="pairs_detail")
+    # The evidence belongs to one pair: a new pick clears it until asked for (v).
+    pair.change(lambda: "", None, evidence, api_name="pairs_evidence_clear", api_visibility="undocumented")
+    evidence_btn.click(lambda r, i, k: pair_evidence(ctx.store, ctx.evidence, r, i, k),
+                       [ctx.run, ctx.iteration, pair], evidence, api_name="pairs_evidence")
+
+    def move(delta):
+        def handler(current, df, pg, total):
+            keys = list(df["key"]) if df is not None and "key" in df else []
+            key, new_page = neighbour(current, keys, int(pg or 1), int(total or 0), delta)
+            return (gr.update() if key is None or key == current else key,
+                    gr.update() if new_page == int(pg or 1) else new_page)
+        return handler
+
+    for btn, delta, name in ((next_btn, 1, "pairs_next"), (prev_btn, -1, "pairs_prev")):
+        btn.click(move(delta), [pair, table, page, total_rows], [pair, page], api_name=name,
+                  api_visibility="undocumented")
 
     def reload(*args):  # after an action: refresh everything but the picked pair
-        info_md, df, _, h, b = load(*args)
+        info_md, df, _, h, b, _total = load(*args)
         return info_md, df, h, b
 
     for action, btn in [*acts.items(), ("choose", choose)]:

@@ -120,6 +120,18 @@ def test_every_tab_and_overrides_through_the_ui(served, browser):
     page.locator("body").press("x")  # keyboard shortcut: exclude
     expect(page.locator("#pairs-status")).to_contain_text("exclude recorded")
     assert store.pairs_page(run_id, 1, excluded=True)["total"][0] == 1
+    picker = page.locator("#pairs-pick input")
+    first = picker.input_value()
+    assert "|" not in first  # a pair is named by its question and plan numbers, not a composite key
+    page.locator("body").press("j")  # next pair
+    expect(picker).not_to_have_value(first)
+    page.locator("body").press("v")  # the evidence: the gold actions shaded by surprisal under each plan
+    expect(page.locator("#pairs-evidence-view")).to_contain_text("under the rejected plan")
+    assert page.locator("#pairs-evidence-view .moat-tok").count() > 4
+    _shot(page, "Pairs-evidence")
+    page.locator("body").press("k")  # previous pair
+    expect(picker).to_have_value(first)
+    expect(page.locator("#pairs-evidence-view")).not_to_contain_text("under the rejected plan")  # cleared
 
     _tab(page, "Critic")
     expect(page.locator("#critic-original")).to_contain_text("Grounded actions")

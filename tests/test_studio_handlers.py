@@ -87,6 +87,31 @@ def test_pairs_filters_and_override_changes_the_store(store, run_id):
     assert tab_pairs.margin_figure(store, run_id, 1).data and tab_pairs.length_figure(store, run_id, 1).data
 
 
+def test_pairs_are_named_by_their_question_and_walked_with_j_and_k(store, run_id):
+    from engine.surprisal import SurprisalService
+    from studio import tab_pairs
+
+    df, total = tab_pairs.pairs_table(store, run_id, 1)
+    key, question = df["key"][0], df["question"][0]
+    label = tab_pairs.pair_label(question, key, df["chosen_k"][0], df["rejected_k"][0])
+    assert "|" not in label and " ".join(question.split())[:30] in label
+    assert f"plan {df['chosen_k'][0]} over {df['rejected_k'][0]}" in label
+    prompt, _, rejected = tab_pairs.pair_detail(store, run_id, 1, key)
+    assert "margin" in prompt and "moat-diff" in rejected  # the two plans' word diff
+    keys = list(df["key"])
+    assert tab_pairs.neighbour(keys[0], keys, 1, total, 1) == (keys[1], 1)
+    assert tab_pairs.neighbour(keys[1], keys, 1, total, -1) == (keys[0], 1)
+    assert tab_pairs.neighbour(keys[0], keys, 1, total, -1) == (keys[0], 1)  # the first pair: nothing moves
+    full = [f"t{i}|0|0" for i in range(tab_pairs.PAGE)]  # a full first page of PAGE + 1 pairs
+    assert tab_pairs.neighbour(full[-1], full, 1, tab_pairs.PAGE + 1, 1) == (None, 2)  # past the page: the next one
+    assert tab_pairs.neighbour(full[-1], full, 1, tab_pairs.PAGE, 1) == (full[-1], 1)  # the last pair of all
+    assert tab_pairs.neighbour(keys[0], keys, 2, 100, -1) == (None, 1)
+
+    evidence = tab_pairs.pair_evidence(store, SurprisalService(), run_id, 1, key)
+    assert evidence.count("moat-tok") > 4 and "under the rejected plan" in evidence and "stored" in evidence
+    assert "no longer exists" in tab_pairs.pair_evidence(store, SurprisalService(), run_id, 1, "nope|0|0")
+
+
 def test_plans_browse_bars_and_diff(store, run_id):
     from studio import tab_plans
 

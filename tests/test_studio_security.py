@@ -328,6 +328,10 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "pairs_search": ("read", pairs_filters),
         "pairs_select_row": ("read", None),
         "pairs_detail": ("read", (run_id, 1, pair)),
+        "pairs_evidence": ("read", (run_id, 1, pair)),  # computes with the grounder, stores nothing
+        "pairs_evidence_clear": ("read", ()),
+        "pairs_next": ("read", None),  # needs the page's table
+        "pairs_prev": ("read", None),
         "critic_queue": ("read", critic_filters),
         "critic_select_row": ("read", None),
         "critic_detail": ("read", (run_id, 1, verdict)),
