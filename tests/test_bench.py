@@ -86,7 +86,7 @@ def test_shared_prefill_sampling_contract(tiny_agents, demo_tasks):
     assert all(len(o) == 2 and o[0] == o[1] for o in out)  # greedy K samples are K copies
 
 
-@pytest.mark.parametrize("name", ["score", "sample", "ground", "store", "train", "iteration"])
+@pytest.mark.parametrize("name", ["score", "sample", "ground", "store", "train", "iteration", "curation"])
 def test_benchmark_smoke_tiny(name, capsys):
     from engine.__main__ import main
 
@@ -102,6 +102,11 @@ def test_benchmark_smoke_tiny(name, capsys):
         assert report["correct"]["same_well_formed"]
     if name == "ground":
         assert report["correct"]["same_groundings"]
+    if name == "curation":  # the studio served the decisions over HTTP; the evidence is the scorer's numbers
+        assert report["correct"]["reviews_stored"] == report["sizes"]["decisions"] > 0
+        assert report["correct"]["surprisal_vs_stored_logppl_max_abs_diff"] < 1e-5
+        for key in ("decision_p50_ms", "decision_p95_ms", "surprisal_cold_p95_ms", "surprisal_cached_p95_ms"):
+            assert report[key] > 0
 
 
 def test_contention_runs_competitors_only_during_the_loaded_measurement():

@@ -14,8 +14,9 @@ import json
 
 from engine.commands._common import print_json
 
-HELP = "Benchmark a hot path against the naive way (score, sample, ground, store, train, iteration)."
-NAMES = ("score", "sample", "ground", "store", "train", "iteration")
+HELP = ("Benchmark a hot path against the naive way (score, sample, ground, store, train, iteration), or a "
+        "curator's wait (curation).")
+NAMES = ("score", "sample", "ground", "store", "train", "iteration", "curation")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
