@@ -21,6 +21,8 @@ Contract (shared by the studio and the CLI):
 * ``mark_reviewed`` records that a curator looked at a pair or verdict and left it as it is (a row with target
   ``pair_review`` / ``verdict_review``: never part of the effective data); ``review_progress`` counts the items
   anybody (and one curator) has acted on or reviewed, for the "reviewed N of M" counters.
+* ``undo_last`` takes back a curator's latest action (pairs or verdicts) by appending an ``undo`` row that names
+  it; undone rows and undo rows never count as an override or a review (``engine.views.LIVE_OVERRIDE``).
 * ``effective_pairs`` / ``effective_sft_records`` give the data after overrides; ``agreement`` measures how often
   curators agreed with the critic.
 * Each action reads the current state and appends its row under ``Store.serialized()``: concurrent sessions acting
@@ -41,6 +43,7 @@ from engine.dbutil import loads, records
 from engine.executor import ExecutionResult
 from engine.outcome import run_actions, toolbox_for_run
 from engine.store import Store
+from engine.views import LIVE_OVERRIDE
 
 PAIR_ACTIONS = ("swap", "exclude", "tie", "choose", "restore")
 VERDICT_ACTIONS = ("keep_original", "accept_correction", "edit", "drop", "restore")
@@ -263,9 +266,37 @@ def review_progress(store: Store, run_id: str, iteration: int, target: str, cura
     acted = store.query(
         f"""SELECT count(DISTINCT (task_id, step, {index})) AS anybody,
                   count(DISTINCT (task_id, step, {index})) FILTER (WHERE curator = ?) AS mine
-           FROM overrides WHERE run_id = ? AND iteration = ? AND target IN (?, ?)""",
+           FROM overrides o WHERE run_id = ? AND iteration = ? AND target IN (?, ?) AND {LIVE_OVERRIDE}""",
         [curator, run_id, iteration, target, REVIEW_TARGETS[target]]).iloc[0]
     return {"total": total, "reviewed": int(acted["anybody"]), "mine": int(acted["mine"])}
+
+
+# -- undo -----------------------------------------------------------------------------------------------------------
+
+UNDO_SCOPES = {"pair": ("pair", "pair_review"), "verdict": ("verdict", "verdict_review")}
+
+
+@_atomic
+def undo_last(store: Store, run_id: str, iteration: int, curator: str, scope: str = "pair") -> dict[str, Any]:
+    """Take back ``curator``'s latest live action on this iteration's pairs (``scope="pair"``: overrides and
+    reviews) or verdicts (``"verdict"``): append an ``undo`` row naming it (``after_json = {"undoes": id}``), so the
+    item is back to its state before that action and the log keeps both rows. Pressed again, it takes back the
+    action before that one. Returns the undone row (``override_id``, ``target``, ``task_id``, ``step``, ``k``,
+    ``pair_idx``, ``action``); raises ``ValueError`` when this curator has nothing left to undo here."""
+    if scope not in UNDO_SCOPES:
+        raise ValueError(f"scope must be pair or verdict, not {scope!r}")
+    found = store.query(
+        f"""SELECT override_id, target, task_id, step, k, pair_idx, action FROM overrides o
+           WHERE run_id = ? AND iteration = ? AND curator = ? AND target IN (?, ?) AND {LIVE_OVERRIDE}
+           ORDER BY override_id DESC LIMIT 1""", [run_id, iteration, curator, *UNDO_SCOPES[scope]])
+    if not len(found):
+        raise ValueError(f"{curator} has nothing to undo on the {scope}s of iteration {iteration}")
+    row = records(found)[0]
+    store.add_override({"run_id": run_id, "iteration": iteration, "target": row["target"], "task_id": row["task_id"],
+                        "step": int(row["step"]), "k": row["k"], "pair_idx": row["pair_idx"], "action": "undo",
+                        "before_json": None, "after_json": {"undoes": int(row["override_id"])}, "curator": curator,
+                        "reason": f"undo of #{int(row['override_id'])} ({row['action']})"})
+    return row
 
 
 # -- verdicts --------------------------------------------------------------------------------------------------------

@@ -239,6 +239,12 @@ def _pair_filters(min_margin: float | None, max_margin: float | None, text: str 
     return conds, params
 
 
+# An override row that counts: not an "undo" row, and not undone by one (``engine.curation.undo_last`` appends
+# {"undoes": override_id} rows; the undone row stays in the log for the audit). Over the alias ``o``.
+LIVE_OVERRIDE = """o.action <> 'undo' AND NOT EXISTS (
+    SELECT 1 FROM overrides u WHERE u.run_id = o.run_id AND u.action = 'undo'
+        AND json_extract_string(u.after_json, '$.undoes') = CAST(o.override_id AS VARCHAR))"""
+
 # Latest pair override per (task_id, step, pair_idx); a "restore" as the latest row means "back to auto".
 # Pair overrides name their pair in the pair_idx column and, for "choose", chosen_k/rejected_k in after_json.
 # ``{scope}`` narrows both the pairs and the overrides read (and so every join after them) to some tasks; it is one
@@ -250,7 +256,8 @@ SCOPES = {"all": "", "task": "AND task_id = $task",
 _EFFECTIVE_PAIRS_TEMPLATE = """
 WITH po AS (
     SELECT o.*, coalesce(o.pair_idx, 0) AS pidx
-    FROM overrides o WHERE o.run_id = $run AND o.iteration = $it AND o.target = 'pair' {scope}),
+    FROM overrides o WHERE o.run_id = $run AND o.iteration = $it AND o.target = 'pair' {scope}
+        AND {live}),
 lo AS (
     SELECT * FROM (SELECT po.*, row_number() OVER (PARTITION BY task_id, step, pidx ORDER BY override_id DESC) AS rn
                    FROM po)
@@ -304,7 +311,7 @@ eff AS (
 def effective_pairs_sql(scope: str = "all") -> str:
     """The ``WITH ... eff AS (...)`` prefix of effective pairs, over all pairs of ``$run``/``$it`` or a ``SCOPES``
     subset (``task``: ``$task``; ``tasks``: the list ``$tasks`` with its least and greatest ids ``$lo``/``$hi``)."""
-    return _EFFECTIVE_PAIRS_TEMPLATE.format(scope=SCOPES[scope])
+    return _EFFECTIVE_PAIRS_TEMPLATE.format(scope=SCOPES[scope], live=LIVE_OVERRIDE)
 
 
 EFFECTIVE_PAIRS_SQL = effective_pairs_sql()
@@ -317,7 +324,7 @@ def _verdicts_sql(iteration_cond: str) -> str:
 WITH vo AS (
     SELECT * FROM (
         SELECT o.*, row_number() OVER (PARTITION BY iteration, task_id, step, k ORDER BY override_id DESC) AS rn
-        FROM overrides o WHERE o.run_id = $run AND o.target = 'verdict' AND {iteration_cond})
+        FROM overrides o WHERE o.run_id = $run AND o.target = 'verdict' AND {iteration_cond} AND {LIVE_OVERRIDE})
     WHERE rn = 1 AND action <> 'restore'),
 vrows AS (
     SELECT v.*, vo.action AS override_action, vo.after_json AS override_after_json, vo.curator,

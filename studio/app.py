@@ -29,8 +29,9 @@ from studio import tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, ta
 from studio.common import Ctx, default_iteration, run_iterations
 from studio.first_visit import WELCOME, start_showcase
 from studio.jobs import JobWorker
+from studio.keys import SHORTCUTS_JS
 
-HEAD = tab_pairs.SHORTCUTS_JS
+HEAD = SHORTCUTS_JS
 TABS = ("Run", "Plans", "Pairs", "Critic", "Metrics", "Export")
 # Events of one kind (say, eight curators loading the Pairs page) may run this many at once. Gradio's default is 1
 # per event, which queues every session behind the others; handlers only query the store (a DuckDB cursor each,

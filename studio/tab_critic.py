@@ -3,12 +3,15 @@
 curator decisions through ``engine.curation`` (accept original, accept correction, edit, drop, restore); an edit is
 previewed with ``engine.executor`` on a button and saved only when it parses; the critic-curator agreement rate.
 
+Keyboard (``studio.keys``): j/k next/previous verdict, a accept the original, c accept the correction, d drop,
+r restore, e edit, u undo this curator's last decision. The picker names a verdict by its question, plan and status.
+
 Handlers: ``verdict_table``, ``verdict_detail``, ``verdict_action``, ``preview_edit``, ``save_edit``,
-``agreement_markdown``. API endpoints (``gradio_client``): ``/critic_queue`` (any filter change: one
-``always_last`` event), ``/critic_detail``, ``/critic_preview_edit`` (reads), ``/critic_<action>`` (keep_original,
-accept_correction, drop, restore) and ``/critic_save_edit`` (writes); the refreshes after an action
-(``/critic_<action>_reload``, ``/critic_<action>_detail``, ``/critic_save_edit_reload``) and
-``/critic_select_row`` are undocumented.
+``agreement_markdown``, ``neighbour``, ``undo_message``. API endpoints (``gradio_client``): ``/critic_queue``
+(any filter change: one ``always_last`` event), ``/critic_detail``, ``/critic_preview_edit`` (reads),
+``/critic_<action>`` (keep_original, accept_correction, drop, restore), ``/critic_undo`` and ``/critic_save_edit``
+(writes); the refreshes after an action (``/critic_<action>_reload``, ``/critic_<action>_detail``,
+``/critic_save_edit_reload``), ``/critic_next``, ``/critic_prev`` and ``/critic_select_row`` are undocumented.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from engine.executor import ExecutionResult
 from engine.outcome import run_actions, toolbox_for_run
 from engine.store import Store
 from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, review_line, word_diff_html
+from studio.keys import action_words
+from studio.keys import neighbour as keys_neighbour
+from studio.tab_pairs import excerpt
 
 PAGE = 20
 STATUSES = ["", "accepted", "corrected", "unfixable", "unparsed", "truncated", "error"]
@@ -50,6 +56,27 @@ def verdict_table(store: Store, run_id: str | None, iteration: int | None, statu
     total = int(df["total"].iloc[0]) if len(df) else 0
     df = df.assign(key=[verdict_key(*r) for r in zip(df["task_id"], df["step"], df["k"])])
     return df[COLUMNS], total
+
+
+def verdict_label(question: str, key: str, status: str) -> str:
+    """What the verdict picker shows: the question's start, the step (iterative plans), the plan and the status."""
+    _, step, k = parse_key(key)
+    return f"{excerpt(question)}{f' · step {step}' if step else ''} · plan {k} · {status}"
+
+
+def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int) -> tuple[str | None, int]:
+    """``studio.keys.neighbour`` over this tab's pages."""
+    return keys_neighbour(current, keys, page, total, delta, PAGE)
+
+
+def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:
+    """Undo ``curator``'s last decision on this iteration's verdicts and say which."""
+    if not run_id or iteration is None:
+        raise ValueError("Pick a run and an iteration first.")
+    row = curation.undo_last(store, run_id, int(iteration), curator, "verdict")
+    question = excerpt(store.get_task(run_id, row["task_id"]).question)
+    return (f"Undid your {action_words(row['action'])} of plan {int(row['k'])} for “{question}” "
+            f"(override #{int(row['override_id'])}).")
 
 
 def _row(store: Store, run_id: str, iteration: int, key: str) -> dict[str, Any] | None:
@@ -138,15 +165,20 @@ def build(ctx: Ctx) -> None:
     agreement = gr.Markdown(elem_id="critic-agreement")
     info = gr.Markdown()
     table = gr.Dataframe(interactive=False, elem_id="critic-table", max_height=300)
-    pick = gr.Dropdown([], label="Verdict (task|step|k)", elem_id="critic-pick")
+    total_rows = gr.State(0)
+    with gr.Row():
+        prev_btn = gr.Button("◀ Previous (k)", elem_id="critic-prev", size="sm", scale=0)
+        pick = gr.Dropdown([], label="Verdict", elem_id="critic-pick", scale=4)
+        next_btn = gr.Button("Next (j) ▶", elem_id="critic-next", size="sm", scale=0)
     with gr.Row():
         original, corrected = gr.HTML(elem_id="critic-original"), gr.HTML(elem_id="critic-corrected")
     diff = gr.HTML()
     with gr.Row():
         acts = {a: gr.Button(label, elem_id=f"critic-{a}", interactive=not ctx.read_only) for a, label in (
-            ("keep_original", "Accept original"), ("accept_correction", "Accept correction"), ("drop", "Drop"),
-            ("restore", "Restore"), ("reviewed", "Looks right (reviewed)"))}
-    edit = gr.Textbox(label="Edit actions", lines=4, elem_id="critic-edit")
+            ("keep_original", "Accept original (a)"), ("accept_correction", "Accept correction (c)"),
+            ("drop", "Drop (d)"), ("restore", "Restore (r)"), ("reviewed", "Looks right (y)"))}
+        undo = gr.Button("Undo my last (u)", elem_id="critic-undo", interactive=not ctx.read_only)
+    edit = gr.Textbox(label="Edit actions (e)", lines=4, elem_id="critic-edit")
     reason = gr.Textbox(label="Reason (optional)")
     with gr.Row():
         preview_btn = gr.Button("Run edit (preview)", elem_id="critic-preview")
@@ -157,9 +189,10 @@ def build(ctx: Ctx) -> None:
         df, total = verdict_table(ctx.store, run_id, it, st, rv, int(pg or 1))
         keys = list(df["key"])
         keep = current if current in keys else (keys[0] if keys else None)
+        labels = [(verdict_label(q, k, st_), k) for q, k, st_ in zip(df["question"], keys, df["status"])]
         return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "verdict"), df,
-                gr.update(choices=keys, value=keep),
-                agreement_markdown(ctx.store, run_id, it))
+                gr.update(choices=labels, value=keep),
+                agreement_markdown(ctx.store, run_id, it), total)
 
     def act(action):
         def handler(run_id, it, key, name, why, request: gr.Request):
@@ -179,7 +212,7 @@ def build(ctx: Ctx) -> None:
         return save_edit(ctx.store, run_id, it, key, actions, curator_of(name, request), why)
 
     filters = [ctx.run, ctx.iteration, status, reviewed, page, pick]
-    outputs = [info, table, pick, agreement]
+    outputs = [info, table, pick, agreement, total_rows]
     detail = [original, corrected, diff, edit]
     gr.on([status.change, reviewed.change, page.change, ctx.iteration.change, ctx.run.change], load, filters,
           outputs, api_name="critic_queue", trigger_mode="always_last")  # in order: see studio.app.CONCURRENCY
@@ -188,8 +221,32 @@ def build(ctx: Ctx) -> None:
                 api_name="critic_detail")
 
     def reload(*args):  # after an action: refresh everything but the picked verdict
-        info_md, df, _, agree = load(*args)
+        info_md, df, _, agree, _total = load(*args)
         return info_md, df, agree
+
+    def move(delta):
+        def handler(current, df, pg, total):
+            keys = list(df["key"]) if df is not None and "key" in df else []
+            key, new_page = neighbour(current, keys, int(pg or 1), int(total or 0), delta)
+            return (gr.update() if key is None or key == current else key,
+                    gr.update() if new_page == int(pg or 1) else new_page)
+        return handler
+
+    for btn, delta, name in ((next_btn, 1, "critic_next"), (prev_btn, -1, "critic_prev")):
+        btn.click(move(delta), [pick, table, page, total_rows], [pick, page], api_name=name,
+                  api_visibility="undocumented")
+
+    def on_undo(run_id, it, name, request: gr.Request):
+        check_writable(ctx, request)
+        try:
+            return undo_message(ctx.store, run_id, it, curator_of(name, request))
+        except ValueError as exc:
+            raise gr.Error(str(exc)) from None
+
+    undo.click(on_undo, [ctx.run, ctx.iteration, ctx.curator], result, api_name="critic_undo").success(
+        reload, filters, [info, table, agreement], api_name="critic_undo_reload", api_visibility="undocumented").then(
+        lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
+        api_name="critic_undo_detail", api_visibility="undocumented")
 
     for action, btn in acts.items():
         btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result,

@@ -2,8 +2,8 @@
 side-by-side view of prompt / chosen / rejected with both log-PPLs; curator actions (swap, exclude, tie, choose two
 other plans, restore) through ``engine.curation``; a margin histogram and the chosen-vs-rejected length bias.
 
-Keyboard shortcuts (outside text fields, on this tab): j/k next/previous pair (across pages), s swap, x exclude,
-t tie, r restore, v evidence (``SHORTCUTS_JS`` is passed to ``launch(head=...)``). The pair picker names a pair by
+Keyboard (``studio.keys``): j/k next/previous pair (across pages), s swap, x exclude, t tie, r restore, v evidence,
+u undo this curator's last action. The pair picker names a pair by
 its question, step and plan numbers; the evidence (``studio.evidence``) shades the gold actions by the grounder's
 per-token surprisal under each plan, computed on demand and cached.
 
@@ -26,21 +26,13 @@ from engine import curation
 from engine.store import Store
 from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, review_line, tri, word_diff_html
 from studio.evidence import pair_evidence_html
+from studio.keys import action_words
+from studio.keys import neighbour as keys_neighbour
 
 PAGE = 20
 COLUMNS = ["key", "domain", "question", "chosen_k", "rejected_k", "chosen_logppl", "rejected_logppl", "margin",
            "override_action", "curator"]
-SHORTCUTS_JS = """<script>
-document.addEventListener('keydown', (e) => {
-  const tag = (e.target && e.target.tagName || '').toLowerCase();
-  if (tag === 'input' || tag === 'textarea' || e.target.isContentEditable) return;
-  if (e.ctrlKey || e.metaKey || e.altKey) return;
-  const ids = {s: 'pairs-swap', x: 'pairs-exclude', t: 'pairs-tie', r: 'pairs-restore', j: 'pairs-next',
-               k: 'pairs-prev', v: 'pairs-evidence'};
-  const el = ids[e.key] && document.getElementById(ids[e.key]);
-  if (el && el.offsetParent !== null) { el.click(); e.preventDefault(); }
-});
-</script>"""
+
 
 
 def pair_key(task_id: str, step: int, pair_idx: int) -> str:
@@ -52,27 +44,23 @@ def parse_key(key: str) -> tuple[str, int, int]:
     return task_id, int(step), int(idx)
 
 
+def excerpt(text: str | None, width: int = 70) -> str:
+    """The start of a question on one line."""
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= width else flat[:width - 1] + "…"
+
+
 def pair_label(question: str, key: str, chosen_k: int, rejected_k: int, width: int = 70) -> str:
     """What the pair picker shows: the question's start, the step (iterative plans) and the two plan numbers."""
     _, step, idx = parse_key(key)
-    text = " ".join(str(question or "").split())
-    text = text if len(text) <= width else text[:width - 1] + "…"
     where = f" · step {step}" if step else ""
     extra = f" · pair {idx + 1}" if idx else ""
-    return f"{text}{where} · plan {int(chosen_k)} over {int(rejected_k)}{extra}"
+    return f"{excerpt(question, width)}{where} · plan {int(chosen_k)} over {int(rejected_k)}{extra}"
 
 
 def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int) -> tuple[str | None, int]:
-    """``(key, page)`` one pair before/after ``current`` in the listed order; past either end of the page, the
-    neighbouring page (whose first pair the reload then picks). At the very first/last pair nothing moves."""
-    i = keys.index(current) + delta if current in keys else 0
-    if 0 <= i < len(keys):
-        return keys[i], page
-    if i >= len(keys) and page * PAGE < total:
-        return None, page + 1
-    if i < 0 and page > 1:
-        return None, page - 1
-    return current, page
+    """``studio.keys.neighbour`` over this tab's pages."""
+    return keys_neighbour(current, keys, page, total, delta, PAGE)
 
 
 def number(text: str | float | None) -> float | None:
@@ -156,6 +144,16 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
     return f"{action} recorded for {key} by {curator} (override #{oid})."
 
 
+def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:
+    """Undo ``curator``'s last action on this iteration's pairs (``engine.curation.undo_last``) and say which."""
+    if not run_id or iteration is None:
+        raise ValueError("Pick a run and an iteration first.")
+    row = curation.undo_last(store, run_id, int(iteration), curator, "pair")
+    question = excerpt(store.get_task(run_id, row["task_id"]).question)
+    return (f"Undid your {action_words(row['action'])} of the pair for “{question}” "
+            f"(override #{int(row['override_id'])}).")
+
+
 def _pair_stats(store: Store, run_id: str, iteration: int) -> pd.DataFrame:
     return store.pair_stats(run_id, int(iteration))  # read from the materialised pairs (engine.pair_view)
 
@@ -209,10 +207,11 @@ def build(ctx: Ctx) -> None:
     with gr.Row():
         acts = {a: gr.Button(a.capitalize() + f" ({a[0] if a != 'exclude' else 'x'})", elem_id=f"pairs-{a}",
                              interactive=not ctx.read_only) for a in ("swap", "exclude", "tie", "restore")}
-        acts["reviewed"] = gr.Button("Looks right (reviewed)", elem_id="pairs-reviewed", interactive=not ctx.read_only)
+        acts["reviewed"] = gr.Button("Looks right (y)", elem_id="pairs-reviewed", interactive=not ctx.read_only)
         ck = gr.Number(None, label="Choose: chosen k", precision=0)
         rk = gr.Number(None, label="rejected k", precision=0)
         choose = gr.Button("Choose these plans", elem_id="pairs-choose", interactive=not ctx.read_only)
+        undo = gr.Button("Undo my last (u)", elem_id="pairs-undo", interactive=not ctx.read_only)
     reason = gr.Textbox(label="Reason (optional)")
     status = gr.Markdown(elem_id="pairs-status")
     evidence_btn = gr.Button("Evidence: where the grounder gets lost (v)", elem_id="pairs-evidence", size="sm")
@@ -275,6 +274,19 @@ def build(ctx: Ctx) -> None:
     def reload(*args):  # after an action: refresh everything but the picked pair
         info_md, df, _, h, b, _total = load(*args)
         return info_md, df, h, b
+
+    def on_undo(run_id, it, name, request: gr.Request):
+        check_writable(ctx, request)
+        try:
+            return undo_message(ctx.store, run_id, it, curator_of(name, request))
+        except ValueError as exc:
+            raise gr.Error(str(exc)) from None
+
+    undo.click(on_undo, [ctx.run, ctx.iteration, ctx.curator], status, api_name="pairs_undo").success(
+        reload, [*filters, pair], [info, table, hist, bias], api_name="pairs_undo_reload",
+        api_visibility="undocumented").then(
+        lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
+        [prompt, chosen, rejected], api_name="pairs_undo_detail", api_visibility="undocumented")
 
     for action, btn in [*acts.items(), ("choose", choose)]:
         btn.click(act(action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status,

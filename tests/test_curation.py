@@ -354,3 +354,35 @@ def test_reviews_count_toward_progress_and_never_change_the_data(store):
     assert curation.effective_sft_records(store, RUN, IT) == records_before
     with pytest.raises(ValueError, match="no pair"):
         curation.mark_reviewed(store, RUN, IT, "pair", "nope", 0, 0)
+
+
+def test_undo_takes_back_a_curators_last_actions_one_by_one(store):
+    """``u``: the curator's latest live action is undone by an appended ``undo`` row (the log keeps both); pressed
+    again, the one before; another curator's actions are never touched; reviews and verdicts undo the same way."""
+    auto = pair(store, "m1")
+    curation.exclude_pair(store, RUN, IT, "m2", 0, curator="bob")
+    curation.swap_pair(store, RUN, IT, "m1", 0, curator="ann")
+    curation.tie_pair(store, RUN, IT, "m1", 0, curator="ann")
+    curation.mark_reviewed(store, RUN, IT, "pair", "q1", 0, 0, curator="ann")
+    assert curation.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 3, "mine": 2}
+
+    assert curation.undo_last(store, RUN, IT, "ann")["action"] == "reviewed"
+    assert curation.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 2, "mine": 1}
+    assert curation.undo_last(store, RUN, IT, "ann")["action"] == "tie"
+    assert pair(store, "m1")["override_action"] == "swap" and not pair(store, "m1")["tie"]
+    assert curation.undo_last(store, RUN, IT, "ann")["action"] == "swap"
+    back = pair(store, "m1")
+    assert (back["chosen_k"], back["rejected_k"], back["overridden"]) == (auto["chosen_k"], auto["rejected_k"], False)
+    with pytest.raises(ValueError, match="ann has nothing to undo"):
+        curation.undo_last(store, RUN, IT, "ann")
+    assert pair(store, "m2")["excluded"]  # bob's exclusion stands
+    assert store.pairs_page(RUN, IT, overridden=True)["task_id"].tolist() == ["m2"]  # the materialised view agrees
+    assert len(store.query("SELECT * FROM overrides WHERE action = 'undo'")) == 3  # nothing deleted: an audit log
+
+    before = sft(store)["m1"]
+    curation.drop_verdict(store, RUN, IT, "m1", 0, 0, curator="ann")
+    assert "m1" not in sft(store)
+    assert curation.undo_last(store, RUN, IT, "ann", "verdict")["action"] == "drop"
+    assert sft(store)["m1"] == before
+    with pytest.raises(ValueError, match="scope"):
+        curation.undo_last(store, RUN, IT, "ann", "task")

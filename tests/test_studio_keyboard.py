@@ -1,0 +1,117 @@
+"""Keyboard-only curation in a real browser (Playwright on Debian's chromium): a curator walks 20 pairs (smallest
+margin first) and 20 verdicts with j and y, undoes one with u, reloads, and finds every decision stored under their
+name, in queue order, with the "reviewed N of M" counter to match. Fails (never skips) without chromium."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright import sync_api
+from test_studio_browser import _free_port, _open, _shot, _tab, browser  # noqa: F401  (browser is a fixture)
+
+N = 20
+NAME = "keys-curator"
+
+
+@pytest.fixture(scope="module")
+def served_big(tmp_path_factory, tiny_agents_dir, demo_tasks):
+    """The studio on a store with 24 pairs and 24 verdicts (more than one page of 20)."""
+    from test_studio_handlers import build_studio_store
+
+    from engine.store import Store
+    from studio.app import HEAD, build_app
+    from studio.auth import serve
+
+    path = tmp_path_factory.mktemp("studio_keys") / "studio.duckdb"
+    run_id = build_studio_store(path, tiny_agents_dir, demo_tasks, ("data.train_limit=24",))
+    store = Store(path)
+    assert len(store.effective_pairs(run_id, 1)) > N and len(store.verdict_rows(run_id, 1)) > N
+    demo = build_app(store, "examples/demo.toml")
+    port = _free_port()
+    serve(demo, port=port, prevent_thread_lock=True, quiet=True, head=HEAD)
+    yield f"http://127.0.0.1:{port}/", store, run_id
+    demo.moat_jobs.stop()
+    demo.moat_jobs.wait(10)
+    demo.close()
+    store.close()
+
+
+def _reviews(store, run_id: str, target: str) -> list[tuple]:
+    """This curator's live review rows, oldest first: (task_id, step, index)."""
+    index = "coalesce(pair_idx, 0)" if target == "pair_review" else "k"
+    from engine.views import LIVE_OVERRIDE
+
+    df = store.query(f"SELECT task_id, step, {index} AS i FROM overrides o WHERE run_id = ? AND target = ? AND "
+                     f"curator = ? AND {LIVE_OVERRIDE} ORDER BY override_id", [run_id, target, NAME])
+    return [(r.task_id, int(r.step), int(r.i)) for r in df.itertuples()]
+
+
+def _wait_count(store, run_id: str, target: str, n: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(_reviews(store, run_id, target)) != n:
+        assert time.monotonic() < deadline, f"{target}: {len(_reviews(store, run_id, target))} stored, expected {n}"
+        time.sleep(0.1)
+
+
+def _walk(page, store, run_id: str, target: str, picker: str) -> None:
+    """y then j, N times: each decision is stored before the next item is asked for."""
+    body = page.locator("body")
+    for i in range(N):
+        before = page.locator(picker).input_value()
+        body.press("y")
+        _wait_count(store, run_id, target, i + 1)
+        body.press("j")
+        if i < N - 1:
+            sync_api.expect(page.locator(picker)).not_to_have_value(before)
+
+
+def test_a_curator_reviews_twenty_pairs_and_twenty_verdicts_with_the_keyboard(served_big, browser):  # noqa: F811
+    url, store, run_id = served_big
+    expect = sync_api.expect
+    page = _open(browser, url)
+    name = page.locator("#curator-name textarea, #curator-name input").first
+    name.fill(NAME)
+    name.press("Enter")
+    expect(page.locator("#curator-who")).to_contain_text(NAME)
+    name.blur()
+
+    _tab(page, "Pairs")
+    page.locator("#pairs-table").wait_for()
+    want = store.pairs_page(run_id, 1, order="margin", limit=N)  # the queue: smallest margin first
+    page.get_by_label("Order").click()
+    page.get_by_role("option", name="margin", exact=True).click()
+    head = f"{want['task_id'][0]}|{int(want['step'][0])}|{int(want['pair_idx'][0])}"
+    head_cell = page.locator("#pairs-table").get_by_role("gridcell", name=head, exact=True)
+    expect(head_cell).to_be_visible()
+    head_cell.click()  # start at the head of the queue
+    expect(page.locator("#pairs-chosen")).to_contain_text("chosen k=")
+    page.locator("body").click(position={"x": 5, "y": 5})  # focus back on the page, out of any field
+    _walk(page, store, run_id, "pair_review", "#pairs-pick input")
+    assert _reviews(store, run_id, "pair_review") == [(t, int(s), int(i)) for t, s, i in
+                                                      zip(want["task_id"], want["step"], want["pair_idx"])]
+    _shot(page, "Pairs-keyboard")
+
+    _tab(page, "Critic")
+    page.locator("#critic-table").wait_for()
+    page.locator("body").click(position={"x": 5, "y": 5})
+    _walk(page, store, run_id, "verdict_review", "#critic-pick input")
+    queue = store.verdict_queue(run_id, 1, limit=N)
+    assert _reviews(store, run_id, "verdict_review") == [(t, int(s), int(k)) for t, s, k in
+                                                         zip(queue["task_id"], queue["step"], queue["k"])]
+    page.locator("body").press("u")  # undo the last verdict review
+    expect(page.locator("#critic-result")).to_contain_text("Undid your review of")
+    _wait_count(store, run_id, "verdict_review", N - 1)
+    _shot(page, "Critic-keyboard")
+
+    page.reload()
+    expect(page.locator("#pick-run input")).to_have_value(run_id)
+    _tab(page, "Critic")
+    total_verdicts = len(store.verdict_rows(run_id, 1))
+    expect(page.get_by_text(f"reviewed {N - 1} of {total_verdicts} by the team")).to_be_visible()
+    _tab(page, "Pairs")
+    total_pairs = len(store.effective_pairs(run_id, 1))
+    expect(page.get_by_text(f"reviewed {N} of {total_pairs} by the team")).to_be_visible()
+    curators = store.query("SELECT DISTINCT curator FROM overrides WHERE run_id = ?", [run_id])["curator"].tolist()
+    assert curators == [NAME]
+    page.close()
