@@ -49,7 +49,8 @@ class StudioViews:
         """One page of effective pairs with the task question/domain and both plan texts.
 
         ``text`` matches (case-insensitively, literally) the question or either plan; ``order`` is ``task``,
-        ``margin`` or ``-margin``. The ``total`` column counts all matching rows (0 rows -> empty frame). Read from
+        ``margin``, ``-margin``, ``length`` (chosen and rejected lengths most different first) or ``shuffled``.
+        The ``total`` column counts all matching rows (0 rows -> empty frame). Read from
         the host's materialised ``PairView`` (``engine.pair_view``); ``pairs_page_sql`` is the same page computed
         from the base tables on every call.
         """
@@ -84,11 +85,11 @@ class StudioViews:
                 AND pc.step = e.step AND pc.k = e.chosen_k
             LEFT JOIN plans pr ON pr.run_id = $run AND pr.iteration = $it AND pr.task_id = e.task_id
                 AND pr.step = e.step AND pr.k = e.rejected_k"""
-        if text:  # the filter needs the plan texts: join every pair, then page
+        if text or order in TEXT_ORDERS:  # the filter or the order needs the plan texts: join every pair, then page
             sql = f"""{EFFECTIVE_PAIRS_SQL}, joined AS (
                 SELECT e.*, t.question, t.domain, pc.text AS chosen_text, pr.text AS rejected_text
                 FROM eff e {join})
-            SELECT *, count(*) OVER () AS total FROM joined WHERE {" AND ".join(conds)}
+            SELECT *, count(*) OVER () AS total FROM joined WHERE {" AND ".join(conds) or "TRUE"}
             ORDER BY {by} LIMIT $limit OFFSET $offset"""
         else:  # page the effective pairs first, then join texts for the page's rows only
             sql = f"""{EFFECTIVE_PAIRS_SQL}, page AS (
@@ -198,7 +199,12 @@ class StudioViews:
 
 # The pairs page's orders, one set for both sources of a page (these queries and engine.pair_view's materialised
 # table): the leading keys, then task order breaks every tie so pages are stable. Fixed snippets, never user text.
-PAIR_ORDER_KEYS = {"task": "", "margin": "margin", "-margin": "margin DESC"}
+# "length": suspected length bias first (the two plans' lengths differ most); "shuffled": a fixed pseudo-random order
+# (a hash of the key) for audits that should not follow the task or the margin. Both need the plan texts.
+PAIR_ORDER_KEYS = {"task": "", "margin": "margin", "-margin": "margin DESC",
+                   "length": "abs(length(chosen_text) - length(rejected_text)) DESC",
+                   "shuffled": "hash(task_id, step, pair_idx)"}
+TEXT_ORDERS = ("length", "shuffled")  # orders over the joined plan texts
 
 
 def pair_order_by(order: str, task_order: str = "task_id, step, pair_idx") -> str:

@@ -189,7 +189,9 @@ def build(ctx: Ctx) -> None:
         text = gr.Textbox(label="Search", scale=2, elem_id="pairs-search")
         min_m = gr.Textbox(label="Min margin", placeholder="any")
         max_m = gr.Textbox(label="Max margin", placeholder="any")
-        order = gr.Dropdown(["task", "margin", "-margin"], value="task", label="Order")
+        order = gr.Dropdown([("task", "task"), ("smallest margin first", "margin"),
+                             ("largest margin first", "-margin"), ("length bias first", "length"),
+                             ("shuffled (audit)", "shuffled")], value="task", label="Order")
     with gr.Row():
         overridden, excluded, ties = (gr.Radio(["any", "yes", "no"], value="any", label=lbl)
                                       for lbl in ("Overridden", "Excluded", "Ties"))

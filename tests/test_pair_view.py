@@ -27,7 +27,8 @@ FILTERS = [
 
 def same_pages(store: Store, limit: int = 2) -> None:
     """Every filter x order x offset: the materialised page equals the base-table page, row for row."""
-    for filters, order, offset in itertools.product(FILTERS, ("task", "margin", "-margin"), (0, 2)):
+    for filters, order, offset in itertools.product(FILTERS, ("task", "margin", "-margin", "length", "shuffled"),
+                                                    (0, 2)):
         fast = store.pairs_page(RUN, IT, order=order, limit=limit, offset=offset, **filters)
         slow = store.pairs_page_sql(RUN, IT, order=order, limit=limit, offset=offset, **filters)
         pd.testing.assert_frame_equal(fast.reset_index(drop=True), slow.reset_index(drop=True), check_dtype=False,
@@ -125,7 +126,7 @@ def test_many_random_pairs_and_overrides_agree(tmp_path):
                 else:
                     getattr(curation, f"{action}_pair")(store, RUN, IT, t, 0)
             for filters, order in itertools.product(
-                    [{}, {"min_margin": 1.0}, {"overridden": True}, {"text": "t01"}], ("task", "-margin")):
+                    [{}, {"min_margin": 1.0}, {"overridden": True}, {"text": "t01"}], ("task", "-margin", "length")):
                 offset = rng.randrange(0, 190)
                 fast = store.pairs_page(RUN, IT, order=order, limit=25, offset=offset, **filters)
                 slow = store.pairs_page_sql(RUN, IT, order=order, limit=25, offset=offset, **filters)

@@ -80,7 +80,7 @@ def test_a_curator_reviews_twenty_pairs_and_twenty_verdicts_with_the_keyboard(se
     page.locator("#pairs-table").wait_for()
     want = store.pairs_page(run_id, 1, order="margin", limit=N)  # the queue: smallest margin first
     page.get_by_label("Order").click()
-    page.get_by_role("option", name="margin", exact=True).click()
+    page.get_by_role("option", name="smallest margin first", exact=True).click()
     head = f"{want['task_id'][0]}|{int(want['step'][0])}|{int(want['pair_idx'][0])}"
     head_cell = page.locator("#pairs-table").get_by_role("gridcell", name=head, exact=True)
     expect(head_cell).to_be_visible()
