@@ -502,20 +502,29 @@ def agreement(store: Store, run_id: str, iteration: int | None = None) -> dict[s
     """How often the latest curator decision agreed with the critic, over reviewed (overridden) verdicts.
 
     Returns ``{"verdicts", "reviewed", "agreed", "disagreed", "rate" (None when nothing reviewed),
-    "by_action": {action: n}, "by_status": {critic status: {"reviewed", "agreed"}}}``.
+    "by_action": {action: n}, "by_status": {critic status: {"reviewed", "agreed"}}, "by_domain": {domain:
+    {"reviewed", "agreed"}}, "disagreements": [{"task_id", "step", "k", "domain", "status", "action"}]}`` (the
+    disagreements are the items to open next: where curators overruled the critic).
     """
     rows = store.verdict_rows(run_id, iteration)
     reviewed = rows[rows["override_action"].notna()]
     by_action: dict[str, int] = {}
     by_status: dict[str, dict[str, int]] = {}
+    by_domain: dict[str, dict[str, int]] = {}
+    disagreements: list[dict[str, Any]] = []
     agreed = 0
-    for status, action in zip(reviewed["status"], reviewed["override_action"]):
+    for row in reviewed.itertuples(index=False):
+        status, action, domain = row.status, row.override_action, str(row.domain)
         ok = _agrees(status, action)
         agreed += ok
         by_action[action] = by_action.get(action, 0) + 1
-        entry = by_status.setdefault(status, {"reviewed": 0, "agreed": 0})
-        entry["reviewed"] += 1
-        entry["agreed"] += int(ok)
+        for table, key in ((by_status, status), (by_domain, domain)):
+            entry = table.setdefault(key, {"reviewed": 0, "agreed": 0})
+            entry["reviewed"] += 1
+            entry["agreed"] += int(ok)
+        if not ok:
+            disagreements.append({"task_id": row.task_id, "step": int(row.step), "k": int(row.k), "domain": domain,
+                                  "status": status, "action": action})
     n = len(reviewed)
     return {
         "verdicts": len(rows),
@@ -525,4 +534,6 @@ def agreement(store: Store, run_id: str, iteration: int | None = None) -> dict[s
         "rate": agreed / n if n else None,
         "by_action": by_action,
         "by_status": by_status,
+        "by_domain": by_domain,
+        "disagreements": disagreements,
     }

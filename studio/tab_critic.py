@@ -153,8 +153,14 @@ def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) 
         return ""
     a = curation.agreement(store, run_id, int(iteration))
     rate = "—" if a["rate"] is None else f"{a['rate']:.0%}"
+    domains = ", ".join(f"{d} {v['agreed']}/{v['reviewed']}" for d, v in sorted(a["by_domain"].items())) or "—"
+    overruled = ", ".join(f"plan {d['k']} of {d['task_id']} ({d['status']} → {d['action']})"
+                          for d in a["disagreements"][:5])
+    more = f" and {len(a['disagreements']) - 5} more" if len(a["disagreements"]) > 5 else ""
     return (f"**Agreement critic ↔ curators: {rate}** ({a['agreed']}/{a['reviewed']} reviewed of {a['verdicts']} "
-            f"verdicts) · by action: {a['by_action'] or '—'}")
+            f"verdicts) · by domain: {domains} · by action: {a['by_action'] or '—'}"
+            + (f"\n\nOverruled the critic: {overruled}{more} (filter *Reviewed = yes* to open them)" if overruled
+               else ""))
 
 
 def build(ctx: Ctx) -> None:

@@ -195,6 +195,8 @@ def test_agreement_numbers(store):
         "rate": None,
         "by_action": {},
         "by_status": {},
+        "by_domain": {},
+        "disagreements": [],
     }
     curation.keep_original(store, RUN, IT, "m1", 0, 0)  # accepted + keep -> agree
     curation.edit_correction(store, RUN, IT, "m2", 0, 0, "R1 = Calculator(10-4)")  # corrected + edit -> disagree
@@ -204,6 +206,9 @@ def test_agreement_numbers(store):
     assert a["rate"] == pytest.approx(2 / 3)
     assert a["by_action"] == {"keep_original": 1, "edit": 1, "drop": 1}
     assert a["by_status"]["corrected"] == {"reviewed": 1, "agreed": 0}
+    assert a["by_domain"] == {"maths": {"reviewed": 2, "agreed": 1}, "qa": {"reviewed": 1, "agreed": 1}}
+    assert a["disagreements"] == [{"task_id": "m2", "step": 0, "k": 0, "domain": "maths", "status": "corrected",
+                                   "action": "edit"}]
     curation.drop_verdict(store, RUN, IT, "m1", 0, 0)  # the latest decision counts: now a disagreement
     curation.restore_verdict(store, RUN, IT, "m2", 0, 0)  # restored -> no longer reviewed
     a = curation.agreement(store, RUN, IT)
