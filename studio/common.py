@@ -20,6 +20,7 @@ import gradio as gr
 
 from engine.config import RunConfig
 from engine.errors import ConfigError
+from engine.leases import LeaseBook
 from engine.store import Store
 from engine.surprisal import SurprisalService
 from studio.jobs import JobWorker
@@ -43,6 +44,8 @@ class Ctx:
     workspace: Path = field(default_factory=Path.cwd)
     # Token-level evidence for pairs (grounders and results cached for the studio's lifetime).
     evidence: SurprisalService = field(default_factory=SurprisalService)
+    # Who has which pair/verdict open: j/k skip items another curator holds (engine.leases).
+    leases: LeaseBook = field(default_factory=LeaseBook)
 
 
 def curator_of(name: str | None, request: gr.Request | None) -> str:
@@ -53,6 +56,17 @@ def curator_of(name: str | None, request: gr.Request | None) -> str:
     if name and name.strip():
         return name.strip()
     raise gr.Error("Enter your curator name at the top of the page first (it is recorded on every override).")
+
+
+def who_of(name: str | None, request: gr.Request | None) -> str | None:
+    """The curator of a session when known (login, else the typed name), else None: for leases, never an error."""
+    user = getattr(request, "username", None) if request is not None else None
+    return str(user) if user else ((name or "").strip() or None)
+
+
+def lease_note(holder: str | None, what: str) -> str:
+    """The line under a picker when another curator has the item open."""
+    return f"⚠ **{holder}** has this {what} open right now; `j`/`k` skip it." if holder else ""
 
 
 def check_writable(ctx: Ctx, request: gr.Request | None = None) -> None:

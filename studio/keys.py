@@ -42,10 +42,13 @@ document.addEventListener('keydown', (e) => {
 
 
 def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int,
-              page_size: int) -> tuple[str | None, int]:
-    """``(key, page)`` one item before/after ``current`` in the listed order; past either end of the page, the
-    neighbouring page (whose first item the reload then picks). At the very first/last item nothing moves."""
+              page_size: int, skip: set[str] | frozenset[str] = frozenset()) -> tuple[str | None, int]:
+    """``(key, page)`` the next item before/after ``current`` in the listed order that is not in ``skip`` (items
+    another curator holds, ``engine.leases``); past either end of the page, the neighbouring page (whose first item
+    the reload then picks). At the very first/last item nothing moves."""
     i = keys.index(current) + delta if current in keys else 0
+    while 0 <= i < len(keys) and keys[i] in skip:
+        i += delta if delta else 1
     if 0 <= i < len(keys):
         return keys[i], page
     if i >= len(keys) and page * page_size < total:

@@ -27,7 +27,18 @@ from engine.dbutil import records
 from engine.executor import ExecutionResult
 from engine.outcome import run_actions, toolbox_for_run
 from engine.store import Store
-from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, review_line, word_diff_html
+from studio.common import (
+    Ctx,
+    check_writable,
+    curator_of,
+    first_cell,
+    lease_note,
+    page_info,
+    pre,
+    review_line,
+    who_of,
+    word_diff_html,
+)
 from studio.keys import action_words
 from studio.keys import neighbour as keys_neighbour
 from studio.tab_pairs import excerpt
@@ -64,9 +75,10 @@ def verdict_label(question: str, key: str, status: str) -> str:
     return f"{excerpt(question)}{f' · step {step}' if step else ''} · plan {k} · {status}"
 
 
-def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int) -> tuple[str | None, int]:
-    """``studio.keys.neighbour`` over this tab's pages."""
-    return keys_neighbour(current, keys, page, total, delta, PAGE)
+def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int,
+              skip: set[str] | frozenset[str] = frozenset()) -> tuple[str | None, int]:
+    """``studio.keys.neighbour`` over this tab's pages (``skip``: items another curator holds)."""
+    return keys_neighbour(current, keys, page, total, delta, PAGE, skip)
 
 
 def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:
@@ -176,6 +188,7 @@ def build(ctx: Ctx) -> None:
         prev_btn = gr.Button("◀ Previous (k)", elem_id="critic-prev", size="sm", scale=0)
         pick = gr.Dropdown([], label="Verdict", elem_id="critic-pick", scale=4)
         next_btn = gr.Button("Next (j) ▶", elem_id="critic-next", size="sm", scale=0)
+    lease = gr.Markdown(elem_id="critic-lease")
     with gr.Row():
         original, corrected = gr.HTML(elem_id="critic-original"), gr.HTML(elem_id="critic-corrected")
     diff = gr.HTML()
@@ -226,20 +239,29 @@ def build(ctx: Ctx) -> None:
     pick.change(lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
                 api_name="critic_detail")
 
+    def opened(run_id, it, key, name, request: gr.Request):  # the curator takes the verdict's lease
+        return lease_note(ctx.leases.claim(("verdict", run_id, it), key, who_of(name, request)) if key else None,
+                          "verdict")
+
+    pick.change(opened, [ctx.run, ctx.iteration, pick, ctx.curator], lease, api_name="critic_claim",
+                api_visibility="undocumented")
+
     def reload(*args):  # after an action: refresh everything but the picked verdict
         info_md, df, _, agree, _total = load(*args)
         return info_md, df, agree
 
     def move(delta):
-        def handler(current, df, pg, total):
+        def handler(run_id, it, current, df, pg, total, name, request: gr.Request):
             keys = list(df["key"]) if df is not None and "key" in df else []
-            key, new_page = neighbour(current, keys, int(pg or 1), int(total or 0), delta)
+            taken = ctx.leases.taken(("verdict", run_id, it), keys, who_of(name, request))
+            key, new_page = neighbour(current, keys, int(pg or 1), int(total or 0), delta, taken)
             return (gr.update() if key is None or key == current else key,
                     gr.update() if new_page == int(pg or 1) else new_page)
         return handler
 
     for btn, delta, name in ((next_btn, 1, "critic_next"), (prev_btn, -1, "critic_prev")):
-        btn.click(move(delta), [pick, table, page, total_rows], [pick, page], api_name=name,
+        btn.click(move(delta), [ctx.run, ctx.iteration, pick, table, page, total_rows, ctx.curator], [pick, page],
+                  api_name=name,
                   api_visibility="undocumented")
 
     def on_undo(run_id, it, name, request: gr.Request):

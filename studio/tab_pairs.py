@@ -24,7 +24,19 @@ import plotly.graph_objects as go
 
 from engine import curation
 from engine.store import Store
-from studio.common import Ctx, check_writable, curator_of, first_cell, page_info, pre, review_line, tri, word_diff_html
+from studio.common import (
+    Ctx,
+    check_writable,
+    curator_of,
+    first_cell,
+    lease_note,
+    page_info,
+    pre,
+    review_line,
+    tri,
+    who_of,
+    word_diff_html,
+)
 from studio.evidence import pair_evidence_html
 from studio.keys import action_words
 from studio.keys import neighbour as keys_neighbour
@@ -58,9 +70,10 @@ def pair_label(question: str, key: str, chosen_k: int, rejected_k: int, width: i
     return f"{excerpt(question, width)}{where} · plan {int(chosen_k)} over {int(rejected_k)}{extra}"
 
 
-def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int) -> tuple[str | None, int]:
-    """``studio.keys.neighbour`` over this tab's pages."""
-    return keys_neighbour(current, keys, page, total, delta, PAGE)
+def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int,
+              skip: set[str] | frozenset[str] = frozenset()) -> tuple[str | None, int]:
+    """``studio.keys.neighbour`` over this tab's pages (``skip``: items another curator holds)."""
+    return keys_neighbour(current, keys, page, total, delta, PAGE, skip)
 
 
 def number(text: str | float | None) -> float | None:
@@ -203,6 +216,7 @@ def build(ctx: Ctx) -> None:
         prev_btn = gr.Button("◀ Previous (k)", elem_id="pairs-prev", size="sm", scale=0)
         pair = gr.Dropdown([], label="Pair", elem_id="pairs-pick", scale=4)
         next_btn = gr.Button("Next (j) ▶", elem_id="pairs-next", size="sm", scale=0)
+    lease = gr.Markdown(elem_id="pairs-lease")
     with gr.Row():
         prompt = gr.HTML(elem_id="pairs-prompt")
         chosen, rejected = gr.HTML(elem_id="pairs-chosen"), gr.HTML(elem_id="pairs-rejected")
@@ -256,21 +270,28 @@ def build(ctx: Ctx) -> None:
     table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")
     pair.change(lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
                 [prompt, chosen, rejected], api_name="pairs_detail")
-    # The evidence belongs to one pair: a new pick clears it until asked for (v).
-    pair.change(lambda: "", None, evidence, api_name="pairs_evidence_clear", api_visibility="undocumented")
+    # A new pick: its evidence is cleared until asked for (v), and the curator takes the pair's lease.
+    def opened(run_id, it, key, name, request: gr.Request):
+        holder = ctx.leases.claim(("pair", run_id, it), key, who_of(name, request)) if key else None
+        return "", lease_note(holder, "pair")
+
+    pair.change(opened, [ctx.run, ctx.iteration, pair, ctx.curator], [evidence, lease],
+                api_name="pairs_evidence_clear", api_visibility="undocumented")
     evidence_btn.click(lambda r, i, k: pair_evidence(ctx.store, ctx.evidence, r, i, k),
                        [ctx.run, ctx.iteration, pair], evidence, api_name="pairs_evidence")
 
     def move(delta):
-        def handler(current, df, pg, total):
+        def handler(run_id, it, current, df, pg, total, name, request: gr.Request):
             keys = list(df["key"]) if df is not None and "key" in df else []
-            key, new_page = neighbour(current, keys, int(pg or 1), int(total or 0), delta)
+            taken = ctx.leases.taken(("pair", run_id, it), keys, who_of(name, request))
+            key, new_page = neighbour(current, keys, int(pg or 1), int(total or 0), delta, taken)
             return (gr.update() if key is None or key == current else key,
                     gr.update() if new_page == int(pg or 1) else new_page)
         return handler
 
     for btn, delta, name in ((next_btn, 1, "pairs_next"), (prev_btn, -1, "pairs_prev")):
-        btn.click(move(delta), [pair, table, page, total_rows], [pair, page], api_name=name,
+        btn.click(move(delta), [ctx.run, ctx.iteration, pair, table, page, total_rows, ctx.curator], [pair, page],
+                  api_name=name,
                   api_visibility="undocumented")
 
     def reload(*args):  # after an action: refresh everything but the picked pair

@@ -106,6 +106,10 @@ def test_pairs_are_named_by_their_question_and_walked_with_j_and_k(store, run_id
     assert tab_pairs.neighbour(full[-1], full, 1, tab_pairs.PAGE + 1, 1) == (None, 2)  # past the page: the next one
     assert tab_pairs.neighbour(full[-1], full, 1, tab_pairs.PAGE, 1) == (full[-1], 1)  # the last pair of all
     assert tab_pairs.neighbour(keys[0], keys, 2, 100, -1) == (None, 1)
+    # Items another curator holds are skipped (engine.leases), in both directions and up to the page's end.
+    assert tab_pairs.neighbour(keys[0], keys, 1, total, 1, skip={keys[1]}) == (keys[2], 1)
+    assert tab_pairs.neighbour(keys[2], keys, 1, total, -1, skip={keys[1]}) == (keys[0], 1)
+    assert tab_pairs.neighbour(full[-2], full, 1, tab_pairs.PAGE + 1, 1, skip={full[-1]}) == (None, 2)
 
     evidence = tab_pairs.pair_evidence(store, SurprisalService(), run_id, 1, key)
     assert evidence.count("moat-tok") > 4 and "under the rejected plan" in evidence and "stored" in evidence

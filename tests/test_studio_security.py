@@ -329,10 +329,11 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "pairs_select_row": ("read", None),
         "pairs_detail": ("read", (run_id, 1, pair)),
         "pairs_evidence": ("read", (run_id, 1, pair)),  # computes with the grounder, stores nothing
-        "pairs_evidence_clear": ("read", ()),
+        "pairs_evidence_clear": ("read", (run_id, 1, pair)),  # and the pair's lease, in memory
         "pairs_next": ("read", None),  # needs the page's table
         "pairs_prev": ("read", None),
         "critic_next": ("read", None),
+        "critic_claim": ("read", (run_id, 1, verdict)),  # a lease in memory, nothing stored
         "critic_prev": ("read", None),
         "pairs_undo": ("write", (run_id, 1)),
         "pairs_undo_reload": ("read", pairs_filters),
