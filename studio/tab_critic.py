@@ -118,7 +118,9 @@ def verdict_detail(store: Store, run_id: str | None, iteration: int | None, key:
                 + pre(v.get("grounding_prompt") or "") + "</details>")
     corrected = ("<b>Corrected subgoals</b>" + pre(_subgoals(v["corrected_subgoals_json"]))
                  + "<b>Corrected actions</b>" + pre(v["corrected_actions"]) + "<b>Critic says</b>" + pre(v["raw"]))
-    diff = word_diff_html(v["grounding_actions"] or "", v["corrected_actions"] or "")
+    # A diff against nothing would strike the whole grounding out: without a correction, say so instead.
+    diff = (word_diff_html(v["grounding_actions"] or "", v["corrected_actions"]) if v["corrected_actions"] else
+            f"<p><i>No corrected actions ({v['status']}): nothing to compare.</i></p>")
     return original, corrected, diff, v["corrected_actions"] or v["grounding_actions"] or ""
 
 
