@@ -70,9 +70,10 @@ def verdict_table(store: Store, run_id: str | None, iteration: int | None, statu
 
 
 def verdict_label(question: str, key: str, status: str) -> str:
-    """What the verdict picker shows: the question's start, the step (iterative plans), the plan and the status."""
-    _, step, k = parse_key(key)
-    return f"{excerpt(question)}{f' · step {step}' if step else ''} · plan {k} · {status}"
+    """What the verdict picker shows: the question's start, the step (iterative plans), the plan, the status and the
+    task id (two questions can start alike)."""
+    task_id, step, k = parse_key(key)
+    return f"{excerpt(question)}{f' · step {step}' if step else ''} · plan {k} · {status} · {task_id}"
 
 
 def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int,

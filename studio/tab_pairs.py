@@ -63,11 +63,12 @@ def excerpt(text: str | None, width: int = 70) -> str:
 
 
 def pair_label(question: str, key: str, chosen_k: int, rejected_k: int, width: int = 70) -> str:
-    """What the pair picker shows: the question's start, the step (iterative plans) and the two plan numbers."""
-    _, step, idx = parse_key(key)
+    """What the pair picker shows: the question's start, the step (iterative plans), the two plan numbers and the
+    task id (two questions can start alike; the label must still tell the pairs apart)."""
+    task_id, step, idx = parse_key(key)
     where = f" · step {step}" if step else ""
     extra = f" · pair {idx + 1}" if idx else ""
-    return f"{excerpt(question, width)}{where} · plan {int(chosen_k)} over {int(rejected_k)}{extra}"
+    return f"{excerpt(question, width)}{where} · plan {int(chosen_k)} over {int(rejected_k)}{extra} · {task_id}"
 
 
 def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int,

@@ -96,6 +96,9 @@ def test_pairs_are_named_by_their_question_and_walked_with_j_and_k(store, run_id
     label = tab_pairs.pair_label(question, key, df["chosen_k"][0], df["rejected_k"][0])
     assert "|" not in label and " ".join(question.split())[:30] in label
     assert f"plan {df['chosen_k'][0]} over {df['rejected_k'][0]}" in label
+    labels = [tab_pairs.pair_label(q, k, c, r) for q, k, c, r in zip(df["question"], df["key"], df["chosen_k"],
+                                                                     df["rejected_k"])]
+    assert len(set(labels)) == len(labels)  # questions may start alike; the picker still tells pairs apart
     prompt, _, rejected = tab_pairs.pair_detail(store, run_id, 1, key)
     assert "margin" in prompt and "moat-diff" in rejected  # the two plans' word diff
     keys = list(df["key"])
