@@ -10,6 +10,11 @@ server side of ``j``/``k``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+
+import gradio as gr
+
+from studio.common import Ctx, check_writable, curator_of, who_of
 
 # key -> element ids, first visible wins (hidden tabs' buttons have no offsetParent)
 KEYS: dict[str, list[str]] = {
@@ -61,3 +66,35 @@ def neighbour(current: str | None, keys: list[str], page: int, total: int, delta
 def action_words(action: str) -> str:
     """A stored override action as words for a message ("keep_original" -> "accept original")."""
     return {"reviewed": "review", "keep_original": "accept original"}.get(action, action.replace("_", " "))
+
+
+def wire_walk(ctx: Ctx, kind: str, picker: gr.Dropdown, table: gr.Dataframe, page: gr.Number, total: gr.State,
+              prev_btn: gr.Button, next_btn: gr.Button, page_size: int) -> None:
+    """``j``/``k`` on a queue tab: the previous/next buttons move ``picker`` through the page in ``table`` and across
+    pages (``neighbour``), skipping items another curator holds (``ctx.leases``, queue ``(kind, run, iteration)``).
+    Endpoints ``/{prefix}_next`` and ``/{prefix}_prev`` (undocumented), prefix ``pairs`` or ``critic``."""
+    def move(delta: int):
+        def handler(run_id, it, current, df, pg, total_n, name, request: gr.Request):
+            keys = list(df["key"]) if df is not None and "key" in df else []
+            taken = ctx.leases.taken((kind, run_id, it), keys, who_of(name, request))
+            key, new_page = neighbour(current, keys, int(pg or 1), int(total_n or 0), delta, page_size, taken)
+            return (gr.update() if key is None or key == current else key,
+                    gr.update() if new_page == int(pg or 1) else new_page)
+        return handler
+
+    prefix = "pairs" if kind == "pair" else "critic"
+    for btn, delta, name in ((next_btn, 1, f"{prefix}_next"), (prev_btn, -1, f"{prefix}_prev")):
+        btn.click(move(delta), [ctx.run, ctx.iteration, picker, table, page, total, ctx.curator], [picker, page],
+                  api_name=name, api_visibility="undocumented")
+
+
+def undo_handler(ctx: Ctx, message: Callable[..., str]) -> Callable[..., str]:
+    """The ``u`` button's handler: ``message(store, run_id, iteration, curator)`` undoes and says what; refused in a
+    read-only studio or for a viewer; "nothing to undo" shows as a message, not a crash."""
+    def on_undo(run_id, it, name, request: gr.Request) -> str:
+        check_writable(ctx, request)
+        try:
+            return message(ctx.store, run_id, it, curator_of(name, request))
+        except ValueError as exc:
+            raise gr.Error(str(exc)) from None
+    return on_undo

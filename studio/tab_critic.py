@@ -39,7 +39,7 @@ from studio.common import (
     who_of,
     word_diff_html,
 )
-from studio.keys import action_words
+from studio.keys import action_words, undo_handler, wire_walk
 from studio.keys import neighbour as keys_neighbour
 from studio.tab_pairs import excerpt
 
@@ -253,28 +253,10 @@ def build(ctx: Ctx) -> None:
         info_md, df, _, agree, _total = load(*args)
         return info_md, df, agree
 
-    def move(delta):
-        def handler(run_id, it, current, df, pg, total, name, request: gr.Request):
-            keys = list(df["key"]) if df is not None and "key" in df else []
-            taken = ctx.leases.taken(("verdict", run_id, it), keys, who_of(name, request))
-            key, new_page = neighbour(current, keys, int(pg or 1), int(total or 0), delta, taken)
-            return (gr.update() if key is None or key == current else key,
-                    gr.update() if new_page == int(pg or 1) else new_page)
-        return handler
+    wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE)
 
-    for btn, delta, name in ((next_btn, 1, "critic_next"), (prev_btn, -1, "critic_prev")):
-        btn.click(move(delta), [ctx.run, ctx.iteration, pick, table, page, total_rows, ctx.curator], [pick, page],
-                  api_name=name,
-                  api_visibility="undocumented")
-
-    def on_undo(run_id, it, name, request: gr.Request):
-        check_writable(ctx, request)
-        try:
-            return undo_message(ctx.store, run_id, it, curator_of(name, request))
-        except ValueError as exc:
-            raise gr.Error(str(exc)) from None
-
-    undo.click(on_undo, [ctx.run, ctx.iteration, ctx.curator], result, api_name="critic_undo").success(
+    undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
+               api_name="critic_undo").success(
         reload, filters, [info, table, agreement], api_name="critic_undo_reload", api_visibility="undocumented").then(
         lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
         api_name="critic_undo_detail", api_visibility="undocumented")

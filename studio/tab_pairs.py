@@ -38,7 +38,7 @@ from studio.common import (
     word_diff_html,
 )
 from studio.evidence import pair_evidence_html
-from studio.keys import action_words
+from studio.keys import action_words, undo_handler, wire_walk
 from studio.keys import neighbour as keys_neighbour
 
 PAGE = 20
@@ -281,32 +281,14 @@ def build(ctx: Ctx) -> None:
     evidence_btn.click(lambda r, i, k: pair_evidence(ctx.store, ctx.evidence, r, i, k),
                        [ctx.run, ctx.iteration, pair], evidence, api_name="pairs_evidence")
 
-    def move(delta):
-        def handler(run_id, it, current, df, pg, total, name, request: gr.Request):
-            keys = list(df["key"]) if df is not None and "key" in df else []
-            taken = ctx.leases.taken(("pair", run_id, it), keys, who_of(name, request))
-            key, new_page = neighbour(current, keys, int(pg or 1), int(total or 0), delta, taken)
-            return (gr.update() if key is None or key == current else key,
-                    gr.update() if new_page == int(pg or 1) else new_page)
-        return handler
-
-    for btn, delta, name in ((next_btn, 1, "pairs_next"), (prev_btn, -1, "pairs_prev")):
-        btn.click(move(delta), [ctx.run, ctx.iteration, pair, table, page, total_rows, ctx.curator], [pair, page],
-                  api_name=name,
-                  api_visibility="undocumented")
+    wire_walk(ctx, "pair", pair, table, page, total_rows, prev_btn, next_btn, PAGE)
 
     def reload(*args):  # after an action: refresh everything but the picked pair
         info_md, df, _, h, b, _total = load(*args)
         return info_md, df, h, b
 
-    def on_undo(run_id, it, name, request: gr.Request):
-        check_writable(ctx, request)
-        try:
-            return undo_message(ctx.store, run_id, it, curator_of(name, request))
-        except ValueError as exc:
-            raise gr.Error(str(exc)) from None
-
-    undo.click(on_undo, [ctx.run, ctx.iteration, ctx.curator], status, api_name="pairs_undo").success(
+    undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], status,
+               api_name="pairs_undo").success(
         reload, [*filters, pair], [info, table, hist, bias], api_name="pairs_undo_reload",
         api_visibility="undocumented").then(
         lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
