@@ -271,13 +271,15 @@ def build(ctx: Ctx) -> None:
     table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")
     pair.change(lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
                 [prompt, chosen, rejected], api_name="pairs_detail")
-    # A new pick: its evidence is cleared until asked for (v), and the curator takes the pair's lease.
+    # A new pick: its evidence is cleared until asked for (v), and the curator takes the pair's lease. The clearing
+    # runs in the browser at the moment of the change, so a `v` pressed right after `j` can never be wiped by it.
     def opened(run_id, it, key, name, request: gr.Request):
-        holder = ctx.leases.claim(("pair", run_id, it), key, who_of(name, request)) if key else None
-        return "", lease_note(holder, "pair")
+        return lease_note(ctx.leases.claim(("pair", run_id, it), key, who_of(name, request)) if key else None, "pair")
 
-    pair.change(opened, [ctx.run, ctx.iteration, pair, ctx.curator], [evidence, lease],
-                api_name="pairs_evidence_clear", api_visibility="undocumented")
+    pair.change(None, None, evidence, js="() => ''", api_name="pairs_evidence_clear",
+                api_visibility="undocumented")
+    pair.change(opened, [ctx.run, ctx.iteration, pair, ctx.curator], lease, api_name="pairs_claim",
+                api_visibility="undocumented")
     evidence_btn.click(lambda r, i, k: pair_evidence(ctx.store, ctx.evidence, r, i, k),
                        [ctx.run, ctx.iteration, pair], evidence, api_name="pairs_evidence")
 

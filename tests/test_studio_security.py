@@ -329,7 +329,8 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "pairs_select_row": ("read", None),
         "pairs_detail": ("read", (run_id, 1, pair)),
         "pairs_evidence": ("read", (run_id, 1, pair)),  # computes with the grounder, stores nothing
-        "pairs_evidence_clear": ("read", (run_id, 1, pair)),  # and the pair's lease, in memory
+        "pairs_claim": ("read", (run_id, 1, pair)),  # the pair's lease, in memory
+        "pairs_evidence_clear": ("read", None),  # runs in the browser only (js): no server function
         "pairs_next": ("read", None),  # needs the page's table
         "pairs_prev": ("read", None),
         "critic_next": ("read", None),
