@@ -33,6 +33,7 @@ from engine.loop import run_config
 from engine.outcome import gold_step_results
 from engine.prefix_cache import device_of
 from engine.runtime import load_agent
+from engine.stages.context import starting_checkpoint
 from engine.store import Store
 from engine.turns import Agent, grounding_pair, plan_subgoals
 
@@ -124,15 +125,15 @@ class SurprisalService:
 
 
 def grounder_path(store: Store, run_id: str, iteration: int, configured: str) -> str:
-    """The grounder iteration ``iteration`` started from (as ``StageContext.agent_path``); raises
-    ``SurprisalUnavailable`` when that checkpoint's directory is gone."""
-    for t in range(iteration - 1, -1, -1):
-        found = store.checkpoint(run_id, t, "grounder")
-        if found:
-            if not Path(found["path"]).is_dir():
-                raise SurprisalUnavailable(f"the grounder checkpoint of iteration {t} ({found['path']}) is gone: the "
-                                           "evidence needs the model that scored these plans")
-            return found["path"]
-    if not Path(configured).is_dir() and Path(configured).is_absolute():
-        raise SurprisalUnavailable(f"the configured grounder {configured} is gone")
-    return configured
+    """The grounder iteration ``iteration`` started from (``starting_checkpoint``, as the score stage used it);
+    raises ``SurprisalUnavailable`` when that checkpoint's directory is gone."""
+    found = starting_checkpoint(store, run_id, "grounder", iteration)
+    if found is None:
+        if not Path(configured).is_dir() and Path(configured).is_absolute():
+            raise SurprisalUnavailable(f"the configured grounder {configured} is gone")
+        return configured
+    t, path = found
+    if not Path(path).is_dir():
+        raise SurprisalUnavailable(f"the grounder checkpoint of iteration {t} ({path}) is gone: the evidence needs "
+                                   "the model that scored these plans")
+    return path

@@ -7,7 +7,7 @@ Keyboard (``studio.keys``): j/k next/previous verdict, a accept the original, c 
 r restore, e edit, u undo this curator's last decision. The picker names a verdict by its question, plan and status.
 
 Handlers: ``verdict_table``, ``verdict_detail``, ``verdict_action``, ``preview_edit``, ``save_edit``,
-``agreement_markdown``, ``neighbour``, ``undo_message``. API endpoints (``gradio_client``): ``/critic_queue``
+``agreement_markdown``, ``undo_message``. API endpoints (``gradio_client``): ``/critic_queue``
 (any filter change: one ``always_last`` event), ``/critic_detail``, ``/critic_preview_edit`` (reads),
 ``/critic_<action>`` (keep_original, accept_correction, drop, restore), ``/critic_undo`` and ``/critic_save_edit``
 (writes); the refreshes after an action (``/critic_<action>_reload``, ``/critic_<action>_detail``,
@@ -40,7 +40,6 @@ from studio.common import (
     word_diff_html,
 )
 from studio.keys import action_words, undo_handler, wire_walk
-from studio.keys import neighbour as keys_neighbour
 from studio.tab_pairs import excerpt
 
 PAGE = 20
@@ -74,12 +73,6 @@ def verdict_label(question: str, key: str, status: str) -> str:
     task id (two questions can start alike)."""
     task_id, step, k = parse_key(key)
     return f"{excerpt(question)}{f' · step {step}' if step else ''} · plan {k} · {status} · {task_id}"
-
-
-def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int,
-              skip: set[str] | frozenset[str] = frozenset()) -> tuple[str | None, int]:
-    """``studio.keys.neighbour`` over this tab's pages (``skip``: items another curator holds)."""
-    return keys_neighbour(current, keys, page, total, delta, PAGE, skip)
 
 
 def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:

@@ -7,11 +7,12 @@ u undo this curator's last action. The pair picker names a pair by
 its question, step and plan numbers; the evidence (``studio.evidence``) shades the gold actions by the grounder's
 per-token surprisal under each plan, computed on demand and cached.
 
-Handlers: ``pairs_table``, ``pair_detail``, ``pair_evidence``, ``pair_action``, ``margin_figure``, ``length_figure``,
-``neighbour``. API endpoints (``gradio_client``): ``/pairs_search`` (any filter change: one ``always_last`` event),
-``/pairs_detail``, ``/pairs_evidence`` and ``/pairs_<action>`` for swap, exclude, tie, choose and restore (writes);
-the refreshes after an action (``/pairs_<action>_reload``, ``/pairs_<action>_detail``), ``/pairs_next``,
-``/pairs_prev`` and ``/pairs_select_row`` are undocumented.
+Handlers: ``pairs_table``, ``pair_detail``, ``pair_evidence``, ``pair_action``, ``margin_figure``, ``length_figure``;
+the walk and the undo are ``studio.keys.wire_walk`` / ``undo_handler``. API endpoints (``gradio_client``):
+``/pairs_search`` (any filter change: one ``always_last`` event), ``/pairs_detail``, ``/pairs_evidence`` and
+``/pairs_<action>`` for swap, exclude, tie, choose and restore, ``/pairs_undo`` (writes); the refreshes after an
+action (``/pairs_<action>_reload``, ``/pairs_<action>_detail``), ``/pairs_claim``, ``/pairs_next``, ``/pairs_prev``
+and ``/pairs_select_row`` are undocumented.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from studio.common import (
 )
 from studio.evidence import pair_evidence_html
 from studio.keys import action_words, undo_handler, wire_walk
-from studio.keys import neighbour as keys_neighbour
 
 PAGE = 20
 COLUMNS = ["key", "domain", "question", "chosen_k", "rejected_k", "chosen_logppl", "rejected_logppl", "margin",
@@ -69,12 +69,6 @@ def pair_label(question: str, key: str, chosen_k: int, rejected_k: int, width: i
     where = f" · step {step}" if step else ""
     extra = f" · pair {idx + 1}" if idx else ""
     return f"{excerpt(question, width)}{where} · plan {int(chosen_k)} over {int(rejected_k)}{extra} · {task_id}"
-
-
-def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int,
-              skip: set[str] | frozenset[str] = frozenset()) -> tuple[str | None, int]:
-    """``studio.keys.neighbour`` over this tab's pages (``skip``: items another curator holds)."""
-    return keys_neighbour(current, keys, page, total, delta, PAGE, skip)
 
 
 def number(text: str | float | None) -> float | None:

@@ -90,6 +90,10 @@ def test_pairs_filters_and_override_changes_the_store(store, run_id):
 def test_pairs_are_named_by_their_question_and_walked_with_j_and_k(store, run_id):
     from engine.surprisal import SurprisalService
     from studio import tab_pairs
+    from studio.keys import neighbour
+
+    def keys_neighbour(*args, **kw):  # the Pairs tab's page size
+        return neighbour(*args[:5], tab_pairs.PAGE, **kw)
 
     df, total = tab_pairs.pairs_table(store, run_id, 1)
     key, question = df["key"][0], df["question"][0]
@@ -102,17 +106,17 @@ def test_pairs_are_named_by_their_question_and_walked_with_j_and_k(store, run_id
     prompt, _, rejected = tab_pairs.pair_detail(store, run_id, 1, key)
     assert "margin" in prompt and "moat-diff" in rejected  # the two plans' word diff
     keys = list(df["key"])
-    assert tab_pairs.neighbour(keys[0], keys, 1, total, 1) == (keys[1], 1)
-    assert tab_pairs.neighbour(keys[1], keys, 1, total, -1) == (keys[0], 1)
-    assert tab_pairs.neighbour(keys[0], keys, 1, total, -1) == (keys[0], 1)  # the first pair: nothing moves
+    assert keys_neighbour(keys[0], keys, 1, total, 1) == (keys[1], 1)
+    assert keys_neighbour(keys[1], keys, 1, total, -1) == (keys[0], 1)
+    assert keys_neighbour(keys[0], keys, 1, total, -1) == (keys[0], 1)  # the first pair: nothing moves
     full = [f"t{i}|0|0" for i in range(tab_pairs.PAGE)]  # a full first page of PAGE + 1 pairs
-    assert tab_pairs.neighbour(full[-1], full, 1, tab_pairs.PAGE + 1, 1) == (None, 2)  # past the page: the next one
-    assert tab_pairs.neighbour(full[-1], full, 1, tab_pairs.PAGE, 1) == (full[-1], 1)  # the last pair of all
-    assert tab_pairs.neighbour(keys[0], keys, 2, 100, -1) == (None, 1)
+    assert keys_neighbour(full[-1], full, 1, tab_pairs.PAGE + 1, 1) == (None, 2)  # past the page: the next one
+    assert keys_neighbour(full[-1], full, 1, tab_pairs.PAGE, 1) == (full[-1], 1)  # the last pair of all
+    assert keys_neighbour(keys[0], keys, 2, 100, -1) == (None, 1)
     # Items another curator holds are skipped (engine.leases), in both directions and up to the page's end.
-    assert tab_pairs.neighbour(keys[0], keys, 1, total, 1, skip={keys[1]}) == (keys[2], 1)
-    assert tab_pairs.neighbour(keys[2], keys, 1, total, -1, skip={keys[1]}) == (keys[0], 1)
-    assert tab_pairs.neighbour(full[-2], full, 1, tab_pairs.PAGE + 1, 1, skip={full[-1]}) == (None, 2)
+    assert keys_neighbour(keys[0], keys, 1, total, 1, skip={keys[1]}) == (keys[2], 1)
+    assert keys_neighbour(keys[2], keys, 1, total, -1, skip={keys[1]}) == (keys[0], 1)
+    assert keys_neighbour(full[-2], full, 1, tab_pairs.PAGE + 1, 1, skip={full[-1]}) == (None, 2)
 
     evidence = tab_pairs.pair_evidence(store, SurprisalService(), run_id, 1, key)
     assert evidence.count("moat-tok") > 4 and "under the rejected plan" in evidence and "stored" in evidence

@@ -42,6 +42,16 @@ def crash_point(iteration: int, stage: str, point: str | int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def starting_checkpoint(store: Store, run_id: str, role: str, iteration: int) -> tuple[int, str] | None:
+    """``(t, path)`` of the checkpoint iteration ``iteration`` starts from: the latest one an earlier iteration
+    produced (iteration 0 produces checkpoints only with ``warm_start``); ``None``: the configured model."""
+    for t in range(iteration - 1, -1, -1):
+        found = store.checkpoint(run_id, t, role)
+        if found:
+            return t, found["path"]
+    return None
+
+
 @dataclass
 class StageContext:
     store: Store
@@ -58,13 +68,9 @@ class StageContext:
 
     # -- agents -----------------------------------------------------------------------------------------------
     def agent_path(self, role: str, iteration: int) -> str:
-        """The checkpoint that iteration ``iteration`` starts from: the latest one an earlier iteration produced
-        (iteration 0 produces checkpoints only with ``warm_start``), else the configured model."""
-        for t in range(iteration - 1, -1, -1):
-            found = self.store.checkpoint(self.run_id, t, role)
-            if found:
-                return found["path"]
-        return getattr(self.config, role).path
+        """The checkpoint that iteration ``iteration`` starts from (``starting_checkpoint``)."""
+        found = starting_checkpoint(self.store, self.run_id, role, iteration)
+        return found[1] if found else getattr(self.config, role).path
 
     def agent(self, role: str, iteration: int | None = None) -> Agent:
         """The planner/grounder at the start of ``iteration`` (default: this stage's iteration)."""
