@@ -7,7 +7,8 @@ annotation (``R1 = Calculator(2 - 0.5) = 1.5``, as in the Lumos exemplars) are d
 text, missing ``=``, unbalanced brackets, a bad variable name, text after the call) is returned as an
 ``ActionParseError`` with its character span; the actions parsed before it are kept.
 
-``split_args`` and ``keyword_args`` split argument text for the tools; ``format_actions`` joins actions back.
+``split_args`` and ``keyword_args`` split argument text for the tools; ``format_actions`` joins actions back;
+``tools_of`` lists the tools a text calls.
 """
 
 from __future__ import annotations
@@ -75,6 +76,17 @@ def parse_actions(text: str) -> ParsedActions:
     if not actions:
         return ParsedActions([], ActionParseError("empty action text", (0, len(text)), text))
     return ParsedActions(actions, None)
+
+
+def tools_of(actions: str | None) -> list[str]:
+    """The distinct tools a grounding calls, in order of first use (``Calculator``, ``SolveEquation``...); a plain
+    alias such as ``Answer = R3`` names none. Text that does not parse yields the tools of the actions before the
+    error (none when the brackets do not balance: the text is not split at all then)."""
+    seen: list[str] = []
+    for action in parse_actions(actions or "").actions:
+        if action.tool and action.tool not in seen:
+            seen.append(action.tool)
+    return seen
 
 
 def _segments(text: str) -> list[tuple[int, int]]:

@@ -46,8 +46,10 @@ SEED_MAX = 2**32 - 1  # numpy's seed range; torch and random accept it too
 BF16 = ("auto", "true", "false")
 BACKENDS = ("hf", "vllm")
 FORMULATIONS = ("onetime", "iterative")
-GROUND_WHICH = ("best", "top_n", "all")
+GROUND_WHICH = ("best", "top_n", "best_worst", "all")
 GROUNDER_DATA = ("critic", "raw", "executed")
+PLANNER_OBJECTIVES = ("dpo", "grpo")
+REWARD_NAMES = ("gap", "execution", "format", "overlong")  # engine.rewards.REWARDS
 
 
 @dataclass
@@ -91,6 +93,42 @@ class DPOSettings(TrainSettings):
     reference: str = _f("previous", "previous: the iteration's starting planner | initial: the warm-start planner",
                         choices=("previous", "initial"))
     precompute_ref_log_probs: bool = _f(False, "compute reference log-probs once up front (no reference in memory)")
+
+
+@dataclass
+class GRPOSettings(TrainSettings):
+    """Online group RL of the planner with TRL's GRPOTrainer (``stages.planner_objective = grpo``): the trainer
+    samples ``num_generations`` plans per training task and learns from their rewards (engine/rewards.py)."""
+
+    learning_rate: float = _f(1e-6, "peak learning rate (TRL's GRPO default; tiny demo models need far more)", gt=0,
+                              le=1)
+    batch_size: int = _f(8, "completions per device per step: a multiple of num_generations (8 = one task's "
+                            "group per step)", ge=1)
+    num_generations: int = _f(8, "rollouts (plans) per task: one group, whose rewards set each other's advantage",
+                              ge=2)
+    max_completion_length: int = _f(96, "tokens per rollout", ge=1)
+    temperature: float = _f(1.0, "sampling temperature of the rollouts", gt=0)
+    top_p: float = _f(0.95, "nucleus sampling of the rollouts", gt=0, le=1)
+    beta: float = _f(0.0, "KL coefficient against the iteration's starting planner; 0: no KL term and no reference "
+                          "model in memory (PilotRL, DAPO)", ge=0)
+    epsilon: float = _f(0.2, "lower clip range of the probability ratio", gt=0)
+    epsilon_high: float = _f(0.2, "upper clip range (DAPO's clip-higher: 0.28)", gt=0)
+    loss_type: str = _f("dapo", "TRL's token aggregation: dapo (default, no length bias) | grpo | dr_grpo | bnpo",
+                        choices=("dapo", "grpo", "dr_grpo", "bnpo"))
+    scale_rewards: str = _f("group", "advantage = (reward - group mean) / std of the group | batch | none (Dr. GRPO)",
+                            choices=("group", "batch", "none"))
+    mask_truncated: bool = _f(False, "leave rollouts cut at max_completion_length out of the loss (DAPO)")
+    rewards: list[str] = _f(["gap", "execution", "format"], "named rewards, summed with their weights: gap (minus "
+                            "the grounder's log-PPL of the gold actions given the plan: MOAT's signal, online) | "
+                            "execution (1 when the grounded plan reaches the gold answer) | format (1 when the plan "
+                            "parses) | overlong (DAPO's soft length penalty, needs overlong_cache > 0)",
+                            choices=REWARD_NAMES)
+    weight_gap: float = _f(1.0, "weight of the gap reward", ge=0)
+    weight_execution: float = _f(1.0, "weight of the execution reward", ge=0)
+    weight_format: float = _f(0.5, "weight of the format reward", ge=0)
+    weight_overlong: float = _f(1.0, "weight of the overlong reward", ge=0)
+    overlong_cache: int = _f(0, "overlong reward: the penalty ramps over the last N tokens before "
+                                "max_completion_length (DAPO); 0: no ramp", ge=0)
 
 
 @dataclass
@@ -153,6 +191,9 @@ class SampleSection:
     batch_size: int = _f(16, "prompts per generate call", ge=1)
     shared_prefill: bool = _f(True, "hf backend: run each prompt's prefill once for its K samples (KV cache shared; "
                                     "same texts for a seed); false: one plain batched generate call")
+    calibrate: bool = _f(False, "hf backend: sample the stage's first batch with both kernels, here and now (other "
+                                "jobs on the machine included), and the rest with the faster; the choice and both "
+                                "times are in the stage's counts. Off by default: a rerun then uses the same kernel")
     formulation: str = _f("onetime", "onetime | iterative", choices=FORMULATIONS)
     backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the planner "
                             "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])", choices=BACKENDS)
@@ -183,8 +224,10 @@ class GroundSection:
     max_new_tokens: int = _f(192, "longest grounding in tokens", ge=1)
     batch_size: int = _f(16, "prompts per generate call", ge=1)
     which: str = _f("best", "which sampled plans are grounded and then judged by the critic: best: the lowest-PPL "
-                            "plan per task-step (paper) | top_n: the ground.top_n lowest-PPL distinct plans | all: "
-                            "every distinct plan", choices=GROUND_WHICH)
+                            "plan per task-step (paper) | top_n: the ground.top_n lowest-PPL distinct plans | "
+                            "best_worst: the lowest- and the highest-PPL distinct plan (the DPO pair's two ends; "
+                            "the grounder also learns the plans it handles worst) | all: every distinct plan",
+                  choices=GROUND_WHICH)
     top_n: int = _f(3, "top_n: distinct plans grounded (and judged) per task-step, lowest log-PPL first", ge=1)
     backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the grounder "
                             "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])", choices=BACKENDS)
@@ -273,6 +316,9 @@ class StagesSection:
                                       "executed to the gold answer (an oracle execution filter)",
                             choices=GROUNDER_DATA)
     evaluate_initial: bool = _f(True, "evaluate the starting agents as iteration 0 before training")
+    planner_objective: str = _f("dpo", "how stage 1 trains the planner: dpo (MOAT: offline pairs ranked by the "
+                                       "grounder's PPL) | grpo (online group RL, [grpo]: rollouts scored by named "
+                                       "rewards, the PPL signal among them)", choices=PLANNER_OBJECTIVES)
 
 
 @dataclass
@@ -293,6 +339,7 @@ class RunConfig:
     score: ScoreSection = field(default_factory=ScoreSection)
     pairs: PairsSection = field(default_factory=PairsSection)
     dpo: DPOSettings = field(default_factory=DPOSettings)
+    grpo: GRPOSettings = field(default_factory=GRPOSettings)
     ground: GroundSection = field(default_factory=GroundSection)
     critic: CriticSection = field(default_factory=CriticSection)
     sft: SFTSection = field(default_factory=SFTSection)

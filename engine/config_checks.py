@@ -111,6 +111,8 @@ def validate(config: RunConfig, source: str | None) -> None:
         raise ConfigError("critic.error_rate", "only the reference critic can err on purpose", source)
     if config.launch.mode == "accelerate" and not config.launch.accelerate_config:
         raise ConfigError("launch.accelerate_config", "required when launch.mode = accelerate", source)
+    if config.stages.planner_objective == "grpo":
+        _check_grpo(config, source)
 
 
 def get_field(config: RunConfig, dotted: str) -> Any:
@@ -204,3 +206,24 @@ def suggest(name: Any, known: Any) -> str:
     """``; did you mean 'k'?`` for a misspelt name, else nothing."""
     close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _check_grpo(config: RunConfig, source: str | None) -> None:
+    """What online group RL of the planner needs (``stages.planner_objective = grpo``)."""
+    grpo = config.grpo
+    if (grpo.batch_size * grpo.grad_accum) % grpo.num_generations:
+        raise ConfigError("grpo.batch_size", f"batch_size x grad_accum ({grpo.batch_size * grpo.grad_accum}) must be "
+                                             f"a multiple of num_generations ({grpo.num_generations}): each step "
+                                             "holds whole groups", source)
+    if not grpo.rewards:
+        raise ConfigError("grpo.rewards", "name at least one reward", source)
+    if len(set(grpo.rewards)) != len(grpo.rewards):
+        raise ConfigError("grpo.rewards", f"a reward is named twice: {grpo.rewards}", source)
+    if "overlong" in grpo.rewards and not grpo.overlong_cache:
+        raise ConfigError("grpo.overlong_cache", "the overlong reward needs a ramp of > 0 tokens", source)
+    if config.sample.formulation != "onetime":
+        raise ConfigError("stages.planner_objective", "grpo trains onetime planners (sample.formulation = onetime)",
+                          source)
+    if config.launch.mode == "accelerate":
+        raise ConfigError("stages.planner_objective", "grpo trains in the engine's process: launch.mode = "
+                                                      "accelerate is not supported for it yet", source)

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
-from engine.actions import parse_actions
+from engine.actions import parse_actions, tools_of
 from engine.dbutil import loads, records
 from engine.executor import ExecutionResult
 from engine.outcome import run_actions, toolbox_for_run
@@ -488,43 +488,37 @@ def effective_sft_records(store: Store, run_id: str, iteration: int) -> list[dic
     return [r for r in built if r is not None]
 
 
-def _agrees(status: str, action: str) -> bool:
-    """Did the curator side with the critic? keep/accept confirm an accepted/corrected verdict; drop confirms a
-    verdict that yields nothing; an edit always overrules it."""
-    if status == "accepted":
-        return action == "keep_original"
-    if status == "corrected":
-        return action == "accept_correction"
-    return action == "drop"
-
-
 def agreement(store: Store, run_id: str, iteration: int | None = None) -> dict[str, Any]:
-    """How often the latest curator decision agreed with the critic, over reviewed (overridden) verdicts.
+    """How often the latest curator decision agreed with the critic, over reviewed (overridden) verdicts; the rule
+    is one SQL expression (``engine.views.AGREES_WITH_CRITIC``), shared with the critic queue's "overruled" filter.
 
     Returns ``{"verdicts", "reviewed", "agreed", "disagreed", "rate" (None when nothing reviewed),
-    "by_action": {action: n}, "by_status": {critic status: {"reviewed", "agreed"}}, "by_domain": {domain:
-    {"reviewed", "agreed"}}, "disagreements": [{"task_id", "step", "k", "domain", "status", "action"}]}`` (the
-    disagreements are the items to open next: where curators overruled the critic).
+    "by_action": {curator action: {"reviewed", "agreed"}}, "by_status": {critic status: {...}}, "by_domain":
+    {domain: {...}}, "by_tool": {tool the grounding calls: {...}}, "by_curator": {curator of the live decision:
+    {...}}, "disagreements": [{"task_id", "step", "k",
+    "domain", "status", "action", "tools"}]}`` (the disagreements are the items to open next: where curators
+    overruled the critic). A grounding that calls two tools counts once for each.
     """
     rows = store.verdict_rows(run_id, iteration)
     reviewed = rows[rows["override_action"].notna()]
-    by_action: dict[str, int] = {}
-    by_status: dict[str, dict[str, int]] = {}
-    by_domain: dict[str, dict[str, int]] = {}
+    tables: dict[str, dict[str, dict[str, int]]] = {"by_action": {}, "by_status": {}, "by_domain": {},
+                                                     "by_tool": {}, "by_curator": {}}
     disagreements: list[dict[str, Any]] = []
     agreed = 0
     for row in reviewed.itertuples(index=False):
         status, action, domain = row.status, row.override_action, str(row.domain)
-        ok = _agrees(status, action)
+        ok = bool(row.agrees_with_critic)
+        tools = tools_of(row.grounding_actions)
         agreed += ok
-        by_action[action] = by_action.get(action, 0) + 1
-        for table, key in ((by_status, status), (by_domain, domain)):
-            entry = table.setdefault(key, {"reviewed": 0, "agreed": 0})
-            entry["reviewed"] += 1
-            entry["agreed"] += int(ok)
+        for table, names in (("by_action", [action]), ("by_status", [status]), ("by_domain", [domain]),
+                             ("by_tool", tools), ("by_curator", [str(row.curator)])):
+            for name in names:
+                entry = tables[table].setdefault(name, {"reviewed": 0, "agreed": 0})
+                entry["reviewed"] += 1
+                entry["agreed"] += int(ok)
         if not ok:
             disagreements.append({"task_id": row.task_id, "step": int(row.step), "k": int(row.k), "domain": domain,
-                                  "status": status, "action": action})
+                                  "status": status, "action": action, "tools": tools})
     n = len(reviewed)
     return {
         "verdicts": len(rows),
@@ -532,8 +526,6 @@ def agreement(store: Store, run_id: str, iteration: int | None = None) -> dict[s
         "agreed": agreed,
         "disagreed": n - agreed,
         "rate": agreed / n if n else None,
-        "by_action": by_action,
-        "by_status": by_status,
-        "by_domain": by_domain,
+        **tables,
         "disagreements": disagreements,
     }

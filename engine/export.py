@@ -8,6 +8,9 @@ Contract:
   plan was sampled from), ``chosen``/``rejected`` the raw plan texts.
 * ``export_sft(store, run_id, iteration, path, fmt)`` writes ``{"messages": [...], "task_id"}`` chat records from
   ``curation.effective_sft_records`` with ``prompts.grounder_messages(task, subgoals, [actions])``.
+* ``export_rollouts(store, run_id, iteration, path, fmt)`` writes the GRPO rollouts of a
+  ``stages.planner_objective = grpo`` iteration: ``{"prompt", "completion", "task_id", "batch", "n", "rewards",
+  "reward", "advantage"}`` (``rewards``: each named reward as a JSON object text; ``prompt``: the planner prompt).
 * ``fmt`` is ``"jsonl"`` or ``"parquet"``; files are written to a temp file and renamed into place, so a reader
   never sees half a file. Both return the number of rows written and load with
   ``datasets.load_dataset("json" | "parquet", data_files=path)``.
@@ -97,6 +100,21 @@ def export_sft(store: Store, run_id: str, iteration: int, path: str | Path, fmt:
     message = pa.struct([("role", pa.string()), ("content", pa.string())])
     schema = pa.schema([("messages", pa.list_(message)), ("task_id", pa.string())])
     return _write(rows, path, fmt, schema)
+
+
+def rollout_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]:
+    """The rows ``export_rollouts`` writes, in the trainer's order."""
+    frame = store.frame("rollouts", run_id, iteration)
+    return [{"prompt": r.prompt, "completion": r.text, "task_id": r.task_id, "batch": int(r.batch), "n": int(r.n),
+             "rewards": r.rewards_json, "reward": None if r.reward != r.reward else float(r.reward),
+             "advantage": float(r.advantage)} for r in frame.itertuples(index=False)]
+
+
+def export_rollouts(store: Store, run_id: str, iteration: int, path: str | Path, fmt: str = "jsonl") -> int:
+    schema = pa.schema([("prompt", pa.string()), ("completion", pa.string()), ("task_id", pa.string()),
+                        ("batch", pa.int64()), ("n", pa.int64()), ("rewards", pa.string()), ("reward", pa.float64()),
+                        ("advantage", pa.float64())])
+    return _write(rollout_rows(store, run_id, iteration), path, fmt, schema)
 
 
 def _write(rows: list[dict[str, Any]], path: str | Path, fmt: str, schema: pa.Schema) -> int:

@@ -23,16 +23,17 @@ from engine.config import RunConfig, config_from_dict, config_to_dict, config_to
 from engine.errors import StageStopped
 from engine.preflight import preflight
 from engine.runtime import check_eval_splits, load_run_tasks
-from engine.stages import critique, evaluation, ground, pairs, sample, score, train, warm_start
+from engine.stages import critique, evaluation, ground, pairs, sample, score, train, train_grpo, warm_start
 from engine.stages.context import ProgressSink, StageContext
 from engine.store import Store
-from engine.threads import ensure_thread_policy
+from engine.threads import adapt_to_load
 
 STAGES: dict[str, Callable[[StageContext], dict[str, Any]]] = {
     "sample": sample.run,
     "score": score.run,
     "pairs": pairs.run,
-    "train_planner": train.run_planner,
+    "train_planner": lambda ctx: (train_grpo.run_planner if ctx.config.stages.planner_objective == "grpo"
+                                  else train.run_planner)(ctx),
     "ground": ground.run,
     "critique": critique.run,
     "train_grounder": train.run_grounder,
@@ -119,7 +120,7 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
         store.set_stage(run_id, iteration, stage, "skipped", counts={"note": reason})
         return "skipped"
     store.set_stage(run_id, iteration, stage, "running")
-    ctx.announce(ensure_thread_policy().describe())
+    ctx.announce(adapt_to_load().describe())  # fewer threads while other processes hold cores
     try:
         counts = {**STAGES, **WARM_START}[stage](ctx)
     except StageStopped as exc:

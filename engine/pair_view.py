@@ -7,9 +7,9 @@ Contract:
   derived data: nothing is persisted, so it works the same on a read-only store and is rebuilt after a restart.
 * Freshness is checked on every read against a signature taken *before* reading the store: the store's in-process
   write generation of the tables the view reads (tasks, plans, scores, pairs; bumped after each commit) and the
-  newest pair-override id of that iteration. A changed generation rebuilds the iteration's table (~0.5 s for 100,000
-  pairs over 1,000,000 plans here); newer overrides alone re-derive only the tasks they touch, so a curator's
-  override shows on the next page without a rebuild.
+  newest pair-override (or pair-review) id of that iteration. A changed generation rebuilds the iteration's table
+  (~0.5 s for 100,000 pairs over 1,000,000 plans here); newer overrides alone re-derive only the tasks they touch,
+  so a curator's override (or review) shows on the next page without a rebuild.
 * ``page(...)`` answers exactly what ``StudioViews.pairs_page_sql`` answers (same columns, rows, order and
   ``total``; ``bench store`` checks it), from a table of one iteration's pairs instead of the 1M-row plans table.
   Filters travel as parameters; ``order`` picks one of three fixed ORDER BY clauses.
@@ -106,7 +106,7 @@ class PairView:
 
     def _newest_override(self, run_id: str, iteration: int) -> int:
         df = self._query("SELECT coalesce(max(override_id), -1) AS n FROM overrides WHERE run_id = ? AND "
-                         "iteration = ? AND target = 'pair'", [run_id, iteration])
+                         "iteration = ? AND target IN ('pair', 'pair_review')", [run_id, iteration])
         return int(df.column("n")[0].as_py())
 
     def table(self, run_id: str, iteration: int) -> str:
@@ -154,7 +154,8 @@ class PairView:
         shifts every later position, so that case rebuilds instead.
         """
         touched = self._query("SELECT DISTINCT task_id FROM overrides WHERE run_id = ? AND iteration = ? AND "
-                              "target = 'pair' AND override_id > ?", [key[0], key[1], built.newest_override])
+                              "target IN ('pair', 'pair_review') AND override_id > ?",
+                              [key[0], key[1], built.newest_override])
         tasks = sorted(str(t) for t in touched.column("task_id").to_pylist())
         rows = self._rows(*key, tasks=tasks)
         with self._cursor() as cur:

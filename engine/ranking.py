@@ -2,7 +2,8 @@
 
 ``distinct`` keeps one candidate per distinct plan text (the lowest k stands for its duplicates) sorted best first
 (lowest log-PPL, then lowest k); ``select`` picks the plans stage 2 grounds and the critic judges: ``best`` (the
-paper's choice), the ``top_n`` best, or ``all`` distinct plans.
+paper's choice), the ``top_n`` best, ``best_worst`` (the lowest- and the highest-PPL distinct plan: the two ends of the
+capability gap, the plans a best-worst DPO pair is made of) or ``all`` distinct plans.
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ def distinct(candidates: list[Candidate]) -> list[Candidate]:
 
 
 def select(candidates: list[Candidate], which: str, top_n: int = 1) -> list[Candidate]:
-    """The plans to ground and judge: ``best`` | ``top_n`` | ``all`` of the distinct candidates, best first."""
+    """The plans to ground and judge: ``best`` | ``top_n`` | ``best_worst`` | ``all`` of the distinct candidates,
+    best first."""
     ranked = distinct(candidates)
     if which == "best":
         return ranked[:1]
     if which == "top_n":
         return ranked[:top_n]
+    if which == "best_worst":
+        # The worst plan is where the grounder is weakest on what its planner really writes: the data stage 2 needs.
+        return ranked[:1] + ranked[1:][-1:]
     if which == "all":
         return ranked
-    raise ValueError(f"unknown plan selection {which!r} (best | top_n | all)")
+    raise ValueError(f"unknown plan selection {which!r} (best | top_n | best_worst | all)")

@@ -20,7 +20,7 @@ import duckdb
 
 from engine.errors import StoreError, StoreVersionError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 DDL_V1 = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL);
@@ -253,6 +253,22 @@ CREATE TABLE IF NOT EXISTS swaps (
 ALTER TABLE overrides ADD COLUMN pair_idx INTEGER;
 UPDATE overrides SET pair_idx = coalesce(TRY_CAST(json_extract_string(after_json, '$.pair_idx') AS INTEGER), 0)
 WHERE target = 'pair';
+""",
+    # v5: online group RL of the planner (stages.planner_objective = grpo) keeps every rollout the trainer scored.
+    4: """
+CREATE TABLE IF NOT EXISTS rollouts (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    batch INTEGER NOT NULL,             -- generation batch of the GRPO trainer (one per optimizer step)
+    n INTEGER NOT NULL,                 -- position in the batch; groups of grpo.num_generations share a task
+    task_id TEXT NOT NULL,
+    prompt TEXT NOT NULL,               -- the planner prompt (as plans.prompt)
+    text TEXT NOT NULL,                 -- the plan the planner wrote
+    rewards_json TEXT NOT NULL,         -- {"gap": -1.9, "execution": 1.0, ...} each named reward (null: unscorable)
+    reward DOUBLE,                      -- their weighted sum (NULL: unscorable)
+    advantage DOUBLE NOT NULL,          -- the group advantage the trainer used
+    PRIMARY KEY (run_id, iteration, batch, n)
+);
 """,
 }
 

@@ -10,6 +10,13 @@ and every small forward pays for thread synchronisation (issue 17 measured 3-10x
 * ``apply_thread_policy(share=1, reserve=0)``: ``torch.set_num_threads(max(1, (cores - reserve) // share))`` for a
   process that shares the usable cores with ``share - 1`` equal others and leaves ``reserve`` cores to something
   else (a web server); returns the ``ThreadPolicy`` with its one-line description.
+* ``adapt_to_load()``: called at each stage's start (``engine.loop.run_stage``): the first policy's threads less
+  the cores other processes are busy on right now (``busy_elsewhere``: the median of a few reads of the kernel's
+  runnable-task count, less this process's own runnable threads, scaled to our share of the machine when
+  ``/proc/stat`` counts more CPUs than we may use). Measured on 2 cores with one CPU-bound process beside a demo
+  iteration (``bench iteration --contention 1``): 2 torch threads 256 s, 1 thread 144 s (quiet, 2 threads: 97 s): a
+  thread whose core is taken stalls every op of the other. An explicit ``OMP_NUM_THREADS`` (an experiment worker's
+  share) is kept as it is.
 """
 
 from __future__ import annotations
@@ -29,12 +36,15 @@ class ThreadPolicy:
     affinity: int
     quota: float | None  # cgroup CPU quota in cores, None when unlimited or unknown
     omp: int | None  # OMP_NUM_THREADS when set
+    reserve: int = 0  # cores left to something else in this process (the studio's web server)
+    busy: int | None = None  # cores other processes were busy on at the last adaptation (None: not adapted)
 
     def describe(self) -> str:
         quota = "none" if self.quota is None else f"{self.quota:g}"
         omp = "unset" if self.omp is None else str(self.omp)
+        busy = "" if self.busy is None else f", {self.busy} busy elsewhere"
         return (f"torch threads {self.threads} of {self.cores} usable core(s) (affinity {self.affinity}, cgroup quota "
-                f"{quota}, OMP_NUM_THREADS {omp})")
+                f"{quota}, OMP_NUM_THREADS {omp}{busy})")
 
 
 def affinity_cores() -> int:
@@ -80,7 +90,58 @@ def apply_thread_policy(share: int = 1, reserve: int = 0, root: Path = CGROUP_RO
     cores, affinity, quota, omp = usable_cores(root)
     threads = max(1, (cores - max(0, reserve)) // max(1, share))
     torch.set_num_threads(threads)
-    return ThreadPolicy(threads, cores, affinity, quota, omp)
+    return ThreadPolicy(threads, cores, affinity, quota, omp, reserve=max(0, reserve))
+
+
+def _own_running(tasks: Path) -> int:
+    """This process's runnable threads (the reader at least): torch's pool may still spin after a stage."""
+    running = 0
+    for stat in tasks.glob("*/stat"):
+        try:
+            running += stat.read_text().rsplit(")", 1)[1].split()[0] == "R"
+        except (OSError, IndexError):
+            continue
+    return max(1, running)
+
+
+def busy_elsewhere(cores: int, samples: int = 5, interval_s: float = 0.01, stat: Path = Path("/proc/stat"),
+                   own: Path = Path("/proc/self/task")) -> int | None:
+    """Cores that other processes keep busy now: the median of ``samples`` reads of ``procs_running`` less this
+    process's runnable threads, scaled by ``cores`` / the CPUs ``/proc/stat`` lists when it sees a bigger machine
+    than ours; None when unreadable."""
+    import statistics
+    import time
+
+    counts, cpus = [], 0
+    for i in range(samples):
+        try:
+            text = stat.read_text()
+        except OSError:
+            return None
+        running = [int(line.split()[1]) for line in text.splitlines() if line.startswith("procs_running ")]
+        if not running:
+            return None
+        counts.append(max(0, running[0] - _own_running(own)))
+        cpus = sum(1 for line in text.splitlines() if line.startswith("cpu") and line[3:4].isdigit())
+        if i + 1 < samples:
+            time.sleep(interval_s)
+    others = statistics.median(counts)
+    if cpus > cores:  # a host-wide count: our share of it
+        others = others * cores / cpus
+    return int(round(others))
+
+
+def adapt_to_load(stat: Path = Path("/proc/stat")) -> ThreadPolicy:
+    """Re-set torch's threads to the first policy's less the cores busy elsewhere now (module docstring)."""
+    import torch
+
+    base = ensure_thread_policy()
+    if base.omp is not None:
+        return base
+    busy = busy_elsewhere(base.cores, stat=stat)
+    threads = base.threads if busy is None else max(1, min(base.threads, base.cores - base.reserve - busy))
+    torch.set_num_threads(threads)
+    return ThreadPolicy(threads, base.cores, base.affinity, base.quota, base.omp, base.reserve, busy)
 
 
 _applied: ThreadPolicy | None = None

@@ -4,7 +4,10 @@ The loss is always TRL's (``SFTTrainer`` completion-only loss, ``DPOTrainer`` si
 only builds their configs, datasets and callbacks:
 
 - ``sft_train(model, tokenizer, rows, settings)`` with rows ``{"prompt", "completion"}``;
-- ``dpo_train(model, tokenizer, rows, settings, ref_model=None)`` with rows ``{"prompt", "chosen", "rejected"}``.
+- ``dpo_train(model, tokenizer, rows, settings, ref_model=None)`` with rows ``{"prompt", "chosen", "rejected"}``;
+- ``grpo_train(model, tokenizer, rows, settings, book)`` with rows ``{"prompt", "task_id"}``: TRL's GRPO loss on
+  ``settings.num_generations`` rollouts per prompt, rewarded by ``book`` (``engine.rewards.RolloutBook``, which
+  keeps every rollout).
 
 With LoRA the caller gets the ``PeftModel`` (``save_adapter``, the default: the checkpoint is the adapter alone,
 ``engine.models.save_adapter_checkpoint``) or, with ``save_adapter = false``, the adapter merged back into plain
@@ -23,7 +26,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from engine.config import DPOSettings, TrainSettings
+from engine.config import DPOSettings, GRPOSettings, TrainSettings
 from engine.precision import use_bf16
 
 LogSink = Callable[[dict[str, Any]], None]
@@ -138,6 +141,37 @@ def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSetting
                          ld_alpha=settings.ld_alpha if settings.ld_alpha < 1 else None)
         trainer = DPOTrainer(
             model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer, peft_config=_lora_config(settings) if settings.lora else None,
+            callbacks=[StepHooks(on_log, should_stop)],
+        )
+        _quiet(trainer).train()
+        return _finish(trainer, settings), list(trainer.state.log_history)
+
+
+def grpo_train(model, tokenizer, rows: list[dict[str, str]], settings: GRPOSettings, book, *,
+               stop_token_ids: list[int] | None = None, on_log: LogSink | None = None,
+               should_stop: Callable[[], bool] | None = None):
+    """Online group RL on ``prompt/task_id`` rows with TRL's ``GRPOTrainer``. Returns ``(model, log_history)``;
+    ``book.rollouts`` holds every rollout with its rewards and advantage. ``stop_token_ids`` end a rollout (the
+    agent's end-of-turn tokens, ``engine.models.stop_token_ids``). With ``settings.beta = 0`` TRL keeps no
+    reference model."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    device = next(model.parameters()).device
+    common = _common_args(settings, device, "")
+    common.pop("max_length")  # GRPO bounds the completion instead (max_completion_length)
+    generation = {"eos_token_id": stop_token_ids} if stop_token_ids else None
+    with tempfile.TemporaryDirectory(prefix="moat-grpo-") as out:
+        common["output_dir"] = out
+        args = GRPOConfig(**common, num_generations=settings.num_generations,
+                          max_completion_length=settings.max_completion_length, temperature=settings.temperature,
+                          top_p=settings.top_p, top_k=0, beta=settings.beta, epsilon=settings.epsilon,
+                          epsilon_high=settings.epsilon_high, loss_type=settings.loss_type,
+                          scale_rewards=settings.scale_rewards, mask_truncated_completions=settings.mask_truncated,
+                          reward_weights=list(book.weights), generation_kwargs=generation, shuffle_dataset=True)
+        trainer = GRPOTrainer(
+            model=model, reward_funcs=book.funcs, args=args, train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer, peft_config=_lora_config(settings) if settings.lora else None,
             callbacks=[StepHooks(on_log, should_stop)],
         )

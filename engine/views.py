@@ -181,21 +181,45 @@ class StudioViews:
         limit: int = 50,
         offset: int = 0,
         overridden: bool | None = None,
+        reviewed: bool | None = None,
+        order: str = "task",
+        overruled: bool | None = None,
     ) -> pd.DataFrame:
-        """A page of verdicts (optionally one critic ``status``, or only (not) overridden) with a ``total`` column."""
+        """A page of verdicts (optionally one critic ``status``, only (not) overridden, only (not) reviewed by
+        anybody, only those where the curators' decision overruled (or confirmed) the critic) in a
+        ``VERDICT_ORDERS`` order, with a ``total`` column."""
+        if order not in VERDICT_ORDERS:
+            raise ValueError(f"order must be one of {', '.join(VERDICT_ORDERS)}")
         params: dict[str, Any] = {"run": run_id, "it": int(iteration), "limit": int(limit), "offset": int(offset)}
         conds = []
+        if reviewed is not None:
+            conds.append("reviewed = $reviewed")
+            params["reviewed"] = reviewed
         if status is not None:
             conds.append("status = $status")
             params["status"] = status
         if overridden is not None:
             conds.append("(override_action IS NOT NULL) = $overridden")
             params["overridden"] = overridden
+        if overruled is not None:
+            conds.append("agrees_with_critic = NOT $overruled")
+            params["overruled"] = overruled
         sql = f"""{_verdicts_sql("iteration = $it")}
         SELECT *, count(*) OVER () AS total FROM vrows WHERE {" AND ".join(conds) or "TRUE"}
-        ORDER BY task_id, step, k LIMIT $limit OFFSET $offset"""
+        ORDER BY {VERDICT_ORDERS[order]} LIMIT $limit OFFSET $offset"""
         return self.query(sql, params)
 
+
+# The critic queue's orders (fixed snippets): "disagreement": the critic's verdict contradicts the execution first
+# (accepted actions that do not reach the gold answer, or "corrected" ones that do): where a critic most often errs;
+# "unreviewed": nobody's yet first; "shuffled": a fixed pseudo-random order for audits. Task order breaks ties.
+VERDICT_ORDERS = {
+    "task": "task_id, step, k",
+    "disagreement": "((status = 'accepted') <> coalesce(grounding_correct, FALSE)) AND status IN ('accepted', "
+                    "'corrected') DESC, task_id, step, k",
+    "unreviewed": "reviewed, task_id, step, k",
+    "shuffled": "hash(task_id, step, k), task_id, step, k",
+}
 
 # The pairs page's orders, one set for both sources of a page (these queries and engine.pair_view's materialised
 # table): the leading keys, then task order breaks every tie so pages are stable. Fixed snippets, never user text.
@@ -203,7 +227,8 @@ class StudioViews:
 # (a hash of the key) for audits that should not follow the task or the margin. Both need the plan texts.
 PAIR_ORDER_KEYS = {"task": "", "margin": "margin", "-margin": "margin DESC",
                    "length": "abs(length(chosen_text) - length(rejected_text)) DESC",
-                   "shuffled": "hash(task_id, step, pair_idx)"}
+                   "shuffled": "hash(task_id, step, pair_idx)",
+                   "unreviewed": "reviewed, margin"}  # nobody's yet first, then the smallest margin
 TEXT_ORDERS = ("length", "shuffled")  # orders over the joined plan texts
 
 
@@ -268,6 +293,11 @@ lo AS (
     SELECT * FROM (SELECT po.*, row_number() OVER (PARTITION BY task_id, step, pidx ORDER BY override_id DESC) AS rn
                    FROM po)
     WHERE rn = 1 AND action <> 'restore'),
+-- pairs somebody acted on or marked reviewed (a restore counts: somebody looked), for the "not reviewed" order
+rv AS (
+    SELECT DISTINCT task_id AS rv_task, step AS rv_step, coalesce(o.pair_idx, 0) AS rv_pidx
+    FROM overrides o WHERE o.run_id = $run AND o.iteration = $it AND o.target IN ('pair', 'pair_review') {scope}
+        AND {live}),
 base AS (
     SELECT coalesce(p.task_id, lo.task_id) AS task_id, coalesce(p.step, lo.step) AS step,
            coalesce(p.pair_idx, lo.pidx) AS pair_idx, coalesce(p.rule, 'manual') AS rule,
@@ -309,8 +339,9 @@ eff AS (
            override_action IS NOT NULL AS overridden,
            coalesce(override_action = 'exclude', FALSE) AS excluded,
            coalesce(override_action = 'tie', FALSE) AS tie,
-           override_action, override_id, curator, override_reason
-    FROM lp)
+           override_action, override_id, curator, override_reason,
+           rv_task IS NOT NULL AS reviewed
+    FROM lp LEFT JOIN rv ON rv_task = lp.task_id AND rv_step = lp.step AND rv_pidx = lp.pair_idx)
 """
 
 
@@ -323,6 +354,14 @@ def effective_pairs_sql(scope: str = "all") -> str:
 EFFECTIVE_PAIRS_SQL = effective_pairs_sql()
 
 
+# Did the curator's live decision side with the critic (NULL: no decision)? keep_original confirms an accepted
+# verdict, accept_correction a corrected one, drop one that yields nothing; an edit always overrules the critic.
+AGREES_WITH_CRITIC = """CASE WHEN vo.action IS NULL THEN NULL
+                WHEN v.status = 'accepted' THEN vo.action = 'keep_original'
+                WHEN v.status = 'corrected' THEN vo.action = 'accept_correction'
+                ELSE vo.action = 'drop' END"""
+
+
 def _verdicts_sql(iteration_cond: str) -> str:
     """Verdict rows joined with grounding, plan, task and latest verdict override; ``iteration_cond`` is one of
     two fixed snippets chosen in code (never user text)."""
@@ -332,14 +371,20 @@ WITH vo AS (
         SELECT o.*, row_number() OVER (PARTITION BY iteration, task_id, step, k ORDER BY override_id DESC) AS rn
         FROM overrides o WHERE o.run_id = $run AND o.target = 'verdict' AND {iteration_cond} AND {LIVE_OVERRIDE})
     WHERE rn = 1 AND action <> 'restore'),
+vr AS (  -- verdicts somebody acted on or marked "looks right"
+    SELECT DISTINCT iteration, task_id, step, k FROM overrides o
+    WHERE o.run_id = $run AND o.target IN ('verdict', 'verdict_review') AND {iteration_cond} AND {LIVE_OVERRIDE}),
 vrows AS (
     SELECT v.*, vo.action AS override_action, vo.after_json AS override_after_json, vo.curator,
+           vr.task_id IS NOT NULL AS reviewed,
+           {AGREES_WITH_CRITIC} AS agrees_with_critic,
            vo.reason AS override_reason, vo.override_id,
            g.actions AS grounding_actions, g.ok AS grounding_ok, g.correct AS grounding_correct,
            g.prompt AS grounding_prompt,
            p.text AS plan_text, p.subgoals_json AS plan_subgoals_json, t.question, t.domain
     FROM (SELECT * FROM verdicts WHERE run_id = $run AND {iteration_cond}) v
     LEFT JOIN vo ON vo.iteration = v.iteration AND vo.task_id = v.task_id AND vo.step = v.step AND vo.k = v.k
+    LEFT JOIN vr ON vr.iteration = v.iteration AND vr.task_id = v.task_id AND vr.step = v.step AND vr.k = v.k
     LEFT JOIN groundings g ON g.run_id = v.run_id AND g.iteration = v.iteration AND g.task_id = v.task_id
         AND g.step = v.step AND g.k = v.k
     LEFT JOIN plans p ON p.run_id = v.run_id AND p.iteration = v.iteration AND p.task_id = v.task_id

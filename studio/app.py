@@ -4,8 +4,8 @@ builders.
 The app owns no state of its own: the store is passed in (one owning process per DuckDB file), one ``JobWorker``
 per store is created here (or passed in) and shared by every session, and everything per session (picked run and
 iteration, the curator's name) lives in components and ``gr.State``. Serve it with ``studio.auth.serve`` (the login
-gate on every route) and ``head=HEAD`` for the keyboard shortcuts. The worker is exposed as ``demo.moat_jobs`` for
-the launcher and tests.
+gate on every route) and ``head=HEAD`` for the keyboard shortcuts. The worker is exposed as ``demo.moat_jobs`` (and the
+shared context, lease book included, as ``demo.moat_ctx``) for the launcher and tests.
 
 Every event has an explicit ``api_name`` (``<tab>_<what>``; UI-internal refreshes are ``undocumented``), so the API
 is stable and ``tests/test_studio_security.py`` can classify each endpoint as read or write; every write endpoint
@@ -79,18 +79,34 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         def on_load(request: gr.Request):
             runs = [r["run_id"] for r in store.list_runs()]
             user = getattr(request, "username", None)
+            # Without a login, leave the line alone: a name typed before the page finished loading must survive it.
             return (gr.update(choices=runs, value=runs[-1] if runs else None),
-                    f"Curating as **{user}**" if user else "")
+                    f"Curating as **{user}**" if user else gr.update())
 
         def on_run(run_id):
             its = run_iterations(store, run_id)
             return gr.update(choices=its, value=default_iteration(its))
 
         demo.load(on_load, None, [run, who], api_name="studio_load")
+        for hook in ctx.load_hooks:
+            hook(demo)
         run.change(on_run, run, iteration, api_name="studio_pick_run")
-        gr.on([name.submit, name.blur], lambda n: (n.strip(), f"Curating as **{n.strip()}**" if n.strip() else ""),
-              name, [curator, who], api_name="studio_curator_name", api_visibility="undocumented",
+        # The name is kept in this browser too (studio.remember's way): typed once, it survives reloads.
+        saved_name = gr.BrowserState("", storage_key="moat-studio-curator")
+        gr.on([name.submit, name.blur],
+              lambda n: (n.strip(), f"Curating as **{n.strip()}**" if n.strip() else "", n.strip()),
+              name, [curator, who, saved_name], api_name="studio_curator_name", api_visibility="undocumented",
               trigger_mode="always_last")
+
+        def restore_name(saved, request: gr.Request):
+            if getattr(request, "username", None) or not (isinstance(saved, str) and saved.strip()):
+                return gr.update(), gr.update(), gr.update()
+            saved = saved.strip()[:200]
+            return saved, saved, f"Curating as **{saved}**"
+
+        demo.load(restore_name, saved_name, [name, curator, who], show_progress="hidden",
+                  api_name="studio_restore_name", api_visibility="undocumented")
     demo.queue(default_concurrency_limit=CONCURRENCY)
     demo.moat_jobs = jobs
+    demo.moat_ctx = ctx  # tests read the lease book through it
     return demo

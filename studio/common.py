@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import html
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,9 @@ class Ctx:
     evidence: SurprisalService = field(default_factory=SurprisalService)
     # Who has which pair/verdict open: j/k skip items another curator holds (engine.leases).
     leases: LeaseBook = field(default_factory=LeaseBook)
+    # Run by studio.app with the Blocks, at the page's top level (outside every tab) once the tabs are built: e.g.
+    # studio.remember's browser-kept filters, which must not live inside a lazily mounted tab.
+    load_hooks: list[Callable[[gr.Blocks], None]] = field(default_factory=list)
 
 
 def curator_of(name: str | None, request: gr.Request | None) -> str:
@@ -152,17 +156,20 @@ def pre(text: Any) -> str:
 
 def page_info(total: int, page: int, size: int) -> str:
     pages = max(1, -(-total // size))
-    return f"{total} rows · page {min(page, pages)} of {pages}"
+    return f"{total} row{'' if total == 1 else 's'} · page {min(page, pages)} of {pages}"
 
 
-def review_line(store: Store, run_id: str | None, iteration: int | None, target: str) -> str:
-    """`` · reviewed 12 of 96 by the team`` for a page's info line (items anybody acted on or marked reviewed)."""
+def review_line(store: Store, run_id: str | None, iteration: int | None, target: str,
+                curator: str | None = None) -> str:
+    """`` · reviewed 12 of 96 by the team, 5 by you`` for a page's info line (items anybody acted on or marked
+    reviewed; "by you" when the session's curator is known)."""
     if not run_id or iteration is None:
         return ""
     from engine.curation import review_progress
 
-    done = review_progress(store, run_id, int(iteration), target)
-    return f" · reviewed {done['reviewed']} of {done['total']} by the team"
+    done = review_progress(store, run_id, int(iteration), target, curator or "")
+    mine = f", {done['mine']} by you" if curator else ""
+    return f" · reviewed {done['reviewed']} of {done['total']} by the team{mine}"
 
 
 def tri(value: str) -> bool | None:

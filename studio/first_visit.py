@@ -25,7 +25,8 @@ WELCOME = (
     "best-vs-worst pairs, the critic checks the grounder's actions, SFT trains the grounder). It takes about 2-3 "
     "minutes on 2 CPU cores; the **Run** tab shows each stage as it goes. Then look at **Pairs** (which plan the "
     "grounder preferred, and by how much), **Critic** (the corrections the grounder learns from) and **Metrics** "
-    "(accuracy before and after). To start your own, edit the config in the **Run** tab and press *Create run*."
+    "(accuracy before and after). To start your own, press *Start a new run* in the **Run** tab (its config is "
+    "under *Advanced*)."
 )
 
 

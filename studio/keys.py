@@ -25,6 +25,12 @@ KEYS: dict[str, list[str]] = {
 }
 FOCUS: dict[str, str] = {"e": "critic-edit"}  # keys that move the focus into a text field instead of clicking
 
+# The queues' own refreshes (filters, each action's reload) show Gradio's *minimal* progress: a small timer that
+# never takes pointer events. The full overlay flashed over the table on every key press and, when a refresh
+# landed while its tab was still mounting (a curator name typed on the Run tab, then Pairs opened), Gradio 6.31
+# could leave it standing: a table nobody could click (seen once in CI, test_two_curators_...).
+QUEUE_PROGRESS = "minimal"
+
 SHORTCUTS_JS = """<script>
 (() => {
 const KEYS = @KEYS@, FOCUS = @FOCUS@;

@@ -49,7 +49,35 @@ def _training(what: str, counts: dict[str, Any]) -> str:
     if len(workers) > 1:
         steps = sorted(set(workers.values()))
         precision += f", {len(workers)} workers at {'/'.join(map(str, steps))} step(s)"
+    curated = {k: v for k, v in (counts.get("curation") or {}).items() if k != "newest_override" and v}
+    if curated:  # DPO read the pairs with curator actions applied
+        precision += ", curated: " + ", ".join(f"{n} {action}" for action, n in curated.items())
     return f"{what} on {rows}{precision}"
+
+
+def _grpo(counts: dict[str, Any]) -> str:
+    """"GRPO on 96 tasks: 768 rollouts, mean reward -1.82 (gap, execution, format), 12 groups without signal"."""
+    if counts.get("note"):
+        return str(counts["note"])
+    mean = counts.get("mean_reward")
+    flat = counts.get("zero_advantage_groups")
+    return (f"GRPO on {_n(counts.get('rows'))} tasks: {_n(counts.get('rollouts'))} rollouts"
+            + (f", mean reward {mean:.2f} ({', '.join(counts.get('rewards') or [])})" if mean is not None else "")
+            + (f", {flat} groups without signal" if flat else "")
+            + (f", {counts['precision']}" if counts.get("precision") else ""))
+
+
+def shown_status(status: str, live: bool) -> str:
+    """The state the Run tab shows: a stage stored ``running`` that no job of this studio runs (``live`` False) was
+    interrupted (a killed process: this studio holds the file, so nobody else can be running it)."""
+    return "interrupted" if status == "running" and not live else status
+
+
+def stage_seconds(row: dict[str, Any]) -> float | None:
+    """A finished stage's wall time in seconds (one decimal), None while it has not finished."""
+    if not (row.get("started_at") and row.get("finished_at")):
+        return None
+    return round((row["finished_at"] - row["started_at"]).total_seconds(), 1)
 
 
 def stage_summary(store: Store, run_id: str, iteration: int, stage: str, status: str,
@@ -75,6 +103,8 @@ def stage_summary(store: Store, run_id: str, iteration: int, stage: str, status:
         return _critique(store, run_id, iteration, counts)
     if stage == "evaluate":
         return _evaluate(store, run_id, iteration, counts)
+    if stage == "train_planner" and counts.get("objective") == "grpo":
+        return _grpo(counts)
     if stage in ("train_planner", "warm_start_planner"):
         return _training("DPO" if stage == "train_planner" else "warm-start SFT", counts)
     if stage in ("train_grounder", "warm_start_grounder"):

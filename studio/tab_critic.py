@@ -1,7 +1,10 @@
 """Critic tab: a review queue of verdicts (filtered by critic status and reviewed or not, paginated in SQL by
 ``Store.verdict_queue``); the original plan/grounding and the critic's correction side by side with a word diff;
 curator decisions through ``engine.curation`` (accept original, accept correction, edit, drop, restore); an edit is
-previewed with ``engine.executor`` on a button and saved only when it parses; the critic-curator agreement rate.
+previewed with ``engine.executor`` on a button and saved only when it parses; the critic-curator agreement (per
+domain, per tool the grounding calls, per decision, per curator) with the verdicts where curators overruled the
+critic one click away (the *Reviewed = overruled* filter). The filters are kept in the browser across reloads
+(``studio.remember``).
 
 Keyboard (``studio.keys``): j/k next/previous verdict, a accept the original, c accept the correction, d drop,
 r restore, e edit, u undo this curator's last decision. The picker names a verdict by its question, plan and status.
@@ -39,7 +42,8 @@ from studio.common import (
     who_of,
     word_diff_html,
 )
-from studio.keys import action_words, undo_handler, wire_walk
+from studio.keys import QUEUE_PROGRESS, action_words, undo_handler, wire_walk
+from studio.remember import remember
 from studio.tab_pairs import excerpt
 
 PAGE = 20
@@ -57,12 +61,16 @@ def parse_key(key: str) -> tuple[str, int, int]:
 
 
 def verdict_table(store: Store, run_id: str | None, iteration: int | None, status: str = "",
-                  reviewed: str = "any", page: int = 1, size: int = PAGE) -> tuple[pd.DataFrame, int]:
+                  reviewed: str = "any", page: int = 1, size: int = PAGE, order: str = "task"
+                  ) -> tuple[pd.DataFrame, int]:
+    """A page of the critic queue; ``reviewed``: any | yes | no (acted on or marked "looks right" by anybody) |
+    overruled (the curators' live decision went against the critic: ``engine.views.AGREES_WITH_CRITIC``)."""
     if not run_id or iteration is None:
         return pd.DataFrame(columns=COLUMNS), 0
     df = store.verdict_queue(run_id, int(iteration), status=status or None, limit=size,
                              offset=(max(int(page), 1) - 1) * size,
-                             overridden={"yes": True, "no": False}.get(reviewed))
+                             reviewed={"yes": True, "no": False}.get(reviewed), order=order or "task",
+                             overruled=True if reviewed == "overruled" else None)
     total = int(df["total"].iloc[0]) if len(df) else 0
     df = df.assign(key=[verdict_key(*r) for r in zip(df["task_id"], df["step"], df["k"])])
     return df[COLUMNS], total
@@ -156,28 +164,39 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
     return f"Edit saved for {key} by {curator}.\n\n" + _result_markdown(result)
 
 
+def _rates(table: dict[str, dict[str, int]], words=str) -> str:
+    return ", ".join(f"{words(name)} {v['agreed']}/{v['reviewed']}" for name, v in sorted(table.items())) or "—"
+
+
 def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) -> str:
+    """The critic-curator agreement: overall, per domain, per tool the grounding calls, per decision and per curator,
+    and the verdicts where curators overruled the critic (the *Overruled* button filters the queue to them)."""
     if not run_id or iteration is None:
         return ""
     a = curation.agreement(store, run_id, int(iteration))
     rate = "—" if a["rate"] is None else f"{a['rate']:.0%}"
-    domains = ", ".join(f"{d} {v['agreed']}/{v['reviewed']}" for d, v in sorted(a["by_domain"].items())) or "—"
-    overruled = ", ".join(f"plan {d['k']} of {d['task_id']} ({d['status']} → {d['action']})"
-                          for d in a["disagreements"][:5])
-    more = f" and {len(a['disagreements']) - 5} more" if len(a["disagreements"]) > 5 else ""
+    overruled = ", ".join(f"plan {d['k']} of {d['task_id']} ({d['status']} → {action_words(d['action'])})"
+                          for d in a["disagreements"][:3])
+    more = f" and {len(a['disagreements']) - 3} more" if len(a["disagreements"]) > 3 else ""
     return (f"**Agreement critic ↔ curators: {rate}** ({a['agreed']}/{a['reviewed']} reviewed of {a['verdicts']} "
-            f"verdicts) · by domain: {domains} · by action: {a['by_action'] or '—'}"
-            + (f"\n\nOverruled the critic: {overruled}{more} (filter *Reviewed = yes* to open them)" if overruled
-               else ""))
+            f"verdicts) · by domain: {_rates(a['by_domain'])} · by tool: {_rates(a['by_tool'])} · by decision: "
+            f"{_rates(a['by_action'], action_words)} · by curator: {_rates(a['by_curator'])}"
+            + (f"\n\n**Overruled the critic ({len(a['disagreements'])}):** {overruled}{more}" if overruled else ""))
 
 
 def build(ctx: Ctx) -> None:
     with gr.Row():
         status = gr.Dropdown(STATUSES, value="", label="Critic status")
-        reviewed = gr.Radio(["any", "yes", "no"], value="any", label="Reviewed")
+        reviewed = gr.Radio(["any", "yes", "no", ("overruled the critic", "overruled")], value="any",
+                            label="Reviewed", elem_id="critic-reviewed-filter")
+        order = gr.Dropdown([("task", "task"), ("critic vs execution disagreement first", "disagreement"),
+                             ("not reviewed yet first", "unreviewed"), ("shuffled (audit)", "shuffled")],
+                            value="task", label="Order", elem_id="critic-order")
         page = gr.Number(1, label="Page", precision=0, minimum=1)
-    agreement = gr.Markdown(elem_id="critic-agreement")
-    info = gr.Markdown()
+    with gr.Row():
+        agreement = gr.Markdown(elem_id="critic-agreement")
+        overruled_btn = gr.Button("Open the overruled ones", elem_id="critic-overruled", size="sm", scale=0)
+    info = gr.Markdown(elem_id="critic-info")
     table = gr.Dataframe(interactive=False, elem_id="critic-table", max_height=300)
     total_rows = gr.State(0)
     with gr.Row():
@@ -200,12 +219,13 @@ def build(ctx: Ctx) -> None:
         save_btn = gr.Button("Save edit", variant="primary", elem_id="critic-save", interactive=not ctx.read_only)
     result = gr.Markdown(elem_id="critic-result")
 
-    def load(run_id, it, st, rv, pg, current):
-        df, total = verdict_table(ctx.store, run_id, it, st, rv, int(pg or 1))
+    def load(run_id, it, st, rv, od, pg, current, name, request: gr.Request):
+        df, total = verdict_table(ctx.store, run_id, it, st, rv, int(pg or 1), order=od)
         keys = list(df["key"])
         keep = current if current in keys else (keys[0] if keys else None)
         labels = [(verdict_label(q, k, st_), k) for q, k, st_ in zip(df["question"], keys, df["status"])]
-        return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "verdict"), df,
+        return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "verdict",
+                                                                   who_of(name, request)), df,
                 gr.update(choices=labels, value=keep),
                 agreement_markdown(ctx.store, run_id, it), total)
 
@@ -226,12 +246,19 @@ def build(ctx: Ctx) -> None:
             raise gr.Error("Pick a verdict first.")
         return save_edit(ctx.store, run_id, it, key, actions, curator_of(name, request), why)
 
-    filters = [ctx.run, ctx.iteration, status, reviewed, page, pick]
+    filters = [ctx.run, ctx.iteration, status, reviewed, order, page, pick, ctx.curator]  # the curator: "by you"
+    remember(ctx, "critic", {"status": (status, [status.change]), "reviewed": (reviewed, [reviewed.change]),
+                             "order": (order, [order.change])})
     outputs = [info, table, pick, agreement, total_rows]
     detail = [original, corrected, diff, edit]
-    gr.on([status.change, reviewed.change, page.change, ctx.iteration.change, ctx.run.change], load, filters,
-          outputs, api_name="critic_queue", trigger_mode="always_last")  # in order: see studio.app.CONCURRENCY
+    # in order: see studio.app.CONCURRENCY
+    gr.on([status.change, reviewed.change, order.change, page.change, ctx.iteration.change, ctx.run.change,
+           ctx.curator.change], load,
+          filters, outputs, api_name="critic_queue", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pick, api_name="critic_select_row", api_visibility="undocumented")
+    # One click from the agreement line to the disagreements: the queue filtered to them (its change reloads it).
+    overruled_btn.click(lambda: "overruled", None, reviewed, api_name="critic_show_overruled",
+                        api_visibility="undocumented")
     pick.change(lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
                 api_name="critic_detail")
 
@@ -242,15 +269,17 @@ def build(ctx: Ctx) -> None:
     pick.change(opened, [ctx.run, ctx.iteration, pick, ctx.curator], lease, api_name="critic_claim",
                 api_visibility="undocumented")
 
-    def reload(*args):  # after an action: refresh everything but the picked verdict
-        info_md, df, _, agree, _total = load(*args)
+    def reload(run_id, it, st, rv, od, pg, current, name, request: gr.Request):
+        """After an action: refresh everything but the picked verdict."""
+        info_md, df, _, agree, _total = load(run_id, it, st, rv, od, pg, current, name, request)
         return info_md, df, agree
 
     wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE)
 
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
                api_name="critic_undo").success(
-        reload, filters, [info, table, agreement], api_name="critic_undo_reload", api_visibility="undocumented").then(
+        reload, filters, [info, table, agreement], api_name="critic_undo_reload", api_visibility="undocumented",
+        show_progress=QUEUE_PROGRESS).then(
         lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
         api_name="critic_undo_detail", api_visibility="undocumented")
 
@@ -258,7 +287,7 @@ def build(ctx: Ctx) -> None:
         btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result,
                   api_name=f"critic_{action}").success(
             reload, filters, [info, table, agreement], api_name=f"critic_{action}_reload",
-            api_visibility="undocumented").then(
+            api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
             lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
             api_name=f"critic_{action}_detail", api_visibility="undocumented")
     preview_btn.click(lambda r, k, a: preview_edit(ctx.store, r, k, a) if r and k else "", [ctx.run, pick, edit],
@@ -266,4 +295,5 @@ def build(ctx: Ctx) -> None:
     save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result,
                    api_name="critic_save_edit").success(reload, filters, [info, table, agreement],
                                                         api_name="critic_save_edit_reload",
-                                                        api_visibility="undocumented")
+                                                        api_visibility="undocumented",
+                                                        show_progress=QUEUE_PROGRESS)

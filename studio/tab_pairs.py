@@ -7,9 +7,16 @@ u undo this curator's last action. The pair picker names a pair by
 its question, step and plan numbers; the evidence (``studio.evidence``) shades the gold actions by the grounder's
 per-token surprisal under each plan, computed on demand and cached.
 
-Handlers: ``pairs_table``, ``pair_detail``, ``pair_evidence``, ``pair_action``, ``margin_figure``, ``length_figure``;
+A GRPO iteration (``stages.planner_objective = grpo``) also shows, under the pair, the task's rollouts with their
+rewards and advantages (``pair_group``), so a DPO pair and a GRPO group of one task read side by side.
+
+Handlers: ``pairs_table``, ``pair_detail``, ``pair_group``, ``pair_evidence``, ``pair_action``, ``margin_figure``,
+``length_figure``,
+``curation_markdown`` (per iteration: the curators' actions, which ones the planner checkpoint was trained with, the
+margins before/after curation and TRL's DPO reward margins; endpoint ``/pairs_curation``);
 the walk and the undo are ``studio.keys.wire_walk`` / ``undo_handler``. API endpoints (``gradio_client``):
-``/pairs_search`` (any filter change: one ``always_last`` event), ``/pairs_detail``, ``/pairs_evidence`` and
+``/pairs_search`` (any filter change: one ``always_last`` event), ``/pairs_detail`` (with the GRPO group),
+``/pairs_evidence`` and
 ``/pairs_<action>`` for swap, exclude, tie, choose and restore, ``/pairs_undo`` (writes); the refreshes after an
 action (``/pairs_<action>_reload``, ``/pairs_<action>_detail``), ``/pairs_claim``, ``/pairs_next``, ``/pairs_prev``
 and ``/pairs_select_row`` are undocumented.
@@ -24,6 +31,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine import curation
+from engine.curation_summary import pair_curation_summary
+from engine.rollouts import task_group
 from engine.store import Store
 from studio.common import (
     Ctx,
@@ -39,7 +48,8 @@ from studio.common import (
     word_diff_html,
 )
 from studio.evidence import pair_evidence_html
-from studio.keys import action_words, undo_handler, wire_walk
+from studio.keys import QUEUE_PROGRESS, action_words, undo_handler, wire_walk
+from studio.remember import remember
 
 PAGE = 20
 COLUMNS = ["key", "domain", "question", "chosen_k", "rejected_k", "chosen_logppl", "rejected_logppl", "margin",
@@ -119,6 +129,28 @@ def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: st
             + pre(rejected and rejected.text) + "<p><i>chosen → rejected, word by word:</i></p>" + diff)
 
 
+def pair_group(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> str:
+    """The GRPO rollouts of the picked pair's task in this iteration (``engine.rollouts``), best advantage first,
+    each with its named rewards; empty for a DPO iteration (nothing is drawn)."""
+    if not (run_id and key) or iteration is None:
+        return ""
+    task_id, _, _ = parse_key(key)
+    rows = task_group(store, run_id, int(iteration), task_id)
+    if not rows:
+        return ""
+    names = list(rows[0]["rewards"])
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in ["advantage", "reward", *names, "plan"])
+
+    def cell(value) -> str:
+        return "<td>–</td>" if value is None else f"<td>{value:.3f}</td>"
+
+    body = "".join("<tr>" + cell(r["advantage"]) + cell(r["reward"]) + "".join(cell(r["rewards"][n]) for n in names)
+                   + f"<td>{pre(r['text'])}</td></tr>" for r in rows)
+    return (f"<p><b>GRPO group of this task</b> ({len(rows)} rollouts the trainer sampled and scored in this "
+            "iteration; advantage = reward against the group's)</p>"
+            f"<table class='moat-group'><tr>{head}</tr>{body}</table>")
+
+
 def pair_evidence(store: Store, service, run_id: str | None, iteration: int | None, key: str | None) -> str:
     """The evidence block of one pair (``studio.evidence``), or a line saying why there is none."""
     if not (run_id and key) or iteration is None:
@@ -192,6 +224,32 @@ def length_figure(store: Store, run_id: str | None, iteration: int | None,
     return fig
 
 
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:+.{digits}f}"
+
+
+def curation_markdown(store: Store, run_id: str | None) -> str:
+    """Per iteration: the curators' pair actions, which of them the planner's checkpoint was trained with, the
+    log-PPL margins before/after curation and TRL's DPO reward margins (``engine.curation_summary``)."""
+    rows = pair_curation_summary(store, run_id) if run_id else []
+    if not rows:
+        return ""
+    lines = ["**Curation per iteration** (DPO reward margin: TRL's implicit reward of chosen over rejected, first → "
+             "last logged step, and the share of pairs it ranks right at the end)", "",
+             "| iteration | pairs | reviewed | swaps | excludes | ties | chosen by hand | in the checkpoint | "
+             "after it (re-train to use) | mean log-PPL margin: rule → trained | DPO reward margin |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        o, t, d = r["overrides"], r["trained_with"], r["dpo"]
+        trained = "—" if t is None else f"{sum(t.values())} action(s)"
+        dpo = "not trained" if d is None else (f"{d['first_margin']:+.3f} → {d['last_margin']:+.3f} "
+                                               f"({100 * d['last_accuracy']:.0f}% right)")
+        lines.append(f"| {r['iteration']} | {r['pairs']} | {r['reviewed']} | {o['swap']} | {o['exclude']} | "
+                     f"{o['tie']} | {o['choose']} | {trained} | {'—' if r['pending'] is None else r['pending']} | "
+                     f"{_fmt(r['margin_auto'])} → {_fmt(r['margin_trained'])} | {dpo} |")
+    return "\n".join(lines)
+
+
 def build(ctx: Ctx) -> None:
     with gr.Row():
         text = gr.Textbox(label="Search", scale=2, elem_id="pairs-search")
@@ -199,7 +257,8 @@ def build(ctx: Ctx) -> None:
         max_m = gr.Textbox(label="Max margin", placeholder="any")
         order = gr.Dropdown([("task", "task"), ("smallest margin first", "margin"),
                              ("largest margin first", "-margin"), ("length bias first", "length"),
-                             ("shuffled (audit)", "shuffled")], value="task", label="Order")
+                             ("not reviewed yet first", "unreviewed"), ("shuffled (audit)", "shuffled")],
+                            value="task", label="Order", elem_id="pairs-order")
     with gr.Row():
         overridden, excluded, ties = (gr.Radio(["any", "yes", "no"], value="any", label=lbl)
                                       for lbl in ("Overridden", "Excluded", "Ties"))
@@ -227,12 +286,18 @@ def build(ctx: Ctx) -> None:
     status = gr.Markdown(elem_id="pairs-status")
     evidence_btn = gr.Button("Evidence: where the grounder gets lost (v)", elem_id="pairs-evidence", size="sm")
     evidence = gr.HTML(elem_id="pairs-evidence-view")
+    group = gr.HTML(elem_id="pairs-group")  # GRPO iterations only: the task's rollouts beside its DPO pair
     with gr.Row():
         hist, bias = gr.Plot(), gr.Plot()
+    summary = gr.Markdown(elem_id="pairs-curation")
 
     filters = [ctx.run, ctx.iteration, min_m, max_m, text, overridden, excluded, ties, order, page]
+    remember(ctx, "pairs", {"text": (text, [text.submit]), "min_margin": (min_m, [min_m.submit]),
+                            "max_margin": (max_m, [max_m.submit]), "order": (order, [order.change]),
+                            "overridden": (overridden, [overridden.change]), "excluded": (excluded, [excluded.change]),
+                            "ties": (ties, [ties.change])})
 
-    def load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current):
+    def load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request):
         df, total = pairs_table(ctx.store, run_id, it, min_margin=number(lo), max_margin=number(hi), text=txt,
                                 overridden=ov,
                                 excluded=ex, ties=ti, order=od, page=int(pg or 1))
@@ -242,7 +307,8 @@ def build(ctx: Ctx) -> None:
                                                                      df["rejected_k"])]
         # Both charts from one stats query: this page is the one every curator reloads after each action.
         stats = _pair_stats(ctx.store, run_id, it) if run_id and it is not None else None
-        return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "pair"), df,
+        return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "pair",
+                                                                   who_of(name, request)), df,
                 gr.update(choices=labels, value=keep),
                 margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats), total)
 
@@ -260,11 +326,16 @@ def build(ctx: Ctx) -> None:
     outputs = [info, table, pair, hist, bias, total_rows]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
     gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change, ties.change,
-           page.change, ctx.iteration.change, ctx.run.change], load, [*filters, pair], outputs,
-          api_name="pairs_search", trigger_mode="always_last")
+           page.change, ctx.iteration.change, ctx.run.change, ctx.curator.change], load, [*filters, pair, ctx.curator],
+          outputs,
+          api_name="pairs_search", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")
-    pair.change(lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
-                [prompt, chosen, rejected], api_name="pairs_detail")
+    # Every load and reload of the queue redraws the table: the summary follows each action without its own wiring.
+    table.change(lambda run_id: curation_markdown(ctx.store, run_id), ctx.run, summary, show_progress="hidden",
+                 api_name="pairs_curation", trigger_mode="always_last")
+    # The GRPO group (empty for DPO iterations) comes with the pair's detail: one event per pick, not two.
+    pair.change(lambda r, i, k: (*pair_detail(ctx.store, r, i, k), pair_group(ctx.store, r, i, k)),
+                [ctx.run, ctx.iteration, pair], [prompt, chosen, rejected, group], api_name="pairs_detail")
     # A new pick: its evidence is cleared until asked for (v), and the curator takes the pair's lease. The clearing
     # runs in the browser at the moment of the change, so a `v` pressed right after `j` can never be wiped by it.
     def opened(run_id, it, key, name, request: gr.Request):
@@ -279,21 +350,22 @@ def build(ctx: Ctx) -> None:
 
     wire_walk(ctx, "pair", pair, table, page, total_rows, prev_btn, next_btn, PAGE)
 
-    def reload(*args):  # after an action: refresh everything but the picked pair
-        info_md, df, _, h, b, _total = load(*args)
+    def reload(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request):
+        """After an action: refresh everything but the picked pair."""
+        info_md, df, _, h, b, _total = load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request)
         return info_md, df, h, b
 
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], status,
                api_name="pairs_undo").success(
-        reload, [*filters, pair], [info, table, hist, bias], api_name="pairs_undo_reload",
-        api_visibility="undocumented").then(
+        reload, [*filters, pair, ctx.curator], [info, table, hist, bias], api_name="pairs_undo_reload",
+        api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
         lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
         [prompt, chosen, rejected], api_name="pairs_undo_detail", api_visibility="undocumented")
 
     for action, btn in [*acts.items(), ("choose", choose)]:
         btn.click(act(action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status,
                   api_name=f"pairs_{action}").success(
-            reload, [*filters, pair], [info, table, hist, bias], api_name=f"pairs_{action}_reload",
-            api_visibility="undocumented").then(
+            reload, [*filters, pair, ctx.curator], [info, table, hist, bias], api_name=f"pairs_{action}_reload",
+            api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
             lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
             [prompt, chosen, rejected], api_name=f"pairs_{action}_detail", api_visibility="undocumented")

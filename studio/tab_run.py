@@ -1,7 +1,9 @@
-"""Run tab: edit a config (TOML) in the page, validate it with field-level errors, see the equivalent CLI command,
-create a run, and drive the shared ``JobWorker`` (next stage / rest of iteration / next iteration / stop) with live
-progress (stage table with one human line per stage from ``studio.stage_text``, ETA, log tail, TRL loss curves)
-refreshed by a ``gr.Timer``.
+"""Run tab: *Start a new run* (create a run from the config and run its first iteration), drive the shared
+``JobWorker`` (next stage / rest of iteration / next iteration / stop) and watch it: the iteration as a pipeline of
+stage cards with progress bars, ETA and one human line each (``studio.pipeline``, ``studio.stage_text``), the job's
+log tail, every stage of the run in a table, TRL loss curves, refreshed by a ``gr.Timer``. Under *Advanced*: edit
+the config (TOML) in the page, validate it with field-level errors, see the equivalent CLI command, create a run
+without starting it.
 
 A config from the page is checked like a file (``engine.config``), then every path in it must lie inside the
 studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_policy``. Creating a run and every
@@ -32,8 +34,9 @@ from engine.store import Store
 from engine.workspace import config_paths_inside
 from studio.common import Ctx, check_writable, curator_of, spaces_capped, spaces_policy
 from studio.jobs import JobWorker
+from studio.pipeline import pipeline_html
 from studio.plots import note_if_empty
-from studio.stage_text import stage_summary
+from studio.stage_text import shown_status, stage_seconds, stage_summary
 
 
 def validate_config(text: str, spaces: bool = False, workspace: str | Path | None = None) -> tuple[RunConfig | None,
@@ -102,12 +105,10 @@ def stage_table(store: Store, run_id: str | None, live: bool = False) -> pd.Data
     rows = []
     for it in store.iterations(run_id) if run_id else []:
         for stage, s in store.stage_status(run_id, it).items():
-            took = (s["finished_at"] - s["started_at"]).total_seconds() if s["finished_at"] and s[
-                "started_at"] else None
-            status = "interrupted" if s["status"] == "running" and not live else s["status"]
+            status = shown_status(s["status"], live)
             rows.append({"iteration": it, "stage": stage, "status": status,
                          "summary": stage_summary(store, run_id, it, stage, status, s["counts"]),
-                         "seconds": None if took is None else round(took, 1), "error": (s["error"] or "")[:160]})
+                         "seconds": stage_seconds(s), "error": (s["error"] or "")[:160]})
     return pd.DataFrame(rows, columns=["iteration", "stage", "status", "summary", "seconds", "error"])
 
 
@@ -159,27 +160,32 @@ def build(ctx: Ctx, config_path: str) -> None:
             text = config_toml(spaces_capped(RunConfig()))
     ws = ctx.workspace
     with gr.Row():
-        with gr.Column(scale=3):
-            editor = gr.Code(value=text, label=f"Run config (TOML, from {config_path})", lines=18,
-                             elem_id="run-config")
-            with gr.Row():
-                validate_btn = gr.Button("Validate", elem_id="run-validate")
-                create_btn = gr.Button("Create run", variant="primary", interactive=not ctx.read_only,
-                                       elem_id="run-create")
-            verdict = gr.Markdown(elem_id="run-validation")
-            command = gr.Textbox(label="Equivalent CLI command", interactive=False, elem_id="run-cli",
-                                 value=cli_command(config_path, text, ctx.spaces, ws))
-        with gr.Column(scale=4):
-            with gr.Row():
-                labels = (("next_stage", "Next stage"), ("rest_of_iteration", "Rest of iteration"),
-                          ("next_iteration", "Next iteration"))
-                buttons = {kind: gr.Button(label, interactive=not ctx.read_only, elem_id=f"run-{kind}")
-                           for kind, label in labels}
-                stop_btn = gr.Button("Stop", variant="stop", interactive=not ctx.read_only, elem_id="run-stop")
-            message = gr.Markdown(elem_id="run-message")
-            job = gr.Markdown(job_markdown(ctx.jobs), elem_id="run-job")
-            stages = gr.Dataframe(label="Stages", interactive=False, elem_id="run-stages")
-            loss = gr.Plot(label="Loss")
+        start_btn = gr.Button("Start a new run", variant="primary", interactive=not ctx.read_only, scale=0,
+                              elem_id="run-start-new")
+        labels = (("next_stage", "Next stage"), ("rest_of_iteration", "Rest of iteration"),
+                  ("next_iteration", "Next iteration"))
+        buttons = {kind: gr.Button(label, interactive=not ctx.read_only, elem_id=f"run-{kind}", scale=0)
+                   for kind, label in labels}
+        stop_btn = gr.Button("Stop", variant="stop", interactive=not ctx.read_only, elem_id="run-stop", scale=0)
+    gr.Markdown("*Start a new run* creates a run from the config under **Advanced** (the demo's by default) and runs "
+                "its first iteration; the other buttons continue the run picked above, one stage, the rest of an "
+                "iteration or a whole next iteration at a time.")
+    message = gr.Markdown(elem_id="run-message")
+    pipeline = gr.HTML(elem_id="run-pipeline")
+    job = gr.Markdown(job_markdown(ctx.jobs), elem_id="run-job")
+    with gr.Row():
+        stages = gr.Dataframe(label="Every stage of the run", interactive=False, elem_id="run-stages")
+        loss = gr.Plot(label="Loss")
+    with gr.Accordion("Advanced: the run's config (TOML)", open=False, elem_id="run-advanced"):
+        editor = gr.Code(value=text, label=f"Run config (TOML, from {config_path})", lines=18,
+                         elem_id="run-config")
+        with gr.Row():
+            validate_btn = gr.Button("Validate", elem_id="run-validate")
+            create_btn = gr.Button("Create run (without starting it)", interactive=not ctx.read_only,
+                                   elem_id="run-create")
+        verdict = gr.Markdown(elem_id="run-validation")
+        command = gr.Textbox(label="Equivalent CLI command", interactive=False, elem_id="run-cli",
+                             value=cli_command(config_path, text, ctx.spaces, ws))
     timer = gr.Timer(2.0)
 
     def on_validate(t: str) -> tuple[str, str]:
@@ -191,6 +197,17 @@ def build(ctx: Ctx, config_path: str) -> None:
         run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces, ws)
         choices = [r["run_id"] for r in ctx.store.list_runs()]
         return msg, gr.update(choices=choices, value=run_id) if run_id else gr.update()
+
+    def on_start_new(t: str, name: str, request: gr.Request):
+        check_writable(ctx, request)
+        run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces, ws)
+        if run_id is None:
+            return msg, gr.update()
+        refused = ctx.jobs.start_loop("next_iteration", run_id, user=curator_of(name, request) if name or getattr(
+            request, "username", None) else "")
+        choices = [r["run_id"] for r in ctx.store.list_runs()]
+        return (f"{msg} {refused}" if refused else f"{msg} Its first iteration is running: the pipeline below "
+                "follows it."), gr.update(choices=choices, value=run_id)
 
     def starter(kind: str):
         def start(run_id: str | None, name: str, request: gr.Request) -> str:
@@ -214,15 +231,18 @@ def build(ctx: Ctx, config_path: str) -> None:
     def refresh(run_id: str | None):
         snap = ctx.jobs.snapshot()
         live = bool(snap["running"] and snap.get("run_id") == run_id)
-        return job_markdown(ctx.jobs), stage_table(ctx.store, run_id, live), loss_figure(ctx.store, run_id)
+        return (pipeline_html(ctx.store, run_id, snap, live), job_markdown(ctx.jobs), stage_table(ctx.store, run_id,
+                                                                                                   live),
+                loss_figure(ctx.store, run_id))
 
     validate_btn.click(on_validate, editor, [verdict, command], api_name="run_validate")
     editor.change(lambda t: cli_command(config_path, t, ctx.spaces, ws), editor, command, show_progress="hidden",
                   api_name="run_cli_command", api_visibility="undocumented")
     create_btn.click(on_create, editor, [verdict, ctx.run], api_name="run_create")
+    start_btn.click(on_start_new, [editor, ctx.curator], [message, ctx.run], api_name="run_start_new")
     for kind, btn in buttons.items():
         btn.click(starter(kind), [ctx.run, ctx.curator], message, api_name=f"run_{kind}")
     stop_btn.click(on_stop, None, message, api_name="run_stop")
     # One event, in order per session (see studio.app.CONCURRENCY): an older snapshot never lands last.
-    gr.on([timer.tick, ctx.run.change], refresh, ctx.run, [job, stages, loss], show_progress="hidden",
+    gr.on([timer.tick, ctx.run.change], refresh, ctx.run, [pipeline, job, stages, loss], show_progress="hidden",
           api_name="run_refresh", api_visibility="undocumented", trigger_mode="always_last")

@@ -122,3 +122,13 @@ def test_keyword_args():
         {"Question": "What (a, b)?"},
     )
     assert keyword_args("a, b", ["Query"]) == (["a", "b"], {})
+
+
+def test_tools_of_lists_each_called_tool_once_in_order():
+    from engine.actions import tools_of
+
+    text = "R1 = Calculator(2+3); R2 = SolveEquation(R1=x); R3 = Calculator(R2*2); Answer = R3"
+    assert tools_of(text) == ["Calculator", "SolveEquation"]  # an alias names no tool
+    assert tools_of("R1 = Ask(x); then compute it") == ["Ask"]  # the tools before a parse error
+    assert tools_of("R1 = Ask(x); R2 = Calculator(3*(4") == []  # unbalanced brackets: nothing parses
+    assert tools_of(None) == [] and tools_of("") == []

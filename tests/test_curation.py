@@ -196,23 +196,33 @@ def test_agreement_numbers(store):
         "by_action": {},
         "by_status": {},
         "by_domain": {},
+        "by_tool": {},
+        "by_curator": {},
         "disagreements": [],
     }
-    curation.keep_original(store, RUN, IT, "m1", 0, 0)  # accepted + keep -> agree
-    curation.edit_correction(store, RUN, IT, "m2", 0, 0, "R1 = Calculator(10-4)")  # corrected + edit -> disagree
-    curation.drop_verdict(store, RUN, IT, "q1", 0, 0)  # unfixable + drop -> agree
+    curation.keep_original(store, RUN, IT, "m1", 0, 0, curator="ann")  # accepted + keep -> agree
+    curation.edit_correction(store, RUN, IT, "m2", 0, 0, "R1 = Calculator(10-4)", curator="bo")  # corrected + edit
+    curation.drop_verdict(store, RUN, IT, "q1", 0, 0, curator="ann")  # unfixable + drop -> agree
     a = curation.agreement(store, RUN)
     assert (a["reviewed"], a["agreed"], a["disagreed"]) == (3, 2, 1)
     assert a["rate"] == pytest.approx(2 / 3)
-    assert a["by_action"] == {"keep_original": 1, "edit": 1, "drop": 1}
+    assert a["by_action"] == {"keep_original": {"reviewed": 1, "agreed": 1}, "edit": {"reviewed": 1, "agreed": 0},
+                              "drop": {"reviewed": 1, "agreed": 1}}
     assert a["by_status"]["corrected"] == {"reviewed": 1, "agreed": 0}
     assert a["by_domain"] == {"maths": {"reviewed": 2, "agreed": 1}, "qa": {"reviewed": 1, "agreed": 1}}
+    # per tool the grounding calls (m1 calls Calculator twice: it counts once)
+    assert a["by_tool"] == {"Calculator": {"reviewed": 2, "agreed": 1}, "Ask": {"reviewed": 1, "agreed": 1}}
+    assert a["by_curator"] == {"ann": {"reviewed": 2, "agreed": 2}, "bo": {"reviewed": 1, "agreed": 0}}
     assert a["disagreements"] == [{"task_id": "m2", "step": 0, "k": 0, "domain": "maths", "status": "corrected",
-                                   "action": "edit"}]
+                                   "action": "edit", "tools": ["Calculator"]}]
+    # the critic queue's "overruled" filter is the same rule, in SQL: the disagreements, one click away
+    assert store.verdict_queue(RUN, IT, overruled=True)["task_id"].tolist() == ["m2"]
+    assert store.verdict_queue(RUN, IT, overruled=False)["task_id"].tolist() == ["m1", "q1"]
     curation.drop_verdict(store, RUN, IT, "m1", 0, 0)  # the latest decision counts: now a disagreement
     curation.restore_verdict(store, RUN, IT, "m2", 0, 0)  # restored -> no longer reviewed
     a = curation.agreement(store, RUN, IT)
     assert (a["reviewed"], a["agreed"], a["disagreed"], a["rate"]) == (2, 1, 1, 0.5)
+    assert store.verdict_queue(RUN, IT, overruled=True)["task_id"].tolist() == ["m1"]
     assert curation.agreement(store, RUN, 7)["verdicts"] == 0
 
 
@@ -391,3 +401,29 @@ def test_undo_takes_back_a_curators_last_actions_one_by_one(store):
     assert sft(store)["m1"] == before
     with pytest.raises(ValueError, match="scope"):
         curation.undo_last(store, RUN, IT, "ann", "task")
+
+
+def test_pair_curation_summary_tells_trained_overrides_from_later_ones(store):
+    from engine.curation import exclude_pair, swap_pair, tie_pair
+    from engine.curation_summary import live_pair_actions, pair_curation_summary
+
+    build_world(store)
+    auto = store.query("SELECT avg(rejected_logppl - chosen_logppl) AS m FROM pairs WHERE run_id = ?", [RUN])["m"][0]
+    swap_pair(store, RUN, IT, "m1", curator="ann")
+    exclude_pair(store, RUN, IT, "m2", curator="ann")
+    recorded = live_pair_actions(store, RUN, IT)  # what train_planner records as it reads the pairs
+    assert {k: recorded[k] for k in ("swap", "exclude", "tie", "choose")} == {"swap": 1, "exclude": 1, "tie": 0,
+                                                                             "choose": 0}
+    store.set_stage(RUN, IT, "train_planner", "done", counts={"rows": 2, "curation": recorded})
+    store.add_train_logs(RUN, IT, "train_planner", [
+        {"step": 1, "loss": 0.69, "rewards/margins": 0.0, "rewards/accuracies": 0.0},
+        {"step": 2, "loss": 0.6, "rewards/margins": 0.25, "rewards/accuracies": 1.0}])
+    tie_pair(store, RUN, IT, "q1", curator="bob")  # after the training: pending, not in the checkpoint
+    (row,) = pair_curation_summary(store, RUN)
+    assert row["iteration"] == IT and row["pairs"] == 3 and row["reviewed"] == 3
+    assert row["overrides"] == {"swap": 1, "exclude": 1, "tie": 1, "choose": 0}
+    assert row["trained_with"] == {"swap": 1, "exclude": 1, "tie": 0, "choose": 0} and row["pending"] == 1
+    assert row["margin_auto"] == pytest.approx(auto)
+    m1 = store.effective_pairs(RUN, IT).set_index("task_id").loc["m1"]
+    assert row["margin_trained"] == pytest.approx(float(m1["margin"])) and m1["margin"] < 0  # the swapped pair only
+    assert row["dpo"] == {"first_margin": 0.0, "last_margin": 0.25, "last_accuracy": 1.0, "logged": 2}

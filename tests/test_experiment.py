@@ -568,3 +568,13 @@ def test_swap_lists_variants_whose_finished_runs_get_the_swap_table(inprocess_ru
     capsys.readouterr()
     assert main(["experiment", "--config", str(with_swap), "--db", str(db), "--quiet"]) == 0
     assert last_json(capsys.readouterr().out)["swaps"] == []  # stored: not computed again
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (ROOT / "examples" / "experiments").glob("tune-*.toml")))
+def test_tuning_presets_never_see_held_out_or_the_reported_seeds(preset):
+    """The tune-* presets choose settings: they run on seeds other than the reported 11-15 and never evaluate on
+    held-out (the rule the README's results rest on)."""
+    exp = load_experiment(ROOT / "examples" / "experiments" / f"{preset}.toml")
+    assert not set(exp.seeds) & {11, 12, 13, 14, 15}
+    for name in exp.variants:
+        assert "held_out" not in exp.run_config(name, exp.seeds[0]).evaluate.splits, name

@@ -140,3 +140,21 @@ def test_score_calibrate_times_both_kernels_and_scores_the_same(tmp_path, loop_c
         assert kernel.split(" (")[0] in ("shared prefix", "padded batches") and "calibrated on" in kernel
         calibrated = store.frame("scores", run_id, 1).set_index(["task_id", "step", "k"])["logppl"]
         assert (calibrated - plain.loc[calibrated.index]).abs().max() < 1e-5
+
+
+def test_sample_calibrate_times_both_kernels_and_samples_the_same_plans(tmp_path, loop_config):
+    """``sample.calibrate``: the first batch is sampled by both hf kernels with the same seed, the faster samples the
+    rest, the counts say which and the two times; the plans equal the configured kernel's."""
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, loop_config)
+        assert run_stage(store, run_id, 1, "sample") == "done"
+        plain = store.frame("plans", run_id, 1).set_index(["task_id", "step", "k"])["text"]
+        assert store.stage_status(run_id, 1)["sample"]["counts"]["kernel"] == "shared prefill"
+        loop_config.sample.calibrate = True
+        store.delete("plans", run_id, 1)
+        assert run_stage(store, run_id, 1, "sample", config=loop_config) == "done"
+        kernel = store.stage_status(run_id, 1)["sample"]["counts"]["kernel"]
+        assert kernel.split(" (")[0] in ("shared prefill", "one batched call") and "calibrated on" in kernel
+        assert "same texts" in kernel
+        calibrated = store.frame("plans", run_id, 1).set_index(["task_id", "step", "k"])["text"]
+        assert calibrated.sort_index().equals(plain.sort_index())

@@ -61,6 +61,22 @@ def test_generate_shapes_and_seed(tiny_agents):
     assert first == again
 
 
+def test_greedy_generation_in_length_order_returns_the_callers_order(tiny_agents):
+    """Greedy decoding batches the prompts longest first (engine.models.generate_naive); each output still belongs to
+    its own prompt and equals that prompt decoded alone."""
+    planner, _ = tiny_agents
+    noise = torch.Generator().manual_seed(0)  # the 3-step tiny planner stops at once: empty texts would prove nothing
+    with torch.no_grad():
+        for weight in planner.model.parameters():
+            weight.add_(torch.randn(weight.shape, generator=noise) * 0.3)
+    prompts = ["<|user|>\nx\n<|assistant|>\n", "<|user|>\na much longer task with many more words in it to plan\n"
+               "<|assistant|>\n", "<|user|>\nmid size task here\n<|assistant|>\n", "<|user|>\ny\n<|assistant|>\n"]
+    greedy = models.GenerationConfig(max_new_tokens=8, temperature=0.0, batch_size=2)
+    together = models.generate(planner.model, planner.tokenizer, prompts, greedy)
+    alone = [models.generate(planner.model, planner.tokenizer, [p], greedy)[0] for p in prompts]
+    assert together == alone and len({o[0] for o in together}) > 1  # distinct prompts, distinct continuations
+
+
 def test_resolve_device_and_dtype():
     cpu = models.resolve_device("cpu")
     assert models.resolve_dtype("auto", cpu) == torch.float32

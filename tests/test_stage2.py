@@ -79,12 +79,15 @@ def test_a_critic_with_an_error_rate_errs_on_that_share_deterministically(demo_t
     assert all(v.extra.get("injected_error") for v in always)
 
 
-def test_plan_selection_best_top_n_all():
+def test_plan_selection_best_top_n_best_worst_all():
     plans = [Candidate(0, "a", 0.5), Candidate(1, "b", 0.2), Candidate(2, "a", 0.5), Candidate(3, "c", 0.9),
              Candidate(4, "d", 0.3)]
     assert [c.k for c in select(plans, "best")] == [1]
     assert [c.k for c in select(plans, "top_n", 3)] == [1, 4, 0]  # "a" twice: grounded once, under k=0
     assert [c.k for c in select(plans, "all")] == [1, 4, 0, 3]
+    assert [c.k for c in select(plans, "best_worst")] == [1, 3]  # the lowest and the highest log-PPL
+    assert [c.k for c in select(plans[:1], "best_worst")] == [0]  # one distinct plan: grounded once
+    assert [c.k for c in select([plans[0], plans[2]], "best_worst")] == [0]
     with pytest.raises(ValueError, match="unknown plan selection"):
         select(plans, "some")
 

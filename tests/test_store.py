@@ -79,9 +79,9 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
                 "VALUES ('r', 1, 't', 0, 0, 'reference', 'accepted', true)")
     con.close()
     with Store(path) as s:
-        assert s.version == schema.SCHEMA_VERSION == 4
-        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [4]
-        assert {"experiments", "experiment_runs", "swaps"} <= set(s.query("SHOW TABLES")["name"])
+        assert s.version == schema.SCHEMA_VERSION == 5
+        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [5]
+        assert {"experiments", "experiment_runs", "swaps", "rollouts"} <= set(s.query("SHOW TABLES")["name"])
         rows = s.query("SELECT status, extra_json FROM verdicts")
         assert rows["status"].tolist() == ["accepted"] and rows["extra_json"].isna().all()
         assert "extra_json" in s.columns("verdicts") and "pair_idx" in s.columns("overrides")
@@ -488,3 +488,34 @@ def test_a_stage_left_running_by_a_dead_process_reads_as_interrupted(tmp_path):
         s.set_stage(RUN, IT, "ground", "running")
     stages = status_summary(path)["runs"][RUN]["iterations"][0]["stages"]
     assert stages["ground"]["status"] == "interrupted" and stages["pairs"]["status"] == "done"
+
+
+def test_review_orders_put_unreviewed_and_disagreeing_items_first(store):
+    from engine.curation import mark_reviewed, undo_last
+
+    build_world(store)
+    # a grounding that misses the gold answer but was accepted: the critic contradicts the execution
+    g = dict(run_id=RUN, iteration=IT, step=0, prompt="p", values_json={}, answer=None, error=None, ok=True)
+    v = dict(run_id=RUN, iteration=IT, step=0, backend="reference", model=None, reference_guided=True, raw="",
+             corrected_subgoals_json=None, corrected_actions=None)
+    store.write_batch([("groundings", [{**g, "task_id": "q1", "k": 1, "actions": "R1 = Calculator(1)",
+                                        "correct": False}]),
+                       ("verdicts", [{**v, "task_id": "q1", "k": 1, "status": "accepted"}])])
+    order = store.verdict_queue(RUN, IT, order="disagreement")
+    assert list(zip(order["task_id"], order["k"]))[:1] == [("q1", 1)]
+    with pytest.raises(ValueError, match="order must be one of"):
+        store.verdict_queue(RUN, IT, order="nope")
+
+    mark_reviewed(store, RUN, IT, "verdict", "m1", 0, 0, curator="ann")
+    unreviewed = store.verdict_queue(RUN, IT, order="unreviewed")
+    assert unreviewed["task_id"].tolist()[-1] == "m1" and unreviewed["reviewed"].tolist()[-1]
+    assert store.verdict_queue(RUN, IT, reviewed=True)["task_id"].tolist() == ["m1"]
+
+    by_margin = store.pairs_page(RUN, IT, order="margin")["task_id"].tolist()
+    assert store.pairs_page(RUN, IT, order="unreviewed")["task_id"].tolist() == by_margin  # nobody reviewed yet
+    mark_reviewed(store, RUN, IT, "pair", by_margin[0], 0, 0, curator="ann")
+    for page in (store.pairs_page(RUN, IT, order="unreviewed"), store.pairs_page_sql(RUN, IT, order="unreviewed")):
+        assert page["task_id"].tolist() == by_margin[1:] + by_margin[:1]  # the materialised view and the SQL agree
+        assert page["reviewed"].tolist() == [False, False, True]
+    undo_last(store, RUN, IT, "ann", "pair")  # an undone review is no review
+    assert store.pairs_page(RUN, IT, order="unreviewed")["task_id"].tolist() == by_margin

@@ -70,6 +70,8 @@ def served(tmp_path_factory, tiny_agents_dir, demo_tasks):
 
 @pytest.fixture(scope="module")
 def browser():
+    # expect()'s own default is 5 s; on a loaded 2-core CI machine one queued Gradio event can take longer than that.
+    sync_api.expect.set_options(timeout=30_000)
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         yield b
@@ -101,7 +103,7 @@ def test_every_tab_and_overrides_through_the_ui(served, browser):
     name = page.locator("#curator-name textarea, #curator-name input").first
     name.fill("ui-curator")
     name.press("Enter")
-    expect(page.locator("#curator-who")).to_contain_text("ui-curator")
+    expect(page.locator("#curator-who")).to_contain_text("ui-curator", timeout=30_000)
     expect(page.locator("#run-stages")).to_contain_text("critique")
     _shot(page, "Run")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import curation
 from engine.config import load_config
 from engine.loop import create_run, run_stage
 from engine.store import Store
@@ -159,6 +160,18 @@ def test_critic_queue_edit_validates_and_executes(store, run_id):
     assert list(row["override_action"]) == ["edit"] and list(row["curator"]) == ["carol"]
     assert tab_critic.verdict_action(store, run_id, 1, key, "drop", "dave").startswith("drop")
     assert "Agreement" in tab_critic.agreement_markdown(store, run_id, 1)
+    # "overruled" lists exactly the agreement's disagreements (a drop overrules an accepted or corrected verdict)
+    agreement = curation.agreement(store, run_id, 1)
+    overruled, n = tab_critic.verdict_table(store, run_id, 1, reviewed="overruled")
+    assert list(overruled["key"]) == [tab_critic.verdict_key(d["task_id"], d["step"], d["k"])
+                                      for d in agreement["disagreements"]] and n == agreement["disagreed"]
+    status = store.verdict_queue(run_id, 1, overridden=True)["status"][0]
+    assert (n == 1) == (status in ("accepted", "corrected"))
+    text = tab_critic.agreement_markdown(store, run_id, 1)
+    assert "by tool:" in text and "by decision: drop" in text  # decisions in words, not stored names
+    # the live decision is dave's drop (carol's edit came before it): it agrees unless it overruled the critic
+    assert f"by curator: dave {0 if n == 1 else 1}/1" in text and "carol" not in text
+    assert ("Overruled the critic (1)" in text) == (n == 1)
     assert tab_critic.verdict_table(store, run_id, 1, status="no-such-status")[1] == 0
 
 
@@ -342,7 +355,9 @@ def test_each_view_is_one_in_order_event(tmp_path):
     with Store(tmp_path / "empty.duckdb") as store:
         demo = build_app(store, "examples/demo.toml")
     assert CONCURRENCY > 1
-    refreshing = [f for f in demo.fns.values() if any(e in ("change", "submit", "blur", "tick") for _, e in f.targets)]
+    # (events with no server function run in the browser only, in the order they fire: not concerned)
+    refreshing = [f for f in demo.fns.values() if f.fn is not None
+                  and any(e in ("change", "submit", "blur", "tick") for _, e in f.targets)]
     shared = [name for name, n in Counter(id(f.fn) for f in refreshing).items() if n > 1]
     assert not shared, [f.name for f in refreshing if id(f.fn) in shared]
     assert all(f.trigger_mode == "always_last" for f in refreshing if len(f.targets) > 1)
@@ -480,3 +495,30 @@ def test_pages_count_what_the_team_has_reviewed(tmp_path):
         assert "reviewed" in tab_critic.verdict_action(s, RUN, IT, "q1|0|0", "reviewed", "ann")
         assert review_line(s, RUN, IT, "verdict") == " · reviewed 1 of 3 by the team"
         assert review_line(s, None, None, "pair") == ""
+
+
+def test_the_run_tab_draws_the_iteration_as_a_pipeline_with_progress_and_eta(tmp_path):
+    """Eight cards in MOAT order; a running stage's bar and ETA come from the job's events, a done one says its
+    time and summary; without a live job a 'running' stage is interrupted."""
+    import re
+
+    from studio.pipeline import pipeline_html
+    from tests._store_world import IT, RUN, build_world
+
+    with Store(tmp_path / "ws.duckdb") as s:
+        build_world(s)
+        s.set_stage(RUN, IT, "pairs", "running")
+        s.set_stage(RUN, IT, "pairs", "done", counts={"rows": 3, "groups": 3})
+        s.set_stage(RUN, IT, "ground", "running")
+        snap = {"events": [{"iteration": IT, "stage": "ground", "done": 24, "total": 96, "eta_s": 12.4}]}
+        live = pipeline_html(s, RUN, snap, live=True)
+        dead = pipeline_html(s, RUN, snap, live=False)
+        empty = pipeline_html(s, None, {}, live=False)
+    cards = re.findall(r'data-stage="([a-z_]+)" data-status="([a-z]+)"', live)
+    assert [c[0] for c in cards] == ["sample", "score", "pairs", "train_planner", "ground", "critique",
+                                     "train_grounder", "evaluate"]
+    assert dict(cards)["pairs"] == "done" and dict(cards)["ground"] == "running" and dict(cards)["sample"] == "pending"
+    assert "24/96 · ETA 12 s" in live and 'aria-valuenow="25"' in live
+    assert "3 pairs from 3 tasks, median margin 0.70" in live and 'aria-valuenow="100"' in live
+    assert 'data-stage="ground" data-status="interrupted"' in dead and "ETA" not in dead
+    assert "start a new one" in empty

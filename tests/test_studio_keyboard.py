@@ -1,6 +1,7 @@
 """Keyboard-only curation in a real browser (Playwright on Debian's chromium): a curator walks 20 pairs (smallest
 margin first) and 20 verdicts with j and y, undoes one with u, reloads, and finds every decision stored under their
-name, in queue order, with the "reviewed N of M" counter to match. Fails (never skips) without chromium."""
+name, in queue order, with the "reviewed N of M" counter to match; two curators in two browsers on one queue are
+never handed the same pair. Fails (never skips) without chromium."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def served_big(tmp_path_factory, tiny_agents_dir, demo_tasks):
     demo = build_app(store, "examples/demo.toml")
     port = _free_port()
     serve(demo, port=port, prevent_thread_lock=True, quiet=True, head=HEAD)
-    yield f"http://127.0.0.1:{port}/", store, run_id
+    yield f"http://127.0.0.1:{port}/", store, run_id, demo
     demo.moat_jobs.stop()
     demo.moat_jobs.wait(10)
     demo.close()
@@ -69,13 +70,13 @@ def _walk(page, store, run_id: str, target: str, picker: str) -> None:
 
 
 def test_a_curator_reviews_twenty_pairs_and_twenty_verdicts_with_the_keyboard(served_big, browser):  # noqa: F811
-    url, store, run_id = served_big
+    url, store, run_id, _ = served_big
     expect = sync_api.expect
     page = _open(browser, url)
     name = page.locator("#curator-name textarea, #curator-name input").first
     name.fill(NAME)
     name.press("Enter")
-    expect(page.locator("#curator-who")).to_contain_text(NAME)
+    expect(page.locator("#curator-who")).to_contain_text(NAME, timeout=30_000)
     name.blur()
 
     _tab(page, "Pairs")
@@ -111,10 +112,92 @@ def test_a_curator_reviews_twenty_pairs_and_twenty_verdicts_with_the_keyboard(se
     expect(page.locator("#pick-run input")).to_have_value(run_id)
     _tab(page, "Critic")
     total_verdicts = len(store.verdict_rows(run_id, 1))
-    expect(page.get_by_text(f"reviewed {N - 1} of {total_verdicts} by the team")).to_be_visible()
+    expect(page.get_by_text(f"reviewed {N - 1} of {total_verdicts} by the team, {N - 1} by you")).to_be_visible()
     _tab(page, "Pairs")
     total_pairs = len(store.effective_pairs(run_id, 1))
-    expect(page.get_by_text(f"reviewed {N} of {total_pairs} by the team")).to_be_visible()
+    # the name came back with the page (studio.remember), so the counter also says how many are this curator's
+    expect(page.get_by_text(f"reviewed {N} of {total_pairs} by the team, {N} by you")).to_be_visible()
     curators = store.query("SELECT DISTINCT curator FROM overrides WHERE run_id = ?", [run_id])["curator"].tolist()
     assert curators == [NAME]
+    page.close()
+
+
+def test_two_curators_on_one_queue_are_not_handed_the_same_pair(served_big, browser):  # noqa: F811
+    """Two browsers, two curators, one queue: the pair one of them has open is skipped by the other's j, and opening
+    it anyway says who holds it (a 90 s lease, engine.leases)."""
+    url, store, run_id, demo = served_big
+    expect = sync_api.expect
+    head = store.pairs_page(run_id, 1, order="task", limit=3)
+    keys = [f"{t}|{int(s)}|{int(i)}" for t, s, i in zip(head["task_id"], head["step"], head["pair_idx"])]
+    pages = {}
+    for who in ("lease-ann", "lease-bob"):
+        page = _open(browser, url)
+        name = page.locator("#curator-name textarea, #curator-name input").first
+        name.fill(who)
+        name.press("Enter")
+        expect(page.locator("#curator-who")).to_contain_text(who, timeout=30_000)
+        _tab(page, "Pairs")
+        expect(page.locator("#pairs-table").get_by_role("gridcell").first).to_have_text(keys[0])
+        pages[who] = page
+    ann, bob = pages["lease-ann"], pages["lease-bob"]
+    ann.locator("#pairs-table").get_by_role("gridcell", name=keys[1], exact=True).click()  # ann opens the 2nd pair
+    expect(ann.locator("#pairs-pick input")).to_have_value(re.compile(re.escape(head["task_id"][1]) + "$"))
+    deadline = time.monotonic() + 30
+    # the claim is its own event: wait until the studio's lease book holds it for ann
+    while keys[1] not in demo.moat_ctx.leases.taken(("pair", run_id, 1), keys, "lease-bob"):
+        assert time.monotonic() < deadline, "ann's lease was never recorded"
+        time.sleep(0.1)
+    bob.locator("#pairs-table").get_by_role("gridcell", name=keys[0], exact=True).click()  # bob starts at the 1st
+    expect(bob.locator("#pairs-pick input")).to_have_value(re.compile(re.escape(head["task_id"][0]) + "$"))
+    bob.locator("body").click(position={"x": 5, "y": 5})
+    bob.locator("body").press("j")  # the next pair is ann's: bob is handed the third
+    expect(bob.locator("#pairs-pick input")).to_have_value(re.compile(re.escape(head["task_id"][2]) + "$"))
+    bob.locator("#pairs-table").get_by_role("gridcell", name=keys[1], exact=True).click()  # opened anyway
+    expect(bob.locator("#pairs-lease")).to_contain_text("lease-ann")
+    ann.close()
+    bob.close()
+
+
+
+def test_filters_and_name_survive_a_reload_and_the_overruled_verdicts_are_one_click_away(served_big, browser):  # noqa: F811
+    """A curator's queue filters and name are kept in their browser (studio.remember): after a reload the Pairs
+    queue is still in "length bias first" order and the name is still set. The agreement line's button filters the
+    critic queue to the verdicts where a curator overruled the critic."""
+    from engine import curation
+
+    url, store, run_id, _ = served_big
+    expect = sync_api.expect
+    rows = store.verdict_queue(run_id, 1, overridden=False, limit=500)
+    target = rows[rows["status"].isin(["accepted", "corrected"])].iloc[0]  # a drop overrules the critic here
+    curation.drop_verdict(store, run_id, 1, target["task_id"], int(target["step"]), int(target["k"]),
+                          curator="keeper")
+    length_head = store.pairs_page(run_id, 1, order="length", limit=1)
+    head = f"{length_head['task_id'][0]}|{int(length_head['step'][0])}|{int(length_head['pair_idx'][0])}"
+
+    page = _open(browser, url)
+    name = page.locator("#curator-name textarea, #curator-name input").first
+    name.fill("keeper")
+    name.press("Enter")
+    expect(page.locator("#curator-who")).to_contain_text("keeper")
+    _tab(page, "Pairs")
+    page.locator("#pairs-order input").click()
+    page.get_by_role("option", name="length bias first", exact=True).click()
+    expect(page.locator("#pairs-table").get_by_role("gridcell").first).to_have_text(head)
+
+    page.reload()
+    expect(page.locator("#curator-who")).to_contain_text("keeper")
+    expect(name).to_have_value("keeper")
+    _tab(page, "Pairs")
+    expect(page.locator("#pairs-order input")).to_have_value("length bias first")
+    expect(page.locator("#pairs-table").get_by_role("gridcell").first).to_have_text(head)
+
+    _tab(page, "Critic")
+    expect(page.locator("#critic-agreement")).to_contain_text("Overruled the critic (1)")
+    page.locator("#critic-overruled").click()
+    key = f"{target['task_id']}|{int(target['step'])}|{int(target['k'])}"
+    expect(page.locator("#critic-table").get_by_role("gridcell").first).to_have_text(key)
+    expect(page.locator("#critic-info")).to_contain_text("1 row ·")
+    page.reload()  # the critic's filter is remembered too
+    _tab(page, "Critic")
+    expect(page.locator("#critic-table").get_by_role("gridcell").first).to_have_text(key)
     page.close()

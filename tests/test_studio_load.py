@@ -144,7 +144,7 @@ def _session(url: str, run_id: str, me: Session, choose: dict, verdicts: dict[st
             me.acks.append(Ack("pair", key, action, me.curator, reason,
                                {"chosen_k": ck, "rejected_k": rk} if action == "choose" else {}))
 
-            _, vtable, vpick, _ = call(run_id, 1, "", "any", 1, None, api_name="/critic_queue")
+            _, vtable, vpick, _ = call(run_id, 1, "", "any", "task", 1, None, api_name="/critic_queue")
             vkeys = [c[1] for c in vpick["choices"]]
             vkey = vkeys[(me.index * 3 + r) % len(vkeys)]
             vaction = ("edit", "drop", "keep_original", "accept_correction", "restore")[(me.index + r) % 5]

@@ -1,7 +1,8 @@
 """``python -m engine export``: write curated DPO pairs or grounder SFT records of one iteration to a file.
 
-Contract: ``export --db D --run R --iteration T --what pairs|sft --format jsonl|parquet --out FILE [--json]``
-writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides applied) atomically and prints
+Contract: ``export --db D --run R --iteration T --what pairs|sft|rollouts --format jsonl|parquet --out FILE [--json]``
+writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides applied) / ``export_rollouts`` (a GRPO
+iteration's rollouts) atomically and prints
 ``{"what", "format", "path", "rows"}`` (``--json``) or a one-line summary; exits 0. An unknown run, a missing or
 locked DuckDB file prints ``error: ...`` on stderr and exits 2. ``--out`` may be any path: the caller owns the shell
 and its files, so the CLI is not confined to a workspace (the studio, which takes requests from browsers, is; see
@@ -15,21 +16,22 @@ import sys
 
 from engine.commands._common import print_json
 
-HELP = "Export an iteration's curated DPO pairs or grounder SFT records as JSONL or Parquet."
+HELP = "Export an iteration's curated DPO pairs, grounder SFT records or GRPO rollouts as JSONL or Parquet."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", required=True, help="the workspace DuckDB file")
     parser.add_argument("--run", required=True, help="run id (see `python -m engine status`)")
     parser.add_argument("--iteration", required=True, type=int, help="iteration whose data to export")
-    parser.add_argument("--what", required=True, choices=("pairs", "sft"), help="DPO pairs or grounder SFT records")
+    parser.add_argument("--what", required=True, choices=("pairs", "sft", "rollouts"),
+                        help="DPO pairs, grounder SFT records, or the rollouts of a GRPO iteration")
     parser.add_argument("--format", default="jsonl", choices=("jsonl", "parquet"), help="output format")
     parser.add_argument("--out", required=True, metavar="FILE", help="output file (written atomically)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.export import export_pairs, export_sft
+    from engine.export import export_pairs, export_rollouts, export_sft
     from engine.store import Store, StoreError
 
     try:
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
             if store.get_run(args.run) is None:
                 print(f"error: no run {args.run!r} in {args.db}", file=sys.stderr)
                 return 2
-            export = export_pairs if args.what == "pairs" else export_sft
+            export = {"pairs": export_pairs, "sft": export_sft, "rollouts": export_rollouts}[args.what]
             rows = export(store, args.run, args.iteration, args.out, args.format)
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -41,8 +41,10 @@ def train_tokenizer(texts: Iterable[str], phrases: Sequence[str] = (), vocab_siz
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    # Longest first: an added token that is a prefix of another must not win the match.
-    tokenizer.add_tokens([AddedToken(p, normalized=False) for p in sorted(set(phrases), key=len, reverse=True)])
+    # Longest first: an added token that is a prefix of another must not win the match. Ties by text: a set's order
+    # changes with the interpreter's hash seed, and the ids must not (two builds gave three phrases other ids).
+    ordered = sorted(set(phrases), key=lambda p: (-len(p), p))
+    tokenizer.add_tokens([AddedToken(p, normalized=False) for p in ordered])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, bos_token=None, unk_token=None,
         additional_special_tokens=[USER, ASSISTANT],

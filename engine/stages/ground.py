@@ -1,12 +1,12 @@
 """Stage ``ground``: the iteration's grounder writes actions for the sampled plans; the executor runs them.
 
 Only the plans the critic will judge are grounded (``engine.ranking.select``): ``ground.which`` = ``best`` (the
-lowest-PPL plan per task-step, the paper's choice), ``top_n`` (the ``ground.top_n`` best distinct plans) or ``all``
-distinct plans; a plan text sampled several times is grounded once, under its lowest k. Each grounding is executed
-with the task's tools and judged against the gold answer (iterative: the step's result against the gold step's
-result). Rows go to ``groundings``; a resumed stage skips the chunks whose plans all have one. ``ground.backend``
-picks the generator (``hf``: the in-memory grounder; ``vllm``: a vLLM engine on the grounder checkpoint, see
-engine/vllm_backend.py).
+lowest-PPL plan per task-step, the paper's choice), ``top_n`` (the ``ground.top_n`` best distinct plans),
+``best_worst`` (the lowest- and the highest-PPL distinct plan) or ``all`` distinct plans; a plan text sampled
+several times is grounded once, under its lowest k. Each grounding is executed with the task's tools and judged
+against the gold answer (iterative: the step's result against the gold step's result). Rows go to ``groundings``; a
+resumed stage skips the chunks whose plans all have one. ``ground.backend`` picks the generator (``hf``: the
+in-memory grounder; ``vllm``: a vLLM engine on the grounder checkpoint, see engine/vllm_backend.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Onetime: K complete plans per task. Iterative: for each step s of the gold plan,
 gold history (gold subgoals 1..s-1 and their executed results). Writes ``plans`` rows in task batches, one
 transaction per batch; a resumed stage skips the batches whose tasks already have plans. ``sample.backend`` picks
 the generator (``hf``: the in-memory planner; ``vllm``: a vLLM engine on the planner checkpoint, see
-engine/vllm_backend.py).
+engine/vllm_backend.py). The hf kernel is ``sample.shared_prefill``, or with ``sample.calibrate`` the faster of the
+two on the stage's first batch, timed here and now; the stage's counts name it (``kernel``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def read_turn(text: str, formulation: str) -> tuple[list[str], bool]:
     return ([parsed[1].strip()], True) if parsed else ([], False)
 
 
-def run(ctx: StageContext) -> dict[str, int]:
+def run(ctx: StageContext) -> dict[str, int | str]:
     cfg = ctx.config.sample
     done = ctx.store.keys_done("plans", ctx.run_id, ctx.iteration, ("task_id",))
     units = planning_units(ctx, ctx.train_tasks())
@@ -64,12 +65,18 @@ def run(ctx: StageContext) -> dict[str, int]:
     generator = generator_for(cfg.backend, planner, ctx.agent_path("planner", ctx.iteration),
                               field="sample.backend", dtype=ctx.config.planner.dtype, options=ctx.config.vllm,
                               shared_prefill=cfg.shared_prefill)
+    calibrate = cfg.calibrate and cfg.backend == "hf"
+    kernel = _kernel_name(cfg.shared_prefill) if cfg.backend == "hf" else cfg.backend
     try:
         for index, group in task_batches:
             ctx.check_stop()
             flat = [u for task_units in group for u in task_units]
             seed = ctx.config.run.seed * 100_003 + ctx.iteration * 1_009 + index
-            outputs = generator.generate([u[2] for u in flat], gen, seed=seed)
+            if calibrate:  # the first batch, sampled by both kernels with the same seed, timed side by side
+                outputs, generator.shared_prefill, kernel = _calibrate(generator, [u[2] for u in flat], gen, seed)
+                calibrate = False
+            else:
+                outputs = generator.generate([u[2] for u in flat], gen, seed=seed)
             rows = []
             for (task, step, prompt), texts in zip(flat, outputs):
                 for k, text in enumerate(texts):
@@ -81,4 +88,26 @@ def run(ctx: StageContext) -> dict[str, int]:
             ctx.report(index + 1, n_batches, f"{written} plans")
     finally:
         generator.close()  # a vLLM engine's GPU memory goes back before the next stage
-    return {"rows": ctx.store.count("plans", ctx.run_id, ctx.iteration), "new_rows": written}
+    return {"rows": ctx.store.count("plans", ctx.run_id, ctx.iteration), "new_rows": written, "kernel": kernel}
+
+
+def _kernel_name(shared_prefill: bool) -> str:
+    return "shared prefill" if shared_prefill else "one batched call"
+
+
+def _calibrate(generator, prompts: list[str], gen: models.GenerationConfig, seed: int
+               ) -> tuple[list[list[str]], bool, str]:
+    """``sample.calibrate``: sample one batch with each hf kernel (same seed) and keep the faster; returns the
+    faster kernel's outputs (so the rows written are what that kernel samples), its flag and the counts' line."""
+    import time
+
+    seconds, outputs = {}, {}
+    for shared in (True, False):
+        generator.shared_prefill = shared
+        started = time.perf_counter()
+        outputs[shared] = generator.generate(prompts, gen, seed=seed)
+        seconds[shared] = time.perf_counter() - started
+    fast = seconds[True] <= seconds[False]
+    same = "same texts" if outputs[True] == outputs[False] else "texts differ"
+    return outputs[fast], fast, (f"{_kernel_name(fast)} (calibrated on {len(prompts)} prompts: shared prefill "
+                                 f"{seconds[True]:.2f} s, one batched call {seconds[False]:.2f} s; {same})")

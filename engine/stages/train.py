@@ -27,10 +27,12 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 from engine import prompts
 from engine.config import RunConfig
 from engine.curation import effective_sft_records
+from engine.curation_summary import live_pair_actions
 from engine.errors import StageStopped
 from engine.export import pair_rows
 from engine.outcome import gold_step_results
@@ -175,19 +177,24 @@ def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str
     return {"log_lines": lines, "rank_steps": {str(r): n for r, n in rank_steps(work_dir).items()}}
 
 
-def run_planner(ctx: StageContext) -> dict[str, int | str]:
+def run_planner(ctx: StageContext) -> dict[str, Any]:
+    """DPO on the effective pairs (``stages.planner_objective = dpo``; grpo: engine/stages/train_grpo.py)."""
     from engine.training import dpo_train
 
     _discard_output(ctx, "planner")
+    # The curator actions in effect as the pairs are read: the Pairs tab tells later overrides (not in this
+    # checkpoint) from these (engine.curation_summary).
+    curation = live_pair_actions(ctx.store, ctx.run_id, ctx.iteration)
     rows = [{"prompt": r["prompt"], "chosen": r["chosen"], "rejected": r["rejected"]}
             for r in pair_rows(ctx.store, ctx.run_id, ctx.iteration)]
     if not rows:
-        return _keep_previous(ctx, "planner", "no preference pairs: planner unchanged")
+        return {**_keep_previous(ctx, "planner", "no preference pairs: planner unchanged"), "curation": curation}
     settings = copy.deepcopy(ctx.config.dpo)
     settings.seed = ctx.config.run.seed + ctx.iteration
     precision = _precision(ctx, "planner", settings)
     if _launched(ctx):
-        return {"rows": len(rows), "precision": precision, **_train_launched(ctx, "planner", "dpo", rows, settings)}
+        return {"rows": len(rows), "precision": precision, "curation": curation,
+                **_train_launched(ctx, "planner", "dpo", rows, settings)}
     start = ctx.agent("planner")
     ref_model = None
     if settings.reference == "initial" and ctx.iteration > 1:
@@ -199,7 +206,7 @@ def run_planner(ctx: StageContext) -> dict[str, int | str]:
     ctx.check_stop()  # stopped mid-training: no checkpoint
     path = _save(ctx, "planner", start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "planner", path, checkpoint_kind(settings))
-    return {"rows": len(rows), "log_lines": len(history), "precision": precision}
+    return {"rows": len(rows), "log_lines": len(history), "precision": precision, "curation": curation}
 
 
 # One grounder training example: (task, step, subgoals shown, actions to learn); step 0 = onetime layout, s >= 1 =

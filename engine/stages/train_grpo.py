@@ -1,0 +1,107 @@
+"""Stage ``train_planner`` with ``stages.planner_objective = grpo``: online group RL of the planner (TRL's GRPO).
+
+Instead of DPO on the offline pairs, the trainer samples ``grpo.num_generations`` plans per training task of the
+iteration (the tasks the sample stage used), rewards each with the named rewards of ``grpo.rewards``
+(engine/rewards.py: the iteration's grounder supplies the ``gap`` and ``execution`` signals, so the planner is still
+aligned to *this* grounder, online) and learns from their group advantages. Every rollout is stored in
+``rollouts`` (text, each reward, weighted total, advantage) once training has finished; the checkpoint is saved as
+for DPO (``engine.stages.train``). The sample, score and pairs stages still run: stage 2 grounds the sampled plans,
+and the studio can show a task's DPO pair beside its GRPO group.
+
+Crash safety as for DPO: a re-run discards the checkpoint, the log lines and the rollouts of an earlier attempt and
+trains from the start; the rollouts and the checkpoint row are written only after training completed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pandas as pd
+
+from engine import models
+from engine.outcome import toolbox_for
+from engine.rewards import (
+    ExecutionReward,
+    FormatReward,
+    GapReward,
+    RolloutBook,
+    grounder_actions,
+    overlong_reward,
+)
+from engine.stages.context import StageContext
+from engine.stages.train import (
+    _discard_output,
+    _keep_previous,
+    _precision,
+    _save,
+    _steps,
+    _train_logger,
+    checkpoint_kind,
+)
+from engine.turns import planner_prompt
+
+
+def build_book(ctx: StageContext, tasks: dict) -> RolloutBook:
+    """The configured rewards, in order, with their weights."""
+    cfg = ctx.config.grpo
+    grounder = ctx.agent("grounder")
+    makers = {
+        "gap": lambda: GapReward(grounder, tasks, batch_size=ctx.config.score.batch_size),
+        "execution": lambda: ExecutionReward(
+            grounder_actions(grounder, ctx.config.evaluate.ground_max_new_tokens, ctx.config.evaluate.batch_size),
+            tasks, toolbox_for(ctx.config.tools)),
+        "format": FormatReward,
+        "overlong": lambda: overlong_reward(cfg.max_completion_length, cfg.overlong_cache),
+    }
+    weights = {"gap": cfg.weight_gap, "execution": cfg.weight_execution, "format": cfg.weight_format,
+               "overlong": cfg.weight_overlong}
+    return RolloutBook([makers[name]() for name in cfg.rewards], [weights[name] for name in cfg.rewards],
+                       cfg.num_generations, cfg.scale_rewards)
+
+
+def rollout_frame(ctx: StageContext, book: RolloutBook) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "run_id": ctx.run_id, "iteration": ctx.iteration, "batch": r.batch, "n": r.n, "task_id": r.task_id,
+        "prompt": r.prompt, "text": r.text, "rewards_json": json.dumps(r.rewards), "reward": r.reward,
+        "advantage": r.advantage,
+    } for r in book.rollouts])
+
+
+def run_planner(ctx: StageContext) -> dict[str, Any]:
+    from engine.training import grpo_train
+
+    _discard_output(ctx, "planner")
+    ctx.store.delete("rollouts", ctx.run_id, ctx.iteration)
+    tasks = [t for t in ctx.train_tasks() if t.gold_actions]
+    if not tasks:
+        return _keep_previous(ctx, "planner", "no training tasks with gold actions: planner unchanged")
+    settings = copy.deepcopy(ctx.config.grpo)
+    settings.seed = ctx.config.run.seed + ctx.iteration
+    precision = _precision(ctx, "planner", settings)
+    start = ctx.agent("planner")
+    book = build_book(ctx, {t.id: t for t in tasks})
+    rows = [{"prompt": planner_prompt(start, t), "task_id": t.id} for t in tasks]
+    model = copy.deepcopy(start.model)  # the cached starting planner stays intact for later stages
+    model.train()
+    total = _steps(len(rows) * settings.num_generations, settings)
+    trained, history = grpo_train(model, start.tokenizer, rows, settings, book,
+                                  stop_token_ids=models.stop_token_ids(start.model, start.tokenizer),
+                                  on_log=_train_logger(ctx, total), should_stop=ctx.should_stop)
+    ctx.check_stop()  # stopped mid-training: no checkpoint, no rollouts
+    ctx.store.write("rollouts", rollout_frame(ctx, book))
+    path = _save(ctx, "planner", start, trained)
+    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "planner", path, checkpoint_kind(settings))
+    scored = [r.reward for r in book.rollouts if r.reward is not None]
+    return {"rows": len(rows), "rollouts": len(book.rollouts), "log_lines": len(history), "precision": precision,
+            "objective": "grpo", "rewards": list(settings.rewards),
+            "mean_reward": round(sum(scored) / len(scored), 4) if scored else None,
+            "zero_advantage_groups": _flat_groups(book)}
+
+
+def _flat_groups(book: RolloutBook) -> int:
+    """Groups whose completions all got zero advantage (their reward did not vary: nothing learned from them)."""
+    size = book.num_generations
+    advantages = [r.advantage for r in book.rollouts]
+    return sum(all(a == 0 for a in advantages[i:i + size]) for i in range(0, len(advantages), size))

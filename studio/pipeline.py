@@ -1,0 +1,85 @@
+"""The Run tab's picture of one iteration: its stages in order as a pipeline of cards.
+
+``pipeline_html(store, run_id, snapshot, live)`` draws the iteration a job is working on (else the run's newest
+iteration with stages): one card per stage (iteration 0: warm start, if any, and the evaluation of the starting
+agents; later iterations: the eight MOAT stages), each with its state, a progress bar, the ETA while it runs, its
+wall time once done and the one-line summary of ``studio.stage_text``. Progress and ETA come from the job worker's
+events (``snapshot``); states, times and summaries from the store. A stage the store marks running while no job of
+this studio runs it is shown interrupted (``live`` is False), as the stage table does.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from engine.loop import STAGES, WARM_START
+from engine.store import Store
+from studio.stage_text import shown_status, stage_seconds, stage_summary
+
+COLOURS = {"done": "#2e7d32", "running": "#1565c0", "failed": "#c62828", "stopped": "#ef6c00",
+           "interrupted": "#ef6c00", "skipped": "#757575", "pending": "#9e9e9e"}
+LABELS = {"sample": "1 · sample plans", "score": "2 · score by grounder", "pairs": "3 · preference pairs",
+          "train_planner": "4 · DPO planner", "ground": "5 · ground plans", "critique": "6 · critic",
+          "train_grounder": "7 · SFT grounder", "evaluate": "8 · evaluate",
+          "warm_start_planner": "warm start planner", "warm_start_grounder": "warm start grounder"}
+
+
+def _iteration(store: Store, run_id: str, snapshot: dict[str, Any], live: bool) -> int | None:
+    if live:
+        for event in reversed(snapshot.get("events") or []):
+            if event.get("iteration") is not None:
+                return int(event["iteration"])
+    iterations = store.iterations(run_id)
+    return max(iterations) if iterations else None
+
+
+def _progress(snapshot: dict[str, Any], iteration: int, stage: str) -> dict[str, Any] | None:
+    for event in reversed(snapshot.get("events") or []):
+        if event.get("iteration") == iteration and event.get("stage") == stage:
+            return event
+    return None
+
+
+def _card(name: str, status: str, fraction: float, detail: str, summary: str) -> str:
+    colour = COLOURS.get(status, "#9e9e9e")
+    return (f'<div class="moat-stage" data-stage="{html.escape(name)}" data-status="{html.escape(status)}" '
+            f'style="flex:1 1 0;min-width:120px;border:1px solid #ddd;border-top:4px solid {colour};'
+            f'border-radius:6px;padding:6px 8px;font-size:13px">'
+            f'<div style="font-weight:600">{html.escape(LABELS.get(name, name))}</div>'
+            f'<div style="color:{colour}">{html.escape(status)}{html.escape(detail)}</div>'
+            f'<div role="progressbar" aria-valuenow="{round(100 * fraction)}" aria-valuemin="0" aria-valuemax="100" '
+            f'style="height:6px;background:#eee;border-radius:3px;margin:4px 0">'
+            f'<div style="height:6px;width:{100 * fraction:.0f}%;background:{colour};border-radius:3px"></div></div>'
+            f'<div style="color:#444">{html.escape(summary)}</div></div>')
+
+
+def pipeline_html(store: Store, run_id: str | None, snapshot: dict[str, Any], live: bool) -> str:
+    """The iteration's stages as cards (see the module docstring); a sentence when the run has no stage yet."""
+    if not run_id:
+        return "<p>Pick a run, or start a new one.</p>"
+    iteration = _iteration(store, run_id, snapshot, live)
+    if iteration is None:
+        return "<p>Nothing has run yet: <b>Next iteration</b> evaluates the starting agents, then runs MOAT.</p>"
+    statuses = store.stage_status(run_id, iteration)
+    moat = iteration > 0 or any(name in statuses for name in STAGES if name != "evaluate")
+    names = [name for name in WARM_START if name in statuses] + (list(STAGES) if moat else ["evaluate"])
+    cards = []
+    for name in names:
+        row = statuses.get(name) or {}
+        status = shown_status(row.get("status") or "pending", live)
+        fraction, detail = (1.0 if status in ("done", "skipped") else 0.0), ""
+        event = _progress(snapshot, iteration, name) if live else None
+        if status == "running" and event and event.get("total"):
+            fraction = min(1.0, float(event.get("done") or 0) / float(event["total"]))
+            detail = f" · {event.get('done')}/{event.get('total')}"
+            if event.get("eta_s") is not None:
+                detail += f" · ETA {float(event['eta_s']):.0f} s"
+        elif status == "done" and stage_seconds(row) is not None:
+            detail = f" · {stage_seconds(row):.1f} s"
+        summary = stage_summary(store, run_id, iteration, name, status, row.get("counts"))
+        cards.append(_card(name, status, fraction, detail, summary))
+    title = f"<div style='font-weight:600;margin-bottom:4px'>Iteration {iteration}" + (
+        " (the starting agents)" if iteration == 0 else "") + "</div>"
+    return (title + '<div id="moat-pipeline" style="display:flex;gap:6px;flex-wrap:wrap">' + "".join(cards)
+            + "</div>")
