@@ -2,7 +2,7 @@
 through ``engine.export``, offered as a download, and pushed to a Hugging Face Hub dataset (``datasets``'
 ``push_to_hub``) when ``HF_TOKEN`` is set; without a token the tab says so.
 
-Files go to the studio's own export directory (one temp directory per studio process); the browser never sends a
+Files go to the studio's own export directory (one temp directory per studio process, removed at exit); the browser never sends a
 path, and the file name built from the run id, iteration, kind and format is confined to that directory
 (``engine.workspace.inside``). Exporting writes a file on the server and pushing writes to the Hub, so both are write
 endpoints refused by ``check_writable`` for ``--read-only`` and viewers. The token is read from the environment at
@@ -13,8 +13,10 @@ Handlers: ``export_file(store, run_id, iteration, kind, fmt, out_dir) -> (path, 
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -57,6 +59,7 @@ def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: s
 
 def build(ctx: Ctx) -> None:
     out_dir = tempfile.mkdtemp(prefix="moat-export-")
+    atexit.register(shutil.rmtree, out_dir, ignore_errors=True)  # the files are served from here until exit
     with gr.Row():
         kind = gr.Radio(list(KINDS), value="pairs", label="What", elem_id="export-kind")
         fmt = gr.Radio(list(export.FORMATS), value="jsonl", label="Format", elem_id="export-format")
