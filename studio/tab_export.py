@@ -2,8 +2,9 @@
 through ``engine.export``, offered as a download, and pushed to a Hugging Face Hub dataset (``datasets``'
 ``push_to_hub``) when ``HF_TOKEN`` is set; without a token the tab says so.
 
-Files go to the studio's own export directory (one temp directory per studio process, removed at exit); the browser never sends a
-path, and the file name built from the run id, iteration, kind and format is confined to that directory
+Files go to the studio's own export directory (one temp directory per studio process, removed at exit); the
+browser never sends a path, and the file name built from the run id, iteration, kind and format is confined to that
+directory
 (``engine.workspace.inside``). Exporting writes a file on the server and pushing writes to the Hub, so both are write
 endpoints refused by ``check_writable`` for ``--read-only`` and viewers. The token is read from the environment at
 push time and never rendered.
