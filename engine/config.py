@@ -49,6 +49,7 @@ FORMULATIONS = ("onetime", "iterative")
 GROUND_WHICH = ("best", "top_n", "best_worst", "all")
 GROUNDER_DATA = ("critic", "raw", "executed")
 PLANNER_OBJECTIVES = ("dpo", "grpo")
+TOPOLOGIES = ("separate", "shared")
 REWARD_NAMES = ("gap", "execution", "format", "overlong")  # engine.rewards.REWARDS
 
 
@@ -180,6 +181,14 @@ class AgentSection:
                              "one GPU is spread over every GPU, then the CPU)")
     chat_template: str = _f("lumos", "lumos: <|user|>/<|assistant|> layout | tokenizer: the tokenizer's template",
                             choices=("lumos", "tokenizer"))
+
+
+@dataclass
+class AgentsSection:
+    topology: str = _f("separate", "separate: the planner and the grounder are two models (MOAT) | shared: one base "
+                                   "model in both roles, each role a chain of LoRA adapters on it, one copy of the "
+                                   "base in memory (planner.path = grounder.path; dpo/grpo.lora and sft.lora on)",
+                       choices=TOPOLOGIES)
 
 
 @dataclass
@@ -335,6 +344,7 @@ class RunConfig:
     data: DataSection = field(default_factory=DataSection)
     planner: AgentSection = field(default_factory=lambda: AgentSection(path="assets/demo/planner"))
     grounder: AgentSection = field(default_factory=lambda: AgentSection(path="assets/demo/grounder"))
+    agents: AgentsSection = field(default_factory=AgentsSection)
     sample: SampleSection = field(default_factory=SampleSection)
     score: ScoreSection = field(default_factory=ScoreSection)
     pairs: PairsSection = field(default_factory=PairsSection)

@@ -113,6 +113,8 @@ def validate(config: RunConfig, source: str | None) -> None:
         raise ConfigError("launch.accelerate_config", "required when launch.mode = accelerate", source)
     if config.stages.planner_objective == "grpo":
         _check_grpo(config, source)
+    if config.agents.topology == "shared":
+        _check_shared(config, source)
 
 
 def get_field(config: RunConfig, dotted: str) -> Any:
@@ -227,3 +229,25 @@ def _check_grpo(config: RunConfig, source: str | None) -> None:
     if config.launch.mode == "accelerate":
         raise ConfigError("stages.planner_objective", "grpo trains in the engine's process: launch.mode = "
                                                       "accelerate is not supported for it yet", source)
+
+
+def _check_shared(config: RunConfig, source: str | None) -> None:
+    """One base in two roles (``agents.topology = shared``): both roles start from one model and every checkpoint
+    is a LoRA adapter on it (``engine.topology``)."""
+    planner, grounder = config.planner, config.grounder
+    for name in ("path", "adapter", "dtype", "device"):
+        if getattr(planner, name) != getattr(grounder, name):
+            raise ConfigError(f"grounder.{name}", f"agents.topology = shared runs one base model in both roles: "
+                                                  f"planner.{name} ({getattr(planner, name)!r}) and grounder.{name} "
+                                                  f"({getattr(grounder, name)!r}) must be equal", source)
+    planner_settings = "grpo" if config.stages.planner_objective == "grpo" else "dpo"
+    for section in (planner_settings, "sft"):
+        settings = getattr(config, section)
+        if not (settings.lora and settings.save_adapter):
+            # Without LoRA each role's training would rewrite the one set of weights both roles share.
+            raise ConfigError(f"{section}.lora", "agents.topology = shared keeps the roles apart as LoRA adapters: "
+                                                 f"set {section}.lora and {section}.save_adapter = true", source)
+    for dotted in ("sample.backend", "ground.backend"):
+        if get_field(config, dotted) == "vllm":
+            raise ConfigError(dotted, "agents.topology = shared runs on the hf backend (the adapters are switched in "
+                                      "the engine's own model)", source)

@@ -129,6 +129,8 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
     except Exception as exc:
         store.set_stage(run_id, iteration, stage, "failed", error=f"{exc}\n{traceback.format_exc(limit=8)}")
         raise
+    if ctx.shared_base is not None:  # agents.topology = shared: the stage's log says what the one model held
+        counts = {**counts, "agents": ctx.shared_base.describe()}
     if stage.startswith("train_"):
         ctx.forget_agents()  # the next stage loads what this one saved
     store.set_stage(run_id, iteration, stage, "done", counts=counts)

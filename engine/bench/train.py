@@ -3,19 +3,24 @@
 Variants (same model, same rows, same batch, fp32): ``lora`` (reference = adapter switched off), ``full_ref_copy``
 (full fine-tuning with a frozen copy of the policy as reference), ``full_precomputed`` (full fine-tuning with
 reference log-probs precomputed up front, no reference model kept). Memory method: each variant runs in a fresh
-``python`` subprocess (torch allocations are invisible to ``tracemalloc``) and reports ``resource.getrusage``'s
-max RSS (peak resident memory of the process) next to the RSS right after the model is built, so ``peak - base``
+``python`` subprocess (torch allocations are invisible to ``tracemalloc``) and reports its peak resident memory
+(``VmHWM``) next to the RSS right after the model is built, so ``peak - base``
 is what training added. Step time = wall time of ``dpo_train`` / steps (setup included, reported separately as
 the trainer's own ``train_runtime``). ``default``: the ~100M Llama from config; ``tiny``: a ~0.5M one.
+
+Topology (``agents.topology``): the same model saved as a base with a LoRA adapter per role, then, each in a fresh
+subprocess, both roles loaded and run once as the loop's stages hold them -- ``roles_separate`` (each role its chain
+merged into its own copy: two bases in memory) and ``roles_shared`` (``engine.topology.SharedBase``: one base, both
+adapters) -- with the same max-RSS method; ``shared_peak_vs_separate`` is the ratio (issue target <= 0.6).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 from engine.bench import common
@@ -23,12 +28,17 @@ from engine.bench import common
 SIZES = {"tiny": {"steps": 2, "batch_size": 2, "max_length": 96}, "default": {"steps": 3, "batch_size": 2,
                                                                              "max_length": 192}}
 VARIANTS = ("lora", "full_ref_copy", "full_precomputed")
+ROLE_VARIANTS = ("roles_separate", "roles_shared")
 
 
-def _rss_mb() -> float:
+def _rss_mb(key: str = "VmRSS") -> float:
+    """This process's resident memory now (``VmRSS``) or at its peak (``VmHWM``), in MB.
+
+    The peak is read from ``VmHWM``, not ``getrusage``'s max RSS: a subprocess inherits its parent's max RSS across
+    fork and exec on Linux, so a child of a big parent would report the parent's peak as its own."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -55,10 +65,75 @@ def child(variant: str, size: str, device: str, agents: str) -> dict:
     _, history = dpo_train(model, tokenizer, rows, settings)
     wall = time.perf_counter() - started
     runtime = next((h["train_runtime"] for h in history if "train_runtime" in h), None)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    peak = _rss_mb("VmHWM")
     return {"variant": variant, "parameters": sum(p.numel() for p in model.parameters()), "base_rss_mb": round(base),
             "peak_rss_mb": round(peak), "added_mb": round(peak - base), "wall_s": round(wall, 2),
             "step_s": round(wall / sizes["steps"], 3), "train_runtime_s": runtime}
+
+
+def roles_child(variant: str, store: str, device: str) -> dict:
+    """Both roles loaded as ``variant`` arranges them (``roles_separate`` | ``roles_shared``), one forward each."""
+    import torch
+
+    from engine import models
+    from engine.topology import SharedBase
+
+    base = _rss_mb()
+    views = []
+    if variant == "roles_shared":
+        shared = SharedBase(models.ModelSpec(os.path.join(store, "base"), device=device))
+        views = [shared.role_model(role, os.path.join(store, role))[0] for role in ("planner", "grounder")]
+    else:
+        views = [models.load_model(models.ModelSpec(os.path.join(store, role), device=device))[0]
+                 for role in ("planner", "grounder")]
+    torch.manual_seed(0)  # the same tokens in both subprocesses
+    ids = torch.randint(3, 200, (2, 64), device=models.resolve_device(device))
+    with torch.no_grad():
+        sums = [float(view(input_ids=ids).logits.float().sum()) for view in views]
+    peak = _rss_mb("VmHWM")
+    held = shared.parameter_bytes() if variant == "roles_shared" else sum(
+        p.numel() * p.element_size() for view in views for p in view.parameters())
+    return {"variant": variant, "base_rss_mb": round(base), "peak_rss_mb": round(peak),
+            "added_mb": round(peak - base), "weights_mb": round(held / 2**20), "logit_sums": sums}
+
+
+def _role_checkpoints(size: str, device: str, agents: str, out: str) -> int:
+    """Write the bench model as ``out/base`` and a random LoRA adapter per role on it, as a shared run saves them."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from engine import models
+
+    tokenizer = models.load_tokenizer(os.path.join(agents, "planner"))
+    model = common.llama_from_config(tokenizer, size, device)
+    parameters = sum(p.numel() for p in model.parameters())
+    model.save_pretrained(os.path.join(out, "base"), safe_serialization=True)
+    tokenizer.save_pretrained(os.path.join(out, "base"))
+    for seed, role in enumerate(("planner", "grounder"), start=1):
+        base, _ = models.load_model(models.ModelSpec(os.path.join(out, "base"), device=device))
+        torch.manual_seed(seed)
+        lora = LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                          init_lora_weights=False)  # random B: the roles really differ
+        peft = get_peft_model(base, lora)
+        models.save_adapter_checkpoint(peft, tokenizer, os.path.join(out, role), os.path.join(out, "base"))
+    return parameters
+
+
+def _in_subprocess(call: str, env: dict) -> dict:
+    code = f"import json; from engine.bench.train import *; print('RESULT ' + json.dumps({call}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=common.REPO)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if out.returncode != 0 or line is None:
+        raise RuntimeError(f"train bench {call} failed:\n{out.stderr[-3000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def roles(size: str, device: str, agents: str, env: dict) -> dict[str, dict]:
+    """``roles_separate`` and ``roles_shared`` on the same base and adapters, each in a fresh subprocess."""
+    with tempfile.TemporaryDirectory(prefix="moat-bench-roles-") as store:
+        _role_checkpoints(size, device, agents, store)
+        return {variant: _in_subprocess(f"roles_child({variant!r}, {store!r}, {device!r})", env)
+                for variant in ROLE_VARIANTS}
 
 
 def run(size: str, repeats: int, device: str) -> dict:
@@ -66,13 +141,11 @@ def run(size: str, repeats: int, device: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(common.REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     results = {}
     for variant in VARIANTS:  # one run per variant: each costs a process start and a model build
-        code = (f"import json; from engine.bench.train import child; "
-                f"print('RESULT ' + json.dumps(child({variant!r}, {size!r}, {device!r}, {agents!r})))")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=common.REPO)
-        line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if out.returncode != 0 or line is None:
-            raise RuntimeError(f"train bench {variant} failed:\n{out.stderr[-3000:]}")
-        results[variant] = json.loads(line[len("RESULT "):])
+        results[variant] = _in_subprocess(f"child({variant!r}, {size!r}, {device!r}, {agents!r})", env)
+    results.update(roles(size, device, agents, env))
+    separate, shared = results["roles_separate"], results["roles_shared"]
+    same = all(abs(a - b) <= 1e-3 * max(1.0, abs(a)) for a, b in zip(separate.pop("logit_sums"),
+                                                                      shared.pop("logit_sums")))
     lora, full = results["lora"], results["full_ref_copy"]
     return {
         "sizes": {**SIZES[size], "parameters": lora["parameters"]},
@@ -83,7 +156,12 @@ def run(size: str, repeats: int, device: str) -> dict:
             "precomputed_peak_vs_full_ref_copy": round(results["full_precomputed"]["peak_rss_mb"]
                                                        / full["peak_rss_mb"], 3),
             "full_ref_copy_step_vs_lora": round(full["step_s"] / lora["step_s"], 3),
+            "shared_peak_vs_separate": round(shared["peak_rss_mb"] / separate["peak_rss_mb"], 3),
+            "shared_added_vs_separate": round(shared["added_mb"] / max(separate["added_mb"], 1), 3),
+            "shared_weights_vs_separate": round(shared["weights_mb"] / max(separate["weights_mb"], 1), 3),
         },
-        "memory_method": "getrusage max RSS per fresh subprocess; base = VmRSS after building the model",
-        "correct": {"ok": all(r["peak_rss_mb"] > 0 for r in results.values())},
+        "memory_method": ("peak RSS (VmHWM) per fresh subprocess; base = VmRSS after building the model (roles: "
+                          "before loading either)"),
+        "correct": {"ok": all(r["peak_rss_mb"] > 0 for r in results.values()) and same,
+                    "shared_outputs_equal_separate": same},
     }

@@ -12,6 +12,7 @@ process at a named point of a stage; tests/test_crash.py uses it to kill a real 
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import time
@@ -22,9 +23,11 @@ from typing import Any
 
 from engine.config import RunConfig
 from engine.errors import StageStopped
+from engine.models import ModelSpec, load_model
 from engine.runtime import load_agent, sample_tasks
 from engine.store import Store
 from engine.tasks import Task
+from engine.topology import RoleModel, SharedBase
 from engine.turns import Agent
 
 ProgressSink = Callable[[dict[str, Any]], None]
@@ -62,7 +65,8 @@ class StageContext:
     stage: str = ""
     progress: ProgressSink | None = None
     should_stop: Callable[[], bool] = lambda: False
-    _agents: dict[str, Agent] = field(default_factory=dict)  # checkpoint path -> loaded agent
+    _agents: dict[str, Agent] = field(default_factory=dict)  # checkpoint path (role:path when shared) -> agent
+    _shared: SharedBase | None = None  # agents.topology = shared: the one base both roles' adapters sit on
     _started: float = field(default_factory=time.perf_counter)
     _reports: int = 0  # progress reports of the current stage run (crash_point's N)
 
@@ -75,18 +79,49 @@ class StageContext:
     def agent(self, role: str, iteration: int | None = None) -> Agent:
         """The planner/grounder at the start of ``iteration`` (default: this stage's iteration)."""
         path = self.agent_path(role, self.iteration if iteration is None else iteration)
+        section = getattr(self.config, role)
+        if self.config.agents.topology == "shared":
+            key = f"{role}:{path}"
+            if key not in self._agents:
+                if self._shared is None:
+                    self._shared = SharedBase(ModelSpec(section.path, section.adapter or None, section.dtype,
+                                                        section.device))
+                model, tokenizer = self._shared.role_model(role, path)
+                self._agents[key] = Agent(model, tokenizer, section.chat_template)
+            return self._agents[key]
         if path not in self._agents:
-            section = getattr(self.config, role)
             self._agents[path] = load_agent(section, path if path != section.path else None)
         return self._agents[path]
 
+    @property
+    def shared_base(self) -> SharedBase | None:
+        """The one base both roles run on (``agents.topology = shared``), once a stage has loaded an agent."""
+        return self._shared
+
+    def model_copy(self, role: str, iteration: int | None = None):
+        """A plain transformers model of ``role`` at the start of ``iteration`` that the caller may train or keep as
+        a reference: a copy of the cached agent's model, or with a shared base the role's adapter chain merged
+        into a fresh load of it (the shared base and its adapters stay as they are)."""
+        agent = self.agent(role, iteration)
+        if not isinstance(agent.model, RoleModel):
+            return copy.deepcopy(agent.model)
+        section = getattr(self.config, role)
+        path = self.agent_path(role, self.iteration if iteration is None else iteration)
+        spec = ModelSpec(path, (section.adapter or None) if path == section.path else None, section.dtype,
+                         section.device)
+        return load_model(spec)[0]
+
     def forget_agent(self, path: str) -> None:
-        """Drop the cached agent loaded from ``path`` (a caller done with it frees its memory early)."""
+        """Drop the cached agent loaded from ``path`` (a caller done with it frees its memory early); with a shared
+        base the base stays (the other role's view needs it) until ``forget_agents``."""
         self._agents.pop(path, None)
+        for key in [k for k in self._agents if k.endswith(f":{path}")]:
+            self._agents.pop(key)
 
     def forget_agents(self) -> None:
         """Drop cached models (a training stage changes weights in place; free memory between stages)."""
         self._agents.clear()
+        self._shared = None
 
     # -- data -------------------------------------------------------------------------------------------------
     def train_tasks(self) -> list[Task]:

@@ -38,6 +38,7 @@ from engine.export import pair_rows
 from engine.outcome import gold_step_results
 from engine.stages.context import StageContext, crash_point
 from engine.tasks import Task
+from engine.topology import RoleModel
 from engine.turns import Agent, grounding_messages, plan_subgoals
 
 
@@ -199,7 +200,9 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
     ref_model = None
     if settings.reference == "initial" and ctx.iteration > 1:
         ref_model = ctx.agent("planner", iteration=1).model  # the warm-start planner, frozen
-    model = copy.deepcopy(start.model)  # the cached starting planner stays intact for later stages
+        if isinstance(ref_model, RoleModel):  # a view of the shared base: TRL gets a plain model
+            ref_model = ctx.model_copy("planner", iteration=1)
+    model = ctx.model_copy("planner")  # the cached starting planner stays intact for later stages
     model.train()
     trained, history = dpo_train(model, start.tokenizer, rows, settings, ref_model=ref_model,
                                  on_log=_train_logger(ctx, _steps(len(rows), settings)), should_stop=ctx.should_stop)
@@ -287,7 +290,7 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
               "precision": _precision(ctx, "grounder", settings)}
     if _launched(ctx):
         return {**counts, **_train_launched(ctx, "grounder", "sft", rows, settings)}
-    model = copy.deepcopy(start.model)
+    model = ctx.model_copy("grounder")
     model.train()
     trained, history = sft_train(model, start.tokenizer, rows, settings,
                                  on_log=_train_logger(ctx, _steps(len(rows), settings)), should_stop=ctx.should_stop)

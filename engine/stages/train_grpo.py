@@ -83,7 +83,7 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
     start = ctx.agent("planner")
     book = build_book(ctx, {t.id: t for t in tasks})
     rows = [{"prompt": planner_prompt(start, t), "task_id": t.id} for t in tasks]
-    model = copy.deepcopy(start.model)  # the cached starting planner stays intact for later stages
+    model = ctx.model_copy("planner")  # the cached starting planner stays intact for later stages
     model.train()
     total = _steps(len(rows) * settings.num_generations, settings)
     trained, history = grpo_train(model, start.tokenizer, rows, settings, book,

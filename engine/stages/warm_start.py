@@ -79,7 +79,7 @@ def _run(ctx: StageContext, role: str) -> dict[str, int | str]:
     counts: dict[str, int | str] = {"rows": len(rows), "precision": train._precision(ctx, role, settings)}
     if train._launched(ctx):
         return {**counts, **train._train_launched(ctx, role, "sft", rows, settings)}
-    model = copy.deepcopy(start.model)
+    model = ctx.model_copy(role)
     model.train()
     trained, history = sft_train(model, start.tokenizer, rows, settings,
                                  on_log=train._train_logger(ctx, train._steps(len(rows), settings)),
