@@ -82,8 +82,14 @@ def stage_seconds(row: dict[str, Any]) -> float | None:
 
 def stage_summary(store: Store, run_id: str, iteration: int, stage: str, status: str,
                   counts: dict[str, Any] | None) -> str:
-    """The Run tab's line for one stage (see the module docstring)."""
-    counts = counts or {}
+    """The Run tab's line for one stage (see the module docstring); with a shared base (``agents.topology =
+    shared``) the line also says what the one model held."""
+    line = _stage_line(store, run_id, iteration, stage, status, counts or {})
+    agents = (counts or {}).get("agents")
+    return f"{line}; {agents}" if agents and status == "done" else line
+
+
+def _stage_line(store: Store, run_id: str, iteration: int, stage: str, status: str, counts: dict[str, Any]) -> str:
     if status == "skipped":
         return f"skipped: {counts.get('note', '')}".rstrip(": ")
     if status in ("running", "interrupted", "pending"):
@@ -109,4 +115,4 @@ def stage_summary(store: Store, run_id: str, iteration: int, stage: str, status:
         return _training("DPO" if stage == "train_planner" else "warm-start SFT", counts)
     if stage in ("train_grounder", "warm_start_grounder"):
         return _training("SFT", counts)
-    return ", ".join(f"{k} {v}" for k, v in counts.items())
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if k != "agents")

@@ -18,6 +18,7 @@ from engine.errors import CheckpointError, ConfigError
 from engine.loop import create_run, run_loop
 from engine.store import Store
 from engine.topology import SharedBase
+from studio.stage_text import stage_summary
 from tests._tiny import tiny_overrides
 
 
@@ -110,8 +111,10 @@ def test_a_shared_run_trains_each_role_adapter_only_in_its_own_stage(tmp_path, t
                        for t in (1, 2) for role in ("planner", "grounder")}
         assert store.get_run(run_id)["config"]["agents"]["topology"] == "shared"  # the store records which
         evaluated = store.stage_status(run_id, 2)["evaluate"]["counts"]["agents"]
+        line = stage_summary(store, run_id, 2, "evaluate", "done", store.stage_status(run_id, 2)["evaluate"]["counts"])
         metrics = store.count("metrics", run_id)
     assert evaluated.startswith("one base in both roles") and "4 LoRA adapter(s)" in evaluated  # 2 per role
+    assert "tasks evaluated" in line and line.endswith(f"; {evaluated}")  # the Run tab says so
     assert metrics > 0  # the evaluation ran both roles on the shared base
     assert _digest(base) == base_digest  # the base never changes
     for (t, _role), found in checkpoints.items():
