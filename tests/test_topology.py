@@ -137,3 +137,19 @@ def test_a_shared_run_trains_each_role_adapter_only_in_its_own_stage(tmp_path, t
     assert main(["merge", "--db", str(db), "--run", run_id, "--iteration", "2", "--role", "grounder",
                  "--out", str(merged)]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["adapters"] == 2
+
+
+@pytest.mark.slow
+def test_a_shared_run_with_the_planner_by_grpo(tmp_path, tiny_agents_dir, demo_tasks):
+    from tests.test_grpo import GRPO_LOOP
+
+    config = _shared_config(tmp_path, tiny_agents_dir, demo_tasks,
+                            [*GRPO_LOOP, "grpo.lora=true", "grpo.lora_r=4", "grpo.lora_alpha=8"])
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, config)
+        assert run_loop(store, run_id) == "done"
+        planner = store.checkpoint(run_id, 1, "planner")
+        rollouts = store.count("rollouts", run_id)
+    assert planner["kind"] == "lora-adapter"
+    assert models.adapter_chain(planner["path"])[0].path == str(tiny_agents_dir / "grounder")
+    assert rollouts > 0  # the gap reward ran the grounder's view of the shared base
