@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.config import RunConfig
 from engine.errors import StageStopped
-from engine.models import ModelSpec, load_model
+from engine.models import ModelSpec
 from engine.runtime import load_agent, sample_tasks
 from engine.store import Store
 from engine.tasks import Task
@@ -98,18 +98,20 @@ class StageContext:
         """The one base both roles run on (``agents.topology = shared``), once a stage has loaded an agent."""
         return self._shared
 
-    def model_copy(self, role: str, iteration: int | None = None):
-        """A plain transformers model of ``role`` at the start of ``iteration`` that the caller may train or keep as
-        a reference: a copy of the cached agent's model, or with a shared base the role's adapter chain merged
-        into a fresh load of it (the shared base and its adapters stay as they are)."""
+    def plain_model(self, role: str, iteration: int | None = None):
+        """``role``'s model at the start of ``iteration`` as a plain transformers model, for TRL (a frozen reference):
+        the cached agent's own, or with a shared base the role's adapter chain merged into a fresh load of it."""
         agent = self.agent(role, iteration)
         if not isinstance(agent.model, RoleModel):
-            return copy.deepcopy(agent.model)
+            return agent.model
         section = getattr(self.config, role)
         path = self.agent_path(role, self.iteration if iteration is None else iteration)
-        spec = ModelSpec(path, (section.adapter or None) if path == section.path else None, section.dtype,
-                         section.device)
-        return load_model(spec)[0]
+        return load_agent(section, path if path != section.path else None).model
+
+    def model_copy(self, role: str, iteration: int | None = None):
+        """A plain model of ``role`` the caller may train; the cached agents (and a shared base) stay as they are."""
+        model = self.plain_model(role, iteration)
+        return copy.deepcopy(model) if model is self.agent(role, iteration).model else model
 
     def forget_agent(self, path: str) -> None:
         """Drop the cached agent loaded from ``path`` (a caller done with it frees its memory early); with a shared

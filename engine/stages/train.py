@@ -38,7 +38,6 @@ from engine.export import pair_rows
 from engine.outcome import gold_step_results
 from engine.stages.context import StageContext, crash_point
 from engine.tasks import Task
-from engine.topology import RoleModel
 from engine.turns import Agent, grounding_messages, plan_subgoals
 
 
@@ -199,9 +198,7 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
     start = ctx.agent("planner")
     ref_model = None
     if settings.reference == "initial" and ctx.iteration > 1:
-        ref_model = ctx.agent("planner", iteration=1).model  # the warm-start planner, frozen
-        if isinstance(ref_model, RoleModel):  # a view of the shared base: TRL gets a plain model
-            ref_model = ctx.model_copy("planner", iteration=1)
+        ref_model = ctx.plain_model("planner", iteration=1)  # the warm-start planner, frozen
     model = ctx.model_copy("planner")  # the cached starting planner stays intact for later stages
     model.train()
     trained, history = dpo_train(model, start.tokenizer, rows, settings, ref_model=ref_model,
