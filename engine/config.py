@@ -51,6 +51,8 @@ GROUNDER_DATA = ("critic", "raw", "executed")
 PLANNER_OBJECTIVES = ("dpo", "grpo")
 TOPOLOGIES = ("separate", "shared")
 REWARD_NAMES = ("gap", "execution", "format", "overlong")  # engine.rewards.REWARDS
+# The stages of a MOAT iteration, in order (engine.loop.STAGES runs them; a phase of [schedule] lists a subset).
+ITERATION_STAGES = ("sample", "score", "pairs", "train_planner", "ground", "critique", "train_grounder", "evaluate")
 
 
 @dataclass
@@ -331,6 +333,29 @@ class StagesSection:
 
 
 @dataclass
+class Phase:
+    """One phase of a curriculum (a ``[[schedule.phases]]`` table): some iterations running some stages, with
+    settings of their own."""
+
+    name: str = _f("", "the phase's name, shown in the log and the studio (required, unique)")
+    iterations: int = _f(1, "iterations this phase runs", ge=1)
+    stages: list[str] = _f(list(ITERATION_STAGES), "the stages each of its iterations runs, in the loop's order "
+                                                   "(the others are skipped, saying so); e.g. an executor-first "
+                                                   "phase: sample, score, ground, critique, train_grounder, evaluate",
+                           choices=ITERATION_STAGES)
+    set: list[str] = _f([], "section.field=value settings for this phase only (sample, score, pairs, dpo, grpo, "
+                            "ground, critic, sft, stages.planner_objective / grounder_data), e.g. "
+                            "[\"sft.epochs=2\", \"ground.which=all\"]")
+
+
+@dataclass
+class ScheduleSection:
+    phases: list[Phase] = _f([], "a curriculum: [[schedule.phases]] tables run in order, each for its iterations; "
+                                 "iterations past the last phase repeat it (run.iterations defaults to their sum). "
+                                 "Empty: every iteration is the MOAT iteration (engine.schedule)")
+
+
+@dataclass
 class SFTSection(TrainSettings):
     original_ratio: float = _f(-1.0, "-1: all of the grounder's original data (paper) | r >= 0: round(r x new rows) "
                                      "original rows drawn at random (at most all of them)", ge=-1)
@@ -357,6 +382,7 @@ class RunConfig:
     tools: ToolsSection = field(default_factory=ToolsSection)
     warm_start: WarmStartSection = field(default_factory=WarmStartSection)
     stages: StagesSection = field(default_factory=StagesSection)
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
     vllm: VLLMSection = field(default_factory=VLLMSection)
     launch: LaunchSection = field(default_factory=LaunchSection)
 
@@ -412,6 +438,8 @@ def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConf
                 raise ConfigError(dotted, f"unknown field{suggest(name, known)} (known: {', '.join(sorted(known))})",
                                   source)
             setattr(section, name, coerce(value, hints[name], dotted, source))
+    if config.schedule.phases and "iterations" not in data.get("run", {}):
+        config.run.iterations = sum(phase.iterations for phase in config.schedule.phases)
     validate(config, source)
     return config
 

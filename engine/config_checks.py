@@ -115,6 +115,10 @@ def validate(config: RunConfig, source: str | None) -> None:
         _check_grpo(config, source)
     if config.agents.topology == "shared":
         _check_shared(config, source)
+    if config.schedule.phases:
+        from engine.schedule import check_schedule  # imports engine.config, which imports this module
+
+        check_schedule(config, source)
 
 
 def get_field(config: RunConfig, dotted: str) -> Any:

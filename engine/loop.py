@@ -19,12 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.config import RunConfig, config_from_dict, config_to_dict, config_to_toml
+from engine.config import ITERATION_STAGES, RunConfig, config_from_dict, config_to_dict, config_to_toml
 from engine.errors import StageStopped
 from engine.preflight import preflight
 from engine.runtime import check_eval_splits, load_run_tasks
+from engine.schedule import iteration_config, phase_of, skip_reason
 from engine.stages import critique, evaluation, ground, pairs, sample, score, train, train_grpo, warm_start
-from engine.stages.context import ProgressSink, StageContext
+from engine.stages.context import ProgressSink, StageContext, crash_point
 from engine.store import Store
 from engine.threads import adapt_to_load
 
@@ -41,6 +42,7 @@ STAGES: dict[str, Callable[[StageContext], dict[str, Any]]] = {
 }
 # Iteration 0 with warm_start.enabled: SFT of the configured models before the starting agents are evaluated.
 WARM_START = {"warm_start_planner": warm_start.run_planner, "warm_start_grounder": warm_start.run_grounder}
+assert tuple(STAGES) == ITERATION_STAGES  # a phase's stage list is checked against the config's copy
 STAGE1 = ("pairs", "train_planner")
 STAGE2 = ("ground", "critique", "train_grounder")
 
@@ -89,8 +91,10 @@ def stages_of(iteration: int, config: RunConfig) -> list[str]:
     return list(STAGES)
 
 
-def is_skipped(stage: str, config: RunConfig) -> str | None:
-    """Why an ablation skips ``stage`` (None: it runs)."""
+def is_skipped(stage: str, config: RunConfig, iteration: int = 1) -> str | None:
+    """Why an ablation, or the curriculum's phase for ``iteration``, skips ``stage`` (None: it runs)."""
+    if iteration >= 1 and stage in STAGES and (reason := skip_reason(config, iteration, stage)):
+        return reason
     if stage in STAGE1 and not config.stages.stage1:
         return "stage 1 disabled (stages.stage1 = false)"
     if stage in STAGE2 and not config.stages.stage2:
@@ -109,18 +113,23 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
     if stage not in STAGES and not (stage in WARM_START and iteration == 0):
         raise ValueError(f"unknown stage {stage!r} (stages: {', '.join(STAGES)}; iteration 0 only: "
                          f"{', '.join(WARM_START)})")
-    config = config or run_config(store, run_id)
+    config = iteration_config(config or run_config(store, run_id), iteration)  # with its phase's settings
     ctx = context or StageContext(store, run_id, iteration, config, run_directory(store, run_id))
+    ctx.config = config
     ctx.begin(iteration, stage, progress, should_stop)
-    reason = is_skipped(stage, config)
+    phase = phase_of(config, iteration)
+    labels = {"phase": phase[1].name} if phase else {}  # a curriculum: each stage's log names its phase
+    reason = is_skipped(stage, config, iteration)
     if reason:
         if stage == "train_planner" or stage == "train_grounder":  # the next iteration still needs agents
             role = "planner" if stage == "train_planner" else "grounder"
             store.put_checkpoint(run_id, iteration, role, ctx.agent_path(role, iteration), "unchanged")
-        store.set_stage(run_id, iteration, stage, "skipped", counts={"note": reason})
+        store.set_stage(run_id, iteration, stage, "skipped", counts={"note": reason, **labels})
         return "skipped"
     store.set_stage(run_id, iteration, stage, "running")
-    ctx.announce(adapt_to_load().describe())  # fewer threads while other processes hold cores
+    crash_point(iteration, stage, "start")  # test hook: killed before the stage did anything (e.g. between phases)
+    threads = adapt_to_load().describe()  # fewer threads while other processes hold cores
+    ctx.announce(f"phase {phase[1].name}; {threads}" if phase else threads)
     try:
         counts = {**STAGES, **WARM_START}[stage](ctx)
     except StageStopped as exc:
@@ -133,7 +142,7 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
         counts = {**counts, "agents": ctx.shared_base.describe()}
     if stage.startswith("train_"):
         ctx.forget_agents()  # the next stage loads what this one saved
-    store.set_stage(run_id, iteration, stage, "done", counts=counts)
+    store.set_stage(run_id, iteration, stage, "done", counts={**counts, **labels})
     return "done"
 
 

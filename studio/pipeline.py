@@ -5,7 +5,8 @@ iteration with stages): one card per stage (iteration 0: warm start, if any, and
 agents; later iterations: the eight MOAT stages), each with its state, a progress bar, the ETA while it runs, its
 wall time once done and the one-line summary of ``studio.stage_text``. Progress and ETA come from the job worker's
 events (``snapshot``); states, times and summaries from the store. A stage the store marks running while no job of
-this studio runs it is shown interrupted (``live`` is False), as the stage table does.
+this studio runs it is shown interrupted (``live`` is False), as the stage table does. In a curriculum
+(``[[schedule.phases]]``) the title names the iteration's phase and the stages it leaves out show as skipped.
 """
 
 from __future__ import annotations
@@ -79,7 +80,10 @@ def pipeline_html(store: Store, run_id: str | None, snapshot: dict[str, Any], li
             detail = f" · {stage_seconds(row):.1f} s"
         summary = stage_summary(store, run_id, iteration, name, status, row.get("counts"))
         cards.append(_card(name, status, fraction, detail, summary))
+    phases = {(row.get("counts") or {}).get("phase") for row in statuses.values()
+              if isinstance(row.get("counts"), dict)} - {None}
     title = f"<div style='font-weight:600;margin-bottom:4px'>Iteration {iteration}" + (
-        " (the starting agents)" if iteration == 0 else "") + "</div>"
+        " (the starting agents)" if iteration == 0 else "") + "".join(
+        f" · phase {html.escape(str(p))}" for p in sorted(phases)) + "</div>"
     return (title + '<div id="moat-pipeline" style="display:flex;gap:6px;flex-wrap:wrap">' + "".join(cards)
             + "</div>")

@@ -38,7 +38,8 @@ def crash_point(iteration: int, stage: str, point: str | int) -> None:
     """SIGKILL this process if ``$MOAT_KILL_AT`` is ``"<iteration>:<stage>:<point>"``; otherwise do nothing.
 
     Points: ``N`` = right after the stage's Nth progress report (N batches committed, or N training log lines
-    stored); ``save`` = halfway through writing a training checkpoint. A test hook, so crash tests choose the moment
+    stored); ``save`` = halfway through writing a training checkpoint; ``start`` = the stage marked running, nothing
+    done yet (``engine.loop.run_stage``). A test hook, so crash tests choose the moment
     by progress rather than by sleeping; SIGKILL because it gives the process no chance to clean up.
     """
     if os.environ.get(KILL_ENV) == f"{iteration}:{stage}:{point}":
