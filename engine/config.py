@@ -49,8 +49,10 @@ FORMULATIONS = ("onetime", "iterative")
 GROUND_WHICH = ("best", "top_n", "best_worst", "all")
 GROUNDER_DATA = ("critic", "raw", "executed")
 PLANNER_OBJECTIVES = ("dpo", "grpo")
+GROUNDER_OBJECTIVES = ("sft", "grpo")
 TOPOLOGIES = ("separate", "shared")
 REWARD_NAMES = ("gap", "execution", "format", "overlong")  # engine.rewards.REWARDS
+GROUNDER_REWARD_NAMES = ("execution", "format", "overlong")  # engine.rewards.GROUNDER_REWARDS
 # The stages of a MOAT iteration, in order (engine.loop.STAGES runs them; a phase of [schedule] lists a subset).
 ITERATION_STAGES = ("sample", "score", "pairs", "train_planner", "ground", "critique", "train_grounder", "evaluate")
 
@@ -135,6 +137,19 @@ class GRPOSettings(TrainSettings):
 
 
 @dataclass
+class GrounderGRPOSettings(GRPOSettings):
+    """Online group RL of the grounder (``stages.grounder_objective = grpo``): the trainer samples
+    ``num_generations`` action sequences per plan the ground stage grounded, rewarded by the named rewards."""
+
+    num_generations: int = _f(8, "rollouts (action sequences) per plan: one group", ge=2)
+    max_completion_length: int = _f(160, "tokens per rollout", ge=1)
+    rewards: list[str] = _f(["execution", "format"], "named rewards of an action sequence, summed with their "
+                            "weights: execution (1 when it executes to the gold answer) | format (1 when every "
+                            "action parses) | overlong (DAPO's soft length penalty, needs overlong_cache > 0)",
+                            choices=GROUNDER_REWARD_NAMES)
+
+
+@dataclass
 class RunSection:
     name: str = _f("run", "a readable name for the run")
     workdir: str = _f("runs", "directory under which each run keeps its checkpoints")
@@ -188,8 +203,9 @@ class AgentSection:
 @dataclass
 class AgentsSection:
     topology: str = _f("separate", "separate: the planner and the grounder are two models (MOAT) | shared: one base "
-                                   "model in both roles, each role a chain of LoRA adapters on it, one copy of the "
-                                   "base in memory (planner.path = grounder.path; dpo/grpo.lora and sft.lora on)",
+                                   "model in both roles (planner.path = grounder.path), one copy in memory: with "
+                                   "dpo/grpo.lora and sft.lora on, each role a chain of LoRA adapters on it; with "
+                                   "both off, one set of weights trained on both roles' data in turn",
                        choices=TOPOLOGIES)
 
 
@@ -330,6 +346,10 @@ class StagesSection:
     planner_objective: str = _f("dpo", "how stage 1 trains the planner: dpo (MOAT: offline pairs ranked by the "
                                        "grounder's PPL) | grpo (online group RL, [grpo]: rollouts scored by named "
                                        "rewards, the PPL signal among them)", choices=PLANNER_OBJECTIVES)
+    grounder_objective: str = _f("sft", "how stage 2 trains the grounder: sft (MOAT: on the critic's verdicts, "
+                                        "[sft]) | grpo (online group RL on the grounded plans, [grpo_grounder]: "
+                                        "action sequences rewarded by execution and format)",
+                                 choices=GROUNDER_OBJECTIVES)
 
 
 @dataclass
@@ -375,6 +395,7 @@ class RunConfig:
     pairs: PairsSection = field(default_factory=PairsSection)
     dpo: DPOSettings = field(default_factory=DPOSettings)
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
+    grpo_grounder: GrounderGRPOSettings = field(default_factory=GrounderGRPOSettings)
     ground: GroundSection = field(default_factory=GroundSection)
     critic: CriticSection = field(default_factory=CriticSection)
     sft: SFTSection = field(default_factory=SFTSection)

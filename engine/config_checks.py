@@ -112,7 +112,9 @@ def validate(config: RunConfig, source: str | None) -> None:
     if config.launch.mode == "accelerate" and not config.launch.accelerate_config:
         raise ConfigError("launch.accelerate_config", "required when launch.mode = accelerate", source)
     if config.stages.planner_objective == "grpo":
-        _check_grpo(config, source)
+        _check_grpo(config, "grpo", "stages.planner_objective", source)
+    if config.stages.grounder_objective == "grpo":
+        _check_grpo(config, "grpo_grounder", "stages.grounder_objective", source)
     if config.agents.topology == "shared":
         _check_shared(config, source)
     if config.schedule.phases:
@@ -214,30 +216,30 @@ def suggest(name: Any, known: Any) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def _check_grpo(config: RunConfig, source: str | None) -> None:
-    """What online group RL of the planner needs (``stages.planner_objective = grpo``)."""
-    grpo = config.grpo
+def _check_grpo(config: RunConfig, section: str, objective: str, source: str | None) -> None:
+    """What online group RL of a role needs (``[grpo]`` for the planner, ``[grpo_grounder]`` for the grounder)."""
+    grpo = getattr(config, section)
     if (grpo.batch_size * grpo.grad_accum) % grpo.num_generations:
-        raise ConfigError("grpo.batch_size", f"batch_size x grad_accum ({grpo.batch_size * grpo.grad_accum}) must be "
-                                             f"a multiple of num_generations ({grpo.num_generations}): each step "
-                                             "holds whole groups", source)
+        raise ConfigError(f"{section}.batch_size", f"batch_size x grad_accum ({grpo.batch_size * grpo.grad_accum}) "
+                                                   f"must be a multiple of num_generations ({grpo.num_generations}): "
+                                                   "each step holds whole groups", source)
     if not grpo.rewards:
-        raise ConfigError("grpo.rewards", "name at least one reward", source)
+        raise ConfigError(f"{section}.rewards", "name at least one reward", source)
     if len(set(grpo.rewards)) != len(grpo.rewards):
-        raise ConfigError("grpo.rewards", f"a reward is named twice: {grpo.rewards}", source)
+        raise ConfigError(f"{section}.rewards", f"a reward is named twice: {grpo.rewards}", source)
     if "overlong" in grpo.rewards and not grpo.overlong_cache:
-        raise ConfigError("grpo.overlong_cache", "the overlong reward needs a ramp of > 0 tokens", source)
+        raise ConfigError(f"{section}.overlong_cache", "the overlong reward needs a ramp of > 0 tokens", source)
     if config.sample.formulation != "onetime":
-        raise ConfigError("stages.planner_objective", "grpo trains onetime planners (sample.formulation = onetime)",
-                          source)
+        raise ConfigError(objective, "grpo trains onetime agents (sample.formulation = onetime)", source)
     if config.launch.mode == "accelerate":
-        raise ConfigError("stages.planner_objective", "grpo trains in the engine's process: launch.mode = "
-                                                      "accelerate is not supported for it yet", source)
+        raise ConfigError(objective, "grpo trains in the engine's process: launch.mode = accelerate is not supported "
+                                     "for it yet", source)
 
 
 def _check_shared(config: RunConfig, source: str | None) -> None:
-    """One base in two roles (``agents.topology = shared``): both roles start from one model and every checkpoint
-    is a LoRA adapter on it (``engine.topology``)."""
+    """One base in two roles (``agents.topology = shared``): both roles start from one model; every checkpoint is a
+    LoRA adapter on it (``engine.topology``), or, without LoRA, the one set of weights both roles train in turn
+    (``engine.stages.context.latest_weights``)."""
     planner, grounder = config.planner, config.grounder
     for name in ("path", "adapter", "dtype", "device"):
         if getattr(planner, name) != getattr(grounder, name):
@@ -245,12 +247,21 @@ def _check_shared(config: RunConfig, source: str | None) -> None:
                                                   f"planner.{name} ({getattr(planner, name)!r}) and grounder.{name} "
                                                   f"({getattr(grounder, name)!r}) must be equal", source)
     planner_settings = "grpo" if config.stages.planner_objective == "grpo" else "dpo"
-    for section in (planner_settings, "sft"):
-        settings = getattr(config, section)
-        if not (settings.lora and settings.save_adapter):
-            # Without LoRA each role's training would rewrite the one set of weights both roles share.
-            raise ConfigError(f"{section}.lora", "agents.topology = shared keeps the roles apart as LoRA adapters: "
-                                                 f"set {section}.lora and {section}.save_adapter = true", source)
+    grounder_settings = "grpo_grounder" if config.stages.grounder_objective == "grpo" else "sft"
+    lora = {section: getattr(config, section).lora for section in (planner_settings, grounder_settings)}
+    if len(set(lora.values())) > 1:
+        # One role as adapters on the base and the other rewriting that base would leave no base to share.
+        raise ConfigError(f"{grounder_settings}.lora",
+                          f"agents.topology = shared: {planner_settings}.lora ({lora[planner_settings]}) and "
+                          f"{grounder_settings}.lora ({lora[grounder_settings]}) must be equal: both roles as LoRA "
+                          "adapters on one base, or both (no LoRA) training one set of weights", source)
+    for section, on in lora.items():
+        if on and not getattr(config, section).save_adapter:
+            raise ConfigError(f"{section}.save_adapter", "agents.topology = shared keeps the roles apart as LoRA "
+                                                         f"adapters: set {section}.save_adapter = true", source)
+    if config.warm_start.enabled:
+        raise ConfigError("warm_start.enabled", "agents.topology = shared starts both roles from the one model: "
+                                                "warm-start it beforehand (it would train two copies)", source)
     for dotted in ("sample.backend", "ground.backend"):
         if get_field(config, dotted) == "vllm":
             raise ConfigError(dotted, "agents.topology = shared runs on the hf backend (the adapters are switched in "

@@ -105,14 +105,16 @@ def export_sft(store: Store, run_id: str, iteration: int, path: str | Path, fmt:
 def rollout_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]:
     """The rows ``export_rollouts`` writes, in the trainer's order."""
     frame = store.frame("rollouts", run_id, iteration)
-    return [{"prompt": r.prompt, "completion": r.text, "task_id": r.task_id, "batch": int(r.batch), "n": int(r.n),
+    return [{"prompt": r.prompt, "completion": r.text, "task_id": r.task_id, "role": r.role, "batch": int(r.batch),
+             "n": int(r.n),
              "rewards": r.rewards_json, "reward": None if r.reward != r.reward else float(r.reward),
              "advantage": float(r.advantage)} for r in frame.itertuples(index=False)]
 
 
 def export_rollouts(store: Store, run_id: str, iteration: int, path: str | Path, fmt: str = "jsonl") -> int:
     schema = pa.schema([("prompt", pa.string()), ("completion", pa.string()), ("task_id", pa.string()),
-                        ("batch", pa.int64()), ("n", pa.int64()), ("rewards", pa.string()), ("reward", pa.float64()),
+                        ("role", pa.string()), ("batch", pa.int64()), ("n", pa.int64()), ("rewards", pa.string()),
+                        ("reward", pa.float64()),
                         ("advantage", pa.float64())])
     return _write(rollout_rows(store, run_id, iteration), path, fmt, schema)
 

@@ -25,7 +25,7 @@ from engine.preflight import preflight
 from engine.runtime import check_eval_splits, load_run_tasks
 from engine.schedule import iteration_config, phase_of, skip_reason
 from engine.stages import critique, evaluation, ground, pairs, sample, score, train, train_grpo, warm_start
-from engine.stages.context import ProgressSink, StageContext, crash_point
+from engine.stages.context import ProgressSink, StageContext, crash_point, one_set_of_weights
 from engine.store import Store
 from engine.threads import adapt_to_load
 
@@ -37,7 +37,8 @@ STAGES: dict[str, Callable[[StageContext], dict[str, Any]]] = {
                                   else train.run_planner)(ctx),
     "ground": ground.run,
     "critique": critique.run,
-    "train_grounder": train.run_grounder,
+    "train_grounder": lambda ctx: (train_grpo.run_grounder if ctx.config.stages.grounder_objective == "grpo"
+                                   else train.run_grounder)(ctx),
     "evaluate": evaluation.run,
 }
 # Iteration 0 with warm_start.enabled: SFT of the configured models before the starting agents are evaluated.
@@ -99,6 +100,8 @@ def is_skipped(stage: str, config: RunConfig, iteration: int = 1) -> str | None:
         return "stage 1 disabled (stages.stage1 = false)"
     if stage in STAGE2 and not config.stages.stage2:
         return "stage 2 disabled (stages.stage2 = false)"
+    if stage == "critique" and config.stages.grounder_objective == "grpo":
+        return "the grounder learns by GRPO (stages.grounder_objective = grpo): its rewards, not a critic, judge it"
     if stage == "critique" and config.stages.grounder_data != "critic":
         what = {"raw": "the grounder's own groundings, unchecked",
                 "executed": "the groundings that executed to the gold answer"}[config.stages.grounder_data]
@@ -127,6 +130,7 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
         store.set_stage(run_id, iteration, stage, "skipped", counts={"note": reason, **labels})
         return "skipped"
     store.set_stage(run_id, iteration, stage, "running")
+    weights = ctx.agent_path("planner", iteration) if one_set_of_weights(config) else None
     crash_point(iteration, stage, "start")  # test hook: killed before the stage did anything (e.g. between phases)
     threads = adapt_to_load().describe()  # fewer threads while other processes hold cores
     ctx.announce(f"phase {phase[1].name}; {threads}" if phase else threads)
@@ -140,6 +144,8 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
         raise
     if ctx.shared_base is not None:  # agents.topology = shared: the stage's log says what the one model held
         counts = {**counts, "agents": ctx.shared_base.describe()}
+    elif weights is not None:
+        counts = {**counts, "agents": f"one set of weights in both roles (no LoRA), from {weights}"}
     if stage.startswith("train_"):
         ctx.forget_agents()  # the next stage loads what this one saved
     store.set_stage(run_id, iteration, stage, "done", counts={**counts, **labels})

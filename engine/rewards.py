@@ -12,6 +12,10 @@ for the task named in the row's ``task_id`` column:
 - ``overlong``: DAPO's soft overlong punishment (TRL's ``get_soft_overlong_punishment``): 0 up to
   ``max_completion_length - overlong_cache`` tokens, falling linearly to -1 at the limit.
 
+The grounder's rewards (``stages.grounder_objective = grpo``; ``GROUNDER_REWARDS``) score its completion, an action
+sequence, for the plan in the prompt: ``execution`` (``ActionExecutionReward``: 1 when the actions execute to the
+gold answer), ``format`` (``ActionFormatReward``: 1 when every action parses) and ``overlong`` as above.
+
 ``RolloutBook`` wraps the rewards so that every rollout of a run is kept with each reward's value, the weighted
 total and its group advantage, computed by ``group_advantages`` exactly as TRL's trainer computes it (weighted sum,
 then normalised within each group of ``num_generations`` completions of one prompt; pinned against TRL's own
@@ -29,11 +33,13 @@ import torch
 from trl.trainer.utils import nanstd
 
 from engine import models
+from engine.actions import parse_actions
 from engine.outcome import Toolbox, is_solved, run_actions
 from engine.tasks import Task
 from engine.turns import Agent, grounder_prompt, plan_subgoals, read_plan
 
 REWARDS = ("gap", "execution", "format", "overlong")
+GROUNDER_REWARDS = ("execution", "format", "overlong")
 
 # Grounds a batch of (task, subgoals) greedily and returns the action text for each: the grounder's own by default;
 # tests pass a function that knows the right answer.
@@ -101,6 +107,29 @@ class FormatReward:
     def __call__(self, prompts: Sequence[str], completions: Sequence[str], **_: Any) -> list[float]:
         plans = [read_plan(c) for c in completions]
         return [float(well_formed and bool(subgoals)) for subgoals, well_formed in plans]
+
+
+class ActionExecutionReward:
+    """The grounder's completion executed with the task's tools: 1.0 when it reaches the gold answer, else 0.0."""
+
+    __name__ = "execution"
+
+    def __init__(self, tasks: dict[str, Task], toolbox: Toolbox | None = None):
+        self.tasks, self.toolbox = tasks, toolbox
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str], task_id: Sequence[str],
+                 **_: Any) -> list[float]:
+        return [float(is_solved(self.tasks[t], run_actions(self.tasks[t], c, self.toolbox)))
+                for t, c in zip(task_id, completions)]
+
+
+class ActionFormatReward:
+    """1.0 when every action of the grounder's completion parses (``R1 = Tool(args)``; ``engine.actions``)."""
+
+    __name__ = "format"
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str], **_: Any) -> list[float]:
+        return [float(parse_actions(c).ok) for c in completions]
 
 
 def overlong_reward(max_completion_length: int, cache: int):

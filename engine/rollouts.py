@@ -1,5 +1,6 @@
-"""Reading the GRPO rollouts a run stored (``stages.planner_objective = grpo``, written by
-engine/stages/train_grpo.py).
+"""Reading the GRPO rollouts a run stored (``stages.planner_objective`` or ``grounder_objective = grpo``, written by
+engine/stages/train_grpo.py); ``role`` picks the planner's (plans, the default) or the grounder's (action
+sequences).
 
 ``task_group(store, run_id, iteration, task_id)`` returns the rollouts of one task, best advantage first, each with
 its named rewards decoded: the studio shows them beside the task's DPO pair (same task, same iteration).
@@ -15,18 +16,19 @@ from typing import Any
 from engine.store import Store
 
 
-def task_group(store: Store, run_id: str, iteration: int, task_id: str) -> list[dict[str, Any]]:
+def task_group(store: Store, run_id: str, iteration: int, task_id: str, role: str = "planner"
+               ) -> list[dict[str, Any]]:
     frame = store.query("SELECT batch, n, text, rewards_json, reward, advantage FROM rollouts WHERE run_id = ? AND "
-                        "iteration = ? AND task_id = ? ORDER BY advantage DESC, batch, n",
-                        [run_id, int(iteration), task_id])
+                        "iteration = ? AND task_id = ? AND role = ? ORDER BY advantage DESC, batch, n",
+                        [run_id, int(iteration), task_id, role])
     return [{"batch": int(r.batch), "n": int(r.n), "text": r.text, "rewards": json.loads(r.rewards_json),
              "reward": None if r.reward != r.reward else float(r.reward), "advantage": float(r.advantage)}
             for r in frame.itertuples(index=False)]
 
 
-def rollout_summary(store: Store, run_id: str, iteration: int) -> dict[str, Any]:
+def rollout_summary(store: Store, run_id: str, iteration: int, role: str = "planner") -> dict[str, Any]:
     frame = store.query("SELECT batch, task_id, rewards_json, reward, advantage FROM rollouts WHERE run_id = ? AND "
-                        "iteration = ?", [run_id, int(iteration)])
+                        "iteration = ? AND role = ?", [run_id, int(iteration), role])
     if frame.empty:
         return {"rollouts": 0}
     groups = frame.groupby(["batch", "task_id"])["advantage"]

@@ -31,8 +31,8 @@ if TYPE_CHECKING:  # engine.config imports this module's checks through engine.c
     from engine.config import Phase, RunConfig
 
 # What a phase may set: the sections stages read their knobs from, and two stage switches.
-SETTABLE_SECTIONS = ("sample", "score", "pairs", "dpo", "grpo", "ground", "critic", "sft")
-SETTABLE_FIELDS = ("stages.planner_objective", "stages.grounder_data")
+SETTABLE_SECTIONS = ("sample", "score", "pairs", "dpo", "grpo", "ground", "critic", "sft", "grpo_grounder")
+SETTABLE_FIELDS = ("stages.planner_objective", "stages.grounder_objective", "stages.grounder_data")
 
 
 def phase_of(config: RunConfig, iteration: int) -> tuple[int, Phase] | None:
@@ -90,8 +90,9 @@ def _needs(stage: str, config: RunConfig) -> list[str]:
         return ["sample", "score"]
     if stage == "critique":
         return ["ground"]
-    if stage == "train_grounder":
-        return ["ground", "critique"] if config.stages.grounder_data == "critic" else ["ground"]
+    if stage == "train_grounder":  # GRPO rolls out on the grounded plans' prompts; SFT learns the verdicts
+        critic = config.stages.grounder_objective == "sft" and config.stages.grounder_data == "critic"
+        return ["ground", "critique"] if critic else ["ground"]
     return []
 
 

@@ -20,7 +20,7 @@ import duckdb
 
 from engine.errors import StoreError, StoreVersionError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 DDL_V1 = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL);
@@ -269,6 +269,28 @@ CREATE TABLE IF NOT EXISTS rollouts (
     advantage DOUBLE NOT NULL,          -- the group advantage the trainer used
     PRIMARY KEY (run_id, iteration, batch, n)
 );
+""",
+    # v6: the grounder can be trained by GRPO too (stages.grounder_objective = grpo): a rollout names its role, and
+    # the key gains it (DuckDB cannot change a key in place: the table is rebuilt; old rollouts are the planner's).
+    5: """
+CREATE TABLE rollouts_v6 (
+    run_id TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    role TEXT NOT NULL DEFAULT 'planner',  -- planner: a plan per rollout | grounder: an action sequence per rollout
+    batch INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    prompt TEXT NOT NULL,               -- the planner prompt (as plans.prompt) or the grounder's (groundings.prompt)
+    text TEXT NOT NULL,                 -- what the role wrote
+    rewards_json TEXT NOT NULL,
+    reward DOUBLE,
+    advantage DOUBLE NOT NULL,
+    PRIMARY KEY (run_id, iteration, role, batch, n)
+);
+INSERT INTO rollouts_v6 SELECT run_id, iteration, 'planner', batch, n, task_id, prompt, text, rewards_json, reward,
+    advantage FROM rollouts;
+DROP TABLE rollouts;
+ALTER TABLE rollouts_v6 RENAME TO rollouts;
 """,
 }
 

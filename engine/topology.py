@@ -9,6 +9,10 @@ add their deltas (``x (W + sum_i s_i B_i A_i)``), so a role's outputs equal thos
 two full copies. The base and every adapter stay frozen here: training loads its own model (``engine.stages.train``)
 and writes a new adapter for the role that trains, so a role's adapters change only when that role trains.
 
+Without LoRA (``dpo/grpo.lora`` and ``sft.lora`` off) there is nothing to switch: both roles are one set of weights,
+trained on each role's data in turn, and ``engine.stages.context.latest_weights`` hands every stage the newest of
+them; this module is not used then.
+
 Contract: one thread drives a ``SharedBase`` (the loop's stages run one after another); a role whose checkpoint is
 not an adapter chain on the shared base raises ``CheckpointError`` naming both paths.
 """

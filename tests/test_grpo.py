@@ -208,3 +208,110 @@ def test_grpo_settings_are_checked(override, field, words):
         load_config(None, ["stages.planner_objective=grpo", "grpo.num_generations=3", "grpo.batch_size=3",
                            *override])
     assert field in str(info.value)
+
+
+GROUNDER_GRPO = ["stages.grounder_objective=grpo", "grpo_grounder.num_generations=3", "grpo_grounder.batch_size=3",
+                 "grpo_grounder.max_steps=2", "grpo_grounder.max_completion_length=16",
+                 "grpo_grounder.learning_rate=1e-3", "grpo_grounder.bf16=false"]
+
+
+def test_each_grounder_reward_scores_an_action_sequence(demo_tasks):
+    from engine.rewards import ActionExecutionReward, ActionFormatReward, RolloutBook
+
+    task = _train_tasks(demo_tasks, 1)[0]
+    wrong = "R1 = Calculator(1+1)"
+    execution = ActionExecutionReward({task.id: task})
+    assert execution(prompts=["p"] * 3, completions=[task.actions_text, wrong, "not an action"],
+                     task_id=[task.id] * 3) == [1.0, 0.0, 0.0]
+    assert ActionFormatReward()(prompts=["p"] * 3, completions=[task.actions_text, wrong, "R1 = ("]) == [1.0, 1.0,
+                                                                                                         0.0]
+    # a reward that does not vary within a group gives every completion of it zero advantage
+    book = RolloutBook([ActionFormatReward()], [1.0], num_generations=3)
+    book.funcs[0](prompts=["p"] * 3, completions=[wrong] * 3, task_id=[task.id] * 3)
+    assert [r.advantage for r in book.rollouts] == [0.0, 0.0, 0.0]
+
+
+def test_an_iteration_with_the_grounder_by_grpo_stores_its_rollouts_beside_the_planners(tmp_path, tiny_agents_dir,
+                                                                                        demo_tasks):
+    from engine.config import load_config
+    from engine.export import export_rollouts
+    from engine.loop import create_run, run_loop, run_stage
+    from engine.rollouts import rollout_summary
+    from engine.store import Store
+    from engine.tasks import write_tasks
+    from tests._tiny import tiny_overrides
+
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(demo_tasks, tasks_file)
+    config = load_config(None, [*tiny_overrides(tmp_path, tiny_agents_dir, tasks_file), *GRPO_LOOP, *GROUNDER_GRPO])
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, config)
+        assert run_loop(store, run_id) == "done"
+        stages = store.stage_status(run_id, 1)
+        assert stages["critique"]["status"] == "skipped" and "GRPO" in stages["critique"]["counts"]["note"]
+        state = stages["train_grounder"]
+        assert state["status"] == "done" and state["counts"]["objective"] == "grpo"
+        rollouts = store.frame("rollouts", run_id, 1)
+        assert set(rollouts["role"]) == {"planner", "grounder"}  # both roles' rollouts in one iteration
+        mine = rollouts[rollouts.role == "grounder"]
+        assert len(mine) == 2 * 3 == state["counts"]["rollouts"]
+        grounded = set(store.frame("groundings", run_id, 1)["prompt"])
+        assert set(mine["prompt"]) <= grounded  # rolled out on the prompts the ground stage grounded
+        tasks = {t.id: t for t in store.get_tasks(run_id)}
+        for row in mine.itertuples():
+            rewards = json.loads(row.rewards_json)
+            assert set(rewards) == {"execution", "format"}
+            assert row.reward == pytest.approx(rewards["execution"] + 0.5 * rewards["format"])
+            assert row.task_id in tasks
+        assert store.checkpoint(run_id, 1, "grounder")["path"] != config.grounder.path
+        logs = store.frame("train_logs", run_id, 1)
+        assert any("rewards/execution/mean" in line for line in logs[logs.stage == "train_grounder"]["logs_json"])
+        assert rollout_summary(store, run_id, 1, role="grounder")["rollouts"] == 6
+        assert rollout_summary(store, run_id, 1)["rollouts"] == 6  # the planner's, unchanged
+        out = tmp_path / "rollouts.jsonl"
+        assert export_rollouts(store, run_id, 1, out) == 12
+        assert {json.loads(line)["role"] for line in out.read_text().splitlines()} == {"planner", "grounder"}
+        # a re-run of the grounder's stage replaces its own rollouts and leaves the planner's alone
+        assert run_stage(store, run_id, 1, "train_grounder") == "done"
+        again = store.frame("rollouts", run_id, 1)
+        assert (again.role == "grounder").sum() == 6 and (again.role == "planner").sum() == 6
+
+
+@pytest.mark.parametrize("override, field, words", [
+    (["grpo_grounder.batch_size=4"], "grpo_grounder.batch_size", "multiple of num_generations"),
+    (["grpo_grounder.rewards=gap"], "grpo_grounder.rewards", "gap"),
+    (["grpo_grounder.rewards=execution,overlong"], "grpo_grounder.overlong_cache", "ramp"),
+    (["sample.formulation=iterative"], "stages.grounder_objective", "onetime"),
+])
+def test_grounder_grpo_settings_are_checked(override, field, words):
+    from engine.config import load_config
+    from engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=words) as info:
+        load_config(None, ["stages.grounder_objective=grpo", "grpo_grounder.num_generations=3",
+                           "grpo_grounder.batch_size=3", *override])
+    assert field in str(info.value)
+
+
+def test_a_version_5_store_keeps_its_rollouts_as_the_planners(tmp_path):
+    import duckdb
+
+    from engine import schema
+    from engine.store import Store
+
+    path = tmp_path / "v5.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(schema.DDL_V1)
+    for version in range(1, 5):
+        con.execute(schema.MIGRATIONS[version])
+    con.execute("INSERT INTO schema_info VALUES (5)")
+    con.execute("INSERT INTO rollouts VALUES ('r', 1, 0, 0, 't', 'p', 'plan', '{}', 1.0, 0.5)")
+    con.close()
+    with Store(path) as store:
+        assert store.version == schema.SCHEMA_VERSION == 6
+        frame = store.frame("rollouts", "r")
+        assert frame[["role", "text", "advantage"]].values.tolist() == [["planner", "plan", 0.5]]
+        store.write("rollouts", [{"run_id": "r", "iteration": 1, "role": "grounder", "batch": 0, "n": 0,
+                                  "task_id": "t", "prompt": "g", "text": "R1 = Calculator(1)", "rewards_json": "{}",
+                                  "reward": 0.0, "advantage": 0.0}])
+        assert store.count("rollouts", "r", 1) == 2  # the same (batch, n) for both roles

@@ -79,8 +79,8 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
                 "VALUES ('r', 1, 't', 0, 0, 'reference', 'accepted', true)")
     con.close()
     with Store(path) as s:
-        assert s.version == schema.SCHEMA_VERSION == 5
-        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [5]
+        assert s.version == schema.SCHEMA_VERSION == 6
+        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [6]
         assert {"experiments", "experiment_runs", "swaps", "rollouts"} <= set(s.query("SHOW TABLES")["name"])
         rows = s.query("SELECT status, extra_json FROM verdicts")
         assert rows["status"].tolist() == ["accepted"] and rows["extra_json"].isna().all()

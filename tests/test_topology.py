@@ -79,13 +79,16 @@ def _shared_config(tmp_path, tiny_agents_dir, demo_tasks, extra: list[str] = ())
     return load_config(None, overrides)
 
 
-def test_shared_topology_needs_one_base_and_lora(tmp_path, tiny_agents_dir, demo_tasks):
+def test_shared_topology_needs_one_base_and_lora_on_both_roles_or_neither(tmp_path, tiny_agents_dir, demo_tasks):
     with pytest.raises(ConfigError, match="grounder.path"):
         _shared_config(tmp_path, tiny_agents_dir, demo_tasks, [f"planner.path={tiny_agents_dir / 'planner'}"])
-    with pytest.raises(ConfigError, match="sft.lora"):
+    with pytest.raises(ConfigError, match="sft.lora.*must be equal"):
         _shared_config(tmp_path, tiny_agents_dir, demo_tasks, ["sft.lora=false"])
-    with pytest.raises(ConfigError, match="dpo.lora"):
+    with pytest.raises(ConfigError, match="dpo.save_adapter"):
         _shared_config(tmp_path, tiny_agents_dir, demo_tasks, ["dpo.save_adapter=false"])
+    with pytest.raises(ConfigError, match="warm_start.enabled"):
+        _shared_config(tmp_path, tiny_agents_dir, demo_tasks, ["warm_start.enabled=true"])
+    assert _shared_config(tmp_path, tiny_agents_dir, demo_tasks, ["dpo.lora=false", "sft.lora=false"])
 
 
 def _digest(path: Path) -> str:
@@ -153,3 +156,41 @@ def test_a_shared_run_with_the_planner_by_grpo(tmp_path, tiny_agents_dir, demo_t
     assert planner["kind"] == "lora-adapter"
     assert models.adapter_chain(planner["path"])[0].path == str(tiny_agents_dir / "grounder")
     assert rollouts > 0  # the gap reward ran the grounder's view of the shared base
+
+
+@pytest.mark.slow
+def test_one_set_of_weights_trains_in_both_roles_in_turn(tmp_path, tiny_agents_dir, demo_tasks):
+    """Shared without LoRA: DPO writes the planner's weights, the grounder's stages of the same iteration run (and
+    SFT trains) those weights, and the next iteration starts both roles from what SFT wrote; one copy in memory."""
+    from engine.stages.context import StageContext
+
+    config = _shared_config(tmp_path, tiny_agents_dir, demo_tasks,
+                            ["run.iterations=2", "dpo.lora=false", "sft.lora=false"])
+    base = tiny_agents_dir / "grounder"
+    base_digest = _digest(base)
+    starts: dict[tuple[int, str], dict[str, str]] = {}
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, config)
+        ctx = StageContext(store, run_id, 0, config, tmp_path)
+
+        def record(iteration: int, stage: str, status: str) -> None:
+            ctx.iteration = iteration
+            starts[(iteration, stage)] = {role: ctx.agent_path(role, iteration) for role in ("planner", "grounder")}
+
+        assert run_loop(store, run_id, on_stage=record) == "done"
+        found = {(t, role): store.checkpoint(run_id, t, role) for t in (1, 2) for role in ("planner", "grounder")}
+        evaluated = store.stage_status(run_id, 2)["evaluate"]["counts"]["agents"]
+        ctx.iteration = 2
+        same = ctx.agent("planner", 3) is ctx.agent("grounder", 3)
+        metrics = store.count("metrics", run_id, 2)
+    assert all(c["kind"] == "full" for c in found.values())
+    p1, g1, p2, g2 = (found[k]["path"] for k in ((1, "planner"), (1, "grounder"), (2, "planner"), (2, "grounder")))
+    assert len({p1, g1, p2, g2, str(base)}) == 5  # every training stage wrote new weights
+    assert starts[(1, "train_planner")] == {"planner": p1, "grounder": p1}  # DPO's output serves both roles ...
+    assert starts[(1, "critique")] == {"planner": p1, "grounder": p1}  # (the grounder's stages ground with it)
+    assert starts[(1, "train_grounder")] == {"planner": g1, "grounder": g1}  # ... until SFT, trained from it, wrote
+    assert starts[(2, "sample")] == {"planner": g1, "grounder": g1}  # the next iteration starts from SFT's weights
+    assert starts[(2, "evaluate")] == {"planner": g2, "grounder": g2}
+    assert same  # one model in memory for both roles
+    assert evaluated.startswith("one set of weights in both roles") and metrics > 0
+    assert _digest(base) == base_digest

@@ -56,6 +56,26 @@ def starting_checkpoint(store: Store, run_id: str, role: str, iteration: int) ->
     return None
 
 
+def latest_weights(store: Store, run_id: str, iteration: int, current: bool) -> str | None:
+    """One model in both roles, without LoRA (``agents.topology = shared``): the newest checkpoint of *either* role
+    before ``iteration`` -- or up to it, when ``current`` (a stage of that iteration after a training stage: the
+    grounder's stages see the planner's new weights, since they are the same model). Within an iteration the
+    grounder trains after the planner, so its checkpoint is the newer one. ``None``: the configured model."""
+    last = iteration if current else iteration - 1
+    for t in range(last, -1, -1):
+        for role in ("grounder", "planner"):
+            found = store.checkpoint(run_id, t, role)
+            if found:
+                return found["path"]
+    return None
+
+
+def one_set_of_weights(config: RunConfig) -> bool:
+    """The shared topology without LoRA: both roles are the same weights, trained on both roles' data in turn."""
+    settings = config.grpo if config.stages.planner_objective == "grpo" else config.dpo
+    return config.agents.topology == "shared" and not settings.lora
+
+
 @dataclass
 class StageContext:
     store: Store
@@ -73,7 +93,11 @@ class StageContext:
 
     # -- agents -----------------------------------------------------------------------------------------------
     def agent_path(self, role: str, iteration: int) -> str:
-        """The checkpoint that iteration ``iteration`` starts from (``starting_checkpoint``)."""
+        """The checkpoint that iteration ``iteration`` starts from (``starting_checkpoint``); with one set of
+        weights in both roles, the newest weights either role's training wrote (``latest_weights``)."""
+        if one_set_of_weights(self.config):
+            path = latest_weights(self.store, self.run_id, iteration, current=iteration == self.iteration)
+            return path or getattr(self.config, role).path
         found = starting_checkpoint(self.store, self.run_id, role, iteration)
         return found[1] if found else getattr(self.config, role).path
 
@@ -81,7 +105,7 @@ class StageContext:
         """The planner/grounder at the start of ``iteration`` (default: this stage's iteration)."""
         path = self.agent_path(role, self.iteration if iteration is None else iteration)
         section = getattr(self.config, role)
-        if self.config.agents.topology == "shared":
+        if self.config.agents.topology == "shared" and not one_set_of_weights(self.config):
             key = f"{role}:{path}"
             if key not in self._agents:
                 if self._shared is None:
@@ -90,7 +114,7 @@ class StageContext:
                 model, tokenizer = self._shared.role_model(role, path)
                 self._agents[key] = Agent(model, tokenizer, section.chat_template)
             return self._agents[key]
-        if path not in self._agents:
+        if path not in self._agents:  # keyed by path: one set of weights in both roles is loaded once
             self._agents[path] = load_agent(section, path if path != section.path else None)
         return self._agents[path]
 

@@ -1,15 +1,21 @@
-"""Stage ``train_planner`` with ``stages.planner_objective = grpo``: online group RL of the planner (TRL's GRPO).
+"""Stages ``train_planner`` / ``train_grounder`` by online group RL (TRL's GRPO), when ``stages.planner_objective``
+/ ``stages.grounder_objective`` = ``grpo``.
 
-Instead of DPO on the offline pairs, the trainer samples ``grpo.num_generations`` plans per training task of the
-iteration (the tasks the sample stage used), rewards each with the named rewards of ``grpo.rewards``
+The planner: instead of DPO on the offline pairs, the trainer samples ``grpo.num_generations`` plans per training
+task of the iteration (the tasks the sample stage used), rewards each with the named rewards of ``grpo.rewards``
 (engine/rewards.py: the iteration's grounder supplies the ``gap`` and ``execution`` signals, so the planner is still
-aligned to *this* grounder, online) and learns from their group advantages. Every rollout is stored in
-``rollouts`` (text, each reward, weighted total, advantage) once training has finished; the checkpoint is saved as
-for DPO (``engine.stages.train``). The sample, score and pairs stages still run: stage 2 grounds the sampled plans,
-and the studio can show a task's DPO pair beside its GRPO group.
+aligned to *this* grounder, online) and learns from their group advantages. The sample, score and pairs stages
+still run: stage 2 grounds the sampled plans, and the studio can show a task's DPO pair beside its GRPO group.
 
-Crash safety as for DPO: a re-run discards the checkpoint, the log lines and the rollouts of an earlier attempt and
-trains from the start; the rollouts and the checkpoint row are written only after training completed.
+The grounder: instead of SFT on the critic's verdicts, the trainer samples ``grpo_grounder.num_generations`` action
+sequences for each distinct prompt the ground stage grounded (the plans ``ground.which`` picked, as the planner
+wrote them) and rewards each by ``grpo_grounder.rewards`` (execution against the gold answer, format): the grounder
+learns to execute its planner's real plans from its own attempts, with no critic in the loop.
+
+Every rollout is stored in ``rollouts`` with its role (text, each reward, weighted total, advantage) once training
+has finished; the checkpoint is saved as for DPO/SFT (``engine.stages.train``). Crash safety as there: a re-run
+discards the checkpoint, the log lines and the role's rollouts of an earlier attempt and trains from the start; the
+rollouts and the checkpoint row are written only after training completed.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import pandas as pd
 from engine import models
 from engine.outcome import toolbox_for
 from engine.rewards import (
+    ActionExecutionReward,
+    ActionFormatReward,
     ExecutionReward,
     FormatReward,
     GapReward,
@@ -61,9 +69,23 @@ def build_book(ctx: StageContext, tasks: dict) -> RolloutBook:
                        cfg.num_generations, cfg.scale_rewards)
 
 
-def rollout_frame(ctx: StageContext, book: RolloutBook) -> pd.DataFrame:
+def build_grounder_book(ctx: StageContext, tasks: dict) -> RolloutBook:
+    """The grounder's configured rewards (``grpo_grounder.rewards``), in order, with their weights."""
+    cfg = ctx.config.grpo_grounder
+    makers = {
+        "execution": lambda: ActionExecutionReward(tasks, toolbox_for(ctx.config.tools)),
+        "format": ActionFormatReward,
+        "overlong": lambda: overlong_reward(cfg.max_completion_length, cfg.overlong_cache),
+    }
+    weights = {"execution": cfg.weight_execution, "format": cfg.weight_format, "overlong": cfg.weight_overlong}
+    return RolloutBook([makers[name]() for name in cfg.rewards], [weights[name] for name in cfg.rewards],
+                       cfg.num_generations, cfg.scale_rewards)
+
+
+def rollout_frame(ctx: StageContext, book: RolloutBook, role: str) -> pd.DataFrame:
     return pd.DataFrame([{
-        "run_id": ctx.run_id, "iteration": ctx.iteration, "batch": r.batch, "n": r.n, "task_id": r.task_id,
+        "run_id": ctx.run_id, "iteration": ctx.iteration, "role": role, "batch": r.batch, "n": r.n,
+        "task_id": r.task_id,
         "prompt": r.prompt, "text": r.text, "rewards_json": json.dumps(r.rewards), "reward": r.reward,
         "advantage": r.advantage,
     } for r in book.rollouts])
@@ -73,7 +95,7 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
     from engine.training import grpo_train
 
     _discard_output(ctx, "planner")
-    ctx.store.delete("rollouts", ctx.run_id, ctx.iteration)
+    ctx.store.delete("rollouts", ctx.run_id, ctx.iteration, role="planner")
     tasks = [t for t in ctx.train_tasks() if t.gold_actions]
     if not tasks:
         return _keep_previous(ctx, "planner", "no training tasks with gold actions: planner unchanged")
@@ -90,9 +112,44 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
                                   stop_token_ids=models.stop_token_ids(start.model, start.tokenizer),
                                   on_log=_train_logger(ctx, total), should_stop=ctx.should_stop)
     ctx.check_stop()  # stopped mid-training: no checkpoint, no rollouts
-    ctx.store.write("rollouts", rollout_frame(ctx, book))
+    ctx.store.write("rollouts", rollout_frame(ctx, book, "planner"))
     path = _save(ctx, "planner", start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "planner", path, checkpoint_kind(settings))
+    scored = [r.reward for r in book.rollouts if r.reward is not None]
+    return {"rows": len(rows), "rollouts": len(book.rollouts), "log_lines": len(history), "precision": precision,
+            "objective": "grpo", "rewards": list(settings.rewards),
+            "mean_reward": round(sum(scored) / len(scored), 4) if scored else None,
+            "zero_advantage_groups": _flat_groups(book)}
+
+
+def run_grounder(ctx: StageContext) -> dict[str, Any]:
+    from engine.training import grpo_train
+
+    _discard_output(ctx, "grounder")
+    ctx.store.delete("rollouts", ctx.run_id, ctx.iteration, role="grounder")
+    tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
+    frame = ctx.store.query("SELECT task_id, prompt FROM groundings WHERE run_id = ? AND iteration = ? AND step = 0 "
+                            "ORDER BY task_id, k", [ctx.run_id, ctx.iteration])
+    # One row per distinct prompt (a plan sampled twice is one prompt); only tasks whose answer can be checked.
+    rows = list({r.prompt: {"prompt": r.prompt, "task_id": r.task_id} for r in frame.itertuples(index=False)
+                 if tasks[r.task_id].answer.strip()}.values())
+    if not rows:
+        return _keep_previous(ctx, "grounder", "no grounded plans with a gold answer: grounder unchanged")
+    settings = copy.deepcopy(ctx.config.grpo_grounder)
+    settings.seed = ctx.config.run.seed + ctx.iteration
+    precision = _precision(ctx, "grounder", settings)
+    start = ctx.agent("grounder")
+    book = build_grounder_book(ctx, tasks)
+    model = ctx.model_copy("grounder")
+    model.train()
+    total = _steps(len(rows) * settings.num_generations, settings)
+    trained, history = grpo_train(model, start.tokenizer, rows, settings, book,
+                                  stop_token_ids=models.stop_token_ids(start.model, start.tokenizer),
+                                  on_log=_train_logger(ctx, total), should_stop=ctx.should_stop)
+    ctx.check_stop()  # stopped mid-training: no checkpoint, no rollouts
+    ctx.store.write("rollouts", rollout_frame(ctx, book, "grounder"))
+    path = _save(ctx, "grounder", start, trained)
+    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "grounder", path, checkpoint_kind(settings))
     scored = [r.reward for r in book.rollouts if r.reward is not None]
     return {"rows": len(rows), "rollouts": len(book.rollouts), "log_lines": len(history), "precision": precision,
             "objective": "grpo", "rewards": list(settings.rewards),
