@@ -18,10 +18,11 @@ from engine.store import Store
 
 def task_group(store: Store, run_id: str, iteration: int, task_id: str, role: str = "planner"
                ) -> list[dict[str, Any]]:
-    frame = store.query("SELECT batch, n, text, rewards_json, reward, advantage FROM rollouts WHERE run_id = ? AND "
-                        "iteration = ? AND task_id = ? AND role = ? ORDER BY advantage DESC, batch, n",
+    frame = store.query("SELECT batch, n, prompt, text, rewards_json, reward, advantage FROM rollouts WHERE "
+                        "run_id = ? AND iteration = ? AND task_id = ? AND role = ? ORDER BY advantage DESC, batch, n",
                         [run_id, int(iteration), task_id, role])
-    return [{"batch": int(r.batch), "n": int(r.n), "text": r.text, "rewards": json.loads(r.rewards_json),
+    return [{"batch": int(r.batch), "n": int(r.n), "prompt": r.prompt, "text": r.text,
+             "rewards": json.loads(r.rewards_json),
              "reward": None if r.reward != r.reward else float(r.reward), "advantage": float(r.advantage)}
             for r in frame.itertuples(index=False)]
 

@@ -50,6 +50,7 @@ from studio.common import (
 from studio.evidence import pair_evidence_html
 from studio.keys import QUEUE_PROGRESS, action_words, undo_handler, wire_walk
 from studio.remember import remember
+from studio.rollout_view import group_table
 
 PAGE = 20
 COLUMNS = ["key", "domain", "question", "chosen_k", "rejected_k", "chosen_logppl", "rejected_logppl", "margin",
@@ -138,17 +139,8 @@ def pair_group(store: Store, run_id: str | None, iteration: int | None, key: str
     rows = task_group(store, run_id, int(iteration), task_id)
     if not rows:
         return ""
-    names = list(rows[0]["rewards"])
-    head = "".join(f"<th>{html.escape(n)}</th>" for n in ["advantage", "reward", *names, "plan"])
-
-    def cell(value) -> str:
-        return "<td>–</td>" if value is None else f"<td>{value:.3f}</td>"
-
-    body = "".join("<tr>" + cell(r["advantage"]) + cell(r["reward"]) + "".join(cell(r["rewards"][n]) for n in names)
-                   + f"<td>{pre(r['text'])}</td></tr>" for r in rows)
     return (f"<p><b>GRPO group of this task</b> ({len(rows)} rollouts the trainer sampled and scored in this "
-            "iteration; advantage = reward against the group's)</p>"
-            f"<table class='moat-group'><tr>{head}</tr>{body}</table>")
+            "iteration; advantage = reward against the group's)</p>" + group_table(rows, "plan"))
 
 
 def pair_evidence(store: Store, service, run_id: str | None, iteration: int | None, key: str | None) -> str:

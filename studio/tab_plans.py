@@ -1,7 +1,9 @@
 """Plans tab: browse a run's tasks (search, domain, split; paginated in SQL) and a task's K plans in the chosen
-iteration, sorted by log-PPL with bars and chosen/rejected marks, plus a word diff between any two plans.
+iteration, sorted by log-PPL with bars and chosen/rejected marks, plus a word diff between any two plans. When
+the grounder was trained by GRPO that iteration, its rollouts for the task's grounded plans follow
+(``studio.rollout_view``).
 
-Handlers: ``task_page``, ``plans_html``, ``plan_diff``: plain functions of the store.
+Handlers: ``task_page``, ``plans_html``, ``plan_diff``, ``grounder_rollouts``: plain functions of the store.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import html
 import gradio as gr
 import pandas as pd
 
+from engine.rollouts import task_group
 from engine.store import Store
 from studio.common import Ctx, first_cell, page_info, word_diff_html
+from studio.rollout_view import grounder_groups
 
 PAGE = 20
 
@@ -49,6 +53,13 @@ def plans_html(store: Store, run_id: str | None, iteration: int | None, task_id:
                     f"<td style='white-space:pre-wrap'>{html.escape(r.text)}</td></tr>")
     head = "<tr><th>step</th><th>plan</th><th>log-PPL</th><th>bar</th><th></th><th></th><th>text</th></tr>"
     return f"<table class='moat-plans'>{head}{''.join(rows)}</table>"
+
+
+def grounder_rollouts(store: Store, run_id: str | None, iteration: int | None, task_id: str | None) -> str:
+    """The grounder's GRPO groups for the task's grounded plans in ``iteration``; empty when it learnt by SFT."""
+    if not (run_id and iteration is not None and task_id):
+        return ""
+    return grounder_groups(task_group(store, run_id, int(iteration), task_id, role="grounder"))
 
 
 def plan_diff(store: Store, run_id: str | None, iteration: int | None, task_id: str | None, k_a: int | None,
@@ -88,7 +99,8 @@ def build(ctx: Ctx) -> None:
         ks = []
         if run_id and task_id and it is not None:
             ks = [int(k) for k in ctx.store.task_plans(run_id, int(it), task_id)["k"]]
-        return (plans_html(ctx.store, run_id, it, task_id), gr.update(choices=ks, value=ks[0] if ks else None),
+        return (plans_html(ctx.store, run_id, it, task_id) + grounder_rollouts(ctx.store, run_id, it, task_id),
+                gr.update(choices=ks, value=ks[0] if ks else None),
                 gr.update(choices=ks, value=ks[-1] if ks else None))
 
     inputs = [ctx.run, ctx.iteration, search, domain, split, page]

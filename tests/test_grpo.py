@@ -267,6 +267,15 @@ def test_an_iteration_with_the_grounder_by_grpo_stores_its_rollouts_beside_the_p
         logs = store.frame("train_logs", run_id, 1)
         assert any("rewards/execution/mean" in line for line in logs[logs.stage == "train_grounder"]["logs_json"])
         assert rollout_summary(store, run_id, 1, role="grounder")["rollouts"] == 6
+        from studio.tab_plans import grounder_rollouts  # the Plans tab shows a task's groups under its plans
+
+        task = mine["task_id"].iloc[0]
+        view = grounder_rollouts(store, run_id, 1, task)
+        mine_of_task = mine[mine.task_id == task]
+        assert "GRPO groups of the grounder" in view
+        assert view.count("<table") == mine_of_task["prompt"].nunique()
+        assert view.count("<tr>") == len(mine_of_task) + mine_of_task["prompt"].nunique()
+        assert grounder_rollouts(store, run_id, 0, task) == ""
         assert rollout_summary(store, run_id, 1)["rollouts"] == 6  # the planner's, unchanged
         out = tmp_path / "rollouts.jsonl"
         assert export_rollouts(store, run_id, 1, out) == 12
