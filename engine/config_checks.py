@@ -5,6 +5,7 @@ dotted field; messages about secrets never echo the value.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import json
@@ -118,8 +119,6 @@ def validate(config: RunConfig, source: str | None) -> None:
     if config.agents.topology == "shared":
         _check_shared(config, source)
     if config.schedule.phases:
-        from engine.schedule import check_schedule  # imports engine.config, which imports this module
-
         check_schedule(config, source)
 
 
@@ -266,3 +265,81 @@ def _check_shared(config: RunConfig, source: str | None) -> None:
         if get_field(config, dotted) == "vllm":
             raise ConfigError(dotted, "agents.topology = shared runs on the hf backend (the adapters are switched in "
                                       "the engine's own model)", source)
+
+
+# What a curriculum phase may set (``[[schedule.phases]] set``): the sections stages read their knobs from, and the
+# stage switches; never the models, the data or the evaluation, so checkpoints and metrics compare across phases.
+SETTABLE_SECTIONS = ("sample", "score", "pairs", "dpo", "grpo", "ground", "critic", "sft", "grpo_grounder")
+SETTABLE_FIELDS = ("stages.planner_objective", "stages.grounder_objective", "stages.grounder_data")
+
+
+def _needs(stage: str, config: RunConfig) -> list[str]:
+    """The stages of the same iteration whose rows ``stage`` reads."""
+    if stage == "score":
+        return ["sample"]
+    if stage == "pairs":
+        return ["score"]
+    if stage == "train_planner":  # GRPO makes its own rollouts; DPO trains on the iteration's pairs
+        return [] if config.stages.planner_objective == "grpo" else ["pairs"]
+    if stage == "ground":  # grounds the sampled plans, chosen by their scores (engine.ranking.select)
+        return ["sample", "score"]
+    if stage == "critique":
+        return ["ground"]
+    if stage == "train_grounder":  # GRPO rolls out on the grounded plans' prompts; SFT learns the verdicts
+        critic = config.stages.grounder_objective == "sft" and config.stages.grounder_data == "critic"
+        return ["ground", "critique"] if critic else ["ground"]
+    return []
+
+
+def check_schedule(config: RunConfig, source: str | None) -> None:
+    names: set[str] = set()
+    for index, phase in enumerate(config.schedule.phases, start=1):
+        where = f"schedule.phases[{index}]"
+        if not phase.name.strip():
+            raise ConfigError(f"{where}.name", "required: the phase's name", source)
+        if phase.name in names:
+            raise ConfigError(f"{where}.name", f"{phase.name!r} names two phases", source)
+        names.add(phase.name)
+        if not phase.stages:
+            raise ConfigError(f"{where}.stages", "name at least one stage", source)
+        if len(set(phase.stages)) != len(phase.stages):
+            raise ConfigError(f"{where}.stages", f"a stage is named twice: {phase.stages}", source)
+        for item in phase.set:
+            key = item.partition("=")[0].strip()
+            if key.split(".", 1)[0] not in SETTABLE_SECTIONS and key not in SETTABLE_FIELDS:
+                raise ConfigError(f"{where}.set", f"{key!r} cannot change per phase (a phase may set "
+                                                  f"{', '.join(SETTABLE_SECTIONS)}, {', '.join(SETTABLE_FIELDS)})",
+                                  source)
+        phase_config = apply_settings(config, phase.set, f"{where}.set", source) if phase.set else config
+        for stage in phase.stages:
+            missing = [need for need in _needs(stage, phase_config) if need not in phase.stages]
+            if missing:
+                raise ConfigError(f"{where}.stages", f"{stage} reads the rows {' and '.join(missing)} writes in "
+                                                     f"the same iteration: add {', '.join(missing)} to the phase",
+                                  source)
+
+
+def apply_settings(config: RunConfig, settings: list[str], where: str, source: str | None = None) -> RunConfig:
+    """A copy of ``config`` with ``section.field=value`` ``settings`` applied and the whole checked (its phases
+    aside: checking them again would recurse); every error is reported at ``where`` (``schedule.phases[2].set``)."""
+    derived = copy.deepcopy(config)
+    try:
+        for item in settings:
+            key, sep, value = item.partition("=")
+            if not sep or "." not in key:
+                raise ConfigError(item, "expected section.field=value", source)
+            section_name, name = key.strip().split(".", 1)
+            section = getattr(derived, section_name, None)
+            if section is None or not dataclasses.is_dataclass(section):
+                raise ConfigError(key.strip(), "unknown section", source)
+            fields = {f.name: f for f in dataclasses.fields(section)}
+            if name not in fields:
+                raise ConfigError(key.strip(), f"unknown field{suggest(name, fields)}", source)
+            hint = typing.get_type_hints(type(section))[name]
+            setattr(section, name, coerce(value.strip(), hint, key.strip(), source))
+        phases, derived.schedule.phases = derived.schedule.phases, []
+        validate(derived, source)
+        derived.schedule.phases = phases
+    except ConfigError as exc:
+        raise ConfigError(where, f"{exc.field}: {exc.message}", source) from None
+    return derived
