@@ -96,3 +96,25 @@ def test_eval_cli_runs_on_both_splits(capsys):
     assert out["counts"] == {"held_in": 4, "held_out": 4}
     assert {"held_in", "held_out"} <= set(out["metrics"])
     assert "gap_logppl" in out["metrics"]["held_in"]["all"]
+
+
+def test_a_joint_agent_starts_from_an_agent_and_learns_both_roles_rows(tmp_path, tiny_agents_dir, demo_tasks):
+    """``demo-models --joint-from``: one model for the shared topology without LoRA, trained further from an agent
+    on both roles' warm-start rows, keeping that agent's tokenizer (tiny agents, two steps)."""
+    from engine.demo.agents import AgentBuildConfig, build_joint_agent, grounder_rows, planner_rows
+
+    start = tiny_agents_dir / "grounder"
+    config = AgentBuildConfig(joint_steps=2, batch_size=4, max_train_tasks=8)
+    report = build_joint_agent(demo_tasks, tmp_path / "joint", start, config, log=lambda *_: None)
+    train = [t for t in demo_tasks if t.split == "train"]
+    import random
+
+    sample = random.Random(0).sample(train, min(8, len(train)))
+    assert report["rows"] == len(planner_rows(sample, 0)) + len(grounder_rows(sample)) > 0
+    assert report["steps"] == 2 and report["start"] == str(start)
+    joint, tokenizer = models.load_model(models.ModelSpec(str(tmp_path / "joint")))
+    before, start_tokenizer = models.load_model(models.ModelSpec(str(start)))
+    assert tokenizer.get_vocab() == start_tokenizer.get_vocab()
+    changed = [n for n, p in joint.named_parameters() if not (p == dict(before.named_parameters())[n]).all()]
+    assert changed  # it trained
+    assert json.loads((tmp_path / "joint" / "build.json").read_text())["steps"] == 2

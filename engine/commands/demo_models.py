@@ -12,6 +12,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engine.demo.agents import AgentBuildConfig
 
     parser.add_argument("--out", default="assets/demo", help="output directory (default: assets/demo)")
+    parser.add_argument("--joint-from", default="",
+                        help="build one agent for both roles instead (agents.topology = shared without LoRA): this "
+                             "agent (e.g. assets/demo/grounder) trained further on both roles' rows, into --out")
     parser.add_argument("--tasks", default="examples/demo/tasks.jsonl",
                         help="demo task suite (Task JSONL); regenerated from the default world when missing")
     for f in dataclasses.fields(AgentBuildConfig):
@@ -22,11 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from engine.demo.agents import AgentBuildConfig, build_demo_agents
+    from engine.demo.agents import AgentBuildConfig, build_demo_agents, build_joint_agent
     from engine.demo.world import generate_suite
     from engine.tasks import load_tasks
 
     config = AgentBuildConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(AgentBuildConfig)})
     tasks = list(load_tasks(args.tasks)) if Path(args.tasks).exists() else generate_suite()
-    build_demo_agents(tasks, args.out, config)
+    if args.joint_from:
+        build_joint_agent(tasks, args.out, args.joint_from, config)
+    else:
+        build_demo_agents(tasks, args.out, config)
     return 0

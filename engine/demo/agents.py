@@ -5,6 +5,10 @@ a safetensors model, its tokenizer and generation config) plus ``out_dir/build.j
 timings). The planner is warm-started by TRL SFT on a *mix* of plan styles, the grounder only on concrete plans
 with gold actions (``engine.demo.world``): the built-in capability gap. Tokenizer and agents are built from the
 ``train`` split only (a test checks that no dev or held-out question or template reaches the training rows).
+
+``build_joint_agent(tasks, out_dir, start)`` makes *one* model for both roles (``agents.topology = shared`` without
+LoRA): the given agent (the committed grounder) trained further by SFT on the planner's and the grounder's
+warm-start rows together, with that agent's tokenizer; ``out_dir/build.json`` records it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class AgentBuildConfig:
     batch_size: int = 32
     learning_rate: float = 2e-3  # tiny models from scratch want a large rate
     max_train_tasks: int = 0  # 0 = every train task
+    joint_steps: int = 600  # build_joint_agent: SFT steps on both roles' rows (~1.8 epochs of the mix)
 
 
 def instruction_phrases() -> list[str]:
@@ -127,4 +132,42 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
                         "seconds": round(time.perf_counter() - started, 1)}
         log(f"{role}: {report[role]}")
     (out / "build.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
+                      config: AgentBuildConfig = AgentBuildConfig(), log=print) -> dict:
+    """One agent in both roles: ``start`` trained ``config.joint_steps`` SFT steps on the planner and grounder
+    warm-start rows of the train split, shuffled together (the grounder's third of them keeps what ``start``
+    grounds while the planner's teach it to plan), saved to ``out_dir`` with ``start``'s tokenizer."""
+    import torch
+
+    from engine.config import TrainSettings
+    from engine.models import ModelSpec, load_model
+    from engine.precision import describe
+    from engine.training import sft_train
+
+    out = Path(out_dir)
+    train = [t for t in tasks if t.split == "train"]
+    if config.max_train_tasks:
+        train = random.Random(config.seed).sample(train, min(config.max_train_tasks, len(train)))
+    rows = [{"prompt": r["prompt"], "completion": r["completion"]}
+            for r in planner_rows(train, config.seed) + grounder_rows(train)]
+    random.Random(config.seed).shuffle(rows)
+    started = time.perf_counter()
+    model, tokenizer = load_model(ModelSpec(str(start), dtype="float32"))
+    settings = TrainSettings(learning_rate=config.learning_rate, max_steps=config.joint_steps,
+                             batch_size=config.batch_size, max_length=config.max_positions, seed=config.seed,
+                             logging_steps=25, warmup_steps=0.05)
+    model.train()
+    model, history = sft_train(model, tokenizer, rows, settings, on_log=lambda logs: log(f"joint {json.dumps(logs)}"))
+    out.mkdir(parents=True, exist_ok=True)
+    _save(model, tokenizer, out)
+    losses = [h["loss"] for h in history if "loss" in h]
+    report = {"config": asdict(config), "start": str(start), "train_tasks": len(train), "rows": len(rows),
+              "steps": config.joint_steps, "precision": describe("auto", torch.device("cpu")),
+              "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+              "seconds": round(time.perf_counter() - started, 1)}
+    (out / "build.json").write_text(json.dumps(report, indent=2) + "\n")
+    log(f"joint: {report}")
     return report
