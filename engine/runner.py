@@ -7,7 +7,8 @@ Contract:
   grouped by ``experiment_runs (experiment_id, variant, seed) -> run_id``.
 * ``plan_runs`` lists what one command will do, seed-major (every variant of the first seed, then the next seed),
   without writing anything: for each (variant, seed) the run already linked to the experiment (or a run of the same
-  name and config that a kill left unlinked), and how many ``(iteration, stage)`` units it still has to run for
+  name and config that a kill left unlinked, or that an earlier version of the file made: an edited file with a new
+  variant reuses the runs of the others), and how many ``(iteration, stage)`` units it still has to run for
   iterations 0..N (from the run's job file when ``engine.jobs`` left one). A run with no units left is skipped; an
   interrupted one resumes with ``run_loop`` (which resumes from the store); a missing one is created when its turn
   comes (``ensure_run``); a larger N extends finished runs.
@@ -106,12 +107,14 @@ def _comparable(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _orphan(store: Store, name: str, config: RunConfig) -> str | None:
-    """A run created for this (variant, seed) whose link a kill prevented: same name, same config, no experiment."""
-    df = store.query("SELECT run_id, config_json FROM runs WHERE name = ? AND run_id NOT IN "
-                     "(SELECT run_id FROM experiment_runs) ORDER BY created_at", [name])
+def _reusable(store: Store, name: str, config: RunConfig) -> str | None:
+    """A run of the same name and config this (variant, seed) can use: one whose link a kill prevented (no
+    experiment) first, else one an earlier version of the experiment file made (same name, linked to another id):
+    it computes exactly what this one would, so adding a variant to a file reruns nothing else."""
+    df = store.query("SELECT run_id, config_json, run_id IN (SELECT run_id FROM experiment_runs) AS linked FROM runs "
+                     "WHERE name = ? ORDER BY linked, created_at", [name])
     want = _comparable(config_to_dict(config))
-    for run_id, text in df.itertuples(index=False):
+    for run_id, text, _ in df.itertuples(index=False):
         if _comparable(loads(text, {})) == want:
             return run_id
     return None
@@ -133,7 +136,7 @@ def plan_runs(store: Store, exp: Experiment, variants: list[str], seeds: list[in
             run_id = links.get((variant, seed))
             linked = run_id is not None
             if run_id is None or store.get_run(run_id) is None:
-                run_id, linked = _orphan(store, name, config), False
+                run_id, linked = _reusable(store, name, config), False
             found = job_file(store.path, run_id) if run_id and use_job_files else None
             if found is not None and found.exists():
                 with Store(found) as job:  # no worker holds it yet (StoreLockedError if a leftover one does)

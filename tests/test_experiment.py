@@ -207,6 +207,24 @@ def test_plan_adopts_a_run_whose_link_a_kill_prevented(tmp_path):
         assert plan_runs(store, exp, ["k4"], [1], 2)[0].linked
 
 
+def test_an_edited_file_with_a_new_variant_reuses_the_runs_of_the_others(tmp_path):
+    from engine.config import config_to_dict
+    from engine.runner import ensure_run, linked_runs, plan_runs
+
+    first = load_experiment(write_experiment(tmp_path / "a.toml", {"full": []}, seeds=(1,)))
+    edited = load_experiment(write_experiment(tmp_path / "a.toml", {"full": [], "k4": ["sample.k=4"]}, seeds=(1,)))
+    assert first.experiment_id != edited.experiment_id
+    with Store(tmp_path / "s.duckdb") as store:
+        made = ensure_run(store, first, plan_runs(store, first, ["full"], [1], 1)[0], 1)
+        # a run of the same name but another config is never taken for it
+        store.create_run("tiny/k4/s1", config_to_dict(first.run_config("full", 1, 1)), tmp_path)
+        plans = plan_runs(store, edited, ["full", "k4"], [1], 1)
+        assert [(p.name, p.run_id) for p in plans] == [("tiny/full/s1", made), ("tiny/k4/s1", None)]
+        assert ensure_run(store, edited, plans[0], 1) == made
+        assert linked_runs(store, edited.experiment_id) == {("full", 1): made}
+        assert linked_runs(store, first.experiment_id) == {("full", 1): made}  # one run, in both experiments
+
+
 # -- copying a run between store files (how job files are merged) ----------------------------------------------------
 
 
