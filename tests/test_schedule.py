@@ -142,3 +142,21 @@ def test_a_curriculum_killed_between_phases_resumes_to_the_uninterrupted_rows(tm
         assert json.loads(first.stdout.strip().splitlines()[-1])["status"] == "done"
         rows[name] = snapshot(db, run_id)
     assert rows["killed"] == rows["whole"]
+
+
+def test_the_beyond_preset_runs_both_curricula_over_three_iterations():
+    from engine.experiment import load_experiment
+
+    exp = load_experiment(ROOT / "examples" / "experiments" / "beyond.toml")
+    assert set(exp.variants) == {"moat_dpo", "moat_grpo", "curriculum", "shared_curriculum"}
+    assert exp.baseline == "moat_dpo"
+    for name in ("curriculum", "shared_curriculum"):
+        config = exp.run_config(name, 11, exp.iterations)
+        assert [p.name for p in config.schedule.phases] == ["executor", "joint"] and config.run.iterations == 3
+        assert [phase_of(config, t)[1].name for t in (1, 2, 3)] == ["executor", "joint", "joint"]
+        assert iteration_config(config, 1).ground.which == "top_n" and iteration_config(config, 2).ground.which == \
+            "best"
+    shared = exp.run_config("shared_curriculum", 11, 3)
+    assert shared.agents.topology == "shared" and shared.planner.path == shared.grounder.path
+    assert not (shared.dpo.lora or shared.sft.lora)  # one set of weights in both roles
+    assert load_config(ROOT / "examples" / "curriculum.toml").schedule == exp.run_config("curriculum", 11, 3).schedule
