@@ -173,24 +173,31 @@ def test_one_set_of_weights_trains_in_both_roles_in_turn(tmp_path, tiny_agents_d
         run_id = create_run(store, config)
         ctx = StageContext(store, run_id, 0, config, tmp_path)
 
-        def record(iteration: int, stage: str, status: str) -> None:
-            ctx.iteration = iteration
+        def record(iteration: int, stage: str, status: str) -> None:  # what a stage would load, once it is done
+            ctx.iteration, ctx.stage = iteration, stage
             starts[(iteration, stage)] = {role: ctx.agent_path(role, iteration) for role in ("planner", "grounder")}
 
         assert run_loop(store, run_id, on_stage=record) == "done"
         found = {(t, role): store.checkpoint(run_id, t, role) for t in (1, 2) for role in ("planner", "grounder")}
         evaluated = store.stage_status(run_id, 2)["evaluate"]["counts"]["agents"]
-        ctx.iteration = 2
+        ctx.iteration, ctx.stage = 2, "evaluate"
         same = ctx.agent("planner", 3) is ctx.agent("grounder", 3)
+        # the swap table's "after iteration 0" is the base even from iteration 1's context (no stage running)
+        from engine.swap import agent_after
+
+        ctx.iteration, ctx.stage = 1, ""
+        after_0, after_1 = agent_after(ctx, "planner", 0), agent_after(ctx, "grounder", 1)
         metrics = store.count("metrics", run_id, 2)
     assert all(c["kind"] == "full" for c in found.values())
     p1, g1, p2, g2 = (found[k]["path"] for k in ((1, "planner"), (1, "grounder"), (2, "planner"), (2, "grounder")))
     assert len({p1, g1, p2, g2, str(base)}) == 5  # every training stage wrote new weights
-    assert starts[(1, "train_planner")] == {"planner": p1, "grounder": p1}  # DPO's output serves both roles ...
+    assert starts[(1, "train_planner")] == {"planner": str(base), "grounder": str(base)}  # it started from the base
+    assert starts[(1, "ground")] == {"planner": p1, "grounder": p1}  # DPO's output serves both roles ...
     assert starts[(1, "critique")] == {"planner": p1, "grounder": p1}  # (the grounder's stages ground with it)
     assert starts[(1, "train_grounder")] == {"planner": g1, "grounder": g1}  # ... until SFT, trained from it, wrote
     assert starts[(2, "sample")] == {"planner": g1, "grounder": g1}  # the next iteration starts from SFT's weights
     assert starts[(2, "evaluate")] == {"planner": g2, "grounder": g2}
     assert same  # one model in memory for both roles
+    assert (after_0, after_1) == (str(base), g1)
     assert evaluated.startswith("one set of weights in both roles") and metrics > 0
     assert _digest(base) == base_digest

@@ -56,9 +56,13 @@ def starting_checkpoint(store: Store, run_id: str, role: str, iteration: int) ->
     return None
 
 
+# The stages of an iteration that run after the planner trained: with one set of weights they see its new weights.
+AFTER_PLANNER_TRAINING = ("ground", "critique", "train_grounder", "evaluate")
+
+
 def latest_weights(store: Store, run_id: str, iteration: int, current: bool) -> str | None:
     """One model in both roles, without LoRA (``agents.topology = shared``): the newest checkpoint of *either* role
-    before ``iteration`` -- or up to it, when ``current`` (a stage of that iteration after a training stage: the
+    before ``iteration`` -- or up to it, when ``current`` (a stage of that iteration after the planner trained: the
     grounder's stages see the planner's new weights, since they are the same model). Within an iteration the
     grounder trains after the planner, so its checkpoint is the newer one. ``None``: the configured model."""
     last = iteration if current else iteration - 1
@@ -96,7 +100,8 @@ class StageContext:
         """The checkpoint that iteration ``iteration`` starts from (``starting_checkpoint``); with one set of
         weights in both roles, the newest weights either role's training wrote (``latest_weights``)."""
         if one_set_of_weights(self.config):
-            path = latest_weights(self.store, self.run_id, iteration, current=iteration == self.iteration)
+            current = iteration == self.iteration and self.stage in AFTER_PLANNER_TRAINING
+            path = latest_weights(self.store, self.run_id, iteration, current)
             return path or getattr(self.config, role).path
         found = starting_checkpoint(self.store, self.run_id, role, iteration)
         return found[1] if found else getattr(self.config, role).path
