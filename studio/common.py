@@ -20,6 +20,7 @@ from typing import Any
 import gradio as gr
 
 from engine.config import RunConfig
+from engine.config_checks import apply_settings
 from engine.errors import ConfigError
 from engine.leases import LeaseBook
 from engine.store import Store
@@ -106,6 +107,14 @@ def spaces_policy(config: RunConfig) -> RunConfig:
         value = getattr(getattr(config, section), name)
         if value == 0 or value > cap:  # 0 means "all" for the limits
             raise ConfigError(dotted, f"at most {cap} on Spaces (0, meaning all, is not allowed either)")
+    for index, phase in enumerate(config.schedule.phases, start=1):  # a phase's settings must not lift a cap
+        where = f"schedule.phases[{index}].set"
+        phase_config = apply_settings(config, phase.set, where)
+        phase_config.schedule.phases = []
+        try:
+            spaces_policy(phase_config)
+        except ConfigError as exc:
+            raise ConfigError(where, f"{exc.field}: {exc.message}") from None
     return config
 
 

@@ -218,6 +218,11 @@ def test_config_validation_names_the_field_and_cli_command():
     assert error == "" and capped.sample.k == 4 and capped.data.train_limit == 16
     assert tab_run.validate_config(text.replace("assets/demo/planner", "gpt2"), spaces=True)[1].startswith(
         "**planner.path**")
+    # a curriculum phase cannot lift a cap either
+    phased = capped_text.replace("phases = []\n", "") + '\n[[schedule.phases]]\nname = "big"\nset = ["sample.k=15"]\n'
+    assert tab_run.validate_config(phased, spaces=True)[1].startswith(
+        "**schedule.phases[1].set**: sample.k: at most 4")
+    assert tab_run.validate_config(phased.replace("sample.k=15", "sample.k=3"), spaces=True)[1] == ""
 
 
 def _blocking_job(started: threading.Event):
