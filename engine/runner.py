@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.config import RunConfig, config_to_dict
+from engine.config import RunConfig, config_from_dict, config_to_dict
 from engine.dbutil import loads, records
+from engine.errors import ConfigError
 from engine.experiment import Experiment
 from engine.loop import create_run, pending, run_config, run_loop, stages_of
 from engine.store import Store
@@ -115,7 +116,11 @@ def _reusable(store: Store, name: str, config: RunConfig) -> str | None:
                      "WHERE name = ? ORDER BY linked, created_at", [name])
     want = _comparable(config_to_dict(config))
     for run_id, text, _ in df.itertuples(index=False):
-        if _comparable(loads(text, {})) == want:
+        try:  # read back as this engine reads it: fields added since the run was made take their defaults
+            stored = config_to_dict(config_from_dict(loads(text, {})))
+        except ConfigError:
+            continue
+        if _comparable(stored) == want:
             return run_id
     return None
 

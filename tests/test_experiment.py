@@ -223,6 +223,11 @@ def test_an_edited_file_with_a_new_variant_reuses_the_runs_of_the_others(tmp_pat
         assert ensure_run(store, edited, plans[0], 1) == made
         assert linked_runs(store, edited.experiment_id) == {("full", 1): made}
         assert linked_runs(store, first.experiment_id) == {("full", 1): made}  # one run, in both experiments
+        # a run an older engine made (its snapshot lacks fields added since, which take their defaults) is reused too
+        older = config_to_dict(edited.run_config("k4", 1, 1))
+        del older["grpo_grounder"], older["stages"]["grounder_objective"]
+        made_before = store.create_run("tiny/k4/s1", older, tmp_path)
+        assert plan_runs(store, edited, ["k4"], [1], 1)[0].run_id == made_before
 
 
 # -- copying a run between store files (how job files are merged) ----------------------------------------------------
