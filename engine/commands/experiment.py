@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
             new, others = register(store, exp, seeds, iterations)
             if new and others:
                 print(f"note: {exp.source} differs from the definition of experiment(s) {', '.join(others)}: this "
-                      f"is a new experiment {exp_id} (its runs start afresh)", file=sys.stderr)
+                      f"is a new experiment {exp_id} (the runs of unchanged variants are reused, the others start "
+                      "afresh)", file=sys.stderr)
             print(f"experiment {exp_id}: {len(variants)} variant(s) x {len(seeds)} seed(s), {iterations} "
                   f"iteration(s), {'in this process' if args.jobs == 1 else f'{args.jobs} jobs'}; db {args.db}",
                   file=sys.stderr)
