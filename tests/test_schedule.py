@@ -148,7 +148,7 @@ def test_the_beyond_preset_runs_both_curricula_over_three_iterations():
     from engine.experiment import load_experiment
 
     exp = load_experiment(ROOT / "examples" / "experiments" / "beyond.toml")
-    assert set(exp.variants) == {"moat_dpo", "moat_grpo", "curriculum", "shared_curriculum"}
+    assert set(exp.variants) == {"moat_dpo", "moat_grpo", "curriculum", "shared_curriculum", "moat_grpo_grounder"}
     assert exp.baseline == "moat_dpo"
     for name in ("curriculum", "shared_curriculum"):
         config = exp.run_config(name, 11, exp.iterations)
