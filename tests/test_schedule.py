@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -112,18 +109,9 @@ def test_each_iteration_runs_its_phase(tmp_path, loop_config):
         assert store.count("metrics", run_id, 1) > 0 and store.count("metrics", run_id, 2) > 0
 
 
-def _engine_run(db: Path, run_id: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env.pop("MOAT_KILL_AT", None)
-    if kill_at:
-        env["MOAT_KILL_AT"] = kill_at
-    return subprocess.run([sys.executable, "-m", "engine", "run", "--db", str(db), "--run", run_id, "--quiet"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-
-
 @pytest.mark.slow
 def test_a_curriculum_killed_between_phases_resumes_to_the_uninterrupted_rows(tmp_path, loop_config):
-    from tests.test_crash import snapshot
+    from tests.test_crash import _engine_run, snapshot  # the crash tests' real `engine run` and row snapshot
 
     rows = {}
     for name, kill in (("whole", None), ("killed", "2:sample:start")):

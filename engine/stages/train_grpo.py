@@ -92,8 +92,6 @@ def rollout_frame(ctx: StageContext, book: RolloutBook, role: str) -> pd.DataFra
 
 
 def run_planner(ctx: StageContext) -> dict[str, Any]:
-    from engine.training import grpo_train
-
     _discard_output(ctx, "planner")
     ctx.store.delete("rollouts", ctx.run_id, ctx.iteration, role="planner")
     tasks = [t for t in ctx.train_tasks() if t.gold_actions]
@@ -105,26 +103,10 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
     start = ctx.agent("planner")
     book = build_book(ctx, {t.id: t for t in tasks})
     rows = [{"prompt": planner_prompt(start, t), "task_id": t.id} for t in tasks]
-    model = ctx.model_copy("planner")  # the cached starting planner stays intact for later stages
-    model.train()
-    total = _steps(len(rows) * settings.num_generations, settings)
-    trained, history = grpo_train(model, start.tokenizer, rows, settings, book,
-                                  stop_token_ids=models.stop_token_ids(start.model, start.tokenizer),
-                                  on_log=_train_logger(ctx, total), should_stop=ctx.should_stop)
-    ctx.check_stop()  # stopped mid-training: no checkpoint, no rollouts
-    ctx.store.write("rollouts", rollout_frame(ctx, book, "planner"))
-    path = _save(ctx, "planner", start, trained)
-    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "planner", path, checkpoint_kind(settings))
-    scored = [r.reward for r in book.rollouts if r.reward is not None]
-    return {"rows": len(rows), "rollouts": len(book.rollouts), "log_lines": len(history), "precision": precision,
-            "objective": "grpo", "rewards": list(settings.rewards),
-            "mean_reward": round(sum(scored) / len(scored), 4) if scored else None,
-            "zero_advantage_groups": _flat_groups(book)}
+    return _train(ctx, "planner", start, rows, settings, book, precision)
 
 
 def run_grounder(ctx: StageContext) -> dict[str, Any]:
-    from engine.training import grpo_train
-
     _discard_output(ctx, "grounder")
     ctx.store.delete("rollouts", ctx.run_id, ctx.iteration, role="grounder")
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
@@ -140,16 +122,25 @@ def run_grounder(ctx: StageContext) -> dict[str, Any]:
     precision = _precision(ctx, "grounder", settings)
     start = ctx.agent("grounder")
     book = build_grounder_book(ctx, tasks)
-    model = ctx.model_copy("grounder")
+    return _train(ctx, "grounder", start, rows, settings, book, precision)
+
+
+def _train(ctx: StageContext, role: str, start, rows: list[dict[str, str]], settings, book: RolloutBook,
+           precision: str) -> dict[str, Any]:
+    """GRPO of a fresh copy of ``role`` (the cached starting agent stays intact for later stages) on ``rows``; then
+    its rollouts, checkpoint and checkpoint row, in that order, and the stage's counts."""
+    from engine.training import grpo_train
+
+    model = ctx.model_copy(role)
     model.train()
     total = _steps(len(rows) * settings.num_generations, settings)
     trained, history = grpo_train(model, start.tokenizer, rows, settings, book,
                                   stop_token_ids=models.stop_token_ids(start.model, start.tokenizer),
                                   on_log=_train_logger(ctx, total), should_stop=ctx.should_stop)
     ctx.check_stop()  # stopped mid-training: no checkpoint, no rollouts
-    ctx.store.write("rollouts", rollout_frame(ctx, book, "grounder"))
-    path = _save(ctx, "grounder", start, trained)
-    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "grounder", path, checkpoint_kind(settings))
+    ctx.store.write("rollouts", rollout_frame(ctx, book, role))
+    path = _save(ctx, role, start, trained)
+    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, path, checkpoint_kind(settings))
     scored = [r.reward for r in book.rollouts if r.reward is not None]
     return {"rows": len(rows), "rollouts": len(book.rollouts), "log_lines": len(history), "precision": precision,
             "objective": "grpo", "rewards": list(settings.rewards),
