@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
+import sympy.physics.units  # noqa: F401 -- simplify() imports it lazily and it parse_exprs its unit names; now, not mid-solve
 
 from engine.actions import split_args
 from engine.tools.base import ToolError as ToolError  # re-exported: tools and callers import it from here
