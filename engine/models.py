@@ -299,6 +299,24 @@ class GenerationConfig:
     batch_size: int = 16  # prompts per generate call
 
 
+def new_tokens(model, tokenizer, input_ids: torch.Tensor, attention: torch.Tensor, cache,
+               config: GenerationConfig) -> torch.Tensor:
+    """The tokens generated after each row of ``input_ids`` (``cache`` holds a prefix of them, or nothing):
+    ``engine.decode`` (ended rows leave the batch; the same tokens as ``generate``), or ``model.generate`` itself
+    when the checkpoint's generation config asks for processing that ``decode`` does not implement."""
+    from engine.decode import DecodeSettings, decode, supports
+
+    if supports(model):
+        sample = config.temperature > 0
+        settings = DecodeSettings(config.max_new_tokens, tuple(stop_token_ids(model, tokenizer)),
+                                  tokenizer.pad_token_id, config.temperature if sample else 0.0,
+                                  config.top_p if sample else 1.0)
+        return decode(model, input_ids, attention, cache, settings, cache_arg(model))
+    generated = model.generate(input_ids=input_ids, attention_mask=attention, num_return_sequences=1,
+                               **_sampling_kwargs(tokenizer, config, model), **{cache_arg(model): cache})
+    return generated[:, input_ids.shape[1]:]
+
+
 @torch.no_grad()
 def generate_naive(model, tokenizer, prompts: Sequence[str], config: GenerationConfig, *,
                    seed: int | None = None, stats: KernelStats | None = None) -> list[list[str]]:
@@ -330,9 +348,13 @@ def generate_naive(model, tokenizer, prompts: Sequence[str], config: GenerationC
         for row, ids in enumerate(encoded):
             input_ids[row, width - len(ids):] = torch.tensor(ids)
             attention[row, width - len(ids):] = 1
-        generated = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                   num_return_sequences=k, **_sampling_kwargs(tokenizer, config, model))
-        texts = tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)
+        # K rows per prompt, prompt-major: what num_return_sequences=K does inside generate.
+        from engine.kv_cache import growing_cache
+
+        input_ids, attention = input_ids.repeat_interleave(k, 0), attention.repeat_interleave(k, 0)
+        cache = growing_cache(model, width + config.max_new_tokens)
+        new = new_tokens(model, tokenizer, input_ids.to(device), attention.to(device), cache, config)
+        texts = tokenizer.batch_decode(new, skip_special_tokens=True)
         for row, i in enumerate(chunk_ids):
             by_position[i] = [t.strip() for t in texts[row * k:(row + 1) * k]]
         if stats is not None:
@@ -420,13 +442,16 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
                 rest = ids[end:]
                 input_ids[i, cached + suffix - len(rest):] = torch.tensor(rest, dtype=torch.long)
                 attention[i, cached + suffix - len(rest):] = 1
-            kwargs = {}
+            capacity = cached + suffix + config.max_new_tokens
             if cached:
-                cache, _ = stacked_cache(model, [node_kv for _, node_kv in groups], [group_of[i] for i in order])
-                kwargs[cache_arg(model)] = cache
-            generated = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                       num_return_sequences=1, **_sampling_kwargs(tokenizer, config, model), **kwargs)
-            texts = tokenizer.batch_decode(generated[:, cached + suffix:], skip_special_tokens=True)
+                cache, _ = stacked_cache(model, [node_kv for _, node_kv in groups], [group_of[i] for i in order],
+                                         capacity=capacity)
+            else:
+                from engine.kv_cache import growing_cache
+
+                cache = growing_cache(model, capacity)
+            new = new_tokens(model, tokenizer, input_ids.to(device), attention.to(device), cache, config)
+            texts = tokenizer.batch_decode(new, skip_special_tokens=True)
             outputs.extend([t.strip() for t in texts[i * k:(i + 1) * k]] for i in range(len(encoded)))
             if stats is not None:
                 stats.computed += len(rows) * suffix

@@ -238,8 +238,9 @@ def prefill_root(model, rows, root: TrieNode, pad_id: int, stats: KernelStats | 
     return _row_kv(cache, 0, root.end)
 
 
-def stacked_cache(model, kvs: Sequence[KV | None], index: Sequence[int]):
-    """One ``DynamicCache`` for a batch whose row r continues the cached prefix ``kvs[index[r]]``.
+def stacked_cache(model, kvs: Sequence[KV | None], index: Sequence[int], capacity: int = 0):
+    """One ``DynamicCache`` for a batch whose row r continues the cached prefix ``kvs[index[r]]``; with
+    ``capacity``, one that grows in place up to that many positions (``engine.kv_cache``: for decoding).
 
     The prefixes differ in length: each is right-padded to the longest (``None`` = nothing cached, all padding), so
     a caller must mask positions ``[len(prefix), longest)`` of row r and give its new tokens positions from
@@ -262,6 +263,10 @@ def stacked_cache(model, kvs: Sequence[KV | None], index: Sequence[int]):
             keys.append(torch.nn.functional.pad(k, (0, 0, 0, pad)))
             values.append(torch.nn.functional.pad(v, (0, 0, 0, pad)))
         layers.append((torch.cat(keys)[rows], torch.cat(values)[rows]))
+    if capacity:
+        from engine.kv_cache import growing_cache
+
+        return growing_cache(model, capacity, layers), longest
     return DynamicCache(ddp_cache_data=layers, config=model.config), longest
 
 
