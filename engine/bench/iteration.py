@@ -11,6 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from engine.bench import common
 
 TINY = ["data.train_limit=4", "data.eval_limit=2", "sample.k=3", "sample.max_new_tokens=16", "sample.batch_size=2",
@@ -23,6 +25,7 @@ def run(size: str, repeats: int, device: str) -> dict:
     from engine.config import load_config
     from engine.demo.world import WorldConfig, generate_suite
     from engine.loop import create_run, run_loop
+    from engine.precision import describe
     from engine.store import Store
     from engine.tasks import write_tasks
 
@@ -57,6 +60,9 @@ def run(size: str, repeats: int, device: str) -> dict:
         "sizes": {"config": str(path) if path else "tiny overrides", "agents": str(agents),
                   "demo_agents_present": agents == common.DEMO_AGENTS, "train_limit": config.data.train_limit,
                   "k": config.sample.k},
+        # fp32 or bf16, and why (the demo forces fp32, so its figures do not depend on the CPU's bf16 support)
+        "training_precision": {"dpo": describe(config.dpo.bf16, torch.device(device)),
+                               "sft": describe(config.sft.bf16, torch.device(device))},
         "stages_s": stages,
         "iteration_s": round(iteration1, 2),
         "total_s": round(total, 2),
