@@ -102,7 +102,7 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache, 
     for step in range(settings.max_new_tokens):
         outputs = model(input_ids=step_input.contiguous(), attention_mask=mask,
                         position_ids=step_positions.contiguous(), use_cache=True, return_dict=True, **extra)
-        logits = outputs.logits[:, -1].to(dtype=torch.float32)
+        logits = outputs.logits[:, -1].to(dtype=torch.float32, device=device)  # a spread model ends elsewhere
         del outputs
         if sample:
             probs = torch.softmax(_next_token_scores(logits, settings), dim=-1)
