@@ -73,12 +73,13 @@ def child(variant: str, size: str, device: str, agents: str) -> dict:
 
 def roles_child(variant: str, store: str, device: str) -> dict:
     """Both roles loaded as ``variant`` arranges them (``roles_separate`` | ``roles_shared``), one forward each."""
+    import peft  # noqa: F401 -- both variants load adapters through peft; its import alone is ~100 MB of RSS
     import torch
 
     from engine import models
     from engine.topology import SharedBase
 
-    base = _rss_mb()
+    base = _rss_mb()  # the software stack, imported: what any process holding either arrangement pays first
     views = []
     if variant == "roles_shared":
         shared = SharedBase(models.ModelSpec(os.path.join(store, "base"), device=device))
@@ -161,7 +162,7 @@ def run(size: str, repeats: int, device: str) -> dict:
             "shared_weights_vs_separate": round(shared["weights_mb"] / max(separate["weights_mb"], 1), 3),
         },
         "memory_method": ("peak RSS (VmHWM) per fresh subprocess; base = VmRSS after building the model (roles: "
-                          "before loading either)"),
+                          "after importing torch, transformers and peft, before loading either)"),
         "correct": {"ok": all(r["peak_rss_mb"] > 0 for r in results.values()) and same,
                     "shared_outputs_equal_separate": same},
     }
