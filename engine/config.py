@@ -218,9 +218,12 @@ class SampleSection:
     batch_size: int = _f(16, "prompts per generate call", ge=1)
     shared_prefill: bool = _f(True, "hf backend: run each prompt's prefill once for its K samples (KV cache shared; "
                                     "same texts for a seed); false: one plain batched generate call")
-    calibrate: bool = _f(False, "hf backend: sample the stage's first batch with both kernels, here and now (other "
-                                "jobs on the machine included), and the rest with the faster; the choice and both "
-                                "times are in the stage's counts. Off by default: a rerun then uses the same kernel")
+    calibrate: bool = _f(False, "hf backend: sample the stage's first batch with both kernels (same texts) and the "
+                                "rest with the faster; the choice is kept per model and machine in "
+                                "<run.workdir>/kernel_choices.json and reused by later runs; the choice and both "
+                                "times are in the stage's counts. Off: shared_prefill decides")
+    recalibrate: bool = _f(False, "with calibrate: time both kernels again (here and now, other jobs on the machine "
+                                  "included) instead of reusing the choice kept for this model and machine")
     formulation: str = _f("onetime", "onetime | iterative", choices=FORMULATIONS)
     backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the planner "
                             "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])", choices=BACKENDS)
@@ -231,9 +234,13 @@ class ScoreSection:
     batch_size: int = _f(32, "(prompt, actions) pairs per forward pass", ge=1)
     shared_prefix: bool = _f(True, "compute each shared prompt prefix once and reuse its KV cache for the K plans "
                                    "(exact to ~1e-6); false: length-sorted padded batches")
-    calibrate: bool = _f(False, "time both kernels on the stage's first chunk, here and now (other jobs on the "
-                                "machine included), and score the rest with the faster; the choice is in the stage's "
-                                "counts. Off by default: then a rerun scores with the same kernel, bit for bit")
+    calibrate: bool = _f(False, "time both kernels on the stage's first chunk and score the rest with the faster "
+                                "(they agree to ~1e-6); the choice is kept per model and machine in "
+                                "<run.workdir>/kernel_choices.json and reused by later runs, and named in the "
+                                "stage's counts. Off by default: shared_prefix decides, so a rerun on another "
+                                "machine scores with the same kernel, bit for bit")
+    recalibrate: bool = _f(False, "with calibrate: time both kernels again (here and now, other jobs on the machine "
+                                  "included) instead of reusing the choice kept for this model and machine")
 
 
 @dataclass

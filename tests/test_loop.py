@@ -158,3 +158,40 @@ def test_sample_calibrate_times_both_kernels_and_samples_the_same_plans(tmp_path
         assert "same texts" in kernel
         calibrated = store.frame("plans", run_id, 1).set_index(["task_id", "step", "k"])["text"]
         assert calibrated.sort_index().equals(plain.sort_index())
+
+
+@pytest.mark.parametrize("stage, table", [("score", "scores"), ("sample", "plans")])
+def test_a_calibrated_kernel_is_kept_per_model_and_machine(tmp_path, loop_config, monkeypatch, stage, table):
+    """The first calibrated stage run times both kernels and keeps the choice in <workdir>/kernel_choices.json; the
+    next run reuses it without timing; ``recalibrate`` times again; an unreadable file is measured afresh."""
+    import importlib
+    import json
+    from pathlib import Path
+
+    module = importlib.import_module(f"engine.stages.{stage}")
+    getattr(loop_config, stage).calibrate = True
+    choices = Path(loop_config.run.workdir) / "kernel_choices.json"
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, loop_config)
+        if stage == "score":
+            assert run_stage(store, run_id, 1, "sample") == "done"
+
+        def again() -> str:
+            store.delete(table, run_id, 1)
+            assert run_stage(store, run_id, 1, stage, config=loop_config) == "done"
+            return store.stage_status(run_id, 1)[stage]["counts"]["kernel"]
+
+        assert "calibrated on" in again()
+        kept = json.loads(choices.read_text())
+        [(key, record)] = kept.items()
+        assert key.startswith(f"{stage}|") and "threads" in key and isinstance(record["fast"], bool)
+        real = module._calibrate
+        monkeypatch.setattr(module, "_calibrate", lambda *a, **kw: pytest.fail("timed again instead of reusing"))
+        assert "calibrated before on this model and machine" in again()
+        monkeypatch.setattr(module, "_calibrate", real)
+        getattr(loop_config, stage).recalibrate = True
+        assert "calibrated on" in again()
+        getattr(loop_config, stage).recalibrate = False
+        choices.write_text("{not json")
+        assert "calibrated on" in again()
+        assert key in json.loads(choices.read_text())

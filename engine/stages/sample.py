@@ -5,14 +5,15 @@ gold history (gold subgoals 1..s-1 and their executed results). Writes ``plans``
 transaction per batch; a resumed stage skips the batches whose tasks already have plans. ``sample.backend`` picks
 the generator (``hf``: the in-memory planner; ``vllm``: a vLLM engine on the planner checkpoint, see
 engine/vllm_backend.py). The hf kernel is ``sample.shared_prefill``, or with ``sample.calibrate`` the faster of the
-two on the stage's first batch, timed here and now; the stage's counts name it (``kernel``).
+two on the stage's first batch, timed and kept per model and machine in ``<run.workdir>/kernel_choices.json``
+(``engine.kernel_cache``; ``sample.recalibrate`` times again); the stage's counts name it (``kernel``).
 """
 
 from __future__ import annotations
 
 import json
 
-from engine import models
+from engine import kernel_cache, models
 from engine.formats.lumos import parse_planner_turn
 from engine.generators import generator_for
 from engine.outcome import gold_step_results
@@ -67,13 +68,24 @@ def run(ctx: StageContext) -> dict[str, int | str]:
                               shared_prefill=cfg.shared_prefill)
     calibrate = cfg.calibrate and cfg.backend == "hf"
     kernel = _kernel_name(cfg.shared_prefill) if cfg.backend == "hf" else cfg.backend
+    choices = kernel_cache.for_workdir(ctx.config.run.workdir)
+    key = kernel_cache.choice_key("sample", planner.model, batch_size=cfg.batch_size, k=cfg.k,
+                                  max_new_tokens=cfg.max_new_tokens) if calibrate else ""
+    known = choices.get(key) if calibrate and not cfg.recalibrate else None
+    if known:  # measured before on this model and machine: no second timing
+        calibrate, generator.shared_prefill = False, known["fast"]
+        kernel = (f"{_kernel_name(known['fast'])} (calibrated before on this model and machine: shared prefill "
+                  f"{known['seconds']['shared_prefill']:.2f} s, one batched call "
+                  f"{known['seconds']['one_batched_call']:.2f} s; {choices.path})")
     try:
         for index, group in task_batches:
             ctx.check_stop()
             flat = [u for task_units in group for u in task_units]
             seed = ctx.config.run.seed * 100_003 + ctx.iteration * 1_009 + index
             if calibrate:  # the first batch, sampled by both kernels with the same seed, timed side by side
-                outputs, generator.shared_prefill, kernel = _calibrate(generator, [u[2] for u in flat], gen, seed)
+                outputs, generator.shared_prefill, kernel, seconds = _calibrate(generator, [u[2] for u in flat],
+                                                                                 gen, seed)
+                choices.put(key, generator.shared_prefill, seconds)
                 calibrate = False
             else:
                 outputs = generator.generate([u[2] for u in flat], gen, seed=seed)
@@ -96,9 +108,10 @@ def _kernel_name(shared_prefill: bool) -> str:
 
 
 def _calibrate(generator, prompts: list[str], gen: models.GenerationConfig, seed: int
-               ) -> tuple[list[list[str]], bool, str]:
+               ) -> tuple[list[list[str]], bool, str, dict[str, float]]:
     """``sample.calibrate``: sample one batch with each hf kernel (same seed) and keep the faster; returns the
-    faster kernel's outputs (so the rows written are what that kernel samples), its flag and the counts' line."""
+    faster kernel's outputs (so the rows written are what that kernel samples), its flag, the counts' line and
+    both times."""
     import time
 
     seconds, outputs = {}, {}
@@ -110,4 +123,5 @@ def _calibrate(generator, prompts: list[str], gen: models.GenerationConfig, seed
     fast = seconds[True] <= seconds[False]
     same = "same texts" if outputs[True] == outputs[False] else "texts differ"
     return outputs[fast], fast, (f"{_kernel_name(fast)} (calibrated on {len(prompts)} prompts: shared prefill "
-                                 f"{seconds[True]:.2f} s, one batched call {seconds[False]:.2f} s; {same})")
+                                 f"{seconds[True]:.2f} s, one batched call {seconds[False]:.2f} s; {same})"), {
+        "shared_prefill": seconds[True], "one_batched_call": seconds[False]}

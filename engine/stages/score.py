@@ -3,7 +3,9 @@
 log-PPL = mean NLL of the gold action tokens plus EOS given the grounder prompt with that plan (prompt masked;
 each task's shared prompt prefix is computed once when ``score.shared_prefix``, and batched or shared scoring
 equals unbatched, see ``engine.models.score_targets``). With ``score.calibrate`` the first chunk is scored by both
-kernels and the faster one, here and now, scores the rest; the stage's counts name the kernel either way. A
+kernels and the faster one scores the rest; the choice is kept per model and machine in
+``<run.workdir>/kernel_choices.json`` (``engine.kernel_cache``) and reused by later stage runs unless
+``score.recalibrate``. The stage's counts name the kernel either way. A
 malformed plan is scored with its raw text as the single subgoal, so it still gets a (typically bad) score instead
 of vanishing from the pairs.
 """
@@ -15,7 +17,7 @@ import math
 
 import pandas as pd
 
-from engine import models
+from engine import kernel_cache, models
 from engine.outcome import gold_step_results
 from engine.stages.context import StageContext, batches, pending_batches
 from engine.turns import grounding_pair, plan_subgoals
@@ -34,8 +36,17 @@ def run(ctx: StageContext) -> dict[str, int]:
     size = max(ctx.config.score.batch_size * 8, 64)
     chunks = pending_batches(rows, size, lambda r: (r.task_id, r.step, r.k) in scored)
     n_chunks = len(batches(rows, size))
-    fast: bool | None = None if ctx.config.score.calibrate else ctx.config.score.shared_prefix
-    kernel = "shared prefix" if ctx.config.score.shared_prefix else "padded batches"
+    fast: bool | None = ctx.config.score.shared_prefix
+    kernel = _kernel_name(fast)
+    choices = kernel_cache.for_workdir(ctx.config.run.workdir)
+    key = kernel_cache.choice_key("score", grounder.model, batch_size=ctx.config.score.batch_size)
+    if ctx.config.score.calibrate:
+        known = None if ctx.config.score.recalibrate else choices.get(key)
+        fast = known["fast"] if known else None  # None: measured on the first chunk below
+        if known:
+            kernel = (f"{_kernel_name(fast)} (calibrated before on this model and machine: shared prefix "
+                      f"{known['seconds']['shared_prefix']:.2f} s, padded batches "
+                      f"{known['seconds']['padded_batches']:.2f} s; {choices.path})")
     for index, chunk in chunks:
         ctx.check_stop()
         pairs = []
@@ -47,7 +58,8 @@ def run(ctx: StageContext) -> dict[str, int]:
             pairs.append(grounding_pair(grounder, task, row.step, subgoals, results_cache.get(task.id, [])))
         prompts, targets = [p for p, _ in pairs], [t for _, t in pairs]
         if fast is None:  # score.calibrate: the first chunk is scored by both kernels, timed side by side
-            fast, kernel = _calibrate(grounder, prompts, targets, ctx.config.score.batch_size)
+            fast, kernel, seconds = _calibrate(grounder, prompts, targets, ctx.config.score.batch_size)
+            choices.put(key, fast, seconds)
         logppl = models.score_targets(grounder.model, grounder.tokenizer, prompts, targets,
                                       batch_size=ctx.config.score.batch_size, fast=fast)
         n_tokens = [len(grounder.tokenizer(t, add_special_tokens=False)["input_ids"]) + 1 for _, t in pairs]
@@ -61,8 +73,14 @@ def run(ctx: StageContext) -> dict[str, int]:
     return {"rows": ctx.store.count("scores", ctx.run_id, ctx.iteration), "new_rows": written, "kernel": kernel}
 
 
-def _calibrate(grounder, prompts: list[str], targets: list[str], batch_size: int) -> tuple[bool, str]:
-    """Score one chunk with each kernel and keep the faster (``score.calibrate``); the two agree to ~1e-6."""
+def _kernel_name(fast: bool) -> str:
+    return "shared prefix" if fast else "padded batches"
+
+
+def _calibrate(grounder, prompts: list[str], targets: list[str], batch_size: int
+               ) -> tuple[bool, str, dict[str, float]]:
+    """Score one chunk with each kernel and keep the faster (``score.calibrate``); the two agree to ~1e-6. Returns
+    the choice, the counts' line and both times."""
     import time
 
     seconds = {}
@@ -71,5 +89,6 @@ def _calibrate(grounder, prompts: list[str], targets: list[str], batch_size: int
         models.score_targets(grounder.model, grounder.tokenizer, prompts, targets, batch_size=batch_size, fast=fast)
         seconds[fast] = time.perf_counter() - started
     fast = seconds[True] <= seconds[False]
-    return fast, (f"{'shared prefix' if fast else 'padded batches'} (calibrated on {len(prompts)} plans: shared "
-                  f"prefix {seconds[True]:.2f} s, padded batches {seconds[False]:.2f} s)")
+    return fast, (f"{_kernel_name(fast)} (calibrated on {len(prompts)} plans: shared "
+                  f"prefix {seconds[True]:.2f} s, padded batches {seconds[False]:.2f} s)"), {
+        "shared_prefix": seconds[True], "padded_batches": seconds[False]}
