@@ -1,6 +1,7 @@
 """Loading causal LMs (local dir or hub id, optional LoRA adapter) and the two kernels the loop runs on them.
 
-- ``generate``: batched sampling or greedy decoding of one or several continuations per prompt.
+- ``generate``: batched sampling or greedy decoding of one or several continuations per prompt, decoded by
+  ``engine.decode`` (transformers' tokens exactly, ended rows dropped, a KV cache that grows in place).
 - ``score_targets``: the mean negative log-likelihood of each target (its tokens plus EOS) given its prompt. Prompt
   and target are tokenized separately and concatenated, prompt and padding positions are masked, so a batched
   result equals scoring the pair alone (right padding never changes the logits of earlier positions).
@@ -320,8 +321,8 @@ def new_tokens(model, tokenizer, input_ids: torch.Tensor, attention: torch.Tenso
 @torch.no_grad()
 def generate_naive(model, tokenizer, prompts: Sequence[str], config: GenerationConfig, *,
                    seed: int | None = None, stats: KernelStats | None = None) -> list[list[str]]:
-    """The baseline: left-padded ``model.generate`` per chunk, ``num_return_sequences`` rows per prompt, each
-    prefilling its prompt again.
+    """The baseline: left-padded batches per chunk, ``num_return_sequences`` rows per prompt, each prefilling its
+    prompt again (what ``model.generate(num_return_sequences=K)`` does), decoded by ``new_tokens``.
 
     Greedy decoding (temperature 0) takes the prompts longest first, so each chunk holds prompts of about one length
     (less padding, and rows of one kind that tend to stop together: 17% faster on the demo's evaluation, identical
@@ -399,9 +400,9 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
     ``fast=True``: shared prefill. Within each chunk of ``batch_size`` prompts, the rows (each prompt repeated
     K times) are arranged in the token trie of ``score_targets``; every shared prefix -- a prompt for its K samples,
     a task's grounder prefix for its plans, the instruction for all tasks -- is computed once. The per-group caches
-    are stacked (right-padded, padding masked) under one ``model.generate`` call that feeds each row's remaining
-    prompt tokens (left-padded after the cached part; positions follow the attention mask, so the holes are
-    invisible) and then decodes with transformers' own samplers. A fixed seed reproduces the outputs; greedy decoding
+    are stacked (right-padded, padding masked) under one decoding call (``new_tokens``) that feeds each row's
+    remaining prompt tokens (left-padded after the cached part; positions follow the attention mask, so the holes
+    are invisible) and then decodes as transformers' samplers do. A fixed seed reproduces the outputs; greedy decoding
     gives the baseline's text up to float rounding (and, since rows consume the RNG in the same order, sampled
     texts matched the baseline's exactly in the benchmarks). ``fast=False``, this function's default, runs
     ``generate_naive``; the sample stage passes ``sample.shared_prefill`` (true by default) through
