@@ -301,10 +301,20 @@ def test_names_are_checked_against_the_schema(store):
     assert store.count("runs", "r") == 0
 
 
-def test_runs_ids_and_config(store):
+def test_runs_ids_and_config(store, monkeypatch):
+    import datetime
+
+    from engine import ledger
+
+    class Frozen(datetime.datetime):  # ids carry the minute: two runs must not straddle one (it happened in CI)
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 12, 1, 14, 8)
+
+    monkeypatch.setattr(ledger, "datetime", Frozen)
     a = store.create_run("Demo Run!", {"k": 4, "lr": 1e-6}, "runs/{run_id}")
     b = store.create_run("Demo Run!", {}, "runs/x")
-    assert a.startswith("demo-run-") and b == a + "-2"
+    assert a == "demo-run-20261201-1408" and b == a + "-2"
     run = store.get_run(a)
     assert run["config"] == {"k": 4, "lr": 1e-6} and run["run_dir"] == f"runs/{a}"
     assert [r["run_id"] for r in store.list_runs()] == [a, b]
