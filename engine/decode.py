@@ -119,7 +119,6 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache, 
             break
         if step + 1 == settings.max_new_tokens:
             break
-        keep = None
         if float((~running).sum()) >= COMPACT_WHEN_ENDED * len(running):
             keep = running.nonzero().squeeze(1)
             select_rows(cache, keep)

@@ -29,21 +29,12 @@ def run(name: str, size: str = "default", repeats: int = 3, device: str = "cpu")
 def machine(device: str) -> dict:
     """What the figures were measured on: the CPU's model, whether it computes bf16 natively, the cores this process
     may use and torch's threads (a figure means little without them)."""
-    import platform
-
     import torch
 
+    from engine.kernel_cache import processor_name
     from engine.precision import native_bf16
     from engine.threads import usable_cores
 
-    model = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": model, "native_bf16_cpu": native_bf16(torch.device("cpu")), "usable_cores": usable_cores()[0],
-            "torch_threads": torch.get_num_threads(),
+    return {"cpu": processor_name("cpu"), "native_bf16_cpu": native_bf16(torch.device("cpu")),
+            "usable_cores": usable_cores()[0], "torch_threads": torch.get_num_threads(),
             **({"gpu": torch.cuda.get_device_name(torch.device(device))} if device.startswith("cuda") else {})}

@@ -38,9 +38,9 @@ def run(ctx: StageContext) -> dict[str, int]:
     n_chunks = len(batches(rows, size))
     fast: bool | None = ctx.config.score.shared_prefix
     kernel = _kernel_name(fast)
-    choices = kernel_cache.for_workdir(ctx.config.run.workdir)
-    key = kernel_cache.choice_key("score", grounder.model, batch_size=ctx.config.score.batch_size)
+    choices, key = kernel_cache.for_workdir(ctx.config.run.workdir), ""
     if ctx.config.score.calibrate:
+        key = kernel_cache.choice_key("score", grounder.model, batch_size=ctx.config.score.batch_size)
         known = None if ctx.config.score.recalibrate else choices.get(key)
         fast = known["fast"] if known else None  # None: measured on the first chunk below
         if known:
