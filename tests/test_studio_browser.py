@@ -95,6 +95,24 @@ def _shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"studio-{name.lower()}.png"), full_page=True)
 
 
+def _press_moving(page, key: str, picker, before: str, tries: int = 3) -> None:
+    """Press ``key`` on the page and see ``picker`` leave ``before``. On a loaded 2-core CI machine a key pressed while
+    an action's refresh chain is still running was once lost (the pick stayed put for 30 s; not reproduced locally,
+    even with both cores busy): a curator presses it again, and so does this test. Each miss prints what had the
+    focus and the pick, so a new failure says more than the last one."""
+    for attempt in range(tries):
+        page.locator("body").press(key)
+        try:
+            sync_api.expect(picker).not_to_have_value(before, timeout=15_000)
+            return
+        except AssertionError:
+            focus = page.evaluate("() => { const a = document.activeElement; "
+                                  "return a ? a.tagName + '#' + (a.id || '') : 'none'; }")
+            print(f"key {key!r} lost (attempt {attempt + 1}): focus on {focus}, pick {picker.input_value()!r}")
+            if attempt == tries - 1:
+                raise
+
+
 def test_every_tab_and_overrides_through_the_ui(served, browser):
     url, store, run_id, _ = served
     page = _open(browser, url)
@@ -125,13 +143,13 @@ def test_every_tab_and_overrides_through_the_ui(served, browser):
     picker = page.locator("#pairs-pick input")
     first = picker.input_value()
     assert "|" not in first  # a pair is named by its question and plan numbers, not a composite key
-    page.locator("body").press("j")  # next pair
-    expect(picker).not_to_have_value(first)
+    _press_moving(page, "j", picker, first)  # next pair
     page.locator("body").press("v")  # the evidence: the gold actions shaded by surprisal under each plan
     expect(page.locator("#pairs-evidence-view")).to_contain_text("under the rejected plan")
     assert page.locator("#pairs-evidence-view .moat-tok").count() > 4
     _shot(page, "Pairs-evidence")
-    page.locator("body").press("k")  # previous pair
+    second = picker.input_value()
+    _press_moving(page, "k", picker, second)  # previous pair: the first one again (k at the first pair stays put)
     expect(picker).to_have_value(first)
     expect(page.locator("#pairs-evidence-view")).not_to_contain_text("under the rejected plan")  # cleared
 
