@@ -1,11 +1,11 @@
-"""The decoding loop for ``engine.models.generate``: transformers' own sampling loop, minus the rows that are done.
+"""The decoding loop under ``engine.generation``: transformers' own sampling loop, minus the rows that are done.
 
 Contract: ``decode(model, input_ids, attention_mask, cache, settings)`` returns the new tokens, ``[rows, steps]``,
 padded after each row's end, and -- for the same inputs, seed and settings -- the same tokens as
 ``model.generate(..., do_sample=..., temperature=..., top_p=..., top_k=0)`` with the transformers version pinned
 here (``tests/test_decode.py`` holds the two side by side, greedy and sampled, with and without a cached prefix).
-It only covers what ``engine.models`` asks of ``generate``: greedy, or temperature + nucleus sampling, stopping at a
-set of end tokens or after ``max_new_tokens``. ``supports(model)`` says when a checkpoint's generation config asks
+It only covers what ``engine.generation`` asks of ``generate``: greedy, or temperature + nucleus sampling, stopping at
+a set of end tokens or after ``max_new_tokens``. ``supports(model)`` says when a checkpoint's generation config asks
 for more (a repetition penalty, banned words...): then ``generate`` is used as before.
 
 Why: ``generate`` keeps feeding every row until the last one ends. Sampling 15 plans per task, half of the row-steps
@@ -32,7 +32,7 @@ import torch
 from engine.kv_cache import select_rows
 
 # Generation-config fields whose non-default values add a logits processor or a stopping rule that ``decode`` does
-# not implement. Sampling settings are not here: ``engine.models`` always passes them explicitly.
+# not implement. Sampling settings are not here: ``engine.generation`` always passes them explicitly.
 _UNSUPPORTED = ("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size", "bad_words_ids",
                 "min_length", "min_new_tokens", "forced_bos_token_id", "forced_eos_token_id", "suppress_tokens",
                 "begin_suppress_tokens", "sequence_bias", "exponential_decay_length_penalty", "min_p", "typical_p",

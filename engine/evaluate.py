@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine import models, prompts
+from engine import generation, prompts, scoring
 from engine.config import EvaluateSection
 from engine.formats.lumos import parse_planner_turn
 from engine.outcome import Toolbox, judge_answer, run_actions, step_result
@@ -62,13 +62,13 @@ def _trace(task: Task, plan: str, subgoals: list[str], actions: str, toolbox: To
                  {k: v for k, v in scores.items() if k in ("em", "f1")})
 
 
-def _greedy(tokens: int, batch: int) -> models.GenerationConfig:
-    return models.GenerationConfig(max_new_tokens=tokens, temperature=0.0, batch_size=batch)
+def _greedy(tokens: int, batch: int) -> generation.GenerationConfig:
+    return generation.GenerationConfig(max_new_tokens=tokens, temperature=0.0, batch_size=batch)
 
 
 def run_onetime(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
                 toolbox: Toolbox | None = None) -> list[Trace]:
-    plans = models.generate(planner.model, planner.tokenizer, [planner_prompt(planner, t) for t in tasks],
+    plans = generation.generate(planner.model, planner.tokenizer, [planner_prompt(planner, t) for t in tasks],
                             _greedy(settings.plan_max_new_tokens, settings.batch_size))
     texts = [p[0] for p in plans]
     return _ground_onetime(grounder, tasks, [read_plan(text)[0] for text in texts], texts, settings, toolbox)
@@ -77,7 +77,7 @@ def run_onetime(planner: Agent, grounder: Agent, tasks: list[Task], settings: Ev
 def _ground_onetime(grounder: Agent, tasks: list[Task], subgoals: list[list[str]], texts: list[str],
                     settings: EvaluateSection, toolbox: Toolbox | None = None) -> list[Trace]:
     g_prompts = [grounder_prompt(grounder, t, s) for t, s in zip(tasks, subgoals)]
-    actions = models.generate(grounder.model, grounder.tokenizer, g_prompts,
+    actions = generation.generate(grounder.model, grounder.tokenizer, g_prompts,
                               _greedy(settings.ground_max_new_tokens, settings.batch_size))
     return [_trace(t, text, s, a[0], toolbox) for t, text, s, a in zip(tasks, texts, subgoals, actions)]
 
@@ -93,7 +93,7 @@ def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: 
         if not active:
             break
         p_prompts = [planner_prompt_iterative(planner, tasks[i], subgoals[i], results[i]) for i in active]
-        turns = models.generate(planner.model, planner.tokenizer, p_prompts,
+        turns = generation.generate(planner.model, planner.tokenizer, p_prompts,
                                 _greedy(settings.plan_max_new_tokens, settings.batch_size))
         grounding = []
         for i, turn in zip(active, turns):
@@ -108,7 +108,7 @@ def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: 
             break
         g_prompts = [grounder_prompt_iterative(grounder, tasks[i], subgoals[i], actions[i], results[i])
                      for i in grounding]
-        groups = models.generate(grounder.model, grounder.tokenizer, g_prompts,
+        groups = generation.generate(grounder.model, grounder.tokenizer, g_prompts,
                                  _greedy(settings.ground_max_new_tokens, settings.batch_size))
         for i, group in zip(grounding, groups):
             actions[i].append(group[0].strip())
@@ -132,7 +132,7 @@ def ground_plans(grounder: Agent, tasks: list[Task], plans: list[list[str]], set
     for k in range(max((len(p) for p in plans), default=0)):
         active = [i for i, p in enumerate(plans) if len(p) > k]
         g_prompts = [grounder_prompt_iterative(grounder, tasks[i], plans[i], actions[i], results[i]) for i in active]
-        groups = models.generate(grounder.model, grounder.tokenizer, g_prompts,
+        groups = generation.generate(grounder.model, grounder.tokenizer, g_prompts,
                                  _greedy(settings.ground_max_new_tokens, settings.batch_size))
         for i, group in zip(active, groups):
             actions[i].append(group[0].strip())
@@ -145,7 +145,7 @@ def gold_logppl(grounder: Agent, tasks: list[Task], plans: list[list[str]], batc
     """Grounder mean NLL of each task's gold actions given ``plans`` (tasks without gold actions: NaN)."""
     keep = [i for i, t in enumerate(tasks) if t.gold_actions]
     out = [float("nan")] * len(tasks)
-    values = models.score_targets(grounder.model, grounder.tokenizer,
+    values = scoring.score_targets(grounder.model, grounder.tokenizer,
                                   [grounder_prompt(grounder, tasks[i], plans[i]) for i in keep],
                                   [tasks[i].actions_text for i in keep], batch_size=batch_size)
     for i, v in zip(keep, values):

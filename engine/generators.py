@@ -1,6 +1,6 @@
 """Generation backends: the one place that chooses how a stage generates text.
 
-Stages open one generator per stage run and close it at the end: ``hf`` wraps ``engine.models.generate`` on the
+Stages open one generator per stage run and close it at the end: ``hf`` wraps ``engine.generation.generate`` on the
 agent's in-memory model (nothing to open or close), ``vllm`` starts a vLLM engine on the checkpoint directory
 (``engine/vllm_backend.py``, imported only when chosen). Both return ``list[list[str]]``: per prompt,
 ``num_return_sequences`` stripped continuations with special tokens removed.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.models import GenerationConfig, generate
+from engine.generation import GenerationConfig, generate
 
 
 class HFGenerator:

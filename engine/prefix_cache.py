@@ -1,4 +1,4 @@
-"""Shared-prefix KV-cache machinery behind the fast kernels of ``engine.models`` (default for scoring).
+"""Shared-prefix KV-cache machinery behind the fast kernels of ``engine.scoring`` and ``engine.generation``.
 
 Token rows are arranged in a trie by shared prefix; each shared prefix is run once with ``use_cache=True`` and its
 keys/values reused for every continuation below it (the K plans of a task share the grounder prompt; the K samples

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from trl.trainer.utils import nanstd
 
-from engine import models
+from engine import generation, scoring
 from engine.actions import parse_actions
 from engine.outcome import Toolbox, is_solved, run_actions
 from engine.tasks import Task
@@ -66,7 +66,7 @@ class GapReward:
         out: list[float | None] = [None] * len(completions)  # no gold actions: unscorable (TRL reads None as NaN)
         prompts_ = [grounder_prompt(self.grounder, self.tasks[task_id[i]], _plan(completions[i])) for i in keep]
         targets = [self.tasks[task_id[i]].actions_text for i in keep]
-        values = models.score_targets(self.grounder.model, self.grounder.tokenizer, prompts_, targets,
+        values = scoring.score_targets(self.grounder.model, self.grounder.tokenizer, prompts_, targets,
                                       batch_size=self.batch_size)
         for i, value in zip(keep, values):
             out[i] = -float(value)
@@ -75,11 +75,11 @@ class GapReward:
 
 def grounder_actions(grounder: Agent, max_new_tokens: int = 160, batch_size: int = 32) -> GroundFn:
     """The grounder's greedy actions for each (task, subgoals), as the evaluation grounds a plan."""
-    config = models.GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, batch_size=batch_size)
+    config = generation.GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, batch_size=batch_size)
 
     def ground(tasks: list[Task], plans: list[list[str]]) -> list[str]:
         texts = [grounder_prompt(grounder, t, p) for t, p in zip(tasks, plans)]
-        return [group[0] for group in models.generate(grounder.model, grounder.tokenizer, texts, config)]
+        return [group[0] for group in generation.generate(grounder.model, grounder.tokenizer, texts, config)]
 
     return ground
 

@@ -6,7 +6,7 @@ A pair says *that* the grounder found the gold actions likelier under one plan; 
 Contract:
 
 * ``token_surprisal(model, tokenizer, prompt, target)`` -> ``(token_texts, nlls)``: the NLL (natural log) of every
-  target token and the closing EOS, built from the very rows the scorer scores (``engine.models.score_rows``), so
+  target token and the closing EOS, built from the very rows the scorer scores (``engine.scoring.score_rows``), so
   ``mean(nlls)`` equals ``score_targets`` for the same pair to float rounding (a test holds it to 1e-5).
 * ``SurprisalService.plan(store, run_id, iteration, task_id, step, k)`` -> ``PlanSurprisal`` for a stored plan, by
   the grounder that iteration started from (the one that scored the plans: the previous iteration's checkpoint,
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from engine import models
+from engine import scoring
 from engine.loop import run_config
 from engine.outcome import gold_step_results
 from engine.prefix_cache import device_of
@@ -60,7 +60,7 @@ class PlanSurprisal:
 def token_surprisal(model, tokenizer, prompt: str, target: str,
                     max_length: int | None = None) -> tuple[list[str], list[float]]:
     """Per-token NLL of ``target`` + EOS given ``prompt``; the mean is the scorer's log-PPL (module docstring)."""
-    (ids, n_label), = models.score_rows(tokenizer, [prompt], [target], max_length)
+    (ids, n_label), = scoring.score_rows(tokenizer, [prompt], [target], max_length)
     if n_label == 0:
         return [], []
     was_training = model.training

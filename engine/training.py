@@ -153,7 +153,7 @@ def grpo_train(model, tokenizer, rows: list[dict[str, str]], settings: GRPOSetti
                should_stop: Callable[[], bool] | None = None):
     """Online group RL on ``prompt/task_id`` rows with TRL's ``GRPOTrainer``. Returns ``(model, log_history)``;
     ``book.rollouts`` holds every rollout with its rewards and advantage. ``stop_token_ids`` end a rollout (the
-    agent's end-of-turn tokens, ``engine.models.stop_token_ids``). With ``settings.beta = 0`` TRL keeps no
+    agent's end-of-turn tokens, ``engine.generation.stop_token_ids``). With ``settings.beta = 0`` TRL keeps no
     reference model."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer

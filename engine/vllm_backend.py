@@ -1,4 +1,4 @@
-"""The ``vllm`` generation backend: a vLLM engine on a checkpoint directory, same contract as ``models.generate``.
+"""The ``vllm`` generation backend: a vLLM engine on a checkpoint directory, same contract as ``generation.generate``.
 
 Chosen with ``sample.backend = "vllm"`` / ``ground.backend = "vllm"``; this module is imported only then, and vLLM
 itself only inside ``VLLMGenerator`` (``pip install moat-studio[vllm]``, a CUDA GPU). Contract, shared with
@@ -15,7 +15,7 @@ as the HF backend feeds them (vLLM would otherwise add a BOS to the already-rend
 its own seed (``seed + index``) so that identical prompts still draw different samples, as they do with HF.
 Sampling is the same distribution as HF's (temperature, top-p, no top-k) but not the same random stream: outputs
 match HF's only for greedy decoding, up to kernel rounding. Generation stops at the same tokens as with HF
-(``engine.models.stop_token_ids``: EOS and the chat template's end-of-turn markers).
+(``engine.generation.stop_token_ids``: EOS and the chat template's end-of-turn markers).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.models import GenerationConfig, stop_token_ids
+from engine.generation import GenerationConfig, stop_token_ids
 
 INSTALL_HINT = "pip install moat-studio[vllm]"
 

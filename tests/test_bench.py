@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engine import models
+from engine import generation, prefix_cache, scoring
 from engine.bench import common
 
 
@@ -18,7 +18,7 @@ def _reuse_tiny_agents(tiny_agents_dir, monkeypatch):
 
 
 def _naive_single(agent, prompts, targets):
-    return [models.score_targets_naive(agent.model, agent.tokenizer, [p], [t], batch_size=1)[0]
+    return [scoring.score_targets_naive(agent.model, agent.tokenizer, [p], [t], batch_size=1)[0]
             for p, t in zip(prompts, targets)]
 
 
@@ -33,19 +33,19 @@ def test_prefix_shared_score_equals_naive_on_shared_unrelated_and_identical_prom
     identical_p, identical_t = [shared_p[0]] * 4, [shared_t[0], "x", shared_t[0], ""]
     for prompts, targets in ((shared_p, shared_t), (unrelated_p, unrelated_t), (identical_p, identical_t),
                              (shared_p + unrelated_p + identical_p, shared_t + unrelated_t + identical_t)):
-        stats = models.KernelStats()
-        fast = models.score_targets(grounder.model, grounder.tokenizer, prompts, targets, batch_size=4, fast=True,
+        stats = prefix_cache.KernelStats()
+        fast = scoring.score_targets(grounder.model, grounder.tokenizer, prompts, targets, batch_size=4, fast=True,
                                     stats=stats)
         assert fast == pytest.approx(_naive_single(grounder, prompts, targets), abs=1e-4)
         assert stats.computed >= stats.necessary > 0
-    stats, naive = models.KernelStats(), models.KernelStats()
-    models.score_targets(grounder.model, grounder.tokenizer, shared_p, shared_t, batch_size=8, fast=True, stats=stats)
-    models.score_targets_naive(grounder.model, grounder.tokenizer, shared_p, shared_t, batch_size=8, stats=naive)
+    stats, naive = prefix_cache.KernelStats(), prefix_cache.KernelStats()
+    scoring.score_targets(grounder.model, grounder.tokenizer, shared_p, shared_t, batch_size=8, fast=True, stats=stats)
+    scoring.score_targets_naive(grounder.model, grounder.tokenizer, shared_p, shared_t, batch_size=8, stats=naive)
     assert stats.computed < naive.computed  # the shared prefixes were computed once
     # Level by level and leaves across nodes: forwards grow with the trie's depth, not its size; duplicates once.
     assert stats.forwards <= 8 and stats.computed <= 1.3 * stats.necessary, stats
-    twice = models.KernelStats()
-    models.score_targets(grounder.model, grounder.tokenizer, shared_p * 2, shared_t * 2, batch_size=8, fast=True,
+    twice = prefix_cache.KernelStats()
+    scoring.score_targets(grounder.model, grounder.tokenizer, shared_p * 2, shared_t * 2, batch_size=8, fast=True,
                          stats=twice)
     assert twice.computed == stats.computed
 
@@ -54,14 +54,14 @@ def test_prefix_shared_score_with_truncation_and_empty_input(tiny_agents):
     _, grounder = tiny_agents
     prompts = ["<|user|>\na long prompt with many many words in it\n<|assistant|>\n"] * 3
     targets = ["R1 = Calculator(3 * 4)", "R1 = Calculator(1 + 2)", "a target longer than the limit " * 3]
-    fast = models.score_targets(grounder.model, grounder.tokenizer, prompts, targets, max_length=12, fast=True)
-    naive = models.score_targets_naive(grounder.model, grounder.tokenizer, prompts, targets, max_length=12)
+    fast = scoring.score_targets(grounder.model, grounder.tokenizer, prompts, targets, max_length=12, fast=True)
+    naive = scoring.score_targets_naive(grounder.model, grounder.tokenizer, prompts, targets, max_length=12)
     assert fast == pytest.approx(naive, abs=1e-4)
-    assert models.score_targets(grounder.model, grounder.tokenizer, [], [], fast=True) == []
+    assert scoring.score_targets(grounder.model, grounder.tokenizer, [], [], fast=True) == []
 
 
 def test_necessary_tokens_counts_distinct_prefixes():
-    assert models.necessary_tokens([[1, 2, 3], [1, 2, 4], [1, 2, 3], [5]]) == 5
+    assert prefix_cache.necessary_tokens([[1, 2, 3], [1, 2, 4], [1, 2, 3], [5]]) == 5
 
 
 def test_shared_prefill_sampling_contract(tiny_agents, demo_tasks):
@@ -69,20 +69,20 @@ def test_shared_prefill_sampling_contract(tiny_agents, demo_tasks):
 
     planner, grounder = tiny_agents
     prompts = [planner_prompt(planner, t) for t in demo_tasks[:3]]
-    config = models.GenerationConfig(max_new_tokens=10, temperature=1.0, top_p=0.95, num_return_sequences=4,
+    config = generation.GenerationConfig(max_new_tokens=10, temperature=1.0, top_p=0.95, num_return_sequences=4,
                                      batch_size=2)
-    first = models.generate(planner.model, planner.tokenizer, prompts, config, seed=3, fast=True)
+    first = generation.generate(planner.model, planner.tokenizer, prompts, config, seed=3, fast=True)
     assert [len(o) for o in first] == [4, 4, 4]
-    assert first == models.generate(planner.model, planner.tokenizer, prompts, config, seed=3, fast=True)
-    greedy = models.GenerationConfig(max_new_tokens=10, temperature=0.0, batch_size=4)
+    assert first == generation.generate(planner.model, planner.tokenizer, prompts, config, seed=3, fast=True)
+    greedy = generation.GenerationConfig(max_new_tokens=10, temperature=0.0, batch_size=4)
     from engine.bench.score import workload
 
     ground_prompts, _ = workload(grounder, [t for t in demo_tasks if t.split == "train"][:2], 3)
     for agent, batch in ((planner, prompts), (grounder, ground_prompts)):
-        fast = models.generate(agent.model, agent.tokenizer, batch, greedy, fast=True)
-        assert fast == models.generate_naive(agent.model, agent.tokenizer, batch, greedy)
-    greedy_k = models.GenerationConfig(max_new_tokens=8, temperature=0.0, num_return_sequences=2, batch_size=4)
-    out = models.generate(planner.model, planner.tokenizer, prompts, greedy_k, fast=True)
+        fast = generation.generate(agent.model, agent.tokenizer, batch, greedy, fast=True)
+        assert fast == generation.generate_naive(agent.model, agent.tokenizer, batch, greedy)
+    greedy_k = generation.GenerationConfig(max_new_tokens=8, temperature=0.0, num_return_sequences=2, batch_size=4)
+    out = generation.generate(planner.model, planner.tokenizer, prompts, greedy_k, fast=True)
     assert all(len(o) == 2 and o[0] == o[1] for o in out)  # greedy K samples are K copies
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from engine import decode, kv_cache, models
+from engine import decode, generation, kv_cache
 
 PROMPTS = ["<|user|>\nx\n<|assistant|>\n", "<|user|>\na much longer task with many more words in it to plan\n"
            "<|assistant|>\n", "<|user|>\nmid size task here\n<|assistant|>\n", "<|user|>\ny\n<|assistant|>\n",
@@ -35,14 +35,14 @@ def test_decode_gives_generates_tokens(chatty_planner, monkeypatch, fast, temper
     model, tokenizer = chatty_planner
     assert decode.supports(model)
     k = 1 if temperature == 0 else 4
-    config = models.GenerationConfig(max_new_tokens=24, temperature=temperature, top_p=top_p,
+    config = generation.GenerationConfig(max_new_tokens=24, temperature=temperature, top_p=top_p,
                                      num_return_sequences=k, batch_size=3)
     drops = []
     real_select = decode.select_rows
     monkeypatch.setattr(decode, "select_rows", lambda cache, rows: (drops.append(len(rows)), real_select(cache, rows)))
-    ours = models.generate(model, tokenizer, PROMPTS, config, seed=3, fast=fast)
-    monkeypatch.setattr(decode, "supports", lambda _model: False)  # models.generate falls back to model.generate
-    theirs = models.generate(model, tokenizer, PROMPTS, config, seed=3, fast=fast)
+    ours = generation.generate(model, tokenizer, PROMPTS, config, seed=3, fast=fast)
+    monkeypatch.setattr(decode, "supports", lambda _model: False)  # generation.generate falls back to model.generate
+    theirs = generation.generate(model, tokenizer, PROMPTS, config, seed=3, fast=fast)
     assert ours == theirs
     assert drops, "no row left the batch: the test did not exercise what it is for"
     assert len({len(text) for row in ours for text in row}) > 3
@@ -55,7 +55,8 @@ def test_a_generation_config_decode_does_not_implement_goes_to_generate(chatty_p
     calls = []
     real = model.generate
     monkeypatch.setattr(model, "generate", lambda *a, **kw: (calls.append(kw), real(*a, **kw))[1])
-    out = models.generate(model, tokenizer, PROMPTS[:2], models.GenerationConfig(max_new_tokens=6, temperature=0.0))
+    greedy = generation.GenerationConfig(max_new_tokens=6, temperature=0.0)
+    out = generation.generate(model, tokenizer, PROMPTS[:2], greedy)
     assert calls and len(out) == 2
 
 

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from engine import evaluate as ev
-from engine import models
+from engine import scoring
 from engine.config import EvaluateSection
 from engine.outcome import is_solved, run_actions
 from engine.turns import grounder_prompt, read_plan
@@ -30,7 +30,7 @@ def test_onetime_harness_traces_and_metrics(tiny_agents, demo_tasks):
         # each trace is what its own plan and actions give: re-executing and re-judging agrees
         assert trace.correct == is_solved(task, run_actions(task, trace.actions))
         # the gap is the grounder's log-PPL of the gold actions given this trace's plan, scored alone
-        (alone,) = models.score_targets(grounder.model, grounder.tokenizer,
+        (alone,) = scoring.score_targets(grounder.model, grounder.tokenizer,
                                         [grounder_prompt(grounder, task, trace.subgoals)], [task.actions_text])
         assert trace.gold_logppl == pytest.approx(alone, abs=1e-4) and trace.gold_logppl > 0
     for split in ("held_in", "held_out"):

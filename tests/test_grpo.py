@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from engine import models
+from engine import generation, scoring
 from engine.config import GRPOSettings
 from engine.rewards import (
     ExecutionReward,
@@ -41,7 +41,7 @@ def test_each_reward_scores_a_plan(tiny_agents, demo_tasks):
     assert FormatReward()(prompts=["p", "p"], completions=[good, bad]) == [1.0, 0.0]
     # gap: minus the scorer's log-PPL of the gold actions given that plan (the score stage's number)
     gap = GapReward(grounder, tasks)(prompts=["p"], completions=[good], task_id=[task.id])
-    want = models.score_targets(grounder.model, grounder.tokenizer,
+    want = scoring.score_targets(grounder.model, grounder.tokenizer,
                                 [grounder_prompt(grounder, task, list(task.gold_subgoals))], [task.actions_text])
     assert gap[0] == pytest.approx(-want[0], abs=1e-6)
     # execution: 1 when the grounded actions reach the gold answer (here a grounding that knows them), else 0
@@ -104,7 +104,7 @@ def test_grpo_trains_with_each_reward_and_the_book_keeps_trls_advantages(tiny_ag
     before = [p.detach().clone() for p in planner.model.parameters()]
     rows = [{"prompt": planner_prompt(planner, t), "task_id": t.id} for t in tasks]
     model, history = grpo_train(planner.model, planner.tokenizer, rows, settings, book,
-                                stop_token_ids=models.stop_token_ids(planner.model, planner.tokenizer))
+                                stop_token_ids=generation.stop_token_ids(planner.model, planner.tokenizer))
     assert len(book.rollouts) == settings.max_steps * settings.batch_size
     assert {r.task_id for r in book.rollouts} <= set(by_id)
     assert all(set(r.rewards) == {reward} for r in book.rollouts)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import models
+from engine import generation, models
 from engine.config import LaunchSection, TrainSettings, load_config
 from engine.errors import ConfigError
 from engine.generators import generator_for
@@ -91,16 +91,16 @@ def test_hf_generator_honours_shared_prefill(tiny_agents, shared_prefill):
     """The ``hf`` backend routes to the shared-prefill kernel (``sample.shared_prefill``, the default) or to one plain
     batched generate; both give K continuations per prompt, the same texts for a seed, and the same greedy text."""
     planner, _ = tiny_agents
-    config = models.GenerationConfig(max_new_tokens=6, temperature=1.0, top_p=0.95, num_return_sequences=2)
+    config = generation.GenerationConfig(max_new_tokens=6, temperature=1.0, top_p=0.95, num_return_sequences=2)
     prompts = ["<|user|>\nplan 1 + 2\n<|assistant|>\n", "<|user|>\nplan 3 * 4\n<|assistant|>\n"]
     generator = generator_for("hf", planner, "unused", field="sample.backend", shared_prefill=shared_prefill)
     via_backend = generator.generate(prompts, config, seed=7)
-    assert via_backend == models.generate(planner.model, planner.tokenizer, prompts, config, seed=7,
+    assert via_backend == generation.generate(planner.model, planner.tokenizer, prompts, config, seed=7,
                                           fast=shared_prefill)
     assert via_backend == generator.generate(prompts, config, seed=7)
     assert [len(g) for g in via_backend] == [2, 2]
-    greedy = models.GenerationConfig(max_new_tokens=6, temperature=0.0)
-    assert generator.generate(prompts, greedy) == models.generate_naive(planner.model, planner.tokenizer, prompts,
+    greedy = generation.GenerationConfig(max_new_tokens=6, temperature=0.0)
+    assert generator.generate(prompts, greedy) == generation.generate_naive(planner.model, planner.tokenizer, prompts,
                                                                         greedy)
     generator.close()
 
@@ -112,8 +112,8 @@ def test_vllm_backend_outputs_contract(tiny_agents_dir, tiny_agents):
     planner, _ = tiny_agents
     prompts = ["<|user|>\nplan 1 + 2\n<|assistant|>\n", "<|user|>\nplan 3 * 4\n<|assistant|>\n"]
     with VLLMGenerator(str(tiny_agents_dir / "planner"), dtype="float32", tokenizer=planner.tokenizer) as gen:
-        sampled = gen.generate(prompts, models.GenerationConfig(max_new_tokens=8, num_return_sequences=3), seed=1)
-        greedy = gen.generate(prompts, models.GenerationConfig(max_new_tokens=8, temperature=0.0), seed=1)
+        sampled = gen.generate(prompts, generation.GenerationConfig(max_new_tokens=8, num_return_sequences=3), seed=1)
+        greedy = gen.generate(prompts, generation.GenerationConfig(max_new_tokens=8, temperature=0.0), seed=1)
     assert [len(s) for s in sampled] == [3, 3] and all(isinstance(t, str) for s in sampled for t in s)
     assert [len(g) for g in greedy] == [1, 1]
 

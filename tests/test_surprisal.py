@@ -10,7 +10,8 @@ import shutil
 import pytest
 
 from engine.loop import create_run, run_stage
-from engine.models import load_tokenizer, score_targets
+from engine.models import load_tokenizer
+from engine.scoring import score_targets
 from engine.store import Store
 from engine.surprisal import SurprisalService, SurprisalUnavailable, token_surprisal
 

@@ -324,13 +324,13 @@ def test_ground_plans_grounds_gold_plans_one_subgoal_per_turn_when_iterative(tin
     _, grounder = tiny_agents
     tasks = [t for t in demo_tasks if t.split == "held_in" and len(t.gold_subgoals) > 1][:3]
     prompts = []
-    real_generate = ev.models.generate
+    real_generate = ev.generation.generate
 
     def generate(model, tokenizer, batch, config):
         prompts.extend(batch)
         return real_generate(model, tokenizer, batch, config)
 
-    monkeypatch.setattr(ev.models, "generate", generate)
+    monkeypatch.setattr(ev.generation, "generate", generate)
     for formulation, turns in (("onetime", len(tasks)), ("iterative", sum(len(t.gold_subgoals) for t in tasks))):
         prompts.clear()
         settings = EvaluateSection(batch_size=4, ground_max_new_tokens=8, formulation=formulation)

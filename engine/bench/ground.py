@@ -1,13 +1,13 @@
 """``bench ground``: grounding many plans in one prefix-shared batched call vs one plan at a time.
 
 Workload: T tasks x K plans (``planner_warm_start`` styles) rendered as grounder prompts, greedy decoding (the
-groundings must then be identical). Variants: ``batched_shared`` (``models.generate``: a task's plans share the
+groundings must then be identical). Variants: ``batched_shared`` (``generation.generate``: a task's plans share the
 prompt prefix, computed once), ``batched`` (``generate_naive``, left-padded batches), ``one_at_a_time``.
 """
 
 from __future__ import annotations
 
-from engine import models
+from engine import generation
 from engine.bench import common
 from engine.bench.score import workload
 
@@ -20,12 +20,12 @@ def run(size: str, repeats: int, device: str) -> dict:
     grounder = common.load_agent(size, "grounder", device)
     prompts, _ = workload(grounder, tasks[:sizes["tasks"]], sizes["k"])
     m, tok = grounder.model, grounder.tokenizer
-    config = models.GenerationConfig(max_new_tokens=sizes["max_new_tokens"], temperature=0.0, batch_size=16)
-    single = models.GenerationConfig(**{**config.__dict__, "batch_size": 1})
+    config = generation.GenerationConfig(max_new_tokens=sizes["max_new_tokens"], temperature=0.0, batch_size=16)
+    single = generation.GenerationConfig(**{**config.__dict__, "batch_size": 1})
     variants = {
-        "batched_shared": lambda: models.generate(m, tok, prompts, config, fast=True),
-        "batched": lambda: models.generate_naive(m, tok, prompts, config),
-        "one_at_a_time": lambda: models.generate_naive(m, tok, prompts, single),
+        "batched_shared": lambda: generation.generate(m, tok, prompts, config, fast=True),
+        "batched": lambda: generation.generate_naive(m, tok, prompts, config),
+        "one_at_a_time": lambda: generation.generate_naive(m, tok, prompts, single),
     }
     timings, results = common.side_by_side(variants, repeats)
     same = results["batched_shared"] == results["one_at_a_time"]

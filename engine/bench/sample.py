@@ -1,6 +1,6 @@
 """``bench sample``: K plans per task with the prompt's prefill shared by its K samples vs the paper's K passes.
 
-Variants: ``shared_prefill`` (``models.generate``: one call per chunk, each prompt prefilled once), ``one_call``
+Variants: ``shared_prefill`` (``generation.generate``: one call per chunk, each prompt prefilled once), ``one_call``
 (``generate_naive``: one ``model.generate`` with ``num_return_sequences=K``, which prefills each prompt K times),
 ``k_passes`` (K ``generate_naive`` calls with one sample each over the prompt list: the paper code's way).
 ``transformers_loop``: ``shared_prefill`` as it ran before ``engine.decode``: transformers' own ``generate`` loop on
@@ -15,7 +15,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from unittest import mock
 
-from engine import models
+from engine import generation, prefix_cache
 from engine.bench import common
 
 SIZES = {"tiny": {"tasks": 4, "k": 4, "max_new_tokens": 16}, "default": {"tasks": 16, "k": 15, "max_new_tokens": 96}}
@@ -23,7 +23,7 @@ SIZES = {"tiny": {"tasks": 4, "k": 4, "max_new_tokens": 16}, "default": {"tasks"
 
 @contextmanager
 def transformers_loop():
-    """``models.generate`` on transformers' ``generate`` and ``DynamicCache``, as before ``engine.decode``."""
+    """``generation.generate`` on transformers' ``generate`` and ``DynamicCache``, as before ``engine.decode``."""
     from transformers import DynamicCache
 
     def dynamic_cache(model, capacity, data=None):
@@ -49,28 +49,28 @@ def run(size: str, repeats: int, device: str) -> dict:
     planner = common.load_agent(size, "planner", device)
     prompts = [planner_prompt(planner, t) for t in tasks[:sizes["tasks"]]]
     k = sizes["k"]
-    config = models.GenerationConfig(max_new_tokens=sizes["max_new_tokens"], temperature=1.0, top_p=0.95,
+    config = generation.GenerationConfig(max_new_tokens=sizes["max_new_tokens"], temperature=1.0, top_p=0.95,
                                      num_return_sequences=k, batch_size=len(prompts))
-    one = models.GenerationConfig(**{**config.__dict__, "num_return_sequences": 1})
+    one = generation.GenerationConfig(**{**config.__dict__, "num_return_sequences": 1})
     m, tok = planner.model, planner.tokenizer
 
     def k_passes():
-        outs = [models.generate_naive(m, tok, prompts, one, seed=1000 + j) for j in range(k)]
+        outs = [generation.generate_naive(m, tok, prompts, one, seed=1000 + j) for j in range(k)]
         return [[outs[j][i][0] for j in range(k)] for i in range(len(prompts))]
 
     variants = {
-        "shared_prefill": lambda: models.generate(m, tok, prompts, config, seed=7, fast=True),
-        "one_call": lambda: models.generate_naive(m, tok, prompts, config, seed=7),
+        "shared_prefill": lambda: generation.generate(m, tok, prompts, config, seed=7, fast=True),
+        "one_call": lambda: generation.generate_naive(m, tok, prompts, config, seed=7),
         "k_passes": k_passes,
         "transformers_loop": _on_transformers_loop(
-            lambda: models.generate(m, tok, prompts, config, seed=7, fast=True)),
+            lambda: generation.generate(m, tok, prompts, config, seed=7, fast=True)),
     }
     timings, results = common.side_by_side(variants, repeats)
     well_formed = {name: sum(read_plan(t)[1] for texts in out for t in texts) for name, out in results.items()}
     stats = {}
     for name, fast in (("shared_prefill", True), ("one_call", False)):
-        s = models.KernelStats()
-        models.generate(m, tok, prompts, config, seed=7, fast=fast, stats=s)
+        s = prefix_cache.KernelStats()
+        generation.generate(m, tok, prompts, config, seed=7, fast=fast, stats=s)
         stats[name] = {"prefill_computed_tokens": s.computed, "prefill_necessary_tokens": s.necessary,
                        "computed_over_necessary": round(s.ratio, 3)}
     return {

@@ -1,4 +1,4 @@
-"""``bench score``: the grounder's PPL scorer, prefix-shared (``models.score_targets``) vs the baselines.
+"""``bench score``: the grounder's PPL scorer, prefix-shared (``scoring.score_targets``) vs the baselines.
 
 Workload: T demo tasks x K plans each (``world.planner_warm_start`` styles, so a realistic length mix), scored as
 the ``score`` stage does (grounder prompt with the plan -> gold actions). Variants: ``prefix_shared`` (the engine),
@@ -11,7 +11,7 @@ not depend on them); ``tiny`` with the tiny test grounder.
 
 from __future__ import annotations
 
-from engine import models
+from engine import prefix_cache, scoring
 from engine.bench import common
 
 SIZES = {"tiny": {"tasks": 4, "k": 4, "batch_size": 16}, "default": {"tasks": 3, "k": 15, "batch_size": 16}}
@@ -35,23 +35,23 @@ def run(size: str, repeats: int, device: str) -> dict:
     agent = Agent(model, grounder.tokenizer)
     prompts, targets = workload(agent, tasks[:sizes["tasks"]], sizes["k"])
     tok, bs = agent.tokenizer, sizes["batch_size"]
-    stats = {name: models.KernelStats() for name in ("prefix_shared", "one_at_a_time", "arrival_batches",
+    stats = {name: prefix_cache.KernelStats() for name in ("prefix_shared", "one_at_a_time", "arrival_batches",
                                                      "length_sorted")}
 
     def variant(name, fn):
         def call():
-            stats[name] = models.KernelStats()
+            stats[name] = prefix_cache.KernelStats()
             return fn(stats[name])
         return call
 
     variants = {
-        "prefix_shared": variant("prefix_shared", lambda s: models.score_targets(
+        "prefix_shared": variant("prefix_shared", lambda s: scoring.score_targets(
             model, tok, prompts, targets, batch_size=bs, fast=True, stats=s)),
-        "one_at_a_time": variant("one_at_a_time", lambda s: models.score_targets_naive(
+        "one_at_a_time": variant("one_at_a_time", lambda s: scoring.score_targets_naive(
             model, tok, prompts, targets, batch_size=1, stats=s)),
-        "arrival_batches": variant("arrival_batches", lambda s: models.score_targets_naive(
+        "arrival_batches": variant("arrival_batches", lambda s: scoring.score_targets_naive(
             model, tok, prompts, targets, batch_size=bs, order="arrival", stats=s)),
-        "length_sorted": variant("length_sorted", lambda s: models.score_targets_naive(
+        "length_sorted": variant("length_sorted", lambda s: scoring.score_targets_naive(
             model, tok, prompts, targets, batch_size=bs, order="length", stats=s)),
     }
     timings, results = common.side_by_side(variants, repeats)

@@ -8,7 +8,7 @@ that cannot be loaded or a failed generation batch gives ``error`` verdicts with
 * Prompt: ``critic_messages(item)`` rendered with ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``
   when the tokenizer has a chat template, else with the plain ``<|system|>/<|user|>/<|assistant|>`` layout of
   ``engine.prompts.render_chat``.
-* Generation: ``engine.models.generate`` with ``max_new_tokens=critic.max_tokens``, ``critic.temperature``,
+* Generation: ``engine.generation.generate`` with ``max_new_tokens=critic.max_tokens``, ``critic.temperature``,
   ``critic.top_p``, a fixed seed, ``critic.concurrency`` prompts per batch.
 * ``finish_reason``: ``generate`` returns decoded text only, so the completion is re-tokenized:
   ``completion_tokens`` is that count and ``finish_reason`` is ``"length"`` when it reaches ``max_tokens``, else
@@ -69,14 +69,15 @@ class HFCritic:
         return render_chat(messages, "lumos", self._tokenizer, add_generation_prompt=True)
 
     def _judge_batch(self, items: list[Grounding]) -> list[Verdict]:
-        from engine import models
+        from engine import generation
 
         start = time.perf_counter()
         try:
             prompts = [self.render(critic_messages(item)) for item in items]
-            gen = models.GenerationConfig(max_new_tokens=self.config.max_tokens, temperature=self.config.temperature,
-                                          top_p=self.config.top_p, batch_size=len(prompts))
-            outputs = models.generate(self._model, self._tokenizer, prompts, gen, seed=SEED)
+            gen = generation.GenerationConfig(max_new_tokens=self.config.max_tokens,
+                                              temperature=self.config.temperature, top_p=self.config.top_p,
+                                              batch_size=len(prompts))
+            outputs = generation.generate(self._model, self._tokenizer, prompts, gen, seed=SEED)
         except Exception as exc:
             log.warning("hf critic batch failed: %s", exc)
             return [self._error(exc) for _ in items]

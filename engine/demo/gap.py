@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from engine import models
+from engine import generation, scoring
 from engine.outcome import is_solved, run_actions
 from engine.tasks import Task
 from engine.turns import Agent, grounder_prompt
@@ -36,10 +36,10 @@ def plan_style_gap(grounder: Agent, tasks: list[Task], batch_size: int = 32,
         return out
     for style in STYLES:
         prompts = [grounder_prompt(grounder, t, _plan(t, style)) for t in tasks]
-        logppl = models.score_targets(grounder.model, grounder.tokenizer, prompts, [t.actions_text for t in tasks],
+        logppl = scoring.score_targets(grounder.model, grounder.tokenizer, prompts, [t.actions_text for t in tasks],
                                       batch_size=batch_size)
-        actions = models.generate(grounder.model, grounder.tokenizer, prompts,
-                                  models.GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0,
+        actions = generation.generate(grounder.model, grounder.tokenizer, prompts,
+                                  generation.GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0,
                                                           batch_size=batch_size))
         correct = []
         for task, (text,) in zip(tasks, actions):

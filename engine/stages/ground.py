@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine import models
+from engine import generation
 from engine.generators import generator_for
 from engine.outcome import Toolbox, gold_step_results, is_solved, run_actions, step_matches, step_result, toolbox_for
 from engine.ranking import Candidate, select
@@ -57,7 +57,7 @@ def run(ctx: StageContext) -> dict[str, int]:
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
     gold_results = {}
     toolbox = toolbox_for(ctx.config.tools)
-    gen = models.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+    gen = generation.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                                   batch_size=cfg.batch_size)
     written = 0
     # Chunks are cut from all the plans, so a resumed stage grounds each chunk with the seed (and the shared

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from engine import kernel_cache, models
+from engine import generation, kernel_cache
 from engine.formats.lumos import parse_planner_turn
 from engine.generators import generator_for
 from engine.outcome import gold_step_results
@@ -51,7 +51,7 @@ def run(ctx: StageContext) -> dict[str, int | str]:
     done = ctx.store.keys_done("plans", ctx.run_id, ctx.iteration, ("task_id",))
     units = planning_units(ctx, ctx.train_tasks())
     planner = ctx.agent("planner")
-    gen = models.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+    gen = generation.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                                   num_return_sequences=cfg.k, batch_size=cfg.batch_size)
     written = 0
     # Batches hold whole tasks so that "task has plans" means "task is done" on resume; they are cut from all the
@@ -107,7 +107,7 @@ def _kernel_name(shared_prefill: bool) -> str:
     return "shared prefill" if shared_prefill else "one batched call"
 
 
-def _calibrate(generator, prompts: list[str], gen: models.GenerationConfig, seed: int
+def _calibrate(generator, prompts: list[str], gen: generation.GenerationConfig, seed: int
                ) -> tuple[list[list[str]], bool, str, dict[str, float]]:
     """``sample.calibrate``: sample one batch with each hf kernel (same seed) and keep the faster; returns the
     faster kernel's outputs (so the rows written are what that kernel samples), its flag, the counts' line and

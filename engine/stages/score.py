@@ -2,7 +2,7 @@
 
 log-PPL = mean NLL of the gold action tokens plus EOS given the grounder prompt with that plan (prompt masked;
 each task's shared prompt prefix is computed once when ``score.shared_prefix``, and batched or shared scoring
-equals unbatched, see ``engine.models.score_targets``). With ``score.calibrate`` the first chunk is scored by both
+equals unbatched, see ``engine.scoring.score_targets``). With ``score.calibrate`` the first chunk is scored by both
 kernels and the faster one scores the rest; the choice is kept per model and machine in
 ``<run.workdir>/kernel_choices.json`` (``engine.kernel_cache``) and reused by later stage runs unless
 ``score.recalibrate``. The stage's counts name the kernel either way. A
@@ -17,7 +17,7 @@ import math
 
 import pandas as pd
 
-from engine import kernel_cache, models
+from engine import kernel_cache, scoring
 from engine.outcome import gold_step_results
 from engine.stages.context import StageContext, batches, pending_batches
 from engine.turns import grounding_pair, plan_subgoals
@@ -60,7 +60,7 @@ def run(ctx: StageContext) -> dict[str, int]:
         if fast is None:  # score.calibrate: the first chunk is scored by both kernels, timed side by side
             fast, kernel, seconds = _calibrate(grounder, prompts, targets, ctx.config.score.batch_size)
             choices.put(key, fast, seconds)
-        logppl = models.score_targets(grounder.model, grounder.tokenizer, prompts, targets,
+        logppl = scoring.score_targets(grounder.model, grounder.tokenizer, prompts, targets,
                                       batch_size=ctx.config.score.batch_size, fast=fast)
         n_tokens = [len(grounder.tokenizer(t, add_special_tokens=False)["input_ids"]) + 1 for _, t in pairs]
         frame = pd.DataFrame({
@@ -86,7 +86,7 @@ def _calibrate(grounder, prompts: list[str], targets: list[str], batch_size: int
     seconds = {}
     for fast in (True, False):
         started = time.perf_counter()
-        models.score_targets(grounder.model, grounder.tokenizer, prompts, targets, batch_size=batch_size, fast=fast)
+        scoring.score_targets(grounder.model, grounder.tokenizer, prompts, targets, batch_size=batch_size, fast=fast)
         seconds[fast] = time.perf_counter() - started
     fast = seconds[True] <= seconds[False]
     return fast, (f"{_kernel_name(fast)} (calibrated on {len(prompts)} plans: shared "

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from engine import models
+from engine import generation
 from engine.outcome import toolbox_for
 from engine.rewards import (
     ActionExecutionReward,
@@ -135,7 +135,7 @@ def _train(ctx: StageContext, role: str, start, rows: list[dict[str, str]], sett
     model.train()
     total = _steps(len(rows) * settings.num_generations, settings)
     trained, history = grpo_train(model, start.tokenizer, rows, settings, book,
-                                  stop_token_ids=models.stop_token_ids(start.model, start.tokenizer),
+                                  stop_token_ids=generation.stop_token_ids(start.model, start.tokenizer),
                                   on_log=_train_logger(ctx, total), should_stop=ctx.should_stop)
     ctx.check_stop()  # stopped mid-training: no checkpoint, no rollouts
     ctx.store.write("rollouts", rollout_frame(ctx, book, role))
