@@ -7,8 +7,9 @@ loaded back as that model plus the adapters in order, or with ``save_adapter = f
 weights). With nothing to train on they
 record the starting checkpoint unchanged, so the next iteration always has a planner and a grounder.
 
-Crash safety: a checkpoint is written to ``<role>.partial-<pid>`` and renamed into place when complete, and its row
-is stored after that, so a recorded checkpoint is always whole. Every (re-)run first discards what an earlier
+Crash safety (``engine.stages.checkpoints``, shared with the GRPO and warm-start stages): a checkpoint is written to
+``<role>.partial-<pid>`` and renamed into place when complete, and its row is stored after that, so a recorded
+checkpoint is always whole. Every (re-)run first discards what an earlier
 attempt left (the directories, the row and its log lines) and trains from the start; training keeps no intermediate
 checkpoints (a stage's training is short next to the rest of an iteration), so a killed training stage restarts
 cleanly.
@@ -23,10 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
-import shutil
-from pathlib import Path
 from typing import Any
 
 from engine import prompts
@@ -36,116 +34,36 @@ from engine.curation_summary import live_pair_actions
 from engine.errors import StageStopped
 from engine.export import pair_rows
 from engine.outcome import gold_step_results
-from engine.stages.context import StageContext, crash_point
+from engine.stages.checkpoints import (
+    checkpoint_kind,
+    discard_output,
+    keep_previous,
+    model_ref,
+    optimizer_steps,
+    partial_dir,
+    publish,
+    save_checkpoint,
+    train_logger,
+    training_precision,
+)
+from engine.stages.context import StageContext
 from engine.tasks import Task
 from engine.turns import Agent, grounding_messages, plan_subgoals
 
 
-def _discard_output(ctx: StageContext, role: str) -> None:
-    """Start a (re-)run of a training stage clean: an attempt killed or stopped before "done" may have left a
-    half-written checkpoint, or a whole one with its row, and its log lines; none may be used: training starts over."""
-    ctx.store.delete("checkpoints", ctx.run_id, ctx.iteration, role=role)
-    ctx.store.delete("train_logs", ctx.run_id, ctx.iteration, stage=ctx.stage or f"train_{role}")
-    base = ctx.iteration_dir()
-    for path in [base / role, *base.glob(f"{role}.partial*"), *base.glob(f"{role}.old*")]:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _publish(partial: Path, final: Path) -> None:
-    """Move a completely written checkpoint directory into place by rename (atomic within one file system), so
-    ``final`` is either absent or whole -- never half-written."""
-    old = final.with_name(final.name + ".old")
-    if final.exists():
-        final.rename(old)
-    partial.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _partial_dir(ctx: StageContext, role: str) -> Path:
-    """This attempt's own temp directory: a stale writer from a killed attempt (an orphaned training worker) can
-    never mix its files into it."""
-    return ctx.iteration_dir() / f"{role}.partial-{os.getpid()}"
-
-
-def checkpoint_kind(settings) -> str:
-    """How a training stage's result is stored: full weights, LoRA merged into them, or the LoRA adapter alone."""
-    if not settings.lora:
-        return "full"
-    return "lora-adapter" if settings.save_adapter else "lora-merged"
-
-
-def _save(ctx: StageContext, role: str, agent: Agent, model) -> str:
-    """Write the trained model as the iteration's checkpoint: full weights, or (a LoRA ``PeftModel`` kept unmerged)
-    the adapter and the model it was trained on (``engine.models.save_adapter_checkpoint``)."""
-    from engine.models import save_adapter_checkpoint
-
-    final, partial = ctx.iteration_dir() / role, _partial_dir(ctx, role)
-    if hasattr(model, "peft_config"):
-        start = _model_ref(ctx, role, ctx.iteration)
-        save_adapter_checkpoint(model, agent.tokenizer, partial, start.path, start.adapter)
-        crash_point(ctx.iteration, ctx.stage, "save")
-    else:
-        model.save_pretrained(partial, safe_serialization=True)
-        crash_point(ctx.iteration, ctx.stage, "save")  # weights written, tokenizer not yet: a half-written checkpoint
-        agent.tokenizer.save_pretrained(partial)
-    _publish(partial, final)
-    return str(final)
-
-
-def _precision(ctx: StageContext, role: str, settings) -> str:
-    """The precision this training runs in and why (``engine.precision``), reported to the run's log."""
-    from engine.models import resolve_device
-    from engine.precision import describe
-
-    text = describe(settings.bf16, resolve_device(getattr(ctx.config, role).device))
-    ctx.report(0, 1, f"training in {text}")
-    return text
-
-
-def _keep_previous(ctx: StageContext, role: str, reason: str) -> dict[str, int | str]:
-    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, ctx.agent_path(role, ctx.iteration), "unchanged")
-    ctx.report(1, 1, reason)
-    return {"rows": 0, "note": reason}
-
-
-def _train_logger(ctx: StageContext, total_steps: int):
-    def on_log(logs: dict) -> None:
-        ctx.store.add_train_logs(ctx.run_id, ctx.iteration, ctx.stage, [logs])
-        ctx.report(int(logs.get("step", 0)), total_steps, f"loss {logs.get('loss', '-')}")
-
-    return on_log
-
-
-def _steps(n_rows: int, settings) -> int:
-    if settings.max_steps > 0:
-        return settings.max_steps
-    per_step = settings.batch_size * settings.grad_accum
-    return max(1, int(-(-n_rows // per_step) * settings.epochs))
-
-
-def _launched(ctx: StageContext) -> bool:
+def launched(ctx: StageContext) -> bool:
     return ctx.config.launch.mode == "accelerate"
 
 
-def _model_ref(ctx: StageContext, role: str, iteration: int):
-    """What ``ctx.agent(role, iteration)`` would load, as a path for the training subprocess."""
-    from engine.launch import ModelRef
-
-    section = getattr(ctx.config, role)
-    path = ctx.agent_path(role, iteration)
-    # As in runtime.load_agent: the configured adapter applies to the configured model only, not to checkpoints.
-    return ModelRef(path=path, adapter=section.adapter if path == section.path else "", dtype=section.dtype)
-
-
-def _prompt_agent(ctx: StageContext, role: str) -> Agent:
+def prompt_agent(ctx: StageContext, role: str) -> Agent:
     """The starting agent without its weights (the tokenizer renders the rows; the subprocess loads the model)."""
     from engine.models import load_tokenizer
 
-    ref = _model_ref(ctx, role, ctx.iteration)
+    ref = model_ref(ctx, role, ctx.iteration)
     return Agent(None, load_tokenizer(ref.adapter or ref.path), getattr(ctx.config, role).chat_template)
 
 
-def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str, str]], settings) -> dict:
+def train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str, str]], settings) -> dict:
     """Train ``role`` on ``rows`` in an ``accelerate launch`` subprocess and record its checkpoint; returns the
     counts it adds to the stage's: ``log_lines`` and ``rank_steps`` (the optimizer steps each worker did)."""
     import gc
@@ -160,19 +78,19 @@ def _train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str
         torch.cuda.empty_cache()
     reference = None
     if kind == "dpo" and settings.reference == "initial" and ctx.iteration > 1:
-        reference = _model_ref(ctx, role, 1)  # the warm-start planner, frozen
+        reference = model_ref(ctx, role, 1)  # the warm-start planner, frozen
     stage = ctx.stage or f"train_{role}"
     ranks = ctx.config.launch.num_processes
-    output, partial = ctx.iteration_dir() / role, _partial_dir(ctx, role)
-    work_dir, total = ctx.iteration_dir() / "launch" / stage, _steps(-(-len(rows) // ranks), settings)
+    output, partial = ctx.iteration_dir() / role, partial_dir(ctx, role)
+    work_dir, total = ctx.iteration_dir() / "launch" / stage, optimizer_steps(-(-len(rows) // ranks), settings)
 
     def show_ranks(steps: dict[int, int]) -> None:  # every worker's progress, not only rank 0's log lines
         ctx.report(min(steps.values()), total, "workers at steps " + ", ".join(f"{r}: {n}" for r, n in steps.items()))
 
     lines = run_training(stage=stage, kind=kind, work_dir=work_dir, output_dir=partial, rows=rows, settings=settings,
-                         model=_model_ref(ctx, role, ctx.iteration), reference=reference, launch=ctx.config.launch,
-                         on_log=_train_logger(ctx, total), should_stop=ctx.should_stop, on_ranks=show_ranks)
-    _publish(partial, output)
+                         model=model_ref(ctx, role, ctx.iteration), reference=reference, launch=ctx.config.launch,
+                         on_log=train_logger(ctx, total), should_stop=ctx.should_stop, on_ranks=show_ranks)
+    publish(partial, output)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, str(output), checkpoint_kind(settings))
     return {"log_lines": lines, "rank_steps": {str(r): n for r, n in rank_steps(work_dir).items()}}
 
@@ -181,30 +99,31 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
     """DPO on the effective pairs (``stages.planner_objective = dpo``; grpo: engine/stages/train_grpo.py)."""
     from engine.training import dpo_train
 
-    _discard_output(ctx, "planner")
+    discard_output(ctx, "planner")
     # The curator actions in effect as the pairs are read: the Pairs tab tells later overrides (not in this
     # checkpoint) from these (engine.curation_summary).
     curation = live_pair_actions(ctx.store, ctx.run_id, ctx.iteration)
     rows = [{"prompt": r["prompt"], "chosen": r["chosen"], "rejected": r["rejected"]}
             for r in pair_rows(ctx.store, ctx.run_id, ctx.iteration)]
     if not rows:
-        return {**_keep_previous(ctx, "planner", "no preference pairs: planner unchanged"), "curation": curation}
+        return {**keep_previous(ctx, "planner", "no preference pairs: planner unchanged"), "curation": curation}
     settings = copy.deepcopy(ctx.config.dpo)
     settings.seed = ctx.config.run.seed + ctx.iteration
-    precision = _precision(ctx, "planner", settings)
-    if _launched(ctx):
+    precision = training_precision(ctx, "planner", settings)
+    if launched(ctx):
         return {"rows": len(rows), "precision": precision, "curation": curation,
-                **_train_launched(ctx, "planner", "dpo", rows, settings)}
+                **train_launched(ctx, "planner", "dpo", rows, settings)}
     start = ctx.agent("planner")
     ref_model = None
     if settings.reference == "initial" and ctx.iteration > 1:
         ref_model = ctx.plain_model("planner", iteration=1)  # the warm-start planner, frozen
     model = ctx.model_copy("planner")  # the cached starting planner stays intact for later stages
     model.train()
-    trained, history = dpo_train(model, start.tokenizer, rows, settings, ref_model=ref_model,
-                                 on_log=_train_logger(ctx, _steps(len(rows), settings)), should_stop=ctx.should_stop)
+    on_log = train_logger(ctx, optimizer_steps(len(rows), settings))
+    trained, history = dpo_train(model, start.tokenizer, rows, settings, ref_model=ref_model, on_log=on_log,
+                                 should_stop=ctx.should_stop)
     ctx.check_stop()  # stopped mid-training: no checkpoint
-    path = _save(ctx, "planner", start, trained)
+    path = save_checkpoint(ctx, "planner", start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "planner", path, checkpoint_kind(settings))
     return {"rows": len(rows), "log_lines": len(history), "precision": precision, "curation": curation}
 
@@ -272,28 +191,28 @@ def mix_original(new: list[Example], original: list[Example], ratio: float, seed
 def run_grounder(ctx: StageContext) -> dict[str, int | str]:
     from engine.training import sft_train
 
-    _discard_output(ctx, "grounder")
+    discard_output(ctx, "grounder")
     new = _grounder_examples(ctx)
     if not new:
-        return _keep_previous(ctx, "grounder", "no accepted or corrected groundings: grounder unchanged")
+        return keep_previous(ctx, "grounder", "no accepted or corrected groundings: grounder unchanged")
     original = original_grounder_rows(ctx.config, ctx.store.get_tasks(ctx.run_id, split="train"))
     mixed = mix_original(new, original, ctx.config.sft.original_ratio, ctx.config.run.seed + ctx.iteration)
     n_original = len(mixed) - len(new)
-    start = _prompt_agent(ctx, "grounder") if _launched(ctx) else ctx.agent("grounder")
+    start = prompt_agent(ctx, "grounder") if launched(ctx) else ctx.agent("grounder")
     rows = grounder_sft_rows(start, mixed)
     settings = copy.deepcopy(ctx.config.sft)
     settings.seed = ctx.config.run.seed + ctx.iteration
     counts = {"rows": len(rows), "new_rows": len(new), "original_rows": n_original,
-              "precision": _precision(ctx, "grounder", settings)}
-    if _launched(ctx):
-        return {**counts, **_train_launched(ctx, "grounder", "sft", rows, settings)}
+              "precision": training_precision(ctx, "grounder", settings)}
+    if launched(ctx):
+        return {**counts, **train_launched(ctx, "grounder", "sft", rows, settings)}
     model = ctx.model_copy("grounder")
     model.train()
-    trained, history = sft_train(model, start.tokenizer, rows, settings,
-                                 on_log=_train_logger(ctx, _steps(len(rows), settings)), should_stop=ctx.should_stop)
+    on_log = train_logger(ctx, optimizer_steps(len(rows), settings))
+    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=ctx.should_stop)
     if ctx.should_stop():
         raise StageStopped("train_grounder stopped at the user's request")
-    path = _save(ctx, "grounder", start, trained)
+    path = save_checkpoint(ctx, "grounder", start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "grounder", path, checkpoint_kind(settings))
     return {**counts, "log_lines": len(history)}
 

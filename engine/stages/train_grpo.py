@@ -38,16 +38,16 @@ from engine.rewards import (
     grounder_actions,
     overlong_reward,
 )
-from engine.stages.context import StageContext
-from engine.stages.train import (
-    _discard_output,
-    _keep_previous,
-    _precision,
-    _save,
-    _steps,
-    _train_logger,
+from engine.stages.checkpoints import (
     checkpoint_kind,
+    discard_output,
+    keep_previous,
+    optimizer_steps,
+    save_checkpoint,
+    train_logger,
+    training_precision,
 )
+from engine.stages.context import StageContext
 from engine.turns import planner_prompt
 
 
@@ -92,14 +92,14 @@ def rollout_frame(ctx: StageContext, book: RolloutBook, role: str) -> pd.DataFra
 
 
 def run_planner(ctx: StageContext) -> dict[str, Any]:
-    _discard_output(ctx, "planner")
+    discard_output(ctx, "planner")
     ctx.store.delete("rollouts", ctx.run_id, ctx.iteration, role="planner")
     tasks = [t for t in ctx.train_tasks() if t.gold_actions]
     if not tasks:
-        return _keep_previous(ctx, "planner", "no training tasks with gold actions: planner unchanged")
+        return keep_previous(ctx, "planner", "no training tasks with gold actions: planner unchanged")
     settings = copy.deepcopy(ctx.config.grpo)
     settings.seed = ctx.config.run.seed + ctx.iteration
-    precision = _precision(ctx, "planner", settings)
+    precision = training_precision(ctx, "planner", settings)
     start = ctx.agent("planner")
     book = build_book(ctx, {t.id: t for t in tasks})
     rows = [{"prompt": planner_prompt(start, t), "task_id": t.id} for t in tasks]
@@ -107,7 +107,7 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
 
 
 def run_grounder(ctx: StageContext) -> dict[str, Any]:
-    _discard_output(ctx, "grounder")
+    discard_output(ctx, "grounder")
     ctx.store.delete("rollouts", ctx.run_id, ctx.iteration, role="grounder")
     tasks = {t.id: t for t in ctx.store.get_tasks(ctx.run_id)}
     frame = ctx.store.query("SELECT task_id, prompt FROM groundings WHERE run_id = ? AND iteration = ? AND step = 0 "
@@ -116,10 +116,10 @@ def run_grounder(ctx: StageContext) -> dict[str, Any]:
     rows = list({r.prompt: {"prompt": r.prompt, "task_id": r.task_id} for r in frame.itertuples(index=False)
                  if tasks[r.task_id].answer.strip()}.values())
     if not rows:
-        return _keep_previous(ctx, "grounder", "no grounded plans with a gold answer: grounder unchanged")
+        return keep_previous(ctx, "grounder", "no grounded plans with a gold answer: grounder unchanged")
     settings = copy.deepcopy(ctx.config.grpo_grounder)
     settings.seed = ctx.config.run.seed + ctx.iteration
-    precision = _precision(ctx, "grounder", settings)
+    precision = training_precision(ctx, "grounder", settings)
     start = ctx.agent("grounder")
     book = build_grounder_book(ctx, tasks)
     return _train(ctx, "grounder", start, rows, settings, book, precision)
@@ -133,13 +133,13 @@ def _train(ctx: StageContext, role: str, start, rows: list[dict[str, str]], sett
 
     model = ctx.model_copy(role)
     model.train()
-    total = _steps(len(rows) * settings.num_generations, settings)
+    total = optimizer_steps(len(rows) * settings.num_generations, settings)
     trained, history = grpo_train(model, start.tokenizer, rows, settings, book,
                                   stop_token_ids=generation.stop_token_ids(start.model, start.tokenizer),
-                                  on_log=_train_logger(ctx, total), should_stop=ctx.should_stop)
+                                  on_log=train_logger(ctx, total), should_stop=ctx.should_stop)
     ctx.check_stop()  # stopped mid-training: no checkpoint, no rollouts
     ctx.store.write("rollouts", rollout_frame(ctx, book, role))
-    path = _save(ctx, role, start, trained)
+    path = save_checkpoint(ctx, role, start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, path, checkpoint_kind(settings))
     scored = [r.reward for r in book.rollouts if r.reward is not None]
     return {"rows": len(rows), "rollouts": len(book.rollouts), "log_lines": len(history), "precision": precision,

@@ -22,7 +22,7 @@ from engine import prompts
 from engine.config import RunConfig
 from engine.errors import StageStopped
 from engine.outcome import gold_step_results
-from engine.stages import train
+from engine.stages import checkpoints, train
 from engine.stages.context import StageContext
 from engine.tasks import Task
 from engine.turns import Agent
@@ -64,9 +64,9 @@ def _settings(config: RunConfig, role: str):
 def _run(ctx: StageContext, role: str) -> dict[str, int | str]:
     from engine.training import sft_train
 
-    train._discard_output(ctx, role)
+    checkpoints.discard_output(ctx, role)
     tasks = ctx.store.get_tasks(ctx.run_id, split="train")
-    start = train._prompt_agent(ctx, role) if train._launched(ctx) else ctx.agent(role)
+    start = train.prompt_agent(ctx, role) if train.launched(ctx) else ctx.agent(role)
     if role == "planner":
         rows = planner_rows(start, tasks, ctx.config.sample.formulation)
     else:
@@ -76,18 +76,19 @@ def _run(ctx: StageContext, role: str) -> dict[str, int | str]:
                          "(split 'train'): add a data.sources entry with Lumos training files, or set "
                          "warm_start.enabled = false")
     settings = _settings(ctx.config, role)
-    counts: dict[str, int | str] = {"rows": len(rows), "precision": train._precision(ctx, role, settings)}
-    if train._launched(ctx):
-        return {**counts, **train._train_launched(ctx, role, "sft", rows, settings)}
+    precision = checkpoints.training_precision(ctx, role, settings)
+    counts: dict[str, int | str] = {"rows": len(rows), "precision": precision}
+    if train.launched(ctx):
+        return {**counts, **train.train_launched(ctx, role, "sft", rows, settings)}
     model = ctx.model_copy(role)
     model.train()
-    trained, history = sft_train(model, start.tokenizer, rows, settings,
-                                 on_log=train._train_logger(ctx, train._steps(len(rows), settings)),
+    on_log = checkpoints.train_logger(ctx, checkpoints.optimizer_steps(len(rows), settings))
+    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log,
                                  should_stop=ctx.should_stop)
     if ctx.should_stop():
         raise StageStopped(f"{ctx.stage} stopped at the user's request")
-    path = train._save(ctx, role, start, trained)
-    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, path, train.checkpoint_kind(settings))
+    path = checkpoints.save_checkpoint(ctx, role, start, trained)
+    ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, path, checkpoints.checkpoint_kind(settings))
     ctx.forget_agents()  # the evaluation and iteration 1 load what this stage saved
     return {**counts, "log_lines": len(history)}
 
