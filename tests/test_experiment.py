@@ -143,6 +143,16 @@ def test_presets_load(preset, variants, iterations):
     assert exp.baseline == {"critic": "reference", "k": "k15"}.get(preset, "full")
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "examples" / "experiments").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_committed_experiment_file_loads_and_each_variant_is_a_valid_run(path):
+    """The tuning files are commands the README tells people to re-run: a typo in one must fail here, not there."""
+    exp = load_experiment(path)
+    assert exp.variants and exp.seeds
+    for name in exp.variants:
+        config = exp.run_config(name, exp.seeds[0])
+        assert config.run.seed == exp.seeds[0]
+
+
 def test_the_cli_help_lists_both_commands(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--help"])
