@@ -19,7 +19,7 @@ from typing import Any
 from engine.actions import Action, parse_actions
 from engine.tools import qa as qa_tools
 from engine.tools.base import ToolError, ToolResult
-from engine.tools.expressions import value_to_text
+from engine.tools.math_values import value_to_text
 from engine.tools.maths import MATHS_TOOLS, MathsState
 
 ANSWER_NAMES = ("Output", "Answer")

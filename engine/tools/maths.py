@@ -26,10 +26,11 @@ from engine.actions import split_args
 from engine.tools.base import ToolError as ToolError  # re-exported: tools and callers import it from here
 from engine.tools.base import ToolResult as ToolResult
 from engine.tools.expressions import FUNCTIONS as FUNCTIONS
-from engine.tools.expressions import Equation, build_equations, evaluate, free_symbols, render
-from engine.tools.expressions import MathValue as MathValue
+from engine.tools.expressions import build_equations, evaluate, free_symbols
 from engine.tools.expressions import normalise as normalise
-from engine.tools.expressions import value_to_text as value_to_text
+from engine.tools.math_values import Equation, render
+from engine.tools.math_values import MathValue as MathValue
+from engine.tools.math_values import value_to_text as value_to_text
 
 SOLVER_MEMORY = 1 << 30  # address space a forked solver may add before sympy gets MemoryError
 

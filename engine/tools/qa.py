@@ -23,7 +23,7 @@ from engine.actions import keyword_args, split_args
 from engine.errors import DataError
 from engine.tasks import read_jsonl
 from engine.tools.base import ToolError, ToolResult
-from engine.tools.expressions import value_to_text
+from engine.tools.math_values import value_to_text
 
 EXTRACTIVE_NOTE = "extractive fallback"
 TOP_PARAGRAPHS = 2
