@@ -301,6 +301,11 @@ HAND = {
 }
 
 
+def maths_gap(gap: float, t: int) -> float:
+    """The hand store's held-out maths gap PPL: the all-domain one, 2 lower after iteration 0."""
+    return gap - 2.0 * t
+
+
 @pytest.fixture
 def hand_store(tmp_path):
     start = datetime(2026, 1, 1, 12, 0, 0)
@@ -321,6 +326,7 @@ def hand_store(tmp_path):
                         {"split": "held_out", "domain": "all", "name": "gap_ppl", "value": gap},
                         {"split": "held_out", "domain": "all", "name": "gap_logppl", "value": math.log(gap)},
                         {"split": "held_out", "domain": "maths", "name": "accuracy", "value": maths},
+                        {"split": "held_out", "domain": "maths", "name": "gap_ppl", "value": maths_gap(gap, t)},
                         {"split": "held_out", "domain": "all", "name": "n", "value": 100.0}])
                     store.write("stages", [{"run_id": run_id, "iteration": t, "stage": "evaluate",
                                             "status": "done", "started_at": start,
@@ -359,6 +365,14 @@ def test_report_numbers_equal_a_hand_computation(hand_store):
     mean, lo, hi = hand_interval(pct)
     assert gap["diff"] == pytest.approx(mean) and gap["ci95"] == pytest.approx([lo, hi])
     assert gap["p"] == pytest.approx(hand_paired_p_df2(pct), abs=1e-9)
+    # the same change per domain (the paper's figure is the maths grounder's PPL)
+    pct = [100 * (maths_gap(HAND["full"][s][1][2], 1) - maths_gap(HAND["full"][s][0][2], 0))
+           / maths_gap(HAND["full"][s][0][2], 0) for s in (1, 2, 3)]
+    by_domain = full["1"]["vs_iteration_0"]["held_out_gap_ppl_pct_by_domain"]
+    mean, lo, hi = hand_interval(pct)
+    assert list(by_domain) == ["maths"] and by_domain["maths"]["diff"] == pytest.approx(mean)
+    assert by_domain["maths"]["ci95"] == pytest.approx([lo, hi])
+    assert "held-out maths gap PPL Δ %" in report_markdown(report)
     # a variant against the baseline at the same iteration
     versus = report["variants"]["no_stage1"]["iterations"]["1"]["vs_baseline"]["held_in_accuracy"]
     diffs = [HAND["no_stage1"][s][1][0] - HAND["full"][s][1][0] for s in (1, 2, 3)]
