@@ -69,7 +69,7 @@ def _greedy(tokens: int, batch: int) -> generation.GenerationConfig:
 def run_onetime(planner: Agent, grounder: Agent, tasks: list[Task], settings: EvaluateSection,
                 toolbox: Toolbox | None = None) -> list[Trace]:
     plans = generation.generate(planner.model, planner.tokenizer, [planner_prompt(planner, t) for t in tasks],
-                            _greedy(settings.plan_max_new_tokens, settings.batch_size))
+                                _greedy(settings.plan_max_new_tokens, settings.batch_size))
     texts = [p[0] for p in plans]
     return _ground_onetime(grounder, tasks, [read_plan(text)[0] for text in texts], texts, settings, toolbox)
 
@@ -78,7 +78,7 @@ def _ground_onetime(grounder: Agent, tasks: list[Task], subgoals: list[list[str]
                     settings: EvaluateSection, toolbox: Toolbox | None = None) -> list[Trace]:
     g_prompts = [grounder_prompt(grounder, t, s) for t, s in zip(tasks, subgoals)]
     actions = generation.generate(grounder.model, grounder.tokenizer, g_prompts,
-                              _greedy(settings.ground_max_new_tokens, settings.batch_size))
+                                  _greedy(settings.ground_max_new_tokens, settings.batch_size))
     return [_trace(t, text, s, a[0], toolbox) for t, text, s, a in zip(tasks, texts, subgoals, actions)]
 
 
@@ -94,7 +94,7 @@ def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: 
             break
         p_prompts = [planner_prompt_iterative(planner, tasks[i], subgoals[i], results[i]) for i in active]
         turns = generation.generate(planner.model, planner.tokenizer, p_prompts,
-                                _greedy(settings.plan_max_new_tokens, settings.batch_size))
+                                    _greedy(settings.plan_max_new_tokens, settings.batch_size))
         grounding = []
         for i, turn in zip(active, turns):
             try:
@@ -109,7 +109,7 @@ def run_iterative(planner: Agent, grounder: Agent, tasks: list[Task], settings: 
         g_prompts = [grounder_prompt_iterative(grounder, tasks[i], subgoals[i], actions[i], results[i])
                      for i in grounding]
         groups = generation.generate(grounder.model, grounder.tokenizer, g_prompts,
-                                 _greedy(settings.ground_max_new_tokens, settings.batch_size))
+                                     _greedy(settings.ground_max_new_tokens, settings.batch_size))
         for i, group in zip(grounding, groups):
             actions[i].append(group[0].strip())
             result = run_actions(tasks[i], "; ".join(actions[i]), toolbox)
@@ -133,7 +133,7 @@ def ground_plans(grounder: Agent, tasks: list[Task], plans: list[list[str]], set
         active = [i for i, p in enumerate(plans) if len(p) > k]
         g_prompts = [grounder_prompt_iterative(grounder, tasks[i], plans[i], actions[i], results[i]) for i in active]
         groups = generation.generate(grounder.model, grounder.tokenizer, g_prompts,
-                                 _greedy(settings.ground_max_new_tokens, settings.batch_size))
+                                     _greedy(settings.ground_max_new_tokens, settings.batch_size))
         for i, group in zip(active, groups):
             actions[i].append(group[0].strip())
             result = run_actions(tasks[i], "; ".join(actions[i]), toolbox)
@@ -146,8 +146,8 @@ def gold_logppl(grounder: Agent, tasks: list[Task], plans: list[list[str]], batc
     keep = [i for i, t in enumerate(tasks) if t.gold_actions]
     out = [float("nan")] * len(tasks)
     values = scoring.score_targets(grounder.model, grounder.tokenizer,
-                                  [grounder_prompt(grounder, tasks[i], plans[i]) for i in keep],
-                                  [tasks[i].actions_text for i in keep], batch_size=batch_size)
+                                   [grounder_prompt(grounder, tasks[i], plans[i]) for i in keep],
+                                   [tasks[i].actions_text for i in keep], batch_size=batch_size)
     for i, v in zip(keep, values):
         out[i] = v
     return out

@@ -67,7 +67,7 @@ class GapReward:
         prompts_ = [grounder_prompt(self.grounder, self.tasks[task_id[i]], _plan(completions[i])) for i in keep]
         targets = [self.tasks[task_id[i]].actions_text for i in keep]
         values = scoring.score_targets(self.grounder.model, self.grounder.tokenizer, prompts_, targets,
-                                      batch_size=self.batch_size)
+                                       batch_size=self.batch_size)
         for i, value in zip(keep, values):
             out[i] = -float(value)
         return out

@@ -35,7 +35,7 @@ def test_prefix_shared_score_equals_naive_on_shared_unrelated_and_identical_prom
                              (shared_p + unrelated_p + identical_p, shared_t + unrelated_t + identical_t)):
         stats = prefix_cache.KernelStats()
         fast = scoring.score_targets(grounder.model, grounder.tokenizer, prompts, targets, batch_size=4, fast=True,
-                                    stats=stats)
+                                     stats=stats)
         assert fast == pytest.approx(_naive_single(grounder, prompts, targets), abs=1e-4)
         assert stats.computed >= stats.necessary > 0
     stats, naive = prefix_cache.KernelStats(), prefix_cache.KernelStats()
@@ -46,7 +46,7 @@ def test_prefix_shared_score_equals_naive_on_shared_unrelated_and_identical_prom
     assert stats.forwards <= 8 and stats.computed <= 1.3 * stats.necessary, stats
     twice = prefix_cache.KernelStats()
     scoring.score_targets(grounder.model, grounder.tokenizer, shared_p * 2, shared_t * 2, batch_size=8, fast=True,
-                         stats=twice)
+                          stats=twice)
     assert twice.computed == stats.computed
 
 
@@ -70,7 +70,7 @@ def test_shared_prefill_sampling_contract(tiny_agents, demo_tasks):
     planner, grounder = tiny_agents
     prompts = [planner_prompt(planner, t) for t in demo_tasks[:3]]
     config = generation.GenerationConfig(max_new_tokens=10, temperature=1.0, top_p=0.95, num_return_sequences=4,
-                                     batch_size=2)
+                                         batch_size=2)
     first = generation.generate(planner.model, planner.tokenizer, prompts, config, seed=3, fast=True)
     assert [len(o) for o in first] == [4, 4, 4]
     assert first == generation.generate(planner.model, planner.tokenizer, prompts, config, seed=3, fast=True)

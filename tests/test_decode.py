@@ -36,7 +36,7 @@ def test_decode_gives_generates_tokens(chatty_planner, monkeypatch, fast, temper
     assert decode.supports(model)
     k = 1 if temperature == 0 else 4
     config = generation.GenerationConfig(max_new_tokens=24, temperature=temperature, top_p=top_p,
-                                     num_return_sequences=k, batch_size=3)
+                                         num_return_sequences=k, batch_size=3)
     drops = []
     real_select = decode.select_rows
     monkeypatch.setattr(decode, "select_rows", lambda cache, rows: (drops.append(len(rows)), real_select(cache, rows)))

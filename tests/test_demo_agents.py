@@ -59,7 +59,7 @@ def test_planner_writes_well_formed_plans(demo_agents, suite):
     planner, _ = demo_agents
     tasks = [t for t in suite if t.split == "held_in"][:12]
     plans = generation.generate(planner.model, planner.tokenizer, [planner_prompt(planner, t) for t in tasks],
-                            generation.GenerationConfig(max_new_tokens=96, temperature=0.0, batch_size=12))
+                                generation.GenerationConfig(max_new_tokens=96, temperature=0.0, batch_size=12))
     well_formed = [read_plan(p[0])[1] for p in plans]
     assert sum(well_formed) >= 11, plans
 

@@ -31,7 +31,7 @@ def test_onetime_harness_traces_and_metrics(tiny_agents, demo_tasks):
         assert trace.correct == is_solved(task, run_actions(task, trace.actions))
         # the gap is the grounder's log-PPL of the gold actions given this trace's plan, scored alone
         (alone,) = scoring.score_targets(grounder.model, grounder.tokenizer,
-                                        [grounder_prompt(grounder, task, trace.subgoals)], [task.actions_text])
+                                         [grounder_prompt(grounder, task, trace.subgoals)], [task.actions_text])
         assert trace.gold_logppl == pytest.approx(alone, abs=1e-4) and trace.gold_logppl > 0
     for split in ("held_in", "held_out"):
         mine = [t for t in traces if t.split == split]

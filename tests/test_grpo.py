@@ -42,7 +42,7 @@ def test_each_reward_scores_a_plan(tiny_agents, demo_tasks):
     # gap: minus the scorer's log-PPL of the gold actions given that plan (the score stage's number)
     gap = GapReward(grounder, tasks)(prompts=["p"], completions=[good], task_id=[task.id])
     want = scoring.score_targets(grounder.model, grounder.tokenizer,
-                                [grounder_prompt(grounder, task, list(task.gold_subgoals))], [task.actions_text])
+                                 [grounder_prompt(grounder, task, list(task.gold_subgoals))], [task.actions_text])
     assert gap[0] == pytest.approx(-want[0], abs=1e-6)
     # execution: 1 when the grounded actions reach the gold answer (here a grounding that knows them), else 0
     def knows(tasks_, plans):

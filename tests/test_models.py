@@ -52,7 +52,7 @@ def test_score_is_mean_nll_of_target_plus_eos(tiny_agents):
 def test_generate_shapes_and_seed(tiny_agents):
     planner, _ = tiny_agents
     config = generation.GenerationConfig(max_new_tokens=8, temperature=1.0, top_p=0.95, num_return_sequences=3,
-                                     batch_size=2)
+                                         batch_size=2)
     prompts = ["<|user|>\nTask one\n<|assistant|>\n", "<|user|>\nTask two\n<|assistant|>\n", "<|user|>\nx\n"
                "<|assistant|>\n"]
     first = generation.generate(planner.model, planner.tokenizer, prompts, config, seed=1)

@@ -96,12 +96,12 @@ def test_hf_generator_honours_shared_prefill(tiny_agents, shared_prefill):
     generator = generator_for("hf", planner, "unused", field="sample.backend", shared_prefill=shared_prefill)
     via_backend = generator.generate(prompts, config, seed=7)
     assert via_backend == generation.generate(planner.model, planner.tokenizer, prompts, config, seed=7,
-                                          fast=shared_prefill)
+                                              fast=shared_prefill)
     assert via_backend == generator.generate(prompts, config, seed=7)
     assert [len(g) for g in via_backend] == [2, 2]
     greedy = generation.GenerationConfig(max_new_tokens=6, temperature=0.0)
     assert generator.generate(prompts, greedy) == generation.generate_naive(planner.model, planner.tokenizer, prompts,
-                                                                        greedy)
+                                                                            greedy)
     generator.close()
 
 

@@ -50,7 +50,7 @@ def run(size: str, repeats: int, device: str) -> dict:
     prompts = [planner_prompt(planner, t) for t in tasks[:sizes["tasks"]]]
     k = sizes["k"]
     config = generation.GenerationConfig(max_new_tokens=sizes["max_new_tokens"], temperature=1.0, top_p=0.95,
-                                     num_return_sequences=k, batch_size=len(prompts))
+                                         num_return_sequences=k, batch_size=len(prompts))
     one = generation.GenerationConfig(**{**config.__dict__, "num_return_sequences": 1})
     m, tok = planner.model, planner.tokenizer
 

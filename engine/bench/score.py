@@ -36,7 +36,7 @@ def run(size: str, repeats: int, device: str) -> dict:
     prompts, targets = workload(agent, tasks[:sizes["tasks"]], sizes["k"])
     tok, bs = agent.tokenizer, sizes["batch_size"]
     stats = {name: prefix_cache.KernelStats() for name in ("prefix_shared", "one_at_a_time", "arrival_batches",
-                                                     "length_sorted")}
+                                                           "length_sorted")}
 
     def variant(name, fn):
         def call():

@@ -37,10 +37,10 @@ def plan_style_gap(grounder: Agent, tasks: list[Task], batch_size: int = 32,
     for style in STYLES:
         prompts = [grounder_prompt(grounder, t, _plan(t, style)) for t in tasks]
         logppl = scoring.score_targets(grounder.model, grounder.tokenizer, prompts, [t.actions_text for t in tasks],
-                                      batch_size=batch_size)
+                                       batch_size=batch_size)
         actions = generation.generate(grounder.model, grounder.tokenizer, prompts,
-                                  generation.GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0,
-                                                          batch_size=batch_size))
+                                      generation.GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0,
+                                                                  batch_size=batch_size))
         correct = []
         for task, (text,) in zip(tasks, actions):
             correct.append(is_solved(task, run_actions(task, text)))

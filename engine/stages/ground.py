@@ -58,7 +58,7 @@ def run(ctx: StageContext) -> dict[str, int]:
     gold_results = {}
     toolbox = toolbox_for(ctx.config.tools)
     gen = generation.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                                  batch_size=cfg.batch_size)
+                                      batch_size=cfg.batch_size)
     written = 0
     # Chunks are cut from all the plans, so a resumed stage grounds each chunk with the seed (and the shared
     # identical-plan generations) of an uninterrupted run.

@@ -52,7 +52,7 @@ def run(ctx: StageContext) -> dict[str, int | str]:
     units = planning_units(ctx, ctx.train_tasks())
     planner = ctx.agent("planner")
     gen = generation.GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                                  num_return_sequences=cfg.k, batch_size=cfg.batch_size)
+                                      num_return_sequences=cfg.k, batch_size=cfg.batch_size)
     written = 0
     # Batches hold whole tasks so that "task has plans" means "task is done" on resume; they are cut from all the
     # iteration's tasks, so a resumed stage samples each batch with the seed an uninterrupted run used.

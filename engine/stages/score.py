@@ -61,7 +61,7 @@ def run(ctx: StageContext) -> dict[str, int]:
             fast, kernel, seconds = _calibrate(grounder, prompts, targets, ctx.config.score.batch_size)
             choices.put(key, fast, seconds)
         logppl = scoring.score_targets(grounder.model, grounder.tokenizer, prompts, targets,
-                                      batch_size=ctx.config.score.batch_size, fast=fast)
+                                       batch_size=ctx.config.score.batch_size, fast=fast)
         n_tokens = [len(grounder.tokenizer(t, add_special_tokens=False)["input_ids"]) + 1 for _, t in pairs]
         frame = pd.DataFrame({
             "run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": [r.task_id for r in chunk],
