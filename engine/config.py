@@ -8,6 +8,11 @@ the few rules that tie several fields together, live in ``engine.config_checks``
 ``config_from_dict`` round-trip the snapshot stored with each run. Defaults follow the paper's released code unless
 a field says otherwise.
 
+The sections live by what they configure: the run, its data, agents, tools, warm start, stages and schedule here;
+the iteration's stages in ``engine.config_stages``; the trainers in ``engine.config_training``; the field declaration
+(``setting``, imported as ``_f``) in ``engine.config_fields``. This module re-exports them all, so ``from
+engine.config import SampleSection`` keeps working.
+
 Secrets never enter a config: the snapshot is stored with the run (``runs.config``) and shown in the studio. A key
 field (``critic.api_key``, ``token``, ``password``, ...), a value that looks like a key (``sk-...``, ``hf_...``, a
 URL with a password) or an ``*_api_key_env`` that is not a variable name raises ``ConfigError`` pointing at
@@ -24,129 +29,30 @@ from pathlib import Path
 from typing import Any
 
 from engine.config_checks import KEY_FIELD, KEY_VALUE, USE_KEY_ENV, coerce, suggest, validate
+from engine.config_fields import SEED_MAX as SEED_MAX  # re-exported: callers read the bounds from here
+from engine.config_fields import setting as _f  # short: every field below is one
+from engine.config_stages import CriticSection as CriticSection
+from engine.config_stages import EvaluateSection as EvaluateSection
+from engine.config_stages import GroundSection as GroundSection
+from engine.config_stages import LaunchSection as LaunchSection
+from engine.config_stages import PairsSection as PairsSection
+from engine.config_stages import SampleSection as SampleSection
+from engine.config_stages import ScoreSection as ScoreSection
+from engine.config_stages import VLLMSection as VLLMSection
+from engine.config_training import DPOSettings as DPOSettings
+from engine.config_training import GrounderGRPOSettings as GrounderGRPOSettings
+from engine.config_training import GRPOSettings as GRPOSettings
+from engine.config_training import SFTSection as SFTSection
+from engine.config_training import TrainSettings as TrainSettings
 from engine.errors import ConfigError
 from engine.tasks import SPLITS
 
-
-def _f(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-       lt: float | None = None, choices: tuple[str, ...] | None = None, why: str = "") -> Any:
-    """A dataclass field carrying its help text and what values it accepts.
-
-    ``ge``/``gt``/``le``/``lt`` bound a number; ``choices`` lists the allowed strings (for a list field: the allowed
-    items); ``why`` is added to the range error. ``engine.config_checks.validate`` reads them, the studio's config
-    editor shows ``help``.
-    """
-    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "why": why}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-SEED_MAX = 2**32 - 1  # numpy's seed range; torch and random accept it too
-BF16 = ("auto", "true", "false")
-BACKENDS = ("hf", "vllm")
-FORMULATIONS = ("onetime", "iterative")
-GROUND_WHICH = ("best", "top_n", "best_worst", "all")
 GROUNDER_DATA = ("critic", "raw", "executed")
 PLANNER_OBJECTIVES = ("dpo", "grpo")
 GROUNDER_OBJECTIVES = ("sft", "grpo")
 TOPOLOGIES = ("separate", "shared")
-REWARD_NAMES = ("gap", "execution", "format", "overlong")  # engine.rewards.REWARDS
-GROUNDER_REWARD_NAMES = ("execution", "format", "overlong")  # engine.rewards.GROUNDER_REWARDS
 # The stages of a MOAT iteration, in order (engine.loop.STAGES runs them; a phase of [schedule] lists a subset).
 ITERATION_STAGES = ("sample", "score", "pairs", "train_planner", "ground", "critique", "train_grounder", "evaluate")
-
-
-@dataclass
-class TrainSettings:
-    learning_rate: float = _f(2e-5, "peak learning rate (paper: SFT 2e-5)", gt=0, le=1)
-    epochs: float = _f(1.0, "passes over the rows (ignored when max_steps > 0)", gt=0)
-    max_steps: int = _f(-1, "> 0 caps the number of optimizer steps (-1 or 0: use epochs)", ge=-1)
-    batch_size: int = _f(8, "rows per device per step", ge=1)
-    grad_accum: int = _f(1, "gradient accumulation steps", ge=1)
-    max_length: int = _f(512, "tokens per row (prompt + completion); longer rows are truncated by TRL", ge=1)
-    lora: bool = _f(False, "train a LoRA adapter instead of all weights")
-    save_adapter: bool = _f(True, "LoRA: the iteration's checkpoint is the adapter alone (MBs, not a full copy); the "
-                                  "next stage loads the starting model and merges the adapters in order; `python -m "
-                                  "engine merge` writes merged weights. false: merge and save full weights")
-    lora_r: int = _f(16, "LoRA rank", ge=1)
-    lora_alpha: int = _f(32, "LoRA alpha", ge=1)
-    lora_dropout: float = _f(0.0, "LoRA dropout", ge=0, lt=1)
-    lora_target_modules: list[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj"], "modules LoRA adapts")
-    bf16: str = _f("auto", "auto: bf16 only where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
-                           "with AVX512-BF16 or AMX), else fp32 (engine/precision.py) | true | false", choices=BF16)
-    activation_checkpointing: bool = _f(False, "recompute activations to save memory (~35% slower when small)")
-    seed: int = _f(0, "trainer seed", ge=0, le=SEED_MAX)
-    logging_steps: int = _f(1, "log every n optimizer steps (each log line is stored)", ge=1)
-    warmup_steps: float = _f(0.0, "int: warmup steps; float in [0, 1): fraction of all steps", ge=0)
-    lr_scheduler: str = _f("linear", "learning-rate schedule after warm-up (transformers' lr_scheduler_type)",
-                           choices=("linear", "cosine", "constant_with_warmup"))
-    report_to: str = _f("none", "TRL report_to: none | wandb | trackio | tensorboard")
-
-
-@dataclass
-class DPOSettings(TrainSettings):
-    learning_rate: float = _f(4e-7, "peak learning rate (paper: 4e-7 for 7B planners)", gt=0, le=1)
-    beta: float = _f(0.2, "DPO temperature beta (paper: 0.2)", gt=0)
-    loss_type: str = _f("sigmoid", "TRL DPO loss type")
-    sft_weight: float = _f(0.0, "weight of an NLL term on the chosen plan added to the DPO loss (TRL loss_type "
-                                "'sft'; RPO, Pang et al. 2024: keeps iterated DPO from lowering the chosen plans' "
-                                "likelihood); 0: plain DPO", ge=0)
-    ld_alpha: float = _f(1.0, "LD-DPO (TRL ld_alpha): weight of the log-probabilities of tokens past the shorter "
-                              "plan's length; below 1 the longer plan's extra tokens count less, so DPO cannot "
-                              "prefer plans for being longer; 1: plain DPO", ge=0, le=1)
-    reference: str = _f("previous", "previous: the iteration's starting planner | initial: the warm-start planner",
-                        choices=("previous", "initial"))
-    precompute_ref_log_probs: bool = _f(False, "compute reference log-probs once up front (no reference in memory)")
-
-
-@dataclass
-class GRPOSettings(TrainSettings):
-    """Online group RL of the planner with TRL's GRPOTrainer (``stages.planner_objective = grpo``): the trainer
-    samples ``num_generations`` plans per training task and learns from their rewards (engine/rewards.py)."""
-
-    learning_rate: float = _f(1e-6, "peak learning rate (TRL's GRPO default; tiny demo models need far more)", gt=0,
-                              le=1)
-    batch_size: int = _f(8, "completions per device per step: a multiple of num_generations (8 = one task's "
-                            "group per step)", ge=1)
-    num_generations: int = _f(8, "rollouts (plans) per task: one group, whose rewards set each other's advantage",
-                              ge=2)
-    max_completion_length: int = _f(96, "tokens per rollout", ge=1)
-    temperature: float = _f(1.0, "sampling temperature of the rollouts", gt=0)
-    top_p: float = _f(0.95, "nucleus sampling of the rollouts", gt=0, le=1)
-    beta: float = _f(0.0, "KL coefficient against the iteration's starting planner; 0: no KL term and no reference "
-                          "model in memory (PilotRL, DAPO)", ge=0)
-    epsilon: float = _f(0.2, "lower clip range of the probability ratio", gt=0)
-    epsilon_high: float = _f(0.2, "upper clip range (DAPO's clip-higher: 0.28)", gt=0)
-    loss_type: str = _f("dapo", "TRL's token aggregation: dapo (default, no length bias) | grpo | dr_grpo | bnpo",
-                        choices=("dapo", "grpo", "dr_grpo", "bnpo"))
-    scale_rewards: str = _f("group", "advantage = (reward - group mean) / std of the group | batch | none (Dr. GRPO)",
-                            choices=("group", "batch", "none"))
-    mask_truncated: bool = _f(False, "leave rollouts cut at max_completion_length out of the loss (DAPO)")
-    rewards: list[str] = _f(["gap", "execution", "format"], "named rewards, summed with their weights: gap (minus "
-                            "the grounder's log-PPL of the gold actions given the plan: MOAT's signal, online) | "
-                            "execution (1 when the grounded plan reaches the gold answer) | format (1 when the plan "
-                            "parses) | overlong (DAPO's soft length penalty, needs overlong_cache > 0)",
-                            choices=REWARD_NAMES)
-    weight_gap: float = _f(1.0, "weight of the gap reward", ge=0)
-    weight_execution: float = _f(1.0, "weight of the execution reward", ge=0)
-    weight_format: float = _f(0.5, "weight of the format reward", ge=0)
-    weight_overlong: float = _f(1.0, "weight of the overlong reward", ge=0)
-    overlong_cache: int = _f(0, "overlong reward: the penalty ramps over the last N tokens before "
-                                "max_completion_length (DAPO); 0: no ramp", ge=0)
-
-
-@dataclass
-class GrounderGRPOSettings(GRPOSettings):
-    """Online group RL of the grounder (``stages.grounder_objective = grpo``): the trainer samples
-    ``num_generations`` action sequences per plan the ground stage grounded, rewarded by the named rewards."""
-
-    num_generations: int = _f(8, "rollouts (action sequences) per plan: one group", ge=2)
-    max_completion_length: int = _f(160, "tokens per rollout", ge=1)
-    rewards: list[str] = _f(["execution", "format"], "named rewards of an action sequence, summed with their "
-                            "weights: execution (1 when it executes to the gold answer) | format (1 when every "
-                            "action parses) | overlong (DAPO's soft length penalty, needs overlong_cache > 0)",
-                            choices=GROUNDER_REWARD_NAMES)
 
 
 @dataclass
@@ -207,115 +113,6 @@ class AgentsSection:
                                    "dpo/grpo.lora and sft.lora on, each role a chain of LoRA adapters on it; with "
                                    "both off, one set of weights trained on both roles' data in turn",
                        choices=TOPOLOGIES)
-
-
-@dataclass
-class SampleSection:
-    k: int = _f(15, "plans sampled per task (or per planning step)", ge=2, why="a pair needs two plans")
-    temperature: float = _f(1.0, "sampling temperature (0: greedy)", ge=0)
-    top_p: float = _f(0.95, "nucleus sampling", gt=0, le=1)
-    max_new_tokens: int = _f(128, "longest plan in tokens", ge=1)
-    batch_size: int = _f(16, "prompts per generate call", ge=1)
-    shared_prefill: bool = _f(True, "hf backend: run each prompt's prefill once for its K samples (KV cache shared; "
-                                    "same texts for a seed); false: one plain batched generate call")
-    calibrate: bool = _f(False, "hf backend: sample the stage's first batch with both kernels (same texts) and the "
-                                "rest with the faster; the choice is kept per model and machine in "
-                                "<run.workdir>/kernel_choices.json and reused by later runs; the choice and both "
-                                "times are in the stage's counts. Off: shared_prefill decides")
-    recalibrate: bool = _f(False, "with calibrate: time both kernels again (here and now, other jobs on the machine "
-                                  "included) instead of reusing the choice kept for this model and machine")
-    formulation: str = _f("onetime", "onetime | iterative", choices=FORMULATIONS)
-    backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the planner "
-                            "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])", choices=BACKENDS)
-
-
-@dataclass
-class ScoreSection:
-    batch_size: int = _f(32, "(prompt, actions) pairs per forward pass", ge=1)
-    shared_prefix: bool = _f(True, "compute each shared prompt prefix once and reuse its KV cache for the K plans "
-                                   "(exact to ~1e-6); false: length-sorted padded batches")
-    calibrate: bool = _f(False, "time both kernels on the stage's first chunk and score the rest with the faster "
-                                "(they agree to ~1e-6); the choice is kept per model and machine in "
-                                "<run.workdir>/kernel_choices.json and reused by later runs, and named in the "
-                                "stage's counts. Off by default: shared_prefix decides, so a rerun on another "
-                                "machine scores with the same kernel, bit for bit")
-    recalibrate: bool = _f(False, "with calibrate: time both kernels again (here and now, other jobs on the machine "
-                                  "included) instead of reusing the choice kept for this model and machine")
-
-
-@dataclass
-class PairsSection:
-    rule: str = _f("best_worst", "best_worst | all_above_gap | top_bottom_k",
-                   choices=("best_worst", "all_above_gap", "top_bottom_k"))
-    min_gap: float = _f(0.1, "keep a pair only when rejected - chosen log-PPL >= this", ge=0)
-    top_k: int = _f(2, "top_bottom_k: pairs between the k best and k worst plans", ge=1)
-
-
-@dataclass
-class GroundSection:
-    temperature: float = _f(0.1, "grounder sampling temperature (0: greedy)", ge=0)
-    top_p: float = _f(0.95, "nucleus sampling", gt=0, le=1)
-    max_new_tokens: int = _f(192, "longest grounding in tokens", ge=1)
-    batch_size: int = _f(16, "prompts per generate call", ge=1)
-    which: str = _f("best", "which sampled plans are grounded and then judged by the critic: best: the lowest-PPL "
-                            "plan per task-step (paper) | top_n: the ground.top_n lowest-PPL distinct plans | "
-                            "best_worst: the lowest- and the highest-PPL distinct plan (the DPO pair's two ends; "
-                            "the grounder also learns the plans it handles worst) | all: every distinct plan",
-                  choices=GROUND_WHICH)
-    top_n: int = _f(3, "top_n: distinct plans grounded (and judged) per task-step, lowest log-PPL first", ge=1)
-    backend: str = _f("hf", "hf: transformers generate in this process | vllm: a vLLM engine on the grounder "
-                            "checkpoint (GPU; pip install moat-studio[vllm]; settings in [vllm])", choices=BACKENDS)
-
-
-@dataclass
-class VLLMSection:
-    gpu_memory_utilization: float = _f(0.5, "share of GPU memory vLLM may take; the in-process HF planner and "
-                                            "grounder (scoring) stay loaded beside it", gt=0, le=1)
-    tensor_parallel_size: int = _f(1, "GPUs one vLLM engine shards the model over", ge=1)
-    max_model_len: int = _f(0, "context length vLLM reserves KV cache for (0: the model's own)", ge=0)
-    enforce_eager: bool = _f(False, "skip CUDA-graph capture: faster start-up, slower decoding")
-
-
-@dataclass
-class LaunchSection:
-    mode: str = _f("inprocess", "inprocess: train_planner/train_grounder run TRL in this process | accelerate: "
-                                "each runs as an `accelerate launch` subprocess (multi-GPU, DeepSpeed, FSDP)",
-                   choices=("inprocess", "accelerate"))
-    accelerate_config: str = _f("examples/accelerate/single_process.yaml",
-                                "accelerate: the `accelerate launch --config_file` (relative paths: from the "
-                                "working directory); see examples/accelerate/")
-    num_processes: int = _f(1, "accelerate: training processes (one per GPU); overrides the config file's", ge=1)
-    extra_args: list[str] = _f([], "accelerate: more `accelerate launch` arguments, e.g. [\"--main_process_port\", "
-                                    "\"29501\"]")
-    poll_s: float = _f(1.0, "accelerate: seconds between reads of the worker's log and the stop flag", gt=0)
-
-
-@dataclass
-class CriticSection:
-    backend: str = _f("reference", "reference (gold-guided, offline) | openai | hf",
-                      choices=("reference", "openai", "hf"))
-    error_rate: float = _f(0.0, "reference only: the share of verdicts made wrong on purpose (a wrong grounding "
-                                "accepted, or a right one 'corrected' into wrong actions), seeded per item by "
-                                "run.seed: the paper's weaker-critic study", ge=0, le=1)
-    base_url: str = _f("", "openai: OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
-    model: str = _f("", "openai/hf: model name or local path")
-    api_key_env: str = _f("OPENAI_API_KEY", "openai: NAME of the environment variable holding the key")
-    max_tokens: int = _f(4096, "openai/hf: completion budget (vLLM defaults to 16 without it)", ge=1)
-    temperature: float = _f(0.1, "critic sampling temperature (OpenAI-compatible servers accept 0 to 2)", ge=0, le=2)
-    top_p: float = _f(0.95, "critic nucleus sampling", gt=0, le=1)
-    timeout_s: float = _f(120.0, "openai: per-request timeout", gt=0)
-    max_retries: int = _f(4, "openai: retries on 429/5xx/timeouts, with backoff honouring Retry-After", ge=0)
-    concurrency: int = _f(8, "openai: requests in flight", ge=1)
-
-
-@dataclass
-class EvaluateSection:
-    splits: list[str] = _f(["held_in", "held_out"], "splits evaluated after each iteration",
-                           choices=SPLITS)
-    formulation: str = _f("onetime", "onetime | iterative", choices=FORMULATIONS)
-    batch_size: int = _f(32, "prompts per generate call", ge=1)
-    plan_max_new_tokens: int = _f(128, "longest plan", ge=1)
-    ground_max_new_tokens: int = _f(192, "longest grounding", ge=1)
 
 
 @dataclass
@@ -380,14 +177,6 @@ class ScheduleSection:
     phases: list[Phase] = _f([], "a curriculum: [[schedule.phases]] tables run in order, each for its iterations; "
                                  "iterations past the last phase repeat it (run.iterations defaults to their sum). "
                                  "Empty: every iteration is the MOAT iteration (engine.schedule)")
-
-
-@dataclass
-class SFTSection(TrainSettings):
-    original_ratio: float = _f(-1.0, "-1: all of the grounder's original data (paper) | r >= 0: round(r x new rows) "
-                                     "original rows drawn at random (at most all of them)", ge=-1)
-    original_data: str = _f("", "Task JSONL whose gold plans/actions are the grounder's original data "
-                                "(empty: the run's training tasks)")
 
 
 @dataclass

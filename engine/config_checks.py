@@ -47,7 +47,7 @@ def range_text(meta: dict[str, Any]) -> str:
 
 
 def check_field(value: Any, meta: dict[str, Any], dotted: str, source: str | None) -> None:
-    """A field's declared range or choices (declared with ``engine.config._f``)."""
+    """A field's declared range or choices (declared with ``engine.config_fields.setting``)."""
     choices = meta.get("choices")
     if choices:
         for item in value if isinstance(value, list) else [value]:

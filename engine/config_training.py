@@ -1,0 +1,115 @@
+"""The training sections of a run config: what every trainer run shares (``TrainSettings``) and each objective's own
+settings -- DPO of the planner (``[dpo]``), GRPO of the planner (``[grpo]``) or of the grounder
+(``[grpo_grounder]``), and the grounder's SFT with its original-data mix (``[sft]``). ``engine.config`` assembles
+them into ``RunConfig``; ``engine.training`` hands them to TRL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.config_fields import BF16, SEED_MAX
+from engine.config_fields import setting as _f  # short: every field below is one
+
+REWARD_NAMES = ("gap", "execution", "format", "overlong")  # engine.rewards.REWARDS
+GROUNDER_REWARD_NAMES = ("execution", "format", "overlong")  # engine.rewards.GROUNDER_REWARDS
+
+
+@dataclass
+class TrainSettings:
+    learning_rate: float = _f(2e-5, "peak learning rate (paper: SFT 2e-5)", gt=0, le=1)
+    epochs: float = _f(1.0, "passes over the rows (ignored when max_steps > 0)", gt=0)
+    max_steps: int = _f(-1, "> 0 caps the number of optimizer steps (-1 or 0: use epochs)", ge=-1)
+    batch_size: int = _f(8, "rows per device per step", ge=1)
+    grad_accum: int = _f(1, "gradient accumulation steps", ge=1)
+    max_length: int = _f(512, "tokens per row (prompt + completion); longer rows are truncated by TRL", ge=1)
+    lora: bool = _f(False, "train a LoRA adapter instead of all weights")
+    save_adapter: bool = _f(True, "LoRA: the iteration's checkpoint is the adapter alone (MBs, not a full copy); the "
+                                  "next stage loads the starting model and merges the adapters in order; `python -m "
+                                  "engine merge` writes merged weights. false: merge and save full weights")
+    lora_r: int = _f(16, "LoRA rank", ge=1)
+    lora_alpha: int = _f(32, "LoRA alpha", ge=1)
+    lora_dropout: float = _f(0.0, "LoRA dropout", ge=0, lt=1)
+    lora_target_modules: list[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj"], "modules LoRA adapts")
+    bf16: str = _f("auto", "auto: bf16 only where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
+                           "with AVX512-BF16 or AMX), else fp32 (engine/precision.py) | true | false", choices=BF16)
+    activation_checkpointing: bool = _f(False, "recompute activations to save memory (~35% slower when small)")
+    seed: int = _f(0, "trainer seed", ge=0, le=SEED_MAX)
+    logging_steps: int = _f(1, "log every n optimizer steps (each log line is stored)", ge=1)
+    warmup_steps: float = _f(0.0, "int: warmup steps; float in [0, 1): fraction of all steps", ge=0)
+    lr_scheduler: str = _f("linear", "learning-rate schedule after warm-up (transformers' lr_scheduler_type)",
+                           choices=("linear", "cosine", "constant_with_warmup"))
+    report_to: str = _f("none", "TRL report_to: none | wandb | trackio | tensorboard")
+
+
+@dataclass
+class DPOSettings(TrainSettings):
+    learning_rate: float = _f(4e-7, "peak learning rate (paper: 4e-7 for 7B planners)", gt=0, le=1)
+    beta: float = _f(0.2, "DPO temperature beta (paper: 0.2)", gt=0)
+    loss_type: str = _f("sigmoid", "TRL DPO loss type")
+    sft_weight: float = _f(0.0, "weight of an NLL term on the chosen plan added to the DPO loss (TRL loss_type "
+                                "'sft'; RPO, Pang et al. 2024: keeps iterated DPO from lowering the chosen plans' "
+                                "likelihood); 0: plain DPO", ge=0)
+    ld_alpha: float = _f(1.0, "LD-DPO (TRL ld_alpha): weight of the log-probabilities of tokens past the shorter "
+                              "plan's length; below 1 the longer plan's extra tokens count less, so DPO cannot "
+                              "prefer plans for being longer; 1: plain DPO", ge=0, le=1)
+    reference: str = _f("previous", "previous: the iteration's starting planner | initial: the warm-start planner",
+                        choices=("previous", "initial"))
+    precompute_ref_log_probs: bool = _f(False, "compute reference log-probs once up front (no reference in memory)")
+
+
+@dataclass
+class GRPOSettings(TrainSettings):
+    """Online group RL of the planner with TRL's GRPOTrainer (``stages.planner_objective = grpo``): the trainer
+    samples ``num_generations`` plans per training task and learns from their rewards (engine/rewards.py)."""
+
+    learning_rate: float = _f(1e-6, "peak learning rate (TRL's GRPO default; tiny demo models need far more)", gt=0,
+                              le=1)
+    batch_size: int = _f(8, "completions per device per step: a multiple of num_generations (8 = one task's "
+                            "group per step)", ge=1)
+    num_generations: int = _f(8, "rollouts (plans) per task: one group, whose rewards set each other's advantage",
+                              ge=2)
+    max_completion_length: int = _f(96, "tokens per rollout", ge=1)
+    temperature: float = _f(1.0, "sampling temperature of the rollouts", gt=0)
+    top_p: float = _f(0.95, "nucleus sampling of the rollouts", gt=0, le=1)
+    beta: float = _f(0.0, "KL coefficient against the iteration's starting planner; 0: no KL term and no reference "
+                          "model in memory (PilotRL, DAPO)", ge=0)
+    epsilon: float = _f(0.2, "lower clip range of the probability ratio", gt=0)
+    epsilon_high: float = _f(0.2, "upper clip range (DAPO's clip-higher: 0.28)", gt=0)
+    loss_type: str = _f("dapo", "TRL's token aggregation: dapo (default, no length bias) | grpo | dr_grpo | bnpo",
+                        choices=("dapo", "grpo", "dr_grpo", "bnpo"))
+    scale_rewards: str = _f("group", "advantage = (reward - group mean) / std of the group | batch | none (Dr. GRPO)",
+                            choices=("group", "batch", "none"))
+    mask_truncated: bool = _f(False, "leave rollouts cut at max_completion_length out of the loss (DAPO)")
+    rewards: list[str] = _f(["gap", "execution", "format"], "named rewards, summed with their weights: gap (minus "
+                            "the grounder's log-PPL of the gold actions given the plan: MOAT's signal, online) | "
+                            "execution (1 when the grounded plan reaches the gold answer) | format (1 when the plan "
+                            "parses) | overlong (DAPO's soft length penalty, needs overlong_cache > 0)",
+                            choices=REWARD_NAMES)
+    weight_gap: float = _f(1.0, "weight of the gap reward", ge=0)
+    weight_execution: float = _f(1.0, "weight of the execution reward", ge=0)
+    weight_format: float = _f(0.5, "weight of the format reward", ge=0)
+    weight_overlong: float = _f(1.0, "weight of the overlong reward", ge=0)
+    overlong_cache: int = _f(0, "overlong reward: the penalty ramps over the last N tokens before "
+                                "max_completion_length (DAPO); 0: no ramp", ge=0)
+
+
+@dataclass
+class GrounderGRPOSettings(GRPOSettings):
+    """Online group RL of the grounder (``stages.grounder_objective = grpo``): the trainer samples
+    ``num_generations`` action sequences per plan the ground stage grounded, rewarded by the named rewards."""
+
+    num_generations: int = _f(8, "rollouts (action sequences) per plan: one group", ge=2)
+    max_completion_length: int = _f(160, "tokens per rollout", ge=1)
+    rewards: list[str] = _f(["execution", "format"], "named rewards of an action sequence, summed with their "
+                            "weights: execution (1 when it executes to the gold answer) | format (1 when every "
+                            "action parses) | overlong (DAPO's soft length penalty, needs overlong_cache > 0)",
+                            choices=GROUNDER_REWARD_NAMES)
+
+
+@dataclass
+class SFTSection(TrainSettings):
+    original_ratio: float = _f(-1.0, "-1: all of the grounder's original data (paper) | r >= 0: round(r x new rows) "
+                                     "original rows drawn at random (at most all of them)", ge=-1)
+    original_data: str = _f("", "Task JSONL whose gold plans/actions are the grounder's original data "
+                                "(empty: the run's training tasks)")
