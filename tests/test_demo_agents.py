@@ -118,3 +118,28 @@ def test_a_joint_agent_starts_from_an_agent_and_learns_both_roles_rows(tmp_path,
     changed = [n for n, p in joint.named_parameters() if not (p == dict(before.named_parameters())[n]).all()]
     assert changed  # it trained
     assert json.loads((tmp_path / "joint" / "build.json").read_text())["steps"] == 2
+
+
+def test_one_agent_is_rebuilt_against_its_partners_tokenizer(tmp_path, tiny_agents_dir, demo_tasks):
+    """``demo-models --roles planner --tokenizer-from DIR --planner-styles ...``: only the planner is trained, with
+    the given tokenizer (the partner's token ids), on the given style mix; one agent without a tokenizer to share is
+    refused before anything is written."""
+    from engine.demo.agents import AgentBuildConfig, build_demo_agents
+
+    config = AgentBuildConfig(hidden_size=32, layers=2, heads=2, intermediate_size=64, planner_steps=2,
+                              batch_size=4, max_train_tasks=8, roles="planner",
+                              tokenizer_from=str(tiny_agents_dir / "grounder"),
+                              planner_styles="explicit=0.6,vague=0.4")
+    report = build_demo_agents(demo_tasks, tmp_path / "out", config, log=lambda *_: None)
+    assert (tmp_path / "out" / "planner" / "model.safetensors").is_file()
+    assert not (tmp_path / "out" / "grounder").exists() and "grounder" not in report
+    _, tokenizer = models.load_model(models.ModelSpec(str(tmp_path / "out" / "planner")))
+    _, partner = models.load_model(models.ModelSpec(str(tiny_agents_dir / "grounder")))
+    assert tokenizer.get_vocab() == partner.get_vocab()
+    assert json.loads((tmp_path / "out" / "build.json").read_text())["config"]["planner_styles"] == \
+        "explicit=0.6,vague=0.4"
+    with pytest.raises(ValueError, match="tokenizer_from"):
+        build_demo_agents(demo_tasks, tmp_path / "refused", AgentBuildConfig(roles="planner"), log=lambda *_: None)
+    with pytest.raises(ValueError, match="roles"):
+        build_demo_agents(demo_tasks, tmp_path / "refused", AgentBuildConfig(roles="critic"), log=lambda *_: None)
+    assert not (tmp_path / "refused").exists()

@@ -93,3 +93,31 @@ def test_warm_start_data_builds_the_capability_gap(demo_tasks):
     assert all(len(t.meta["step_renderings"]) == len(t.gold_subgoals) for t in train)
     operations = ("Multiply", "Add", "Subtract", "Divide", "Answer", "Calculate")
     assert all(s.startswith(operations) for t in train for s in t.gold_subgoals)
+
+
+def test_a_planner_style_mix_without_concrete_plans_never_writes_them(demo_tasks):
+    """``planner_styles`` without "concrete": no row carries a concrete step, mixed plans mix explicit and vague
+    steps and flawed plans are explicit ones with a slip (the grounder's own wording never reaches this planner)."""
+    train = [t for t in demo_tasks if t.split == "train"]
+    styles = world.parse_plan_styles("explicit=0.4,vague=0.35,mixed=0.1,flawed=0.15")
+    assert styles == (("explicit", 0.4), ("vague", 0.35), ("mixed", 0.1), ("flawed", 0.15))
+    rows = world.planner_warm_start(train, seed=0, styles=styles)
+    assert {style for _, _, style in rows} == {"explicit", "vague", "mixed", "flawed"}
+    for task, subgoals, style in rows:
+        concrete_only = {r[0] for r in task.meta["step_renderings"]} - {r[1] for r in task.meta["step_renderings"]}
+        assert not concrete_only & set(subgoals), (style, subgoals)
+        if style == "flawed":
+            assert set(subgoals) <= set(task.meta["explicit_subgoals"]), subgoals
+    # The default mix is unchanged: the committed planner's rows come out of it draw for draw.
+    assert world.format_plan_styles() == "concrete=0.25,explicit=0.15,vague=0.35,mixed=0.1,flawed=0.15"
+    assert world.parse_plan_styles(world.format_plan_styles()) == world.PLAN_STYLES
+
+
+def test_a_bad_plan_style_mix_is_refused_by_name():
+    import pytest
+
+    for text, needle in (("concise=1", "'concise'"), ("explicit=0", "explicit=<positive weight>"),
+                         ("explicit", "explicit=<positive weight>"), ("explicit=x", "explicit=<positive weight>"),
+                         ("mixed=0.5,flawed=0.5", "at least one rendering")):
+        with pytest.raises(ValueError, match=needle):
+            world.parse_plan_styles(text)

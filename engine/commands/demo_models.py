@@ -19,17 +19,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="demo task suite (Task JSONL); regenerated from the default world when missing")
     for f in dataclasses.fields(AgentBuildConfig):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                            help=f"(default: {f.default})")
+                            help=f"{f.metadata.get('help', '')} (default: {f.default})".strip())
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from engine.demo import world
     from engine.demo.agents import AgentBuildConfig, build_demo_agents, build_joint_agent
     from engine.demo.world import generate_suite
     from engine.tasks import load_tasks
 
     config = AgentBuildConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(AgentBuildConfig)})
+    try:
+        world.parse_plan_styles(config.planner_styles)
+    except ValueError as err:
+        raise SystemExit(f"demo-models: --planner-styles: {err}") from None
     tasks = list(load_tasks(args.tasks)) if Path(args.tasks).exists() else generate_suite()
     if args.joint_from:
         build_joint_agent(tasks, args.out, args.joint_from, config)

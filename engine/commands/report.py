@@ -1,8 +1,10 @@
 """``python -m engine report --experiment ID``: an experiment's results over seeds, as JSON or markdown tables.
 
 Contract: opens the store read-only and prints ``engine.report.experiment_report`` as one JSON object (``--json``)
-or as markdown tables (``--markdown``, the default); exits 0. An unknown experiment id exits 2 with ``error: ...``
-on stderr listing the experiments the store knows; a missing store, or one held by another process, exits 2 too.
+or as markdown tables (``--markdown``, the default); exits 0. ``--by-template`` prints
+``engine.breakdown.template_breakdown`` of ``--split`` instead (accuracy, sound plans and gold log-PPL per
+template). An unknown experiment id exits 2 with ``error: ...`` on stderr listing the experiments the store knows;
+a missing store, or one held by another process, exits 2 too.
 """
 
 from __future__ import annotations
@@ -16,19 +18,28 @@ HELP = "Report an experiment over seeds: means with t intervals, paired tests, w
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--experiment", required=True, help="experiment id (printed by `python -m engine experiment`)")
     parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
+    parser.add_argument("--by-template", action="store_true",
+                        help="one split's accuracy, sound-plan share and gold-action log-PPL per task template "
+                             "(the task's meta template, else its source), first vs last iteration")
+    parser.add_argument("--split", default="held_out", choices=("held_in", "held_out", "dev"),
+                        help="--by-template: the split to break down (default: held_out)")
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print one JSON object")
     form.add_argument("--markdown", action="store_true", help="print markdown tables (the default)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.breakdown import breakdown_markdown, template_breakdown
     from engine.commands._common import print_json
     from engine.report import UnknownExperiment, experiment_report, report_markdown
     from engine.store import Store, StoreError
 
     try:
         with Store(args.db, read_only=True) as store:
-            report = experiment_report(store, args.experiment)
+            if args.by_template:
+                report = template_breakdown(store, args.experiment, args.split)
+            else:
+                report = experiment_report(store, args.experiment)
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -39,5 +50,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
-        print(report_markdown(report))
+        print(breakdown_markdown(report) if args.by_template else report_markdown(report))
     return 0

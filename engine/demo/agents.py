@@ -2,9 +2,11 @@
 
 ``build_demo_agents(tasks, out_dir, AgentBuildConfig())`` writes ``out_dir/planner`` and ``out_dir/grounder`` (each
 a safetensors model, its tokenizer and generation config) plus ``out_dir/build.json`` (sizes, seeds, losses,
-timings). The planner is warm-started by TRL SFT on a *mix* of plan styles, the grounder only on concrete plans
-with gold actions (``engine.demo.world``): the built-in capability gap. Tokenizer and agents are built from the
-``train`` split only (a test checks that no dev or held-out question or template reaches the training rows).
+timings). The planner is warm-started by TRL SFT on a *mix* of plan styles (``AgentBuildConfig.planner_styles``),
+the grounder only on concrete plans with gold actions (``engine.demo.world``): the built-in capability gap.
+Tokenizer and agents are built from the ``train`` split only (a test checks that no dev or held-out question or
+template reaches the training rows). ``roles`` + ``tokenizer_from`` rebuild one agent against another's tokenizer
+(a planner with another style mix beside the committed grounder).
 
 ``build_joint_agent(tasks, out_dir, start)`` makes *one* model for both roles (``agents.topology = shared`` without
 LoRA): the given agent (the committed grounder) trained further by SFT on the planner's and the grounder's
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine import prompts
+from engine.config_fields import setting as _f
 from engine.demo import world
 from engine.demo.tokenizer import train_tokenizer
 from engine.tasks import Task
@@ -27,19 +30,31 @@ from engine.tasks import Task
 
 @dataclass
 class AgentBuildConfig:
-    seed: int = 0
-    hidden_size: int = 256  # Llama width; 256 x 4 layers is ~3.5M parameters with this vocabulary
-    layers: int = 4
-    heads: int = 4
-    intermediate_size: int = 768
-    max_positions: int = 512
-    vocab_size: int = 2048  # BPE merges stop earlier when the demo text runs out of pairs
-    planner_steps: int = 400  # optimizer steps of warm-start SFT (two plan draws per task: ~1.8 epochs)
-    grounder_steps: int = 800  # ~7 epochs of the concrete-plan grounder data: copying emerges after ~600 steps
-    batch_size: int = 32
-    learning_rate: float = 2e-3  # tiny models from scratch want a large rate
-    max_train_tasks: int = 0  # 0 = every train task
-    joint_steps: int = 600  # build_joint_agent: SFT steps on both roles' rows (~1.8 epochs of the mix)
+    """How ``demo-models`` builds the demo agents (each field is a ``demo-models --flag`` with this help)."""
+
+    seed: int = _f(0, "seed of the model initialisation, the warm-start style draws and the training order")
+    hidden_size: int = _f(256, "Llama width; 256 x 4 layers is ~3.9M parameters with this vocabulary")
+    layers: int = _f(4, "decoder layers")
+    heads: int = _f(4, "attention heads (as many key/value heads)")
+    intermediate_size: int = _f(768, "MLP width")
+    max_positions: int = _f(512, "longest prompt + completion, in tokens")
+    vocab_size: int = _f(2048, "BPE vocabulary target; merges stop earlier when the demo text runs out of pairs")
+    planner_steps: int = _f(400, "planner warm-start SFT optimizer steps (two plan draws per task: ~1.8 epochs)")
+    grounder_steps: int = _f(800, "grounder warm-start SFT steps (~7 epochs of its concrete-plan data: the tiny "
+                                  "grounder learns to copy numbers and names only after ~600)")
+    batch_size: int = _f(32, "warm-start SFT batch size")
+    learning_rate: float = _f(2e-3, "warm-start SFT learning rate (tiny models from scratch want a large one)")
+    max_train_tasks: int = _f(0, "train on a random sample of this many train tasks (0: every train task)")
+    joint_steps: int = _f(600, "--joint-from: SFT steps on both roles' rows (~1.8 epochs of the mix)")
+    planner_styles: str = _f(world.format_plan_styles(),
+                             "the planner's warm-start plan styles as style=weight,... (concrete, explicit, vague, "
+                             "mixed, flawed; mixed and flawed are built from the renderings named). Without "
+                             "concrete, the planner never writes the grounder's own wording: stage 1 can then only "
+                             "move it to the best style it has, and the rest of the gap is stage 2's to close")
+    roles: str = _f("planner,grounder", "which agents to train, comma-separated; building one needs "
+                                        "tokenizer_from, so it shares its partner's token ids")
+    tokenizer_from: str = _f("", "reuse this agent directory's tokenizer instead of training one (e.g. "
+                                 "assets/demo/grounder when rebuilding only the planner)")
 
 
 def instruction_phrases() -> list[str]:
@@ -50,9 +65,10 @@ def instruction_phrases() -> list[str]:
     return phrases
 
 
-def planner_rows(tasks: list[Task], seed: int) -> list[dict[str, str]]:
+def planner_rows(tasks: list[Task], seed: int,
+                 styles: tuple[tuple[str, float], ...] = world.PLAN_STYLES) -> list[dict[str, str]]:
     rows = []
-    for task, subgoals, style in world.planner_warm_start(tasks, seed):
+    for task, subgoals, style in world.planner_warm_start(tasks, seed, styles=styles):
         prompt, completion = prompts.prompt_and_completion(prompts.planner_messages(task, subgoals))
         rows.append({"prompt": prompt, "completion": completion.removesuffix(prompts.LUMOS_EOS), "style": style})
     return rows
@@ -101,22 +117,35 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
     from engine.config import TrainSettings
     from engine.training import sft_train
 
+    styles = world.parse_plan_styles(config.planner_styles)
+    roles = [r.strip() for r in config.roles.split(",") if r.strip()]
+    if not roles or set(roles) - {"planner", "grounder"}:
+        raise ValueError(f"roles {config.roles!r}: expected planner, grounder or both, comma-separated")
+    if roles != ["planner", "grounder"] and not config.tokenizer_from:
+        # A new tokenizer would give the agent token ids its partner was never trained on.
+        raise ValueError(f"roles {config.roles!r}: building one agent needs tokenizer_from (its partner's directory)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train = [t for t in tasks if t.split == "train"]
     if config.max_train_tasks:
         train = random.Random(config.seed).sample(train, min(config.max_train_tasks, len(train)))
-    p_rows, g_rows = planner_rows(train, config.seed), grounder_rows(train)
-    # The tokenizer sees the training rows only: no dev or held-out question, template or name shapes its merges.
-    corpus = [r["prompt"] + r["completion"] for r in p_rows + g_rows]
-    tokenizer = train_tokenizer(corpus, instruction_phrases(), config.vocab_size)
+    p_rows, g_rows = planner_rows(train, config.seed, styles), grounder_rows(train)
+    if config.tokenizer_from:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_from)
+    else:
+        # The tokenizer sees the training rows only: no dev or held-out question, template or name shapes it.
+        corpus = [r["prompt"] + r["completion"] for r in p_rows + g_rows]
+        tokenizer = train_tokenizer(corpus, instruction_phrases(), config.vocab_size)
     import torch
 
     from engine.precision import describe
 
     report: dict = {"config": asdict(config), "train_tasks": len(train), "vocab": len(tokenizer),
                     "precision": describe("auto", torch.device("cpu"))}
-    for role, rows, steps in (("planner", p_rows, config.planner_steps), ("grounder", g_rows, config.grounder_steps)):
+    builds = {"planner": (p_rows, config.planner_steps), "grounder": (g_rows, config.grounder_steps)}
+    for role, (rows, steps) in ((r, builds[r]) for r in roles):
         started = time.perf_counter()
         model = _new_model(config, tokenizer)
         settings = TrainSettings(learning_rate=config.learning_rate, max_steps=steps, batch_size=config.batch_size,

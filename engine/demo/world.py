@@ -50,6 +50,33 @@ class WorldConfig:
 # Warm-start plan styles for the planner: the mix that makes its samples disagree with the grounder.
 PLAN_STYLES = (("concrete", 0.25), ("explicit", 0.15), ("vague", 0.35), ("mixed", 0.10), ("flawed", 0.15))
 RENDERINGS = ("concrete", "explicit", "vague")
+STYLE_NAMES = (*RENDERINGS, "mixed", "flawed")
+
+
+def parse_plan_styles(text: str) -> tuple[tuple[str, float], ...]:
+    """``"explicit=0.4,vague=0.35,mixed=0.1,flawed=0.15"`` -> ``(("explicit", 0.4), ...)``; a named error for an
+    unknown style, a weight that is not a positive number, or a mix made only of ``mixed``/``flawed`` (they are
+    built from the renderings the mix names)."""
+    styles = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, weight = part.partition("=")
+        name = name.strip()
+        if name not in STYLE_NAMES:
+            raise ValueError(f"plan style {name!r} in {text!r}: expected one of {', '.join(STYLE_NAMES)}")
+        try:
+            value = float(weight) if sep else float("nan")
+        except ValueError:
+            value = float("nan")
+        if not value > 0:
+            raise ValueError(f"plan style {part!r} in {text!r}: expected {name}=<positive weight>")
+        styles.append((name, value))
+    if not any(name in RENDERINGS for name, _ in styles):
+        raise ValueError(f"plan styles {text!r}: name at least one rendering ({', '.join(RENDERINGS)})")
+    return tuple(styles)
+
+
+def format_plan_styles(styles: tuple[tuple[str, float], ...] = PLAN_STYLES) -> str:
+    return ",".join(f"{name}={weight:g}" for name, weight in styles)
 
 
 def _task(domain: str, split: str, index: int, problem, answer: str, context: list[str] | None = None) -> Task:
@@ -129,30 +156,37 @@ def _flawed(subgoals: list[str], rng: random.Random) -> list[str]:
     return plan
 
 
-def plan_in_style(task: Task, style: str, rng: random.Random) -> list[str]:
-    """The task's plan rendered in ``style``: concrete | explicit | vague | mixed (each step any rendering) |
-    flawed (concrete, two steps swapped or one dropped)."""
-    renderings = task.meta["step_renderings"]
+def plan_in_style(task: Task, style: str, rng: random.Random,
+                  renderings: tuple[str, ...] = RENDERINGS) -> list[str]:
+    """The task's plan rendered in ``style``: concrete | explicit | vague | mixed (each step any of
+    ``renderings``) | flawed (the first non-vague of ``renderings``, two steps swapped or one dropped)."""
+    steps = task.meta["step_renderings"]
     if style in RENDERINGS:
-        return [r[RENDERINGS.index(style)] for r in renderings]
+        return [r[RENDERINGS.index(style)] for r in steps]
     if style == "mixed":
-        return [rng.choice(r) for r in renderings]
-    return _flawed(task.gold_subgoals, rng)
+        if renderings == RENDERINGS:  # the committed agents' draws: keep their random sequence
+            return [rng.choice(r) for r in steps]
+        return [r[RENDERINGS.index(rng.choice(renderings))] for r in steps]
+    base = next((name for name in renderings if name != "vague"), "vague")
+    return _flawed([r[RENDERINGS.index(base)] for r in steps], rng)
 
 
-def planner_warm_start(tasks: list[Task], seed: int, draws: int = 2) -> list[tuple[Task, list[str], str]]:
-    """(task, subgoals, style) rows, ``draws`` per training task, styles drawn from ``PLAN_STYLES``.
+def planner_warm_start(tasks: list[Task], seed: int, draws: int = 2,
+                       styles: tuple[tuple[str, float], ...] = PLAN_STYLES) -> list[tuple[Task, list[str], str]]:
+    """(task, subgoals, style) rows, ``draws`` per training task, styles drawn from ``styles`` (default
+    ``PLAN_STYLES``); ``mixed`` and ``flawed`` plans are built from the renderings ``styles`` names.
 
     Several independent draws per task keep the planner from memorising one style per question: it has to learn
     the mixture, so its samples for the same task disagree -- which is what the PPL ranking needs.
     """
     rng = random.Random(seed)
-    styles, weights = zip(*PLAN_STYLES)
+    names, weights = zip(*styles)
+    renderings = tuple(name for name in RENDERINGS if name in names)
     rows = []
     for task in tasks:
         for _ in range(draws):
-            style = rng.choices(styles, weights)[0]
-            rows.append((task, plan_in_style(task, style, rng), style))
+            style = rng.choices(names, weights)[0]
+            rows.append((task, plan_in_style(task, style, rng, renderings), style))
     return rows
 
 
