@@ -138,6 +138,15 @@ def test_one_agent_is_rebuilt_against_its_partners_tokenizer(tmp_path, tiny_agen
     assert tokenizer.get_vocab() == partner.get_vocab()
     assert json.loads((tmp_path / "out" / "build.json").read_text())["config"]["planner_styles"] == \
         "explicit=0.6,vague=0.4"
+    # Rebuilt in place beside its partner, the partner's record stays in build.json, marked as kept.
+    import shutil
+
+    shutil.copytree(tiny_agents_dir, tmp_path / "pair")
+    build_demo_agents(demo_tasks, tmp_path / "pair", config, log=lambda *_: None)
+    both = json.loads((tmp_path / "pair" / "build.json").read_text())
+    before = json.loads((tiny_agents_dir / "build.json").read_text())
+    assert both["grounder"] == {**before["grounder"], "kept": True, "config": before["config"]}
+    assert both["planner"]["config"]["planner_styles"] == "explicit=0.6,vague=0.4"
     with pytest.raises(ValueError, match="tokenizer_from"):
         build_demo_agents(demo_tasks, tmp_path / "refused", AgentBuildConfig(roles="planner"), log=lambda *_: None)
     with pytest.raises(ValueError, match="roles"):

@@ -144,6 +144,12 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
 
     report: dict = {"config": asdict(config), "train_tasks": len(train), "vocab": len(tokenizer),
                     "precision": describe("auto", torch.device("cpu"))}
+    # Rebuilding one agent in place keeps the other's record (with the config it was built with).
+    earlier = json.loads((out / "build.json").read_text()) if (out / "build.json").is_file() else {}
+    for role in ("planner", "grounder"):
+        if role not in roles and role in earlier and (out / role).is_dir():
+            built_with = earlier[role].get("config", earlier.get("config"))
+            report[role] = {**earlier[role], "kept": True, "config": built_with}
     builds = {"planner": (p_rows, config.planner_steps), "grounder": (g_rows, config.grounder_steps)}
     for role, (rows, steps) in ((r, builds[r]) for r in roles):
         started = time.perf_counter()
@@ -160,6 +166,8 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
                         "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                         "seconds": round(time.perf_counter() - started, 1)}
         log(f"{role}: {report[role]}")
+        if any(r.get("kept") for r in (report.get("planner", {}), report.get("grounder", {}))):
+            report[role]["config"] = asdict(config)
     (out / "build.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
