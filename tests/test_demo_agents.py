@@ -152,3 +152,11 @@ def test_one_agent_is_rebuilt_against_its_partners_tokenizer(tmp_path, tiny_agen
     with pytest.raises(ValueError, match="roles"):
         build_demo_agents(demo_tasks, tmp_path / "refused", AgentBuildConfig(roles="critic"), log=lambda *_: None)
     assert not (tmp_path / "refused").exists()
+
+
+def test_demo_models_refuses_a_bad_style_mix_before_writing(tmp_path):
+    from engine.__main__ import main
+
+    with pytest.raises(SystemExit, match="--planner-styles: plan style 'concise'"):
+        main(["demo-models", "--out", str(tmp_path / "out"), "--planner-styles", "concise=1"])
+    assert not (tmp_path / "out").exists()
