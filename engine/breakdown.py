@@ -28,8 +28,7 @@ from engine.critics.reference import plan_is_sound
 from engine.dbutil import loads, records
 from engine.report import UnknownExperiment, clean, known_experiments, summary
 from engine.store import Store
-
-MEASURES = ("accuracy", "sound_plans", "gold_logppl")
+from engine.tasks import Task
 
 
 def _group(meta: dict[str, Any], source: str) -> str:
@@ -51,8 +50,6 @@ def template_breakdown(store: Store, experiment_id: str, split: str = "held_out"
     # sums[variant][group][iteration][seed] = [n, correct, sound, logppl sum, logppl n]
     sums: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: [0, 0, 0, 0.0, 0]))))
     info: dict[str, dict[str, Any]] = {}
-    from engine.tasks import Task
-
     for row in records(df):
         meta = loads(row["meta_json"], {})
         group = _group(meta, row["source"])

@@ -146,10 +146,9 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
                     "precision": describe("auto", torch.device("cpu"))}
     # Rebuilding one agent in place keeps the other's record (with the config it was built with).
     earlier = json.loads((out / "build.json").read_text()) if (out / "build.json").is_file() else {}
-    for role in ("planner", "grounder"):
-        if role not in roles and role in earlier and (out / role).is_dir():
-            built_with = earlier[role].get("config", earlier.get("config"))
-            report[role] = {**earlier[role], "kept": True, "config": built_with}
+    kept = [r for r in ("planner", "grounder") if r not in roles and r in earlier and (out / r).is_dir()]
+    for role in kept:
+        report[role] = {**earlier[role], "kept": True, "config": earlier[role].get("config", earlier.get("config"))}
     builds = {"planner": (p_rows, config.planner_steps), "grounder": (g_rows, config.grounder_steps)}
     for role, (rows, steps) in ((r, builds[r]) for r in roles):
         started = time.perf_counter()
@@ -165,9 +164,9 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
         report[role] = {"rows": len(rows), "steps": steps, "parameters": sum(p.numel() for p in model.parameters()),
                         "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                         "seconds": round(time.perf_counter() - started, 1)}
-        log(f"{role}: {report[role]}")
-        if any(r.get("kept") for r in (report.get("planner", {}), report.get("grounder", {}))):
+        if kept:  # two configs in one file: each role names its own
             report[role]["config"] = asdict(config)
+        log(f"{role}: {report[role]}")
     (out / "build.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
