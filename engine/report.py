@@ -279,24 +279,28 @@ def report_markdown(report: dict[str, Any]) -> str:
             lines += [f"## {split}", ""]
             lines += _table(["variant", "iteration", "seeds", "accuracy %", "gap PPL",
                              *(f"{d} accuracy %" for d in domains)], rows)
+    # Accuracy columns for the splits the runs evaluated (a dev-only tuning experiment has no held-out column).
+    evaluated = [s for s in ("held_in", "held_out", "dev")
+                 if any(f"{s}_accuracy" in it for v in variants.values() for it in v["iterations"].values())]
+    names = {"held_in": "held-in", "held_out": "held-out", "dev": "dev"}
+    with_gap = "held_out" in evaluated
     gap_domains = sorted({d for v in variants.values() for it in v["iterations"].values()
                           for d in it.get("vs_iteration_0", {}).get("held_out_gap_ppl_pct_by_domain", {})})
-    rows = [[name, t, _test(it["vs_iteration_0"].get("held_in_accuracy"), 100),
-             _test(it["vs_iteration_0"].get("held_out_accuracy"), 100),
-             _test(it["vs_iteration_0"].get("held_out_gap_ppl_pct")),
+    rows = [[name, t, *(_test(it["vs_iteration_0"].get(f"{s}_accuracy"), 100) for s in evaluated),
+             *([_test(it["vs_iteration_0"].get("held_out_gap_ppl_pct"))] if with_gap else []),
              *(_test(it["vs_iteration_0"].get("held_out_gap_ppl_pct_by_domain", {}).get(d)) for d in gap_domains)]
             for name, v in variants.items() for t, it in v["iterations"].items() if "vs_iteration_0" in it]
     lines += ["## Change vs iteration 0 (paired over seeds)", ""]
-    lines += _table(["variant", "iteration", "held-in accuracy Δ pp", "held-out accuracy Δ pp",
-                     "held-out gap PPL Δ %", *(f"held-out {d} gap PPL Δ %" for d in gap_domains)], rows)
+    lines += _table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
+                     *(["held-out gap PPL Δ %"] if with_gap else []),
+                     *(f"held-out {d} gap PPL Δ %" for d in gap_domains)], rows)
     if report["baseline"]:
-        rows = [[name, t, _test(it["vs_baseline"].get("held_in_accuracy"), 100),
-                 _test(it["vs_baseline"].get("held_out_accuracy"), 100),
-                 _test(it["vs_baseline"].get("held_out_gap_ppl"), 1, 3)]
+        rows = [[name, t, *(_test(it["vs_baseline"].get(f"{s}_accuracy"), 100) for s in evaluated),
+                 *([_test(it["vs_baseline"].get("held_out_gap_ppl"), 1, 3)] if with_gap else [])]
                 for name, v in variants.items() for t, it in v["iterations"].items() if "vs_baseline" in it]
         lines += [f"## vs {report['baseline']} (paired over seeds, same iteration)", ""]
-        lines += _table(["variant", "iteration", "held-in accuracy Δ pp", "held-out accuracy Δ pp",
-                         "held-out gap PPL Δ"], rows)
+        lines += _table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
+                         *(["held-out gap PPL Δ"] if with_gap else [])], rows)
     for variant, sw in report.get("swaps", {}).items():
         a, b = sw["after"], sw["base"]
         labels = {f"P{b}G{b}": "starting agents", f"P{a}G{b}": "stage 1 only (planner trained)",

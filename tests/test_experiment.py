@@ -415,6 +415,34 @@ def test_report_markdown_and_cli(hand_store, capsys, tmp_path):
     assert main(["report", "--db", str(tmp_path / "none.duckdb"), "--experiment", "x"]) == 2
 
 
+def test_a_dev_only_tuning_report_shows_dev_changes_and_no_empty_held_out_columns(tmp_path):
+    """Tuning experiments evaluate dev and held-in, never held-out: the change tables must show what they measured."""
+    dev = {"best": {1: (0.10, 0.30), 2: (0.10, 0.40), 3: (0.10, 0.35)},  # seed: (iteration 0, iteration 1)
+           "top3": {1: (0.10, 0.20), 2: (0.10, 0.50), 3: (0.10, 0.30)}}
+    with Store(tmp_path / "tune.duckdb") as store:
+        store.write("experiments", [{"experiment_id": "tune-0000cafe", "name": "tune", "source": "tune.toml",
+                                     "config_json": {"variants": {"best": [], "top3": ["ground.which=top_n"]},
+                                                     "seeds": [1, 2, 3], "iterations": 1, "baseline": "best"}}])
+        for variant, seeds in dev.items():
+            for seed, values in seeds.items():
+                run_id = store.create_run(f"tune/{variant}/s{seed}", {"stages": {"evaluate_initial": True}}, tmp_path)
+                store.write("experiment_runs", [{"experiment_id": "tune-0000cafe", "variant": variant, "seed": seed,
+                                                 "run_id": run_id}])
+                for t, value in enumerate(values):
+                    store.put_metrics(run_id, t, [
+                        {"split": "dev", "domain": "all", "name": "accuracy", "value": value},
+                        {"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.5}])
+        text = report_markdown(experiment_report(store, "tune-0000cafe"))
+    change = text[text.index("## Change vs iteration 0"):text.index("## vs best")]
+    assert "| variant | iteration | held-in accuracy Δ pp | dev accuracy Δ pp |" in change
+    mean, lo, hi = hand_interval([(0.30 - 0.10) * 100, (0.40 - 0.10) * 100, (0.35 - 0.10) * 100])
+    assert f"| best | 1 | +0.0 [+0.0, +0.0] p=1 (n=3) | {mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in change
+    versus = text[text.index("## vs best"):]
+    mean, lo, hi = hand_interval([(0.20 - 0.30) * 100, (0.50 - 0.40) * 100, (0.30 - 0.35) * 100])
+    assert f"| top3 | 1 | +0.0 [+0.0, +0.0] p=1 (n=3) | {mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in versus
+    assert "held-out" not in change and "held-out" not in versus.split("## Runs")[0]
+
+
 # -- running an experiment on the tiny agents ------------------------------------------------------------------------
 
 
