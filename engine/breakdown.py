@@ -9,13 +9,13 @@ Contract: ``template_breakdown(store, experiment_id, split="held_out") -> dict``
         "iterations": {"<t>": {"accuracy": S, "sound_plans": S, "gold_logppl": S}}}}}}}
 
 A task's group is its ``meta["template"]`` (the demo world's templates), else its ``source``. ``S`` is
-``engine.stats.mean_interval`` over the seeds' per-run values (fractions; ``gold_logppl`` is the mean log-PPL of
-the gold actions under the planner's greedy plan, the capability gap per task) plus ``per_seed``. A greedy plan is
-*sound* as the reference critic judges it (``engine.critics.reference.plan_is_sound``): one subgoal per gold step,
-each one of its step's renderings where the task lists them, else only the step count. So a group whose accuracy
-does not move while its sound-plan share stays low is held back by the planner; a group with sound plans and low
-accuracy, by the grounder. ``breakdown_markdown`` prints, per variant, the first and the last iteration of every
-group side by side.
+``engine.stats.mean_interval`` over the seeds' per-run values (fractions; ``gold_logppl`` is the mean log-PPL of the
+gold actions under the planner's greedy plan, the capability gap per task) plus ``per_seed``, its interval cut to the
+quantity's range (``engine.report.summary``). A greedy plan is *sound* as the reference critic judges it
+(``engine.critics.reference.plan_is_sound``): one subgoal per gold step, each one of its step's renderings where the
+task lists them, else only the step count. So a group whose accuracy does not move while its sound-plan share stays
+low is held back by the planner; a group with sound plans and low accuracy, by the grounder. ``breakdown_markdown``
+prints, per variant, the first and the last iteration of every group side by side.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ def template_breakdown(store: Store, experiment_id: str, split: str = "held_out"
             its: dict[str, Any] = {}
             for t, per_seed in sorted(sums[variant][group].items()):
                 its[str(t)] = {
-                    "accuracy": summary({s: c[1] / c[0] for s, c in per_seed.items()}),
-                    "sound_plans": summary({s: c[2] / c[0] for s, c in per_seed.items()}),
-                    "gold_logppl": summary({s: c[3] / c[4] for s, c in per_seed.items() if c[4]}),
+                    "accuracy": summary({s: c[1] / c[0] for s, c in per_seed.items()}, "accuracy"),
+                    "sound_plans": summary({s: c[2] / c[0] for s, c in per_seed.items()}, "sound_plans"),
+                    "gold_logppl": summary({s: c[3] / c[4] for s, c in per_seed.items() if c[4]}, "gold_logppl"),
                 }
             groups[group] = {"domain": info[group]["domain"], "tasks": len(info[group]["tasks"]), "iterations": its}
         variants[variant] = {"groups": groups}

@@ -21,16 +21,18 @@ is absent or null); ``UnknownExperiment`` (a ``KeyError`` carrying the known ids
      "wall_s": {"total", "per_variant": {...}}}
 
 ``S`` = ``engine.stats.mean_interval`` over the seeds' per-run values (``{"mean", "ci95", "n", "sd"}``) plus
-``"per_seed"``; accuracies are fractions. ``P`` = ``engine.stats.paired_t`` (``{"diff", "ci95", "p", "n"}``) plus
-``"seeds"``, over the seeds both sides have: ``vs_iteration_0`` pairs iteration t with iteration 0 of the same run
-(for the gap, the per-seed % change of ``gap_ppl``, tested against 0); ``vs_baseline`` pairs a variant with the
-baseline variant (``full`` unless the file names another) at the same iteration. Wall times are the sums of the
-runs' stage durations (``stages.started_at`` .. ``finished_at``). A run is ``done`` once its ``evaluate`` stage
-is done for every iteration up to the largest requested; others are ``incomplete`` (with the stage where they
-stand), and an iteration lists only the seeds that reached it. ``swaps`` aggregates the stored swap tables
-(``engine.swap``, written for the variants an experiment's ``swap`` lists) of each variant's runs over seeds: every
-cell's accuracy (split "all") as ``S``, and each stage's gain paired over seeds (``P``): stage 1 alone = P{N}G0 vs
-P0G0, stage 2 alone = P0G{N} vs P0G0, both = P{N}G{N} vs P0G0, with N the largest iteration the seeds share.
+``"per_seed"``; accuracies are fractions. An ``S`` interval is cut to the quantity's range (a share to [0, 1], a PPL
+to >= 1, a log-PPL to >= 0): a t interval on few seeds can reach past it, and the cut one still covers the mean. ``P``
+= ``engine.stats.paired_t`` (``{"diff", "ci95", "p", "n"}``) plus ``"seeds"``, over the seeds both sides have:
+``vs_iteration_0`` pairs iteration t with iteration 0 of the same run (for the gap, the per-seed % change of
+``gap_ppl``, tested against 0); ``vs_baseline`` pairs a variant with the baseline variant (``full`` unless the file
+names another) at the same iteration. Wall times are the sums of the runs' stage durations (``stages.started_at`` ..
+``finished_at``). A run is ``done`` once its ``evaluate`` stage is done for every iteration up to the largest
+requested; others are ``incomplete`` (with the stage where they stand), and an iteration lists only the seeds that
+reached it. ``swaps`` aggregates the stored swap tables (``engine.swap``, written for the variants an experiment's
+``swap`` lists) of each variant's runs over seeds: every cell's accuracy (split "all") as ``S``, and each stage's gain
+paired over seeds (``P``): stage 1 alone = P{N}G0 vs P0G0, stage 2 alone = P0G{N} vs P0G0, both = P{N}G{N} vs P0G0,
+with N the largest iteration the seeds share.
 """
 
 from __future__ import annotations
@@ -71,9 +73,23 @@ def clean(value: Any) -> Any:
     return value
 
 
-def summary(per_seed: dict[int, float]) -> dict[str, Any]:
+# The range each summarised quantity lives in, by the end of its name: (lowest, highest), None = unbounded.
+RANGES = {"accuracy": (0.0, 1.0), "sound_plans": (0.0, 1.0), "gap_ppl": (1.0, None), "gap_logppl": (0.0, None),
+          "gold_logppl": (0.0, None)}
+
+
+def summary(per_seed: dict[int, float], name: str = "") -> dict[str, Any]:
+    """Mean and 95% t interval over seeds; the interval cut to the range of ``name``'s quantity (``RANGES``)."""
     seeds = sorted(per_seed)
-    return {**mean_interval([per_seed[s] for s in seeds]), "per_seed": {str(s): per_seed[s] for s in seeds}}
+    out = {**mean_interval([per_seed[s] for s in seeds]), "per_seed": {str(s): per_seed[s] for s in seeds}}
+    low, high = next((r for key, r in RANGES.items() if name.endswith(key)), (None, None))
+    lo, hi = out["ci95"]
+    if low is not None and not math.isnan(lo):
+        lo, hi = max(lo, low), max(hi, low)
+    if high is not None and not math.isnan(hi):
+        lo, hi = min(lo, high), min(hi, high)
+    out["ci95"] = [lo, hi]
+    return out
 
 
 def paired(before: dict[int, float], after: dict[int, float]) -> dict[str, Any] | None:
@@ -158,11 +174,11 @@ def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
             cells = values[variant][t]
             entry: dict[str, Any] = {"seeds": sorted({s for per_seed in cells.values() for s in per_seed})}
             for key, per_seed in sorted(flat(variant, t).items()):
-                entry[key] = summary(per_seed)
+                entry[key] = summary(per_seed, key)
             by_domain: dict[str, Any] = defaultdict(lambda: defaultdict(dict))
             for (split, domain, name), per_seed in sorted(cells.items()):
                 if domain != "all":
-                    by_domain[split][domain][name] = summary(per_seed)
+                    by_domain[split][domain][name] = summary(per_seed, name)
             entry["by_domain"] = {s: dict(d) for s, d in by_domain.items()}
             now, start = flat(variant, t), flat(variant, 0)
             if t > 0 and start:
@@ -217,7 +233,7 @@ def _swaps(store: Store, experiment_id: str) -> dict[str, Any]:
         for (p, g), splits in sorted(by_cell.items()):
             if g not in (base, after) or p not in (-1, base, after):
                 continue
-            entry["cells"][name(p, g)] = {f"{sp}_accuracy": summary(v) for sp, v in sorted(splits.items())}
+            entry["cells"][name(p, g)] = {f"{sp}_accuracy": summary(v, "accuracy") for sp, v in sorted(splits.items())}
             seeds |= {s for v in splits.values() for s in v}
         start = by_cell.get((base, base), {})
         for stage, cell in (("stage1", (after, base)), ("stage2", (base, after)), ("both", (after, after))):

@@ -20,7 +20,7 @@ import pytest
 from engine.__main__ import main
 from engine.errors import ConfigError
 from engine.experiment import load_experiment
-from engine.report import experiment_report, report_markdown
+from engine.report import experiment_report, report_markdown, summary
 from engine.runner import jobs_dir
 from engine.store import Store
 
@@ -413,6 +413,19 @@ def test_report_markdown_and_cli(hand_store, capsys, tmp_path):
     err = capsys.readouterr().err
     assert "no experiment 'abl-nope'" in err and "abl-0000beef (abl, 7 runs)" in err
     assert main(["report", "--db", str(tmp_path / "none.duckdb"), "--experiment", "x"]) == 2
+
+
+def test_summary_intervals_stay_inside_the_quantitys_range():
+    """Few seeds give t intervals past 0 or 100%; the report cuts them to the range, and leaves the mean alone."""
+    low = summary({1: 0.0, 2: 0.0, 3: 0.1}, "held_out_accuracy")
+    mean, lo, hi = hand_interval([0.0, 0.0, 0.1])
+    assert lo < 0 and low["mean"] == pytest.approx(mean) and low["ci95"] == pytest.approx([0.0, hi])
+    high = summary({1: 1.0, 2: 0.9, 3: 1.0}, "accuracy")
+    assert high["ci95"][1] == 1.0 and high["ci95"][0] == pytest.approx(hand_interval([1.0, 0.9, 1.0])[1])
+    assert summary({1: 1.0, 2: 1.0, 3: 1.3}, "held_out_gap_ppl")["ci95"][0] == 1.0
+    assert summary({1: 0.0, 2: 0.0, 3: 0.3}, "gold_logppl")["ci95"][0] == 0.0
+    free = summary({1: -1.0, 2: 0.0, 3: 2.0}, "n")  # no known range: the t interval as it is
+    assert free["ci95"] == pytest.approx(list(hand_interval([-1.0, 0.0, 2.0])[1:]))
 
 
 def test_a_dev_only_tuning_report_shows_dev_changes_and_no_empty_held_out_columns(tmp_path):
