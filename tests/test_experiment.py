@@ -306,6 +306,15 @@ def maths_gap(gap: float, t: int) -> float:
     return gap - 2.0 * t
 
 
+def linked_run(store: Store, experiment_id: str, variant: str, seed: int, workdir: Path) -> str:
+    """A run of the hand-written store, listed under ``experiment_id`` as (variant, seed)."""
+    name = experiment_id.split("-")[0]
+    run_id = store.create_run(f"{name}/{variant}/s{seed}", {"stages": {"evaluate_initial": True}}, workdir)
+    store.write("experiment_runs", [{"experiment_id": experiment_id, "variant": variant, "seed": seed,
+                                     "run_id": run_id}])
+    return run_id
+
+
 @pytest.fixture
 def hand_store(tmp_path):
     start = datetime(2026, 1, 1, 12, 0, 0)
@@ -316,9 +325,7 @@ def hand_store(tmp_path):
                                                      "seeds": [1, 2, 3], "iterations": 1, "baseline": "full"}}])
         for variant, seeds in HAND.items():
             for seed, its in seeds.items():
-                run_id = store.create_run(f"abl/{variant}/s{seed}", {"stages": {"evaluate_initial": True}}, tmp_path)
-                store.write("experiment_runs", [{"experiment_id": "abl-0000beef", "variant": variant, "seed": seed,
-                                                 "run_id": run_id}])
+                run_id = linked_run(store, "abl-0000beef", variant, seed, tmp_path)
                 for t, (held_in, held_out, gap, maths) in its.items():
                     store.put_metrics(run_id, t, [
                         {"split": "held_in", "domain": "all", "name": "accuracy", "value": held_in},
@@ -438,9 +445,7 @@ def test_a_dev_only_tuning_report_shows_dev_changes_and_no_empty_held_out_column
                                                      "seeds": [1, 2, 3], "iterations": 1, "baseline": "best"}}])
         for variant, seeds in dev.items():
             for seed, values in seeds.items():
-                run_id = store.create_run(f"tune/{variant}/s{seed}", {"stages": {"evaluate_initial": True}}, tmp_path)
-                store.write("experiment_runs", [{"experiment_id": "tune-0000cafe", "variant": variant, "seed": seed,
-                                                 "run_id": run_id}])
+                run_id = linked_run(store, "tune-0000cafe", variant, seed, tmp_path)
                 for t, value in enumerate(values):
                     store.put_metrics(run_id, t, [
                         {"split": "dev", "domain": "all", "name": "accuracy", "value": value},
