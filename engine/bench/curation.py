@@ -8,9 +8,10 @@ agents (``tiny``: 8 training tasks, K=4; ``default``: 48 tasks, K=15) in a tempo
   ``SurprisalService`` (the grounder is loaded, both plans computed), ``cached`` = the same request again.
   ``correct``: every plan's mean surprisal equals its stored log-PPL to 1e-5.
 * Decisions: the studio runs as its own process (``python app.py --db ... --auth``, as a curator's team would run
-  it) and a ``gradio_client`` session, per decision, calls what one key press triggers in the browser: the action
-  (``/pairs_reviewed``), the page reload that follows it, and the next pair's detail. ``correct``: the store then
-  holds one review per decision, under the session's login.
+  it) and so does the curator (``python -m studio.bench_client``: a ``gradio_client`` session that, per decision,
+  calls what one key press triggers in the browser: the action, the page reload that follows it, and the next
+  pair's detail; the studio's HTTP API is spoken in ``studio/``, so ``engine/`` never imports gradio).
+  ``correct``: the store then holds one review per decision, under the session's login.
 
 Keys: ``decision_p50_ms``, ``decision_p95_ms``, ``surprisal_cold_p95_ms``, ``surprisal_cached_p95_ms`` (targets
 in the issue: p95 <= 300, <= 1000, <= 100 ms on 2 cores while no job runs). ``repeats`` is not used: the
@@ -19,6 +20,7 @@ decision and evidence counts of the size are the samples the percentiles come fr
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -94,8 +96,6 @@ def _wait_for(url: str, process: subprocess.Popen, timeout_s: float = 180.0) -> 
 
 
 def _decisions(path: Path, run_id: str, n: int) -> dict:
-    from gradio_client import Client
-
     port = _free_port()
     url = f"http://127.0.0.1:{port}/"
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
@@ -104,21 +104,13 @@ def _decisions(path: Path, run_id: str, n: int) -> dict:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(url, process)
-        client = Client(url, auth=(USER, PASSWORD), verbose=False, download_files=False)
-        client.predict(api_name="/studio_load")  # what opening the page does: the run and iteration pickers
-        client.predict(run_id, api_name="/studio_pick_run")
-        filters = [run_id, 1, "", "", "", "any", "any", "any", "task", 1]
-        table = client.predict(*filters, None, api_name="/pairs_search")[1]
-        keys = [row[0] for row in table["data"]]  # the first page, as a curator starts
-        times = []
-        for i in range(n):
-            key, following = keys[i % len(keys)], keys[(i + 1) % len(keys)]
-            started = time.perf_counter()
-            client.predict(run_id, 1, key, 0, 1, "", api_name="/pairs_reviewed")
-            client.predict(*filters, key, api_name="/pairs_reviewed_reload")
-            client.predict(run_id, 1, following, api_name="/pairs_detail")
-            times.append(time.perf_counter() - started)
-        client.close()
+        curator = subprocess.run([sys.executable, "-m", "studio.bench_client", "--url", url, "--user", USER,
+                                  "--password", PASSWORD, "--run-id", run_id, "--decisions", str(n)],
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        if curator.returncode != 0:
+            raise RuntimeError(f"bench curation: the curator's client exited with {curator.returncode}: "
+                               f"{curator.stderr.strip()[-2000:]}")
+        timed = json.loads(curator.stdout.strip().splitlines()[-1])
     finally:
         process.terminate()
         try:
@@ -131,7 +123,7 @@ def _decisions(path: Path, run_id: str, n: int) -> dict:
     with Store(path, read_only=True) as store:
         stored = store.query("SELECT count(*) AS n FROM overrides WHERE run_id = ? AND action = 'reviewed' "
                              "AND curator = ?", [run_id, USER])["n"][0]
-    return {"times_s": times, "stored": int(stored), "pairs_on_page": len(keys)}
+    return {**timed, "stored": int(stored)}
 
 
 def _p(values: list[float], q: float) -> float:
