@@ -87,6 +87,9 @@ class DataSection:
                                        "path, format, split, ground), e.g. Lumos training files plus benchmark "
                                        "test files; when given they replace data.tasks/format/ground")
     domains: list[str] = _f([], "keep only these domains (empty: all)", choices=("maths", "qa", "web"))
+    exclude_tasks: str = _f("", "a file of task ids, one per line ('#' comments), left out of the run's train split, "
+                                "e.g. the warm_start_tasks.txt that demo-models writes beside build.json: MOAT then "
+                                "aligns on training tasks the warm-start agents were not fit to (empty: none)")
     train_limit: int = _f(0, "training tasks used per iteration (0: all)", ge=0)
     eval_limit: int = _f(0, "tasks per evaluation split (0: all); a limited sample is drawn with data.eval_seed, "
                             "never run.seed, so every run and seed of a config is evaluated on the same tasks", ge=0)

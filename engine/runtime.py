@@ -40,12 +40,48 @@ def load_run_tasks(config: RunConfig) -> list[Task]:
                                                          "ids must be unique across data.sources")
             seen[task.id] = source.path
             tasks.append(task)
+    if config.data.exclude_tasks:
+        tasks = without_excluded(tasks, config.data.exclude_tasks)
     if config.data.domains:
         tasks = [t for t in tasks if t.domain in config.data.domains]
         if not tasks:  # a run with no tasks would "succeed" at doing nothing
             raise ConfigError("data.domains", f"no task of {', '.join(config.data.domains)} in "
                                               f"{describe_sources(config)}")
     return tasks
+
+
+def read_task_ids(path: str) -> dict[str, int]:
+    """``{task id: line}`` of an id-per-line file (blank lines and ``#`` comments skipped); ``DataError`` for a
+    missing file or an id listed twice."""
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as exc:
+        raise DataError(path, None, "data.exclude_tasks", f"cannot read the file: {exc.strerror or exc}") from None
+    ids: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        task_id = raw.split("#", 1)[0].strip()
+        if not task_id:
+            continue
+        if task_id in ids:
+            raise DataError(path, number, "id", f"{task_id!r} is listed twice (first on line {ids[task_id]})")
+        ids[task_id] = number
+    return ids
+
+
+def without_excluded(tasks: list[Task], path: str) -> list[Task]:
+    """``tasks`` less the train tasks ``path`` lists. Every listed id must be a train task of ``tasks``: an id that
+    is not (another task suite's file, an evaluation task) is a ``DataError`` at its line, since excluding it would
+    silently do nothing or, worse, drop an evaluation task."""
+    ids = read_task_ids(path)
+    splits = {t.id: t.split for t in tasks}
+    for task_id, number in ids.items():
+        if splits.get(task_id) != "train":
+            what = f"a {splits[task_id]} task" if task_id in splits else "not a task of the run's data files"
+            raise DataError(path, number, "id", f"{task_id!r} is {what}: data.exclude_tasks lists train tasks only")
+    kept = [t for t in tasks if t.id not in ids]
+    if not any(t.split == "train" for t in kept):
+        raise ConfigError("data.exclude_tasks", f"{path} lists every train task: the run would have none to train on")
+    return kept
 
 
 def check_eval_splits(config: RunConfig, tasks: list[Task]) -> None:

@@ -21,8 +21,8 @@ from engine.config import RunConfig
 from engine.errors import ConfigError
 
 # Config fields naming a file or directory the engine reads or writes.
-CONFIG_PATHS = ("run.workdir", "data.tasks", "data.ground", "sft.original_data", "planner.path", "planner.adapter",
-                "grounder.path", "grounder.adapter", "tools.corpus")
+CONFIG_PATHS = ("run.workdir", "data.tasks", "data.ground", "data.exclude_tasks", "sft.original_data", "planner.path",
+                "planner.adapter", "grounder.path", "grounder.adapter", "tools.corpus")
 
 
 class PathOutsideWorkspace(ValueError):

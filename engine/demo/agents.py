@@ -2,7 +2,9 @@
 
 ``build_demo_agents(tasks, out_dir, AgentBuildConfig())`` writes ``out_dir/planner`` and ``out_dir/grounder`` (each
 a safetensors model, its tokenizer and generation config) plus ``out_dir/build.json`` (sizes, seeds, losses,
-timings). The planner is warm-started by TRL SFT on a *mix* of plan styles (``AgentBuildConfig.planner_styles``),
+timings) and ``out_dir/warm_start_tasks.txt`` (the id of every train task the warm start saw, one per line: with
+``max_train_tasks``, a run's ``data.exclude_tasks`` can then keep MOAT's training draws to tasks the agents were
+not fit to). The planner is warm-started by TRL SFT on a *mix* of plan styles (``AgentBuildConfig.planner_styles``),
 the grounder only on concrete plans with gold actions (``engine.demo.world``): the built-in capability gap.
 Tokenizer and agents are built from the ``train`` split only (a test checks that no dev or held-out question or
 template reaches the training rows). ``roles`` + ``tokenizer_from`` rebuild one agent against another's tokenizer
@@ -26,6 +28,8 @@ from engine.config_fields import setting as _f
 from engine.demo import world
 from engine.demo.tokenizer import train_tokenizer
 from engine.tasks import Task
+
+WARM_START_TASKS = "warm_start_tasks.txt"  # beside build.json: the train task ids the warm start used
 
 
 @dataclass
@@ -168,7 +172,12 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
             report[role]["config"] = asdict(config)
         log(f"{role}: {report[role]}")
     (out / "build.json").write_text(json.dumps(report, indent=2) + "\n")
+    _write_task_ids(out, train)
     return report
+
+
+def _write_task_ids(out: Path, train: list[Task]) -> None:
+    (out / WARM_START_TASKS).write_text("".join(f"{t.id}\n" for t in train), encoding="utf-8")
 
 
 def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
@@ -205,5 +214,6 @@ def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
               "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
               "seconds": round(time.perf_counter() - started, 1)}
     (out / "build.json").write_text(json.dumps(report, indent=2) + "\n")
+    _write_task_ids(out, train)
     log(f"joint: {report}")
     return report
