@@ -112,4 +112,5 @@ class SFTSection(TrainSettings):
     original_ratio: float = _f(-1.0, "-1: all of the grounder's original data (paper) | r >= 0: round(r x new rows) "
                                      "original rows drawn at random (at most all of them)", ge=-1)
     original_data: str = _f("", "Task JSONL whose gold plans/actions are the grounder's original data "
-                                "(empty: the run's training tasks)")
+                                "(empty: the run's training tasks, or with data.exclude_tasks the "
+                                "train tasks it lists: the warm start's data)")

@@ -26,8 +26,9 @@ def describe_sources(config: RunConfig) -> str:
     return ", ".join(f"{s.path} ({s.format}, {s.split or 'default split'})" for s in sources)
 
 
-def load_run_tasks(config: RunConfig) -> list[Task]:
-    """Every task of the config's data files, restricted to ``data.domains`` when given. Each source is read whole
+def load_run_tasks(config: RunConfig, *, keep_excluded: bool = False) -> list[Task]:
+    """Every task of the config's data files, less the train tasks ``data.exclude_tasks`` lists (unless
+    ``keep_excluded``), restricted to ``data.domains`` when given. Each source is read whole
     and checked before the next (``engine.formats.load``); an id in two sources is a ``DataError`` naming both,
     since ids key every later join."""
     tasks: list[Task] = []
@@ -40,7 +41,7 @@ def load_run_tasks(config: RunConfig) -> list[Task]:
                                                          "ids must be unique across data.sources")
             seen[task.id] = source.path
             tasks.append(task)
-    if config.data.exclude_tasks:
+    if config.data.exclude_tasks and not keep_excluded:
         tasks = without_excluded(tasks, config.data.exclude_tasks)
     if config.data.domains:
         tasks = [t for t in tasks if t.domain in config.data.domains]
@@ -82,6 +83,14 @@ def without_excluded(tasks: list[Task], path: str) -> list[Task]:
     if not any(t.split == "train" for t in kept):
         raise ConfigError("data.exclude_tasks", f"{path} lists every train task: the run would have none to train on")
     return kept
+
+
+def excluded_tasks(config: RunConfig) -> list[Task]:
+    """The train tasks ``data.exclude_tasks`` lists, in file order of the data (none when it is empty)."""
+    if not config.data.exclude_tasks:
+        return []
+    ids = read_task_ids(config.data.exclude_tasks)
+    return [t for t in load_run_tasks(config, keep_excluded=True) if t.id in ids]
 
 
 def check_eval_splits(config: RunConfig, tasks: list[Task]) -> None:

@@ -14,6 +14,7 @@ from engine.demo.agents import WARM_START_TASKS
 from engine.errors import ConfigError, DataError
 from engine.loop import create_run
 from engine.runtime import load_run_tasks
+from engine.stages.train import original_grounder_rows
 from engine.store import Store
 from engine.tasks import write_tasks
 
@@ -40,6 +41,9 @@ def test_a_run_trains_only_on_train_tasks_its_warm_start_did_not_see(tmp_path, t
         evaluated = {s: len(store.get_tasks(run_id, split=s)) for s in ("held_in", "held_out")}
     assert kept == [t.id for t in train if t.id not in set(listed)] and len(kept) == len(train) - 24
     assert evaluated == {s: sum(t.split == s for t in demo_tasks) for s in ("held_in", "held_out")}
+    # Stage 2's replayed "original data" is what the warm start was fit to, not the run's fresh train tasks.
+    original = original_grounder_rows(config, [t for t in demo_tasks if t.id in set(kept)])
+    assert sorted(task.id for task, *_ in original) == sorted(listed)
 
 
 @pytest.mark.parametrize("lines, where, message", [

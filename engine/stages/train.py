@@ -134,12 +134,17 @@ Example = tuple[Task, int, list[str], str]
 
 
 def original_grounder_rows(config: RunConfig, tasks: list[Task]) -> list[Example]:
-    """The grounder's original data: the gold plans and actions of the given tasks (or of ``sft.original_data``),
-    in the run's formulation (iterative: one example per gold step)."""
+    """The grounder's original data: the gold plans and actions of the given tasks, or of ``sft.original_data``, or,
+    with ``data.exclude_tasks``, of the train tasks it lists (what the warm start was fit to: the run's own train
+    tasks are the ones it was not), in the run's formulation (iterative: one example per gold step)."""
     if config.sft.original_data:
         from engine.tasks import load_tasks
 
         tasks = [t for t in load_tasks(config.sft.original_data) if t.split == "train"]
+    elif config.data.exclude_tasks:
+        from engine.runtime import excluded_tasks
+
+        tasks = excluded_tasks(config)
     rows: list[Example] = []
     for t in tasks:
         if not (t.gold_subgoals and t.gold_actions):
