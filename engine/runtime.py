@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from engine import formats, models
 from engine.config import AgentSection, DataSource, RunConfig
@@ -55,7 +56,7 @@ def read_task_ids(path: str) -> dict[str, int]:
     """``{task id: line}`` of an id-per-line file (blank lines and ``#`` comments skipped); ``DataError`` for a
     missing file or an id listed twice."""
     try:
-        text = open(path, encoding="utf-8").read()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise DataError(path, None, "data.exclude_tasks", f"cannot read the file: {exc.strerror or exc}") from None
     ids: dict[str, int] = {}
