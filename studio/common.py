@@ -186,6 +186,15 @@ def tri(value: str) -> bool | None:
     return {"yes": True, "no": False}.get(value)
 
 
+def pick_update(labels: list[tuple[str, str]], keys: list[str], current: str | None) -> dict:
+    """The queue picker after a reload of its page: the new choices, and the first item only when the pick the
+    request carried is not on the page. When it is, the value is left out of the update, so a reload that was in
+    flight while the curator moved (j, a row click) cannot put the pick back where it was when the reload left."""
+    if current in keys:
+        return gr.update(choices=labels)
+    return gr.update(choices=labels, value=keys[0] if keys else None)
+
+
 def first_cell(evt: gr.SelectData) -> Any:
     """A Dataframe row click -> the row's first cell (its key), for wiring ``table.select`` to a picker."""
     return evt.row_value[0] if evt.row_value else gr.update()

@@ -37,6 +37,7 @@ from studio.common import (
     first_cell,
     lease_note,
     page_info,
+    pick_update,
     pre,
     review_line,
     who_of,
@@ -222,11 +223,10 @@ def build(ctx: Ctx) -> None:
     def load(run_id, it, st, rv, od, pg, current, name, request: gr.Request):
         df, total = verdict_table(ctx.store, run_id, it, st, rv, int(pg or 1), order=od)
         keys = list(df["key"])
-        keep = current if current in keys else (keys[0] if keys else None)
         labels = [(verdict_label(q, k, st_), k) for q, k, st_ in zip(df["question"], keys, df["status"])]
         return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "verdict",
                                                                    who_of(name, request)), df,
-                gr.update(choices=labels, value=keep),
+                pick_update(labels, keys, current),
                 agreement_markdown(ctx.store, run_id, it), total)
 
     def act(action):

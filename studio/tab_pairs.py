@@ -41,6 +41,7 @@ from studio.common import (
     first_cell,
     lease_note,
     page_info,
+    pick_update,
     pre,
     review_line,
     tri,
@@ -294,14 +295,13 @@ def build(ctx: Ctx) -> None:
                                 overridden=ov,
                                 excluded=ex, ties=ti, order=od, page=int(pg or 1))
         keys = list(df["key"])
-        keep = current if current in keys else (keys[0] if keys else None)
         labels = [(pair_label(q, k, c, r), k) for q, k, c, r in zip(df["question"], keys, df["chosen_k"],
                                                                      df["rejected_k"])]
         # Both charts from one stats query: this page is the one every curator reloads after each action.
         stats = _pair_stats(ctx.store, run_id, it) if run_id and it is not None else None
         return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "pair",
                                                                    who_of(name, request)), df,
-                gr.update(choices=labels, value=keep),
+                pick_update(labels, keys, current),
                 margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats), total)
 
     def act(action):

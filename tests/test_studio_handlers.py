@@ -527,3 +527,15 @@ def test_the_run_tab_draws_the_iteration_as_a_pipeline_with_progress_and_eta(tmp
     assert "3 pairs from 3 tasks, median margin 0.70" in live and 'aria-valuenow="100"' in live
     assert 'data-stage="ground" data-status="interrupted"' in dead and "ETA" not in dead
     assert "start a new one" in empty
+
+
+def test_a_reload_never_moves_a_pick_that_is_still_on_the_page():
+    """studio.common.pick_update: a reload in flight while the curator moved must not send the old pick back; a pick
+    that left the page (new page, filter) becomes the page's first item, and an empty page clears it."""
+    from studio.common import pick_update
+
+    labels, keys = [("A", "a"), ("B", "b")], ["a", "b"]
+    assert "value" not in pick_update(labels, keys, "b") and pick_update(labels, keys, "b")["choices"] == labels
+    assert pick_update(labels, keys, "z")["value"] == "a"
+    assert pick_update(labels, keys, None)["value"] == "a"
+    assert pick_update([], [], "a")["value"] is None
