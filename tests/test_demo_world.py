@@ -121,3 +121,41 @@ def test_a_bad_plan_style_mix_is_refused_by_name():
                          ("mixed=0.5,flawed=0.5", "at least one rendering")):
         with pytest.raises(ValueError, match=needle):
             world.parse_plan_styles(text)
+
+
+def test_the_pool_is_fresh_training_template_tasks_drawn_after_the_suite():
+    """``pool_maths``/``pool_qa`` add tasks after every split: the suite is unchanged, no pool question equals a suite
+    question, pool tasks are split train with training templates only, and their gold actions execute."""
+    small = WorldConfig.small()
+    with_pool = generate_suite(WorldConfig(**{**small.__dict__, "pool_maths": 12, "pool_qa": 6}))
+    suite = generate_suite(small)
+    assert with_pool[:len(suite)] == suite
+    pool = with_pool[len(suite):]
+    assert all(world.is_pool_task(t) for t in pool) and not any(world.is_pool_task(t) for t in suite)
+    assert Counter(t.domain for t in pool) == {"maths": 12, "qa": 6} and {t.split for t in pool} == {"train"}
+    assert not {t.question for t in pool} & {t.question for t in suite}
+    assert len({t.id for t in with_pool}) == len(with_pool)
+    train_templates = {t.name for t in maths_world.split_templates()[0]} | set(qa_world.split_templates()[0])
+    assert {t.meta["template"] for t in pool} <= train_templates
+    for task in pool:
+        result = run_actions(task, task.actions_text)
+        assert score_answer(task.domain, result.answer, task.answer)["correct"], (task.id, result.answer)
+
+
+def test_committed_pool_and_warm_start_list_regenerate_exactly(tmp_path):
+    """examples/demo/pool.jsonl is `demo-world --pool-maths 400 --pool-qa 200 --pool-only`; the committed agents'
+    warm_start_tasks.txt lists every train task of the suite (their build.json: max_train_tasks 0)."""
+    import json
+
+    from engine.commands import demo_world
+
+    out = tmp_path / "pool.jsonl"
+    parser = __import__("argparse").ArgumentParser()
+    demo_world.add_arguments(parser)
+    assert demo_world.run(parser.parse_args(["--pool-maths", "400", "--pool-qa", "200", "--pool-only",
+                                             "--out", str(out)])) == 0
+    assert out.read_bytes() == (ROOT / "examples" / "demo" / "pool.jsonl").read_bytes()
+    build = json.loads((ROOT / "assets" / "demo" / "build.json").read_text())
+    assert build["config"]["max_train_tasks"] == 0
+    listed = (ROOT / "assets" / "demo" / "warm_start_tasks.txt").read_text().split()
+    assert listed == [t.id for t in load_tasks(ROOT / "examples" / "demo" / "tasks.jsonl") if t.split == "train"]

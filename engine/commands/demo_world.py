@@ -15,17 +15,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(WorldConfig):
         flag = f"--{f.name.replace('_', '-')}"
         parser.add_argument(flag, type=int, default=f.default, help=f"(default: {f.default})")
+    parser.add_argument("--pool-only", action="store_true",
+                        help="write only the pool (--pool-maths/--pool-qa tasks, split train): a second data source "
+                             "beside the suite's file, e.g. examples/demo/pool.jsonl")
 
 
 def run(args: argparse.Namespace) -> int:
     from collections import Counter
 
     from engine.commands._common import print_json
-    from engine.demo.world import WorldConfig, generate_suite
+    from engine.demo.world import WorldConfig, generate_suite, is_pool_task
     from engine.tasks import write_tasks
 
     config = WorldConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WorldConfig)})
     tasks = generate_suite(config)
+    if args.pool_only:
+        if not config.pool_maths and not config.pool_qa:
+            raise SystemExit("demo-world: --pool-only needs --pool-maths or --pool-qa")
+        tasks = [t for t in tasks if is_pool_task(t)]
     write_tasks(tasks, args.out)
     counts = Counter(f"{t.domain}/{t.split}" for t in tasks)
     print_json({"out": args.out, "count": len(tasks), "by_domain_split": dict(sorted(counts.items()))})

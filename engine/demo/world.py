@@ -39,6 +39,12 @@ class WorldConfig:
     qa_held_in: int = 75
     qa_held_out: int = 75
     distractor_percent: int = 20  # maths problems with a distractor clause (a number the answer does not use)
+    # A pool of fresh training-template tasks, drawn after every split from the same seeded stream (so the splits
+    # above are the same with or without it, and no pool question equals a suite question): split ``train``, ids
+    # ``demo-<domain>-pool-NNNN``. Agents warm-started on the train split have never seen them: MOAT can align on
+    # them with ``data.exclude_tasks`` listing the warm start's tasks (examples/experiments/tune-pool.toml).
+    pool_maths: int = 0
+    pool_qa: int = 0
 
     @classmethod
     def small(cls, seed: int = 7) -> WorldConfig:
@@ -79,10 +85,11 @@ def format_plan_styles(styles: tuple[tuple[str, float], ...] = PLAN_STYLES) -> s
     return ",".join(f"{name}={weight:g}" for name, weight in styles)
 
 
-def _task(domain: str, split: str, index: int, problem, answer: str, context: list[str] | None = None) -> Task:
+def _task(domain: str, split: str, index: int, problem, answer: str, context: list[str] | None = None,
+          tag: str = "") -> Task:
     renderings = [list(r) for r in zip(problem.concrete, problem.explicit, problem.vague)]
     return Task(
-        id=f"demo-{domain}-{split}-{index:04d}", domain=domain, source=f"demo:{domain}", split=split,
+        id=f"demo-{domain}-{tag or split}-{index:04d}", domain=domain, source=f"demo:{domain}", split=split,
         question=problem.question, context=context or [], gold_subgoals=problem.concrete,
         gold_actions=problem.actions, answer=answer,
         meta={"template": problem.template, "explicit_subgoals": problem.explicit,
@@ -101,7 +108,7 @@ def _round_robin(templates: list, count: int, rng: random.Random) -> list:
 
 
 def _maths_tasks(rng: random.Random, split: str, count: int, templates, seen: set[str],
-                 distractor_share: float) -> list[Task]:
+                 distractor_share: float, tag: str = "") -> list[Task]:
     tasks: list[Task] = []
     for template in _round_robin(templates, count, rng):
         while True:
@@ -109,11 +116,12 @@ def _maths_tasks(rng: random.Random, split: str, count: int, templates, seen: se
             if problem.question not in seen:
                 break
         seen.add(problem.question)
-        tasks.append(_task("maths", split, len(tasks), problem, str(problem.answer)))
+        tasks.append(_task("maths", split, len(tasks), problem, str(problem.answer), tag=tag))
     return tasks
 
 
-def _qa_tasks(rng: random.Random, split: str, count: int, templates: list[str], seen: set[str]) -> list[Task]:
+def _qa_tasks(rng: random.Random, split: str, count: int, templates: list[str], seen: set[str],
+              tag: str = "") -> list[Task]:
     tasks: list[Task] = []
     for template in _round_robin(templates, count, rng):
         while True:
@@ -121,7 +129,7 @@ def _qa_tasks(rng: random.Random, split: str, count: int, templates: list[str], 
             if problem.question not in seen:
                 break
         seen.add(problem.question)
-        tasks.append(_task("qa", split, len(tasks), problem, problem.answer, problem.context))
+        tasks.append(_task("qa", split, len(tasks), problem, problem.answer, problem.context, tag=tag))
     return tasks
 
 
@@ -140,7 +148,14 @@ def generate_suite(config: WorldConfig = WorldConfig()) -> list[Task]:
     tasks += _qa_tasks(rng, "dev", config.qa_dev, q_dev, seen)
     tasks += _qa_tasks(rng, "held_in", config.qa_held_in, q_in, seen)
     tasks += _qa_tasks(rng, "held_out", config.qa_held_out, q_out, seen)
+    # the pool last: drawing it never changes a split above
+    tasks += _maths_tasks(rng, "train", config.pool_maths, m_in, seen, share, tag="pool")
+    tasks += _qa_tasks(rng, "train", config.pool_qa, q_in, seen, tag="pool")
     return tasks
+
+
+def is_pool_task(task: Task) -> bool:
+    return task.id.startswith(f"demo-{task.domain}-pool-")
 
 
 def _flawed(subgoals: list[str], rng: random.Random) -> list[str]:
