@@ -6,7 +6,9 @@ with ``engine.tasks.write_tasks``; ``examples/demo/tasks.jsonl`` is that output 
 Splits: ``train`` and ``held_in`` share the training templates; ``dev`` and ``held_out`` each have templates of
 their own that never occur in training (new combinations of familiar clauses or hops). ``dev`` is for tuning,
 ``held_out`` only for reporting. Tasks are drawn round-robin over shuffled templates, so every template of a split
-is represented in it.
+is represented in it. ``WorldConfig.pool_maths``/``pool_qa`` add a pool of fresh training-template tasks after every
+split (ids ``demo-<domain>-pool-NNNN``, split ``train``; examples/demo/pool.jsonl), for aligning agents on tasks their
+warm start never saw.
 
 Each task carries, per gold step, its concrete subgoal (``gold_subgoals``), an explicit one (``meta
 ["explicit_subgoals"]``: the same with the quantities or the entity named) and a vague one (``meta
