@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
@@ -127,7 +129,7 @@ def test_the_pool_is_fresh_training_template_tasks_drawn_after_the_suite():
     """``pool_maths``/``pool_qa`` add tasks after every split: the suite is unchanged, no pool question equals a suite
     question, pool tasks are split train with training templates only, and their gold actions execute."""
     small = WorldConfig.small()
-    with_pool = generate_suite(WorldConfig(**{**small.__dict__, "pool_maths": 12, "pool_qa": 6}))
+    with_pool = generate_suite(dataclasses.replace(small, pool_maths=12, pool_qa=6))
     suite = generate_suite(small)
     assert with_pool[:len(suite)] == suite
     pool = with_pool[len(suite):]
@@ -150,7 +152,7 @@ def test_committed_pool_and_warm_start_list_regenerate_exactly(tmp_path):
     from engine.commands import demo_world
 
     out = tmp_path / "pool.jsonl"
-    parser = __import__("argparse").ArgumentParser()
+    parser = argparse.ArgumentParser()
     demo_world.add_arguments(parser)
     assert demo_world.run(parser.parse_args(["--pool-maths", "400", "--pool-qa", "200", "--pool-only",
                                              "--out", str(out)])) == 0

@@ -157,6 +157,7 @@ def generate_suite(config: WorldConfig = WorldConfig()) -> list[Task]:
 
 
 def is_pool_task(task: Task) -> bool:
+    """Whether ``task`` is one of the pool's (``WorldConfig.pool_maths``/``pool_qa``), told by its id."""
     return task.id.startswith(f"demo-{task.domain}-pool-")
 
 
