@@ -56,6 +56,9 @@ class PairsSection:
                    choices=("best_worst", "all_above_gap", "top_bottom_k"))
     min_gap: float = _f(0.1, "keep a pair only when rejected - chosen log-PPL >= this", ge=0)
     top_k: int = _f(2, "top_bottom_k: pairs between the k best and k worst plans", ge=1)
+    max_tasks: int = _f(0, "pairs (and so DPO) from at most this many of the iteration's training tasks, a seeded "
+                           "subset (0: all). The others are still sampled, scored and grounded, so stage 2 can draw "
+                           "on more tasks than DPO without the planner taking more DPO steps per iteration", ge=0)
 
 
 @dataclass

@@ -88,6 +88,23 @@ def test_overrides_change_export_and_survive_pair_rebuild(tmp_path, loop_config)
         assert export.pair_rows(store, run_id, 1) == swapped
 
 
+def test_pairs_max_tasks_caps_dpo_data_but_stage2_grounds_every_task(tmp_path, loop_config):
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, loop_config)
+        for stage in ("sample", "score", "pairs"):
+            assert run_stage(store, run_id, 1, stage) == "done"
+        assert len(set(store.frame("pairs", run_id, 1).task_id)) > 2, "uncapped, more than 2 tasks must pair"
+        loop_config.pairs.max_tasks = 2
+        for stage in ("pairs", "ground"):
+            assert run_stage(store, run_id, 1, stage, config=loop_config) == "done"
+        sampled = set(store.frame("plans", run_id, 1).task_id)
+        paired = set(store.frame("pairs", run_id, 1).task_id)
+        assert len(sampled) == 4 and paired and paired <= sampled and len(paired) <= 2
+        assert set(store.frame("groundings", run_id, 1).task_id) == sampled  # stage 2 still sees all four
+        run_stage(store, run_id, 1, "pairs", config=loop_config)  # a rebuild keeps the same subset
+        assert set(store.frame("pairs", run_id, 1).task_id) == paired
+
+
 def test_ablation_without_stage1_keeps_the_planner(tmp_path, loop_config, tiny_agents_dir):
     loop_config.stages.stage1 = False
     loop_config.stages.stage2 = False

@@ -5,6 +5,8 @@ every pair whose log-PPL gap reaches the threshold; ``top_bottom_k``: each of th
 worst. A pair is kept only when rejected - chosen >= ``min_gap``. Identical plan texts are merged first (the
 lowest k stands for them) and equal scores never pair, so a tie or a duplicate is never a preference.
 The stage replaces the iteration's *auto* pairs; human overrides live in their own table and apply on top.
+``pairs.max_tasks`` > 0 keeps the pairs of a seeded subset of the iteration's training tasks only (the same subset
+every time the stage runs), so DPO's data per iteration stays fixed while stage 2 grounds every sampled task.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import itertools
 from dataclasses import dataclass
 
 from engine.ranking import Candidate, distinct
+from engine.runtime import sample_tasks
 from engine.stages.context import StageContext
+from engine.tasks import Task
 
-__all__ = ["Candidate", "Pair", "build_pairs", "run"]
+__all__ = ["Candidate", "Pair", "build_pairs", "dpo_tasks", "run"]
 
 
 @dataclass(frozen=True)
@@ -46,12 +50,21 @@ def build_pairs(candidates: list[Candidate], rule: str = "best_worst", min_gap: 
     return [p for p in options if p.margin > 0 and p.margin >= min_gap]
 
 
+def dpo_tasks(tasks: list[Task], limit: int, seed: int, iteration: int) -> list[Task]:
+    """The iteration's tasks whose pairs DPO trains on: a subset of ``limit`` drawn with a seed of its own (not the
+    draw of the iteration's tasks, so the subset is not the first tasks of the file)."""
+    return sample_tasks(tasks, limit, seed * 1000 + iteration + 500_000)
+
+
 def run(ctx: StageContext) -> dict[str, int]:
     cfg = ctx.config.pairs
     scored = ctx.store.query(
         "SELECT p.task_id, p.step, p.k, p.text, s.logppl FROM plans p JOIN scores s USING "
         "(run_id, iteration, task_id, step, k) WHERE p.run_id = ? AND p.iteration = ? ORDER BY p.task_id, p.step, "
         "p.k", [ctx.run_id, ctx.iteration])
+    if cfg.max_tasks:
+        kept = {t.id for t in dpo_tasks(ctx.train_tasks(), cfg.max_tasks, ctx.config.run.seed, ctx.iteration)}
+        scored = scored[scored.task_id.isin(kept)]
     rows = []
     groups = scored.groupby(["task_id", "step"], sort=True)
     for (task_id, step), group in groups:
