@@ -3,8 +3,9 @@
 ``load_config(path, overrides)`` returns a validated ``RunConfig``; every problem raises ``ConfigError`` naming the
 field (``sample.k: must be >= 2``) and the file: an unknown section or field (with the closest known name
 suggested), a value of the wrong type, a non-finite number, or a value outside the field's range. Each field
-declares its range and choices next to its default (``_f(..., ge=1)``, ``choices=...``); the checks themselves, and
-the few rules that tie several fields together, live in ``engine.config_checks``. ``config_to_dict`` /
+declares its range and choices next to its default (``_f(..., ge=1)``, ``choices=...``); the check of one value
+lives in ``engine.config_values``, the whole config's checks and the rules that tie fields together in
+``engine.config_checks``. ``config_to_dict`` /
 ``config_from_dict`` round-trip the snapshot stored with each run. Defaults follow the paper's released code unless
 a field says otherwise.
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config_checks import KEY_FIELD, KEY_VALUE, USE_KEY_ENV, coerce, suggest, validate
+from engine.config_checks import validate
 from engine.config_fields import SEED_MAX as SEED_MAX  # re-exported: callers read the bounds from here
 from engine.config_fields import setting as _f  # short: every field below is one
 from engine.config_stages import CriticSection as CriticSection
@@ -44,6 +45,7 @@ from engine.config_training import GrounderGRPOSettings as GrounderGRPOSettings
 from engine.config_training import GRPOSettings as GRPOSettings
 from engine.config_training import SFTSection as SFTSection
 from engine.config_training import TrainSettings as TrainSettings
+from engine.config_values import KEY_FIELD, KEY_VALUE, USE_KEY_ENV, coerce, suggest
 from engine.errors import ConfigError
 from engine.tasks import SPLITS
 

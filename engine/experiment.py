@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import SEED_MAX, RunConfig, config_to_dict, load_config, parse_overrides, read_config_file
-from engine.config_checks import suggest
+from engine.config_values import suggest
 from engine.errors import ConfigError
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")

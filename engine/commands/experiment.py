@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _chosen(args: argparse.Namespace, exp) -> tuple[list[str], list[int], int]:
-    from engine.config_checks import suggest
+    from engine.config_values import suggest
     from engine.errors import ConfigError
     from engine.experiment import parse_seeds
 
