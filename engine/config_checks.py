@@ -77,6 +77,7 @@ def validate(config: RunConfig, source: str | None) -> None:
     if config.schedule.phases:
         check_schedule(config, source)
 
+
 def _check_grpo(config: RunConfig, section: str, objective: str, source: str | None) -> None:
     """What online group RL of a role needs (``[grpo]`` for the planner, ``[grpo_grounder]`` for the grounder)."""
     grpo = getattr(config, section)

@@ -64,7 +64,6 @@ def check_field(value: Any, meta: dict[str, Any], dotted: str, source: str | Non
         raise ConfigError(dotted, f"must be {range_text(bounds)}{why}, got {value!r}", source)
 
 
-
 def get_field(config: RunConfig, dotted: str) -> Any:
     section, name = dotted.split(".", 1)
     return getattr(getattr(config, section), name)

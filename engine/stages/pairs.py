@@ -51,8 +51,8 @@ def build_pairs(candidates: list[Candidate], rule: str = "best_worst", min_gap: 
 
 
 def dpo_tasks(tasks: list[Task], limit: int, seed: int, iteration: int) -> list[Task]:
-    """The iteration's tasks whose pairs DPO trains on: a subset of ``limit`` drawn with a seed of its own (not the
-    draw of the iteration's tasks, so the subset is not the first tasks of the file)."""
+    """The iteration's tasks whose pairs DPO trains on: a seeded subset of ``limit``, the same each time the stage
+    runs for this seed and iteration."""
     return sample_tasks(tasks, limit, seed * 1000 + iteration + 500_000)
 
 
