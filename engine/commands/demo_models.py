@@ -18,8 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", default="examples/demo/tasks.jsonl",
                         help="demo task suite (Task JSONL); regenerated from the default world when missing")
     for f in dataclasses.fields(AgentBuildConfig):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                            help=f"{f.metadata.get('help', '')} (default: {f.default})".strip())
+        flag, text = f"--{f.name.replace('_', '-')}", f"{f.metadata.get('help', '')} (default: {f.default})".strip()
+        if isinstance(f.default, bool):  # type=bool would read "--flag False" as True
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=text)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default, help=text)
 
 
 def run(args: argparse.Namespace) -> int:

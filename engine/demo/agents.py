@@ -25,7 +25,7 @@ from pathlib import Path
 
 from engine import prompts
 from engine.config_fields import setting as _f
-from engine.demo import world
+from engine.demo import qa_world, world
 from engine.demo.tokenizer import train_tokenizer
 from engine.tasks import Task
 
@@ -57,6 +57,9 @@ class AgentBuildConfig:
                              "move it to the best style it has, and the rest of the gap is stage 2's to close")
     roles: str = _f("planner,grounder", "which agents to train, comma-separated; building one needs "
                                         "tokenizer_from, so it shares its partner's token ids")
+    name_pieces: bool = _f(False, "cut the QA world's invented names into their syllables before BPE (one common "
+                                  "token each, as digits are split) instead of learning one rare token per name: "
+                                  "copying a new name from the question is then copying familiar tokens")
     tokenizer_from: str = _f("", "reuse this agent directory's tokenizer instead of training one (e.g. "
                                  "assets/demo/grounder when rebuilding only the planner)")
 
@@ -141,7 +144,8 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
     else:
         # The tokenizer sees the training rows only: no dev or held-out question, template or name shapes it.
         corpus = [r["prompt"] + r["completion"] for r in p_rows + g_rows]
-        tokenizer = train_tokenizer(corpus, instruction_phrases(), config.vocab_size)
+        pieces = qa_world.NAME_SYLLABLES if config.name_pieces else ()
+        tokenizer = train_tokenizer(corpus, instruction_phrases(), config.vocab_size, pieces=pieces)
     import torch
 
     from engine.precision import describe

@@ -22,8 +22,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-_SYLLABLES = ("ka", "lo", "ve", "tri", "mon", "sa", "dor", "el", "bri", "nu", "ra", "ost", "fen", "qui", "zar",
-              "hal", "mer", "tu", "vin", "gor", "pel", "ash", "wyn", "cor")
+NAME_SYLLABLES = ("ka", "lo", "ve", "tri", "mon", "sa", "dor", "el", "bri", "nu", "ra", "ost", "fen", "qui", "zar",
+                  "hal", "mer", "tu", "vin", "gor", "pel", "ash", "wyn", "cor")
 JOBS = ("baker", "pilot", "painter", "chemist", "teacher", "sailor")
 
 
@@ -125,7 +125,7 @@ class _Names:
         self.rng, self.used = rng, set()
 
     def _word(self, parts: int) -> str:
-        return "".join(self.rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
+        return "".join(self.rng.choice(NAME_SYLLABLES) for _ in range(parts)).capitalize()
 
     def make(self, kind: str) -> str:
         makers = {"person": lambda: f"{self._word(2)} {self._word(2)}", "city": lambda: self._word(2),

@@ -3,7 +3,10 @@
 Digits are split one per token (so models learn arithmetic copying, not number spellings). The fixed Lumos
 instruction blocks (``phrases``) become single added tokens: prompts keep Lumos's exact text while a tiny model
 spends its compute on the task, not on re-reading the same paragraph. Special tokens: ``<pad>``, ``</s>`` (EOS,
-as in Lumos checkpoints), ``<|user|>`` and ``<|assistant|>``. The result is a ``PreTrainedTokenizerFast`` with a
+as in Lumos checkpoints), ``<|user|>`` and ``<|assistant|>``. With ``pieces`` (the demo world's name syllables),
+every occurrence of a piece is cut out before BPE, so an invented name is a few common tokens, never one rare
+whole-name token: copying "Wynash Works" from a question is then copying ``Wyn`` ``ash`` -- tokens seen in thousands
+of rows -- the same reason digits are split. The result is a ``PreTrainedTokenizerFast`` with a
 chat template that renders the Lumos layout, loadable with ``AutoTokenizer``.
 """
 
@@ -23,16 +26,23 @@ LUMOS_CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(texts: Iterable[str], phrases: Sequence[str] = (), vocab_size: int = 2048):
-    """Return a ``PreTrainedTokenizerFast`` trained on ``texts`` with each of ``phrases`` as one token."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+def train_tokenizer(texts: Iterable[str], phrases: Sequence[str] = (), vocab_size: int = 2048,
+                    pieces: Sequence[str] = ()):
+    """Return a ``PreTrainedTokenizerFast`` trained on ``texts`` with each of ``phrases`` as one token and each of
+    ``pieces`` (matched in any letter case, anywhere in a word) as a pre-tokenizer boundary."""
+    import re
+
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    steps = [pre_tokenizers.Digits(individual_digits=True)]
+    if pieces:
+        # Longest first, so "tri" is one piece and never "t" + a shorter piece; sorted so the file is reproducible.
+        alternatives = "|".join(re.escape(p) for p in sorted(set(pieces), key=lambda p: (-len(p), p)))
+        steps.append(pre_tokenizers.Split(Regex(f"(?i:{alternatives})"), behavior="isolated"))
+    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
