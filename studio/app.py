@@ -25,7 +25,7 @@ from pathlib import Path
 import gradio as gr
 
 from engine.store import Store
-from studio import tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
+from studio import place, tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
 from studio.common import Ctx, default_iteration, run_iterations
 from studio.first_visit import WELCOME, start_showcase
 from studio.jobs import JobWorker
@@ -62,35 +62,50 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         ctx = Ctx(store=store, jobs=jobs, read_only=read_only, spaces=spaces, run=run, iteration=iteration,
                   curator=curator, viewers=frozenset(viewers),
                   workspace=Path(workspace).resolve() if workspace else Path.cwd())
-        with gr.Tabs():
-            with gr.Tab("Run", id="run"):
-                tab_run.build(ctx, config_path)
-            with gr.Tab("Plans", id="plans"):
-                tab_plans.build(ctx)
-            with gr.Tab("Pairs", id="pairs"):
-                tab_pairs.build(ctx)
-            with gr.Tab("Critic", id="critic"):
-                tab_critic.build(ctx)
-            with gr.Tab("Metrics", id="metrics"):
-                tab_metrics.build(ctx)
-            with gr.Tab("Export", id="export"):
-                tab_export.build(ctx)
+        builders = {"run": lambda: tab_run.build(ctx, config_path), "plans": lambda: tab_plans.build(ctx),
+                    "pairs": lambda: tab_pairs.build(ctx), "critic": lambda: tab_critic.build(ctx),
+                    "metrics": lambda: tab_metrics.build(ctx), "export": lambda: tab_export.build(ctx)}
+        tab_ids = dict(zip(builders, TABS))
+        with gr.Tabs() as tabs:
+            tab_blocks = {}
+            for tab_id, label in tab_ids.items():
+                with gr.Tab(label, id=tab_id) as tab_blocks[tab_id]:
+                    builders[tab_id]()
+        # Where this browser was (tab, run, iteration), kept by studio.place: a reload comes back there.
+        saved_place = gr.BrowserState({}, storage_key="moat-studio-place")
+        pending = gr.State({})  # the saved run and iteration, until the run picker has taken them once
+        current_tab = gr.State("run")
 
-        def on_load(request: gr.Request):
+        def on_load(wanted, request: gr.Request):
             runs = [r["run_id"] for r in store.list_runs()]
             user = getattr(request, "username", None)
             # Without a login, leave the line alone: a name typed before the page finished loading must survive it.
-            return (gr.update(choices=runs, value=runs[-1] if runs else None),
+            return (gr.update(choices=runs, value=place.pick_run(runs, wanted)),
                     f"Curating as **{user}**" if user else gr.update())
 
-        def on_run(run_id):
+        def on_run(run_id, wanted):
             its = run_iterations(store, run_id)
-            return gr.update(choices=its, value=default_iteration(its))
+            return gr.update(choices=its, value=place.pick_iteration(its, run_id, wanted, default_iteration)), {}
 
-        demo.load(on_load, None, [run, who], api_name="studio_load")
+        def on_restore(saved):
+            where = place.read(saved, tab_ids)
+            tab = where.get("tab", "run")
+            return where, gr.Tabs(selected=tab), tab
+
+        # The restore runs first, so the run picker's first value is the saved run, not the newest.
+        demo.load(on_restore, saved_place, [pending, tabs, current_tab], show_progress="hidden",
+                  api_name="studio_restore_place", api_visibility="undocumented").then(
+            on_load, pending, [run, who], api_name="studio_load")
+        for tab_id, block in tab_blocks.items():
+            block.select(lambda r, i, t=tab_id: (t, place.snapshot(t, r, i)), [run, iteration],
+                         [current_tab, saved_place], show_progress="hidden", api_name=f"studio_tab_{tab_id}",
+                         api_visibility="undocumented")
+        gr.on([run.change, iteration.change], lambda r, i, t: place.snapshot(t, r, i), [run, iteration, current_tab],
+              saved_place, show_progress="hidden", api_name="studio_place_save", api_visibility="undocumented",
+              trigger_mode="always_last")
         for hook in ctx.load_hooks:
             hook(demo)
-        run.change(on_run, run, iteration, api_name="studio_pick_run")
+        run.change(on_run, [run, pending], [iteration, pending], api_name="studio_pick_run")
         # The name is kept in this browser too (studio.remember's way): typed once, it survives reloads.
         saved_name = gr.BrowserState("", storage_key="moat-studio-curator")
         gr.on([name.submit, name.blur],

@@ -203,6 +203,31 @@ def test_reload_and_a_second_session_reattach_to_a_running_job(served, browser):
     other.close()
 
 
+def test_a_reload_comes_back_to_the_tab_and_iteration_it_left(served, browser):
+    """studio.place: the tab, run and iteration a curator was on survive a reload of their page; a new browser starts
+    from the defaults (the newest run, its newest training iteration, the Run tab)."""
+    url, store, run_id, _ = served
+    expect = sync_api.expect
+    assert store.iterations(run_id)[:2] == [0, 1]
+    page = _open(browser, url)
+    picker = page.locator("#pick-iteration input")
+    expect(picker).to_have_value(str(store.iterations(run_id)[-1]))
+    picker.click()
+    page.get_by_role("option", name="0", exact=True).click()
+    expect(picker).to_have_value("0")
+    _tab(page, "Pairs")
+    expect(page.get_by_role("tab", name="Pairs")).to_have_attribute("aria-selected", "true")
+    page.reload()
+    expect(page.get_by_role("tab", name="Pairs")).to_have_attribute("aria-selected", "true")
+    expect(page.locator("#pick-run input")).to_have_value(run_id)
+    expect(page.locator("#pick-iteration input")).to_have_value("0")
+    fresh = _open(browser, url)  # another browser: nothing saved there
+    expect(fresh.get_by_role("tab", name="Run")).to_have_attribute("aria-selected", "true")
+    expect(fresh.locator("#pick-iteration input")).to_have_value(str(store.iterations(run_id)[-1]))
+    fresh.close()
+    page.close()
+
+
 def test_artifacts_dir_is_ignored():
     assert "test-artifacts/" in (Path(__file__).resolve().parents[1] / ".gitignore").read_text()
 

@@ -1,0 +1,49 @@
+"""Where a curator was, kept in their browser: the tab, run and iteration come back after a reload.
+
+``studio.app`` keeps ``snapshot(tab, run, iteration)`` in a ``gr.BrowserState`` whenever one of them changes, and on
+page load ``read(saved, tabs)`` turns what the browser sent back into a place the page can take; ``pick_run`` and
+``pick_iteration`` then choose the picker values: the saved ones where this store still has them, else the defaults
+(the newest run, its newest training iteration). A saved value is data from the browser: anything that is not a
+known tab, a string run id or an integer iteration is ignored. Like ``studio.remember``, the values are encrypted
+with a per-server secret, so a restarted studio starts from the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def snapshot(tab: str, run: Any, iteration: Any) -> dict[str, Any]:
+    """The place to keep: the tab id, the run id and the iteration (None where nothing is picked)."""
+    return {"tab": tab, "run": run, "iteration": iteration}
+
+
+def read(saved: Any, tabs: Mapping[str, str]) -> dict[str, Any]:
+    """The acceptable parts of a saved place: ``tab`` (one of ``tabs``' ids), ``run`` (a string), ``iteration``
+    (an int, only beside a run)."""
+    if not isinstance(saved, dict):
+        return {}
+    out: dict[str, Any] = {}
+    if isinstance(saved.get("tab"), str) and saved["tab"] in tabs:
+        out["tab"] = saved["tab"]
+    if isinstance(saved.get("run"), str) and 0 < len(saved["run"]) <= 200:
+        out["run"] = saved["run"]
+        it = saved.get("iteration")
+        if isinstance(it, int) and not isinstance(it, bool):
+            out["iteration"] = it
+    return out
+
+
+def pick_run(runs: list[str], wanted: Any) -> str | None:
+    """The saved run where the store has it, else the newest (None for an empty store)."""
+    run = wanted.get("run") if isinstance(wanted, dict) else None
+    return run if run in runs else (runs[-1] if runs else None)
+
+
+def pick_iteration(iterations: list[int], run_id: str | None, wanted: Any,
+                   default: Callable[[list[int]], int | None]) -> int | None:
+    """The saved iteration when ``run_id`` is the saved run and has it, else ``default(iterations)``."""
+    if isinstance(wanted, dict) and wanted.get("run") == run_id and wanted.get("iteration") in iterations:
+        return wanted["iteration"]
+    return default(iterations)
