@@ -71,10 +71,11 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             for tab_id, label in tab_ids.items():
                 with gr.Tab(label, id=tab_id) as tab_blocks[tab_id]:
                     builders[tab_id]()
-        # Where this browser was (tab, run, iteration), kept by studio.place: a reload comes back there.
+        # Where this browser was (tab, run, iteration), kept by studio.place: a reload comes back there. Saved by the
+        # browser itself (js, no server call): a server-side save still queued when the page reloads would run
+        # against the closed session and be lost.
         saved_place = gr.BrowserState({}, storage_key="moat-studio-place")
         pending = gr.State({})  # the saved run and iteration, until the run picker has taken them once
-        current_tab = gr.State("run")
 
         def on_load(wanted, request: gr.Request):
             runs = [r["run_id"] for r in store.list_runs()]
@@ -89,20 +90,18 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
 
         def on_restore(saved):
             where = place.read(saved, tab_ids)
-            tab = where.get("tab", "run")
-            return where, gr.Tabs(selected=tab), tab
+            # Nothing saved: leave the tabs alone (a tab clicked while the page loads must stay shown).
+            return where, gr.Tabs(selected=where["tab"]) if "tab" in where else gr.update()
 
         # The restore runs first, so the run picker's first value is the saved run, not the newest.
-        demo.load(on_restore, saved_place, [pending, tabs, current_tab], show_progress="hidden",
+        demo.load(on_restore, saved_place, [pending, tabs], show_progress="hidden",
                   api_name="studio_restore_place", api_visibility="undocumented").then(
             on_load, pending, [run, who], api_name="studio_load")
         for tab_id, block in tab_blocks.items():
-            block.select(lambda r, i, t=tab_id: (t, place.snapshot(t, r, i)), [run, iteration],
-                         [current_tab, saved_place], show_progress="hidden", api_name=f"studio_tab_{tab_id}",
-                         api_visibility="undocumented")
-        gr.on([run.change, iteration.change], lambda r, i, t: place.snapshot(t, r, i), [run, iteration, current_tab],
-              saved_place, show_progress="hidden", api_name="studio_place_save", api_visibility="undocumented",
-              trigger_mode="always_last")
+            block.select(None, [run, iteration, saved_place], saved_place, js=place.save_js(tab_id),
+                         show_progress="hidden", api_name=f"studio_tab_{tab_id}", api_visibility="undocumented")
+        gr.on([run.change, iteration.change], None, [run, iteration, saved_place], saved_place, js=place.save_js(),
+              show_progress="hidden", api_name="studio_place_save", api_visibility="undocumented")
         for hook in ctx.load_hooks:
             hook(demo)
         run.change(on_run, [run, pending], [iteration, pending], api_name="studio_pick_run")

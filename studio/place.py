@@ -1,6 +1,7 @@
 """Where a curator was, kept in their browser: the tab, run and iteration come back after a reload.
 
-``studio.app`` keeps ``snapshot(tab, run, iteration)`` in a ``gr.BrowserState`` whenever one of them changes, and on
+``studio.app`` keeps ``snapshot(tab, run, iteration)`` in a ``gr.BrowserState`` whenever one of them changes (built
+in the browser by ``save_js``, so a reload right after a change still finds it), and on
 page load ``read(saved, tabs)`` turns what the browser sent back into a place the page can take; ``pick_run`` and
 ``pick_iteration`` then choose the picker values: the saved ones where this store still has them, else the defaults
 (the newest run, its newest training iteration). A saved value is data from the browser: anything that is not a
@@ -10,6 +11,7 @@ with a per-server secret, so a restarted studio starts from the defaults.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,6 +19,17 @@ from typing import Any
 def snapshot(tab: str, run: Any, iteration: Any) -> dict[str, Any]:
     """The place to keep: the tab id, the run id and the iteration (None where nothing is picked)."""
     return {"tab": tab, "run": run, "iteration": iteration}
+
+
+def save_js(tab: str | None = None) -> str:
+    """The browser-side function ``(run, iteration, saved) -> place`` that builds ``snapshot`` from the pickers: for
+    ``tab``, or (None) for the tab the page shows now, read from the selected tab button's ``data-tab-id``. With no run
+    picked it returns ``saved`` unchanged: while a page loads, Gradio fires change and select events before the
+    page-load restore has read what the browser kept, and those must not overwrite it."""
+    shown = ("(() => { const b = document.querySelector('button[role=\"tab\"][aria-selected=\"true\"][data-tab-id]');"
+             " return b ? b.dataset.tabId : 'run'; })()")
+    which = json.dumps(tab) if tab is not None else shown
+    return f"(run, iteration, saved) => (run == null ? saved : {{tab: {which}, run, iteration}})"
 
 
 def read(saved: Any, tabs: Mapping[str, str]) -> dict[str, Any]:

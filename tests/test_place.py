@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from studio.common import default_iteration
-from studio.place import pick_iteration, pick_run, read, snapshot
+from studio.place import pick_iteration, pick_run, read, save_js, snapshot
 
 TABS = {"run": "Run", "pairs": "Pairs"}
 
@@ -26,3 +26,8 @@ def test_the_saved_run_and_iteration_win_only_where_the_store_has_them():
     assert pick_iteration([0, 1, 2], "old", wanted, default_iteration) == 0
     assert pick_iteration([0, 1, 2], "new", wanted, default_iteration) == 2  # another run: its default
     assert pick_iteration([1, 2], "old", {"run": "old", "iteration": 5}, default_iteration) == 2  # gone: default
+
+
+def test_the_browser_side_save_names_the_tab_it_is_for_or_reads_the_shown_one():
+    assert save_js("pairs") == '(run, iteration, saved) => (run == null ? saved : {tab: "pairs", run, iteration})'
+    assert "aria-selected" in save_js() and "dataset.tabId" in save_js()

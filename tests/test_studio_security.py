@@ -321,8 +321,8 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "studio_restore_name": ("read", ("someone",)),  # the name this browser kept: session state only
         # Where this browser was (studio.place): session state only, validated before it is shown.
         "studio_restore_place": ("read", ({"tab": "pairs", "run": "x' OR 1=1 --", "iteration": "1; DROP"},)),
-        "studio_place_save": ("read", (run_id, 1)),
-        **{f"studio_tab_{t}": ("read", (run_id, 1)) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
+        "studio_place_save": ("read", None),  # runs in the browser only (js): the place into localStorage
+        **{f"studio_tab_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
         "pairs_filters_save": ("read", None),  # runs in the browser only (js): the filters into localStorage
         "critic_filters_save": ("read", None),
         "pairs_filters_restore": ("read", ({"order": "margin", "text": "x' OR 1=1 --"},)),  # validated, then shown
