@@ -26,13 +26,14 @@ import gradio as gr
 
 from engine.store import Store
 from studio import place, tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
-from studio.common import Ctx, default_iteration, run_iterations
+from studio.common import Ctx, run_iterations
 from studio.first_visit import WELCOME, start_showcase
 from studio.jobs import JobWorker
 from studio.keys import SHORTCUTS_JS
 
 HEAD = SHORTCUTS_JS
-TABS = ("Run", "Plans", "Pairs", "Critic", "Metrics", "Export")
+# Tab id -> label. The ids are what studio.place keeps in the browser, so a renamed label keeps saved places.
+TABS = {"run": "Run", "plans": "Plans", "pairs": "Pairs", "critic": "Critic", "metrics": "Metrics", "export": "Export"}
 # Events of one kind (say, eight curators loading the Pairs page) may run this many at once. Gradio's default is 1
 # per event, which queues every session behind the others; handlers only query the store (a DuckDB cursor each,
 # thread-safe) or append an override (atomic, see engine.curation), so they can overlap. Jobs run on the worker
@@ -65,10 +66,9 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         builders = {"run": lambda: tab_run.build(ctx, config_path), "plans": lambda: tab_plans.build(ctx),
                     "pairs": lambda: tab_pairs.build(ctx), "critic": lambda: tab_critic.build(ctx),
                     "metrics": lambda: tab_metrics.build(ctx), "export": lambda: tab_export.build(ctx)}
-        tab_ids = dict(zip(builders, TABS))
+        tab_blocks = {}
         with gr.Tabs() as tabs:
-            tab_blocks = {}
-            for tab_id, label in tab_ids.items():
+            for tab_id, label in TABS.items():
                 with gr.Tab(label, id=tab_id) as tab_blocks[tab_id]:
                     builders[tab_id]()
         # Where this browser was (tab, run, iteration), kept by studio.place: a reload comes back there. Saved by the
@@ -86,10 +86,10 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
 
         def on_run(run_id, wanted):
             its = run_iterations(store, run_id)
-            return gr.update(choices=its, value=place.pick_iteration(its, run_id, wanted, default_iteration)), {}
+            return gr.update(choices=its, value=place.pick_iteration(its, run_id, wanted)), {}
 
         def on_restore(saved):
-            where = place.read(saved, tab_ids)
+            where = place.read(saved, TABS)
             # Nothing saved: leave the tabs alone (a tab clicked while the page loads must stay shown).
             return where, gr.Tabs(selected=where["tab"]) if "tab" in where else gr.update()
 

@@ -1,8 +1,8 @@
 """Where a curator was, kept in their browser: the tab, run and iteration come back after a reload.
 
-``studio.app`` keeps ``snapshot(tab, run, iteration)`` in a ``gr.BrowserState`` whenever one of them changes (built
-in the browser by ``save_js``, so a reload right after a change still finds it), and on
-page load ``read(saved, tabs)`` turns what the browser sent back into a place the page can take; ``pick_run`` and
+``studio.app`` keeps ``{"tab", "run", "iteration"}`` in a ``gr.BrowserState`` whenever one of them changes (built in
+the browser by ``save_js``, so a reload right after a change still finds it), and on page load ``read(saved, tabs)``
+turns what the browser sent back into a place the page can take; ``pick_run`` and
 ``pick_iteration`` then choose the picker values: the saved ones where this store still has them, else the defaults
 (the newest run, its newest training iteration). A saved value is data from the browser: anything that is not a
 known tab, a string run id or an integer iteration is ignored. Like ``studio.remember``, the values are encrypted
@@ -12,17 +12,14 @@ with a per-server secret, so a restarted studio starts from the defaults.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-
-def snapshot(tab: str, run: Any, iteration: Any) -> dict[str, Any]:
-    """The place to keep: the tab id, the run id and the iteration (None where nothing is picked)."""
-    return {"tab": tab, "run": run, "iteration": iteration}
+from studio.common import default_iteration
 
 
 def save_js(tab: str | None = None) -> str:
-    """The browser-side function ``(run, iteration, saved) -> place`` that builds ``snapshot`` from the pickers: for
+    """The browser-side function ``(run, iteration, saved) -> place`` that builds the place from the pickers: for
     ``tab``, or (None) for the tab the page shows now, read from the selected tab button's ``data-tab-id``. With no run
     picked it returns ``saved`` unchanged: while a page loads, Gradio fires change and select events before the
     page-load restore has read what the browser kept, and those must not overwrite it."""
@@ -54,9 +51,9 @@ def pick_run(runs: list[str], wanted: Any) -> str | None:
     return run if run in runs else (runs[-1] if runs else None)
 
 
-def pick_iteration(iterations: list[int], run_id: str | None, wanted: Any,
-                   default: Callable[[list[int]], int | None]) -> int | None:
-    """The saved iteration when ``run_id`` is the saved run and has it, else ``default(iterations)``."""
+def pick_iteration(iterations: list[int], run_id: str | None, wanted: Any) -> int | None:
+    """The saved iteration when ``run_id`` is the saved run and has it, else the picker's default
+    (``studio.common.default_iteration``)."""
     if isinstance(wanted, dict) and wanted.get("run") == run_id and wanted.get("iteration") in iterations:
         return wanted["iteration"]
-    return default(iterations)
+    return default_iteration(iterations)
