@@ -143,6 +143,26 @@ def _runs(store: Store, experiment_id: str, requested: int) -> list[dict[str, An
     return out
 
 
+Values = dict[str, dict[int, dict[tuple[str, str, str], dict[int, float]]]]
+
+
+def metric_values(store: Store, experiment_id: str) -> Values:
+    """``values[variant][iteration][(split, domain, name)][seed]``: the experiment's stored metrics."""
+    values: Values = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+    df = store.query(
+        "SELECT r.variant, r.seed, m.iteration, m.split, m.domain, m.name, m.value FROM experiment_runs r "
+        "JOIN metrics m USING (run_id) WHERE r.experiment_id = ? AND m.split IN (SELECT unnest(?)) "
+        "AND m.name IN (SELECT unnest(?))", [experiment_id, list(SPLITS), list(NAMES)])
+    for variant, seed, it, split, domain, name, value in df.itertuples(index=False):
+        values[variant][int(it)][(split, domain, name)][int(seed)] = float(value)
+    return values
+
+
+def flat_values(values: Values, variant: str, t: int) -> dict[str, dict[int, float]]:
+    """One variant's all-domain values at iteration ``t``, keyed ``<split>_<name>`` (``held_out_accuracy``)."""
+    return {f"{s}_{n}": v for (s, d, n), v in values.get(variant, {}).get(t, {}).items() if d == "all"}
+
+
 def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
     """The experiment's numbers (see the module docstring)."""
     found = records(store.query("SELECT * FROM experiments WHERE experiment_id = ?", [experiment_id]))
@@ -154,18 +174,10 @@ def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
     variants = list(dict.fromkeys([*definition.get("variants", {}), *(r["variant"] for r in runs)]))
     runs.sort(key=lambda r: (r["seed"], variants.index(r["variant"])))  # seed-major, in the file's variant order
     baseline = definition.get("baseline", "full" if "full" in variants else None)
-    # values[variant][iteration][(split, domain, name)][seed]
-    values: dict[str, dict[int, dict[tuple[str, str, str], dict[int, float]]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(dict)))
-    df = store.query(
-        "SELECT r.variant, r.seed, m.iteration, m.split, m.domain, m.name, m.value FROM experiment_runs r "
-        "JOIN metrics m USING (run_id) WHERE r.experiment_id = ? AND m.split IN (SELECT unnest(?)) "
-        "AND m.name IN (SELECT unnest(?))", [experiment_id, list(SPLITS), list(NAMES)])
-    for variant, seed, it, split, domain, name, value in df.itertuples(index=False):
-        values[variant][int(it)][(split, domain, name)][int(seed)] = float(value)
+    values = metric_values(store, experiment_id)
 
     def flat(variant: str, t: int) -> dict[str, dict[int, float]]:
-        return {f"{s}_{n}": v for (s, d, n), v in values[variant].get(t, {}).items() if d == "all"}
+        return flat_values(values, variant, t)
 
     report_variants: dict[str, Any] = {}
     for variant in variants:
@@ -248,14 +260,14 @@ def _swaps(store: Store, experiment_id: str) -> dict[str, Any]:
 # -- markdown ---------------------------------------------------------------------------------------------------------
 
 
-def _interval(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
+def format_interval(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
     if not cell or cell.get("mean") is None:
         return "–"
     lo, hi = cell["ci95"]
     return f"{cell['mean'] * scale:.{digits}f} [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}]"
 
 
-def _test(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
+def format_test(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
     if not cell or cell.get("diff") is None:
         return "–"
     lo, hi = cell["ci95"]
@@ -263,7 +275,7 @@ def _test(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> s
             f"p={cell['p']:.3g} (n={cell['n']})")
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     if not rows:
         return ["(no data)", ""]
     return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
@@ -287,13 +299,13 @@ def report_markdown(report: dict[str, Any]) -> str:
             for t, it in v["iterations"].items():
                 if f"{split}_accuracy" not in it:
                     continue
-                rows.append([name, t, str(it[f"{split}_accuracy"]["n"]), _interval(it[f"{split}_accuracy"], 100),
-                             _interval(it.get(f"{split}_gap_ppl"), 1, 3),
-                             *(_interval(it["by_domain"].get(split, {}).get(d, {}).get("accuracy"), 100)
+                rows.append([name, t, str(it[f"{split}_accuracy"]["n"]), format_interval(it[f"{split}_accuracy"], 100),
+                             format_interval(it.get(f"{split}_gap_ppl"), 1, 3),
+                             *(format_interval(it["by_domain"].get(split, {}).get(d, {}).get("accuracy"), 100)
                                for d in domains)])
         if rows:
             lines += [f"## {split}", ""]
-            lines += _table(["variant", "iteration", "seeds", "accuracy %", "gap PPL",
+            lines += markdown_table(["variant", "iteration", "seeds", "accuracy %", "gap PPL",
                              *(f"{d} accuracy %" for d in domains)], rows)
     # Accuracy columns for the splits the runs evaluated (a dev-only tuning experiment has no held-out column).
     evaluated = [s for s in ("held_in", "held_out", "dev")
@@ -302,20 +314,21 @@ def report_markdown(report: dict[str, Any]) -> str:
     with_gap = "held_out" in evaluated
     gap_domains = sorted({d for v in variants.values() for it in v["iterations"].values()
                           for d in it.get("vs_iteration_0", {}).get("held_out_gap_ppl_pct_by_domain", {})})
-    rows = [[name, t, *(_test(it["vs_iteration_0"].get(f"{s}_accuracy"), 100) for s in evaluated),
-             *([_test(it["vs_iteration_0"].get("held_out_gap_ppl_pct"))] if with_gap else []),
-             *(_test(it["vs_iteration_0"].get("held_out_gap_ppl_pct_by_domain", {}).get(d)) for d in gap_domains)]
+    rows = [[name, t, *(format_test(it["vs_iteration_0"].get(f"{s}_accuracy"), 100) for s in evaluated),
+             *([format_test(it["vs_iteration_0"].get("held_out_gap_ppl_pct"))] if with_gap else []),
+             *(format_test(it["vs_iteration_0"].get("held_out_gap_ppl_pct_by_domain", {}).get(d))
+               for d in gap_domains)]
             for name, v in variants.items() for t, it in v["iterations"].items() if "vs_iteration_0" in it]
     lines += ["## Change vs iteration 0 (paired over seeds)", ""]
-    lines += _table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
+    lines += markdown_table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
                      *(["held-out gap PPL Δ %"] if with_gap else []),
                      *(f"held-out {d} gap PPL Δ %" for d in gap_domains)], rows)
     if report["baseline"]:
-        rows = [[name, t, *(_test(it["vs_baseline"].get(f"{s}_accuracy"), 100) for s in evaluated),
-                 *([_test(it["vs_baseline"].get("held_out_gap_ppl"), 1, 3)] if with_gap else [])]
+        rows = [[name, t, *(format_test(it["vs_baseline"].get(f"{s}_accuracy"), 100) for s in evaluated),
+                 *([format_test(it["vs_baseline"].get("held_out_gap_ppl"), 1, 3)] if with_gap else [])]
                 for name, v in variants.items() for t, it in v["iterations"].items() if "vs_baseline" in it]
         lines += [f"## vs {report['baseline']} (paired over seeds, same iteration)", ""]
-        lines += _table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
+        lines += markdown_table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
                          *(["held-out gap PPL Δ"] if with_gap else [])], rows)
     for variant, sw in report.get("swaps", {}).items():
         a, b = sw["after"], sw["base"]
@@ -323,19 +336,19 @@ def report_markdown(report: dict[str, Any]) -> str:
                   f"P{b}G{a}": "stage 2 only (grounder trained)", f"P{a}G{a}": "both (the trained system)",
                   f"gold/G{b}": "starting grounder on gold plans", f"gold/G{a}": "trained grounder on gold plans"}
         splits = sorted({k for c in sw["cells"].values() for k in c})
-        rows = [[f"{cell} ({labels.get(cell, '')})", *(_interval(sw["cells"][cell].get(k), 100) for k in splits)]
+        rows = [[f"{cell} ({labels.get(cell, '')})", *(format_interval(sw["cells"][cell].get(k), 100) for k in splits)]
                 for cell in labels if cell in sw["cells"]]
         lines += [f"## Swap table: {variant} (planner x grounder, {len(sw['seeds'])} seed(s), accuracy %)", ""]
-        lines += _table(["agents", *(k.replace("_accuracy", "") for k in splits)], rows)
-        rows = [[stage, *(_test(sw["gains"][stage].get(k), 100) for k in splits)]
+        lines += markdown_table(["agents", *(k.replace("_accuracy", "") for k in splits)], rows)
+        rows = [[stage, *(format_test(sw["gains"][stage].get(k), 100) for k in splits)]
                 for stage in ("stage1", "stage2", "both") if sw["gains"].get(stage)]
-        lines += _table(["gain vs starting agents (pp, paired over seeds)", *(k.replace("_accuracy", "")
+        lines += markdown_table(["gain vs starting agents (pp, paired over seeds)", *(k.replace("_accuracy", "")
                                                                                  for k in splits)], rows)
     rows = [[r["variant"], str(r["seed"]), f"`{r['run_id']}`", r["status"] + (f" ({r['at']})" if "at" in r else ""),
              str(r["iterations_done"]), f"{r['wall_s']:.1f} s"] for r in report["runs"]]
     rows += [[m["variant"], str(m["seed"]), "-", "missing", "-", "-"] for m in report["missing"]]
     lines += ["## Runs", ""]
-    lines += _table(["variant", "seed", "run", "status", "iterations done", "wall"], rows)
+    lines += markdown_table(["variant", "seed", "run", "status", "iterations done", "wall"], rows)
     per_variant = ", ".join(f"{v} {s:.1f} s" for v, s in report["wall_s"]["per_variant"].items())
     lines += [f"Total wall time (sum of stage durations): {report['wall_s']['total']:.1f} s ({per_variant}).", ""]
     return "\n".join(lines)

@@ -129,8 +129,9 @@ def test_one_agent_is_rebuilt_against_its_partners_tokenizer(tmp_path, tiny_agen
     config = AgentBuildConfig(hidden_size=32, layers=2, heads=2, intermediate_size=64, planner_steps=2,
                               batch_size=4, max_train_tasks=8, roles="planner",
                               tokenizer_from=str(tiny_agents_dir / "grounder"),
-                              planner_styles="explicit=0.6,vague=0.4")
+                              planner_styles="explicit=0.6,vague=0.4", bf16="false")
     report = build_demo_agents(demo_tasks, tmp_path / "out", config, log=lambda *_: None)
+    assert report["precision"] == "fp32 (bf16 = false)"  # forced fp32, whatever this CPU computes natively
     assert (tmp_path / "out" / "planner" / "model.safetensors").is_file()
     assert not (tmp_path / "out" / "grounder").exists() and "grounder" not in report
     _, tokenizer = models.load_model(models.ModelSpec(str(tmp_path / "out" / "planner")))
@@ -151,6 +152,8 @@ def test_one_agent_is_rebuilt_against_its_partners_tokenizer(tmp_path, tiny_agen
         build_demo_agents(demo_tasks, tmp_path / "refused", AgentBuildConfig(roles="planner"), log=lambda *_: None)
     with pytest.raises(ValueError, match="roles"):
         build_demo_agents(demo_tasks, tmp_path / "refused", AgentBuildConfig(roles="critic"), log=lambda *_: None)
+    with pytest.raises(ValueError, match="bf16 'maybe'"):
+        build_demo_agents(demo_tasks, tmp_path / "refused", AgentBuildConfig(bf16="maybe"), log=lambda *_: None)
     assert not (tmp_path / "refused").exists()
 
 
@@ -159,4 +162,6 @@ def test_demo_models_refuses_a_bad_style_mix_before_writing(tmp_path):
 
     with pytest.raises(SystemExit, match="--planner-styles: plan style 'concise'"):
         main(["demo-models", "--out", str(tmp_path / "out"), "--planner-styles", "concise=1"])
+    with pytest.raises(SystemExit):  # argparse: invalid choice, exit 2
+        main(["demo-models", "--out", str(tmp_path / "out"), "--bf16", "maybe"])
     assert not (tmp_path / "out").exists()

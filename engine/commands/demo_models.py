@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if isinstance(f.default, bool):  # type=bool would read "--flag False" as True
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=text)
         else:
-            parser.add_argument(flag, type=type(f.default), default=f.default, help=text)
+            parser.add_argument(flag, type=type(f.default), default=f.default, help=text,
+                                choices=f.metadata.get("choices"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,7 +3,9 @@
 Contract: opens the store read-only and prints ``engine.report.experiment_report`` as one JSON object (``--json``)
 or as markdown tables (``--markdown``, the default); exits 0. ``--by-template`` prints
 ``engine.breakdown.template_breakdown`` of ``--split`` instead (accuracy, sound plans and gold log-PPL per
-template). An unknown experiment id exits 2 with ``error: ...`` on stderr listing the experiments the store knows;
+template); ``--against ID[:VARIANT]`` prints ``engine.report_compare.compare_report`` instead (every variant paired
+with one variant of another experiment in the store; two experiments evaluating different tasks exit 2 naming the
+fields). An unknown experiment id exits 2 with ``error: ...`` on stderr listing the experiments the store knows;
 a missing store, or one held by another process, exits 2 too.
 """
 
@@ -23,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(the task's meta template, else its source), first vs last iteration")
     parser.add_argument("--split", default="held_out", choices=("held_in", "held_out", "dev"),
                         help="--by-template: the split to break down (default: held_out)")
+    parser.add_argument("--against", default="", metavar="ID[:VARIANT]",
+                        help="pair every variant with a variant of another experiment in the same store (its "
+                             "baseline unless :VARIANT is given), over the seeds both ran: a tuning experiment "
+                             "read against a baseline measured once. Refused when the two evaluate different tasks")
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print one JSON object")
     form.add_argument("--markdown", action="store_true", help="print markdown tables (the default)")
@@ -32,15 +38,22 @@ def run(args: argparse.Namespace) -> int:
     from engine.breakdown import breakdown_markdown, template_breakdown
     from engine.commands._common import print_json
     from engine.report import UnknownExperiment, experiment_report, report_markdown
+    from engine.report_compare import IncomparableExperiments, compare_markdown, compare_report
     from engine.store import Store, StoreError
 
+    if args.against and args.by_template:
+        print("error: --against and --by-template are separate reports: give one", file=sys.stderr)
+        return 2
     try:
         with Store(args.db, read_only=True) as store:
             if args.by_template:
                 report = template_breakdown(store, args.experiment, args.split)
+            elif args.against:
+                against, _, variant = args.against.partition(":")
+                report = compare_report(store, args.experiment, against, variant)
             else:
                 report = experiment_report(store, args.experiment)
-    except StoreError as exc:
+    except (StoreError, IncomparableExperiments) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except UnknownExperiment as exc:
@@ -50,5 +63,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
-        print(breakdown_markdown(report) if args.by_template else report_markdown(report))
+        render = breakdown_markdown if args.by_template else compare_markdown if args.against else report_markdown
+        print(render(report))
     return 0

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine import prompts
+from engine.config_fields import BF16
 from engine.config_fields import setting as _f
 from engine.demo import qa_world, world
 from engine.demo.tokenizer import train_tokenizer
@@ -62,6 +63,9 @@ class AgentBuildConfig:
                                   "copying a new name from the question is then copying familiar tokens")
     tokenizer_from: str = _f("", "reuse this agent directory's tokenizer instead of training one (e.g. "
                                  "assets/demo/grounder when rebuilding only the planner)")
+    bf16: str = _f("auto", "training precision: auto (bf16 only on a CPU/GPU that computes it natively), true, false "
+                           "(fp32 everywhere: the build a CPU without native bf16 makes, on any machine)",
+                   choices=BF16)
 
 
 def instruction_phrases() -> list[str]:
@@ -88,6 +92,11 @@ def grounder_rows(tasks: list[Task]) -> list[dict[str, str]]:
         prompt, completion = prompts.prompt_and_completion(messages)
         rows.append({"prompt": prompt, "completion": completion.removesuffix(prompts.LUMOS_EOS)})
     return rows
+
+
+def _check_bf16(config: AgentBuildConfig) -> None:
+    if config.bf16 not in BF16:
+        raise ValueError(f"bf16 {config.bf16!r}: expected one of {', '.join(BF16)}")
 
 
 def _new_model(config: AgentBuildConfig, tokenizer):
@@ -124,6 +133,7 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
     from engine.config import TrainSettings
     from engine.training import sft_train
 
+    _check_bf16(config)
     styles = world.parse_plan_styles(config.planner_styles)
     roles = [r.strip() for r in config.roles.split(",") if r.strip()]
     if not roles or set(roles) - {"planner", "grounder"}:
@@ -151,7 +161,7 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
     from engine.precision import describe
 
     report: dict = {"config": asdict(config), "train_tasks": len(train), "vocab": len(tokenizer),
-                    "precision": describe("auto", torch.device("cpu"))}
+                    "precision": describe(config.bf16, torch.device("cpu"))}
     # Rebuilding one agent in place keeps the other's record (with the config it was built with).
     earlier = json.loads((out / "build.json").read_text()) if (out / "build.json").is_file() else {}
     kept = [r for r in ("planner", "grounder") if r not in roles and r in earlier and (out / r).is_dir()]
@@ -163,7 +173,7 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
         model = _new_model(config, tokenizer)
         settings = TrainSettings(learning_rate=config.learning_rate, max_steps=steps, batch_size=config.batch_size,
                                  max_length=config.max_positions, seed=config.seed, logging_steps=25,
-                                 warmup_steps=0.05)
+                                 warmup_steps=0.05, bf16=config.bf16)
         model, history = sft_train(model, tokenizer, [{"prompt": r["prompt"], "completion": r["completion"]}
                                                       for r in rows], settings,
                                    on_log=lambda logs, role=role: log(f"{role} {json.dumps(logs)}"))
@@ -196,6 +206,7 @@ def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
     from engine.precision import describe
     from engine.training import sft_train
 
+    _check_bf16(config)
     out = Path(out_dir)
     train = [t for t in tasks if t.split == "train"]
     if config.max_train_tasks:
@@ -207,14 +218,14 @@ def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
     model, tokenizer = load_model(ModelSpec(str(start), dtype="float32"))
     settings = TrainSettings(learning_rate=config.learning_rate, max_steps=config.joint_steps,
                              batch_size=config.batch_size, max_length=config.max_positions, seed=config.seed,
-                             logging_steps=25, warmup_steps=0.05)
+                             logging_steps=25, warmup_steps=0.05, bf16=config.bf16)
     model.train()
     model, history = sft_train(model, tokenizer, rows, settings, on_log=lambda logs: log(f"joint {json.dumps(logs)}"))
     out.mkdir(parents=True, exist_ok=True)
     _save(model, tokenizer, out)
     losses = [h["loss"] for h in history if "loss" in h]
     report = {"config": asdict(config), "start": str(start), "train_tasks": len(train), "rows": len(rows),
-              "steps": config.joint_steps, "precision": describe("auto", torch.device("cpu")),
+              "steps": config.joint_steps, "precision": describe(config.bf16, torch.device("cpu")),
               "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
               "seconds": round(time.perf_counter() - started, 1)}
     (out / "build.json").write_text(json.dumps(report, indent=2) + "\n")
