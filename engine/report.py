@@ -306,7 +306,7 @@ def report_markdown(report: dict[str, Any]) -> str:
         if rows:
             lines += [f"## {split}", ""]
             lines += markdown_table(["variant", "iteration", "seeds", "accuracy %", "gap PPL",
-                             *(f"{d} accuracy %" for d in domains)], rows)
+                                     *(f"{d} accuracy %" for d in domains)], rows)
     # Accuracy columns for the splits the runs evaluated (a dev-only tuning experiment has no held-out column).
     evaluated = [s for s in ("held_in", "held_out", "dev")
                  if any(f"{s}_accuracy" in it for v in variants.values() for it in v["iterations"].values())]
@@ -321,15 +321,15 @@ def report_markdown(report: dict[str, Any]) -> str:
             for name, v in variants.items() for t, it in v["iterations"].items() if "vs_iteration_0" in it]
     lines += ["## Change vs iteration 0 (paired over seeds)", ""]
     lines += markdown_table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
-                     *(["held-out gap PPL Δ %"] if with_gap else []),
-                     *(f"held-out {d} gap PPL Δ %" for d in gap_domains)], rows)
-    if report["baseline"]:
+                             *(["held-out gap PPL Δ %"] if with_gap else []),
+                             *(f"held-out {d} gap PPL Δ %" for d in gap_domains)], rows)
+    if report["baseline"] and set(variants) - {report["baseline"]}:  # one variant alone has nothing to pair
         rows = [[name, t, *(format_test(it["vs_baseline"].get(f"{s}_accuracy"), 100) for s in evaluated),
                  *([format_test(it["vs_baseline"].get("held_out_gap_ppl"), 1, 3)] if with_gap else [])]
                 for name, v in variants.items() for t, it in v["iterations"].items() if "vs_baseline" in it]
         lines += [f"## vs {report['baseline']} (paired over seeds, same iteration)", ""]
         lines += markdown_table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
-                         *(["held-out gap PPL Δ"] if with_gap else [])], rows)
+                                 *(["held-out gap PPL Δ"] if with_gap else [])], rows)
     for variant, sw in report.get("swaps", {}).items():
         a, b = sw["after"], sw["base"]
         labels = {f"P{b}G{b}": "starting agents", f"P{a}G{b}": "stage 1 only (planner trained)",
@@ -342,8 +342,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += markdown_table(["agents", *(k.replace("_accuracy", "") for k in splits)], rows)
         rows = [[stage, *(format_test(sw["gains"][stage].get(k), 100) for k in splits)]
                 for stage in ("stage1", "stage2", "both") if sw["gains"].get(stage)]
-        lines += markdown_table(["gain vs starting agents (pp, paired over seeds)", *(k.replace("_accuracy", "")
-                                                                                 for k in splits)], rows)
+        lines += markdown_table(["gain vs starting agents (pp, paired over seeds)",
+                                 *(k.replace("_accuracy", "") for k in splits)], rows)
     rows = [[r["variant"], str(r["seed"]), f"`{r['run_id']}`", r["status"] + (f" ({r['at']})" if "at" in r else ""),
              str(r["iterations_done"]), f"{r['wall_s']:.1f} s"] for r in report["runs"]]
     rows += [[m["variant"], str(m["seed"]), "-", "missing", "-", "-"] for m in report["missing"]]
