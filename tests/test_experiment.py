@@ -461,6 +461,23 @@ def test_a_dev_only_tuning_report_shows_dev_changes_and_no_empty_held_out_column
     assert "held-out" not in change and "held-out" not in versus.split("## Runs")[0]
 
 
+def test_a_one_variant_report_has_no_empty_baseline_table(tmp_path):
+    """The iterations preset has only its baseline: the vs-baseline section would be an empty table."""
+    with Store(tmp_path / "one.duckdb") as store:
+        store.write("experiments", [{"experiment_id": "iterations-0000f00d", "name": "iterations",
+                                     "source": "iterations.toml",
+                                     "config_json": {"variants": {"full": []}, "seeds": [1, 2], "iterations": 1}}])
+        for seed in (1, 2):
+            run_id = linked_run(store, "iterations-0000f00d", "full", seed, tmp_path)
+            for t in (0, 1):
+                store.put_metrics(run_id, t, [{"split": "held_out", "domain": "all", "name": "accuracy",
+                                               "value": 0.2 + 0.1 * t + 0.01 * seed}])
+        report = experiment_report(store, "iterations-0000f00d")
+    text = report_markdown(report)
+    assert report["baseline"] == "full" and "## vs full" not in text and "(no data)" not in text
+    assert "## Change vs iteration 0" in text
+
+
 # -- running an experiment on the tiny agents ------------------------------------------------------------------------
 
 
