@@ -93,6 +93,7 @@ def test_warm_start_data_builds_the_capability_gap(demo_tasks):
     task = train[0]
     assert task.meta["vague_subgoals"] != task.gold_subgoals != task.meta["explicit_subgoals"]
     assert all(len(t.meta["step_renderings"]) == len(t.gold_subgoals) for t in train)
+    assert all(len(r) == len(world.RENDERINGS) for t in train for r in t.meta["step_renderings"])
     operations = ("Multiply", "Add", "Subtract", "Divide", "Answer", "Calculate")
     assert all(s.startswith(operations) for t in train for s in t.gold_subgoals)
 
@@ -113,6 +114,39 @@ def test_a_planner_style_mix_without_concrete_plans_never_writes_them(demo_tasks
     # The default mix is unchanged: the committed planner's rows come out of it draw for draw.
     assert world.format_plan_styles() == "concrete=0.25,explicit=0.15,vague=0.35,mixed=0.1,flawed=0.15"
     assert world.parse_plan_styles(world.format_plan_styles()) == world.PLAN_STYLES
+
+
+def test_the_paraphrased_rendering_is_the_planners_own_wording_on_some_steps_only(demo_tasks):
+    """``paraphrased`` keeps the grounder's concrete wording on the steps the agents' conventions share and uses a
+    paraphrase the grounder's warm-start data never contains on the others (maths: lose, buy, share; QA: born_in,
+    mayor_of, year_of), so a planner trained on it writes steps the grounder has to learn."""
+    from engine.demo.agents import grounder_rows
+
+    train = [t for t in demo_tasks if t.split == "train"]
+    grounder_text = "\n".join(r["prompt"] + r["completion"] for r in grounder_rows(train))
+    own_kinds = {"maths": ("lose", "buy", "share"), "qa": ("born_in", "mayor_of", "year_of", "founding_gap")}
+    seen_shared = seen_own = 0
+    for task in demo_tasks:
+        renderings = task.meta["step_renderings"]
+        assert [r[3] for r in renderings] == task.meta["paraphrased_subgoals"]
+        template = task.meta["template"]
+        uses_own = any(kind in template.split("-") for kind in own_kinds[task.domain])
+        differs = [r[3] != r[0] for r in renderings]
+        assert any(differs) == uses_own, (template, task.meta["paraphrased_subgoals"])
+        for rendering, changed in zip(renderings, differs):
+            if changed:
+                seen_own += 1
+                assert rendering[3] not in grounder_text, rendering[3]
+            else:
+                seen_shared += 1
+    assert seen_own and seen_shared
+    # A planner trained on the paraphrased style never writes the grounder's wording of those steps.
+    styles = world.parse_plan_styles("paraphrased=0.35,vague=0.35,mixed=0.15,flawed=0.15")
+    for task, subgoals, style in world.planner_warm_start(train[:200], seed=0, styles=styles):
+        grounder_only = {r[0] for r in task.meta["step_renderings"] if r[3] != r[0]}
+        assert not grounder_only & set(subgoals), (style, subgoals)
+        if style == "flawed":
+            assert set(subgoals) <= set(task.meta["paraphrased_subgoals"]), subgoals
 
 
 def test_a_bad_plan_style_mix_is_refused_by_name():

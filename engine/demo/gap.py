@@ -18,7 +18,8 @@ from engine.outcome import is_solved, run_actions
 from engine.tasks import Task
 from engine.turns import Agent, grounder_prompt
 
-STYLES = {"concrete": None, "explicit": "explicit_subgoals", "vague": "vague_subgoals"}
+STYLES = {"concrete": None, "explicit": "explicit_subgoals", "vague": "vague_subgoals",
+          "paraphrased": "paraphrased_subgoals"}
 
 
 def _plan(task: Task, style: str) -> list[str]:

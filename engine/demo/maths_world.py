@@ -27,31 +27,38 @@ ITEMS = ("pens", "apples", "stickers", "marbles", "books", "cookies", "cards", "
 BOXES = ("boxes", "bags", "packs", "jars")
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
-# Clause code -> (sentence, [(op, left, right, concrete, explicit, vague)]). "cur" is the running quantity (a literal
-# or the latest result), "new" the previous step's result inside the same clause; other operands are slot names.
-CLAUSES: dict[str, tuple[str, list[tuple[str, str, str, str, str, str]]]] = {
+# Clause code -> (sentence, [(op, left, right, concrete, explicit, vague, paraphrased)]). "cur" is the running quantity
+# (a literal or the latest result), "new" the previous step's result inside the same clause; other operands are slot
+# names. ``paraphrased`` is the planner's own wording of the step: None where it is the grounder's concrete wording
+# (the clauses the two agents' conventions share), a paraphrase the grounder never saw on the others (lose, buy,
+# share): as informative as the concrete wording, but in other words.
+CLAUSES: dict[str, tuple[str, list[tuple[str, str, str, str, str, str, str | None]]]] = {
     "boxes": ("{name} has {a} {box} of {item} with {b} {item} in each.",
               [("mul", "a", "b", "Multiply the {box} by the {item} in each to get the {item} {name} has.",
                 "Multiply the {a} {box} by the {b} {item} in each to get the {item} {name} has.",
-                "Find the {item}.")]),
+                "Find the {item}.", None)]),
     "plain": ("{name} has {a} {item}.", []),
     "gain": ("{name} finds {g} more {item}.",
              [("add", "cur", "g", "Add the {item} found to the {item} so far.",
-               "Add the {g} {item} found to the {item} so far.", "Update the count.")]),
+               "Add the {g} {item} found to the {item} so far.", "Update the count.", None)]),
     "lose": ("{name} gives {l} {item} to a friend.",
              [("sub", "cur", "l", "Subtract the {item} given away from the {item} so far.",
-               "Subtract the {l} {item} given away from the {item} so far.", "Update the count.")]),
+               "Subtract the {l} {item} given away from the {item} so far.", "Update the count.",
+               "Take away the {item} that went to the friend.")]),
     "buy": ("{name} buys {c} {box} with {d} {item} in each.",
             [("mul", "c", "d", "Multiply the {box} bought by the {item} in each.",
-              "Multiply the {c} {box} bought by the {d} {item} in each.", "Find the new ones."),
+              "Multiply the {c} {box} bought by the {d} {item} in each.", "Find the new ones.",
+              "Count the {item} in the new {box}."),
              ("add", "cur", "new", "Add the {item} bought to the {item} so far.",
-              "Add the {item} bought to the {item} so far.", "Update the count.")]),
+              "Add the {item} bought to the {item} so far.", "Update the count.",
+              "Put the new {item} with the rest.")]),
     "double": ("Then {name} doubles the number of {item}.",
                [("mul", "cur", "2", "Multiply the {item} so far by 2.", "Multiply the {item} so far by 2.",
-                 "Update the count.")]),
+                 "Update the count.", None)]),
     "share": ("{name} shares the {item} equally among {s} friends.",
               [("div", "cur", "s", "Divide the {item} so far by the number of friends.",
-                "Divide the {item} so far by the {s} friends.", "Find each share.")]),
+                "Divide the {item} so far by the {s} friends.", "Find each share.",
+                "Split the {item} evenly between the friends.")]),
 }
 # Distractor sentences: a quantity the question never asks about (another item of the same person, or another
 # person's items), inserted after the first clause of a share of the problems (``make_problem``'s argument).
@@ -116,6 +123,7 @@ class MathProblem:
     vague: list[str]
     actions: list[str]
     answer: Fraction
+    paraphrased: list[str]
 
 
 def _attempt(template: MathTemplate, rng: random.Random, distractor_share: float) -> MathProblem | None:
@@ -123,7 +131,7 @@ def _attempt(template: MathTemplate, rng: random.Random, distractor_share: float
     item, other_item = rng.sample(ITEMS, 2)
     words = {"name": name, "item": item, "box": rng.choice(BOXES), "other": other, "other_item": other_item}
     slots = {k: rng.randint(lo, hi) for k, (lo, hi) in SLOT_RANGES.items()}
-    sentences, concrete, explicit, vague, actions = [], [], [], [], []
+    sentences, concrete, explicit, vague, paraphrased, actions = [], [], [], [], [], []
     cur_value, cur_text = Fraction(0), ""
     for clause in template.clauses:
         sentence, steps = CLAUSES[clause]
@@ -131,7 +139,7 @@ def _attempt(template: MathTemplate, rng: random.Random, distractor_share: float
         if clause == "plain":
             cur_value, cur_text = Fraction(slots["a"]), str(slots["a"])
         new_value, new_text = Fraction(0), ""
-        for op, left, right, good, exact, bad in steps:
+        for op, left, right, good, exact, bad, own in steps:
             operands = []
             for ref in (left, right):
                 if ref == "cur":
@@ -151,6 +159,7 @@ def _attempt(template: MathTemplate, rng: random.Random, distractor_share: float
             concrete.append(good.format(**words))
             explicit.append(exact.format(**words, **slots))
             vague.append(bad.format(**words))
+            paraphrased.append((own or good).format(**words))
             new_value, new_text = value, var
         if steps:  # the clause's last result is the running quantity for the next clause
             cur_value, cur_text = new_value, new_text
@@ -158,7 +167,8 @@ def _attempt(template: MathTemplate, rng: random.Random, distractor_share: float
         distractor = rng.choice(DISTRACTORS).format(**words, x=rng.randint(2, 9))
         sentences.insert(rng.randint(1, len(sentences)), distractor)
     question = " ".join(sentences) + " " + QUESTIONS.get(template.clauses[-1], QUESTIONS[None]).format(**words)
-    return MathProblem(template.name, template.held_out, question, concrete, explicit, vague, actions, cur_value)
+    return MathProblem(template.name, template.held_out, question, concrete, explicit, vague, actions, cur_value,
+                       paraphrased)
 
 
 def make_problem(template: MathTemplate, rng: random.Random, distractor_share: float = 0.0) -> MathProblem:

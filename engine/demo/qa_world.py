@@ -13,8 +13,10 @@ in every position of a dev or held-out chain (first or later hop; inner noun phr
 wording) also occurs in that position in a training chain, so dev and held-out tasks are new *combinations* of
 familiar hops, solvable in principle.
 
-Each hop has three plan renderings, as in the maths world: concrete ("Answer which river that city is on."),
-explicit (the first hop names the entity: "Answer in which city Kalo Venu was born.") and vague ("Look it up.").
+Each hop has four plan renderings, as in the maths world: concrete ("Answer which river that city is on."),
+explicit (the first hop names the entity: "Answer in which city Kalo Venu was born."), vague ("Look it up.") and
+paraphrased, the planner's own wording: the concrete one for most relations, a paraphrase the grounder never saw for
+``born_in``, ``mayor_of`` and ``year_of`` ("Find who leads that city.").
 """
 
 from __future__ import annotations
@@ -40,12 +42,21 @@ class Relation:
     concrete_first: str
     concrete_later: str
     explicit_first: str  # names the entity: "{s}"
+    # The planner's own wording (first hop, later hop); empty where it is the concrete wording (the relations the two
+    # agents' conventions share), a paraphrase the grounder never saw on the others (born_in, mayor_of, year_of).
+    paraphrased_first: str = ""
+    paraphrased_later: str = ""
+
+    def paraphrased(self, first: bool) -> str:
+        own = self.paraphrased_first if first else self.paraphrased_later
+        return own or (self.concrete_first if first else self.concrete_later)
 
 
 RELATIONS = {r.name: r for r in (
     Relation("born_in", "person", "city", "{s} was born in {o}.", "In which city was {s} born?",
              "the city where {s} was born", "Answer in which city the person was born.",
-             "Answer in which city that person was born.", "Answer in which city {s} was born."),
+             "Answer in which city that person was born.", "Answer in which city {s} was born.",
+             "Find the home town of the person.", "Find the home town of that person."),
     Relation("country_of", "city", "country", "{s} is located in {o}.", "Which country is {s} located in?", "",
              "Answer which country the city is located in.", "Answer which country that city is located in.",
              "Answer which country {s} is located in."),
@@ -54,13 +65,14 @@ RELATIONS = {r.name: r for r in (
              "Answer which river {s} is on."),
     Relation("mayor_of", "city", "person", "The mayor of {s} is {o}.", "Who is the mayor of {s}?",
              "the mayor of {s}", "Answer who the mayor of the city is.", "Answer who the mayor of that city is.",
-             "Answer who the mayor of {s} is."),
+             "Answer who the mayor of {s} is.", "Find who leads the city.", "Find who leads that city."),
     Relation("founder_of", "company", "person", "The founder of {s} is {o}.", "Who is the founder of {s}?",
              "the founder of {s}", "Answer who the founder of the company is.",
              "Answer who the founder of that company is.", "Answer who the founder of {s} is."),
     Relation("year_of", "company", "year", "{s} was founded in {o}.", "In which year was {s} founded?", "",
              "Answer in which year the company was founded.", "Answer in which year that company was founded.",
-             "Answer in which year {s} was founded."),
+             "Answer in which year {s} was founded.", "Find when the company started.",
+             "Find when that company started."),
     Relation("hq_of", "company", "city", "{s} is based in {o}.", "In which city is {s} based?",
              "the city where {s} is based", "Answer in which city the company is based.",
              "Answer in which city that company is based.", "Answer in which city {s} is based."),
@@ -115,6 +127,7 @@ class QAProblem:
     actions: list[str]
     answer: str
     context: list[str] = field(default_factory=list)
+    paraphrased: list[str] = field(default_factory=list)
 
 
 class _Names:
@@ -192,13 +205,14 @@ def _chain(template: str, held_out: bool, rng: random.Random) -> QAProblem:
     facts = _Facts(rng)
     start = facts.entity(hops[0].subject)
     read, subject, value = [start], start, start
-    actions, concrete, explicit, vague = [], [], [], []
+    actions, concrete, explicit, vague, paraphrased = [], [], [], [], []
     for i, rel in enumerate(hops):
         shown = subject if i == 0 else f"R{3 * i}"  # later hops ask about the previous hop's answer
         actions.append(_hop_actions(3 * i + 1, shown, rel.question.format(s=shown)))
         concrete.append(rel.concrete_first if i == 0 else rel.concrete_later)
         explicit.append(rel.explicit_first.format(s=subject) if i == 0 else rel.concrete_later)
         vague.append(VAGUE_FIRST if i == 0 else VAGUE_LATER)
+        paraphrased.append(rel.paraphrased(i == 0))
         value = facts.value(rel.name, subject)
         if rel.obj in ("person", "city", "company"):
             read.append(value)
@@ -210,7 +224,7 @@ def _chain(template: str, held_out: bool, rng: random.Random) -> QAProblem:
         phrase = rel.phrase.format(s=phrase)
     question = hops[-1].question.format(s=phrase)
     return QAProblem(template, held_out, question, concrete, explicit, vague, actions, value,
-                     _context(facts, read[:len(hops)], rng))
+                     _context(facts, read[:len(hops)], rng), paraphrased)
 
 
 def _founding_gap(held_out: bool, rng: random.Random) -> QAProblem:
@@ -229,7 +243,9 @@ def _founding_gap(held_out: bool, rng: random.Random) -> QAProblem:
         [VAGUE_FIRST, "Look up the other one.", VAGUE_CALC],
         [_hop_actions(1, first, year_q.format(s=first)), _hop_actions(4, second, year_q.format(s=second)),
          "R7 = Calculator(abs(R3 - R6))"],
-        str(abs(y1 - y2)), _context(facts, [first, second], rng))
+        str(abs(y1 - y2)), _context(facts, [first, second], rng),
+        ["Find when the first company started.", "Find when the second company started.",
+         "Calculate the absolute difference between the two years."])
 
 
 def _context(facts: _Facts, read: list[str], rng: random.Random, distractors: int = 2) -> list[str]:

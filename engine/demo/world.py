@@ -57,7 +57,7 @@ class WorldConfig:
 
 # Warm-start plan styles for the planner: the mix that makes its samples disagree with the grounder.
 PLAN_STYLES = (("concrete", 0.25), ("explicit", 0.15), ("vague", 0.35), ("mixed", 0.10), ("flawed", 0.15))
-RENDERINGS = ("concrete", "explicit", "vague")
+RENDERINGS = ("concrete", "explicit", "vague", "paraphrased")
 STYLE_NAMES = (*RENDERINGS, "mixed", "flawed")
 
 
@@ -89,13 +89,14 @@ def format_plan_styles(styles: tuple[tuple[str, float], ...] = PLAN_STYLES) -> s
 
 def _task(domain: str, split: str, index: int, problem, answer: str, context: list[str] | None = None,
           tag: str = "") -> Task:
-    renderings = [list(r) for r in zip(problem.concrete, problem.explicit, problem.vague)]
+    renderings = [list(r) for r in zip(problem.concrete, problem.explicit, problem.vague, problem.paraphrased)]
     return Task(
         id=f"demo-{domain}-{tag or split}-{index:04d}", domain=domain, source=f"demo:{domain}", split=split,
         question=problem.question, context=context or [], gold_subgoals=problem.concrete,
         gold_actions=problem.actions, answer=answer,
         meta={"template": problem.template, "explicit_subgoals": problem.explicit,
-              "vague_subgoals": problem.vague, "step_renderings": renderings},
+              "vague_subgoals": problem.vague, "paraphrased_subgoals": problem.paraphrased,
+              "step_renderings": renderings},
     )
 
 
@@ -182,8 +183,6 @@ def plan_in_style(task: Task, style: str, rng: random.Random,
     if style in RENDERINGS:
         return [r[RENDERINGS.index(style)] for r in steps]
     if style == "mixed":
-        if renderings == RENDERINGS:  # the committed agents' draws: keep their random sequence
-            return [rng.choice(r) for r in steps]
         return [r[RENDERINGS.index(rng.choice(renderings))] for r in steps]
     base = next((name for name in renderings if name != "vague"), "vague")
     return _flawed([r[RENDERINGS.index(base)] for r in steps], rng)
