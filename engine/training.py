@@ -98,14 +98,18 @@ def _finish(trainer, settings: TrainSettings):
 
 
 def sft_train(model, tokenizer, rows: list[dict[str, str]], settings: TrainSettings, *,
-              on_log: LogSink | None = None, should_stop: Callable[[], bool] | None = None):
-    """SFT with loss on the completion (+EOS) only. Returns ``(model, log_history)``."""
+              on_log: LogSink | None = None, should_stop: Callable[[], bool] | None = None,
+              sampling: str = "random"):
+    """SFT with loss on the completion (+EOS) only. Returns ``(model, log_history)``. ``sampling`` is transformers'
+    ``train_sampling_strategy``: ``random``, or ``group_by_length`` (batches of rows of similar length: less
+    padding, which a CPU computes like real tokens)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
     device = next(model.parameters()).device
     with tempfile.TemporaryDirectory(prefix="moat-sft-") as out:
-        args = SFTConfig(**_common_args(settings, device, out), completion_only_loss=True, packing=False)
+        args = SFTConfig(**_common_args(settings, device, out), completion_only_loss=True, packing=False,
+                         train_sampling_strategy=sampling)
         trainer = SFTTrainer(
             model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
             peft_config=_lora_config(settings) if settings.lora else None,

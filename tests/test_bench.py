@@ -86,7 +86,8 @@ def test_shared_prefill_sampling_contract(tiny_agents, demo_tasks):
     assert all(len(o) == 2 and o[0] == o[1] for o in out)  # greedy K samples are K copies
 
 
-@pytest.mark.parametrize("name", ["score", "sample", "ground", "store", "train", "iteration", "curation"])
+@pytest.mark.parametrize("name", ["score", "sample", "ground", "store", "train", "iteration", "curation",
+                                  "warm_start"])
 def test_benchmark_smoke_tiny(name, capsys):
     from engine.__main__ import main
 
@@ -102,6 +103,9 @@ def test_benchmark_smoke_tiny(name, capsys):
         assert report["correct"]["same_well_formed"]
     if name == "ground":
         assert report["correct"]["same_groundings"]
+    if name == "warm_start":  # grouping by length computes less padding than random batches
+        variants = report["variants"]
+        assert variants["grouped"]["padding_share"] < variants["random"]["padding_share"]
     if name == "curation":  # the studio served the decisions over HTTP; the evidence is the scorer's numbers
         assert report["correct"]["reviews_stored"] == report["sizes"]["decisions"] > 0
         assert report["correct"]["surprisal_vs_stored_logppl_max_abs_diff"] < 1e-5

@@ -118,13 +118,13 @@ def test_a_planner_style_mix_without_concrete_plans_never_writes_them(demo_tasks
 
 def test_the_paraphrased_rendering_is_the_planners_own_wording_on_some_steps_only(demo_tasks):
     """``paraphrased`` keeps the grounder's concrete wording on the steps the agents' conventions share and uses a
-    paraphrase the grounder's warm-start data never contains on the others (maths: lose, buy, share; QA: born_in,
-    mayor_of, year_of), so a planner trained on it writes steps the grounder has to learn."""
+    paraphrase the grounder's warm-start data never contains on the others (maths: share; QA: born_in), so a planner
+    trained on it writes steps the grounder has to learn."""
     from engine.demo.agents import grounder_rows
 
     train = [t for t in demo_tasks if t.split == "train"]
     grounder_text = "\n".join(r["prompt"] + r["completion"] for r in grounder_rows(train))
-    own_kinds = {"maths": ("lose", "buy", "share"), "qa": ("born_in", "mayor_of", "year_of", "founding_gap")}
+    own_kinds = {"maths": ("share",), "qa": ("born_in",)}
     seen_shared = seen_own = 0
     for task in demo_tasks:
         renderings = task.meta["step_renderings"]

@@ -14,9 +14,9 @@ import json
 
 from engine.commands._common import print_json
 
-HELP = ("Benchmark a hot path against the naive way (score, sample, ground, store, train, iteration), or a "
-        "curator's wait (curation).")
-NAMES = ("score", "sample", "ground", "store", "train", "iteration", "curation")
+HELP = ("Benchmark a hot path against the naive way (score, sample, ground, store, train, iteration, warm_start), "
+        "or a curator's wait (curation).")
+NAMES = ("score", "sample", "ground", "store", "train", "iteration", "curation", "warm_start")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

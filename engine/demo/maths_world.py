@@ -30,8 +30,8 @@ OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 # Clause code -> (sentence, [(op, left, right, concrete, explicit, vague, paraphrased)]). "cur" is the running quantity
 # (a literal or the latest result), "new" the previous step's result inside the same clause; other operands are slot
 # names. ``paraphrased`` is the planner's own wording of the step: None where it is the grounder's concrete wording
-# (the clauses the two agents' conventions share), a paraphrase the grounder never saw on the others (lose, buy,
-# share): as informative as the concrete wording, but in other words.
+# (the clauses the two agents' conventions share), a paraphrase the grounder never saw on the other (share): as
+# informative as the concrete wording, but in other words.
 CLAUSES: dict[str, tuple[str, list[tuple[str, str, str, str, str, str, str | None]]]] = {
     "boxes": ("{name} has {a} {box} of {item} with {b} {item} in each.",
               [("mul", "a", "b", "Multiply the {box} by the {item} in each to get the {item} {name} has.",
@@ -43,15 +43,12 @@ CLAUSES: dict[str, tuple[str, list[tuple[str, str, str, str, str, str, str | Non
                "Add the {g} {item} found to the {item} so far.", "Update the count.", None)]),
     "lose": ("{name} gives {l} {item} to a friend.",
              [("sub", "cur", "l", "Subtract the {item} given away from the {item} so far.",
-               "Subtract the {l} {item} given away from the {item} so far.", "Update the count.",
-               "Take away the {item} that went to the friend.")]),
+               "Subtract the {l} {item} given away from the {item} so far.", "Update the count.", None)]),
     "buy": ("{name} buys {c} {box} with {d} {item} in each.",
             [("mul", "c", "d", "Multiply the {box} bought by the {item} in each.",
-              "Multiply the {c} {box} bought by the {d} {item} in each.", "Find the new ones.",
-              "Count the {item} in the new {box}."),
+              "Multiply the {c} {box} bought by the {d} {item} in each.", "Find the new ones.", None),
              ("add", "cur", "new", "Add the {item} bought to the {item} so far.",
-              "Add the {item} bought to the {item} so far.", "Update the count.",
-              "Put the new {item} with the rest.")]),
+              "Add the {item} bought to the {item} so far.", "Update the count.", None)]),
     "double": ("Then {name} doubles the number of {item}.",
                [("mul", "cur", "2", "Multiply the {item} so far by 2.", "Multiply the {item} so far by 2.",
                  "Update the count.", None)]),

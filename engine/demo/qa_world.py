@@ -15,8 +15,8 @@ familiar hops, solvable in principle.
 
 Each hop has four plan renderings, as in the maths world: concrete ("Answer which river that city is on."),
 explicit (the first hop names the entity: "Answer in which city Kalo Venu was born."), vague ("Look it up.") and
-paraphrased, the planner's own wording: the concrete one for most relations, a paraphrase the grounder never saw for
-``born_in``, ``mayor_of`` and ``year_of`` ("Find who leads that city.").
+paraphrased, the planner's own wording: the concrete one for every relation but ``born_in``, which it words in a way
+the grounder never saw ("Find the home town of that person.").
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Relation:
     concrete_later: str
     explicit_first: str  # names the entity: "{s}"
     # The planner's own wording (first hop, later hop); empty where it is the concrete wording (the relations the two
-    # agents' conventions share), a paraphrase the grounder never saw on the others (born_in, mayor_of, year_of).
+    # agents' conventions share), a paraphrase the grounder never saw on the other (born_in).
     paraphrased_first: str = ""
     paraphrased_later: str = ""
 
@@ -65,14 +65,13 @@ RELATIONS = {r.name: r for r in (
              "Answer which river {s} is on."),
     Relation("mayor_of", "city", "person", "The mayor of {s} is {o}.", "Who is the mayor of {s}?",
              "the mayor of {s}", "Answer who the mayor of the city is.", "Answer who the mayor of that city is.",
-             "Answer who the mayor of {s} is.", "Find who leads the city.", "Find who leads that city."),
+             "Answer who the mayor of {s} is."),
     Relation("founder_of", "company", "person", "The founder of {s} is {o}.", "Who is the founder of {s}?",
              "the founder of {s}", "Answer who the founder of the company is.",
              "Answer who the founder of that company is.", "Answer who the founder of {s} is."),
     Relation("year_of", "company", "year", "{s} was founded in {o}.", "In which year was {s} founded?", "",
              "Answer in which year the company was founded.", "Answer in which year that company was founded.",
-             "Answer in which year {s} was founded.", "Find when the company started.",
-             "Find when that company started."),
+             "Answer in which year {s} was founded."),
     Relation("hq_of", "company", "city", "{s} is based in {o}.", "In which city is {s} based?",
              "the city where {s} is based", "Answer in which city the company is based.",
              "Answer in which city that company is based.", "Answer in which city {s} is based."),
@@ -234,18 +233,16 @@ def _founding_gap(held_out: bool, rng: random.Random) -> QAProblem:
         facts.complete(company)
     y1, y2 = int(facts.value("year_of", first)), int(facts.value("year_of", second))
     year_q = RELATIONS["year_of"].question
+    concrete = ["Answer in which year the first company was founded.", "Answer in which year the second company was "
+                "founded.", "Calculate the absolute difference between the two years."]
     return QAProblem(
-        GAP, held_out, f"How many years apart were {first} and {second} founded?",
-        ["Answer in which year the first company was founded.", "Answer in which year the second company was "
-         "founded.", "Calculate the absolute difference between the two years."],
+        GAP, held_out, f"How many years apart were {first} and {second} founded?", concrete,
         [f"Answer in which year {first} was founded.", f"Answer in which year {second} was founded.",
          "Calculate the absolute difference between the two years."],
         [VAGUE_FIRST, "Look up the other one.", VAGUE_CALC],
         [_hop_actions(1, first, year_q.format(s=first)), _hop_actions(4, second, year_q.format(s=second)),
          "R7 = Calculator(abs(R3 - R6))"],
-        str(abs(y1 - y2)), _context(facts, [first, second], rng),
-        ["Find when the first company started.", "Find when the second company started.",
-         "Calculate the absolute difference between the two years."])
+        str(abs(y1 - y2)), _context(facts, [first, second], rng), list(concrete))  # year_of: shared wording
 
 
 def _context(facts: _Facts, read: list[str], rng: random.Random, distractors: int = 2) -> list[str]:
