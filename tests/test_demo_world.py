@@ -87,7 +87,7 @@ def test_every_gold_action_sequence_executes_to_the_gold_answer():
 def test_warm_start_data_builds_the_capability_gap(demo_tasks):
     train = [t for t in demo_tasks if t.split == "train"]
     styles = Counter(style for _, _, style in world.planner_warm_start(train, seed=0))
-    assert set(styles) == {"concrete", "explicit", "vague", "mixed", "flawed"}
+    assert set(styles) == {"paraphrased", "vague", "mixed", "flawed"}
     for task, subgoals in world.grounder_warm_start(train):
         assert subgoals == task.gold_subgoals  # the grounder only ever sees concrete plans
     task = train[0]
@@ -111,9 +111,11 @@ def test_a_planner_style_mix_without_concrete_plans_never_writes_them(demo_tasks
         assert not concrete_only & set(subgoals), (style, subgoals)
         if style == "flawed":
             assert set(subgoals) <= set(task.meta["explicit_subgoals"]), subgoals
-    # The default mix is unchanged: the committed planner's rows come out of it draw for draw.
-    assert world.format_plan_styles() == "concrete=0.25,explicit=0.15,vague=0.35,mixed=0.1,flawed=0.15"
+    # The default mix is the committed planner's (assets/demo/build.json), and it reads back as written.
+    assert world.format_plan_styles() == "paraphrased=0.35,vague=0.35,mixed=0.15,flawed=0.15"
     assert world.parse_plan_styles(world.format_plan_styles()) == world.PLAN_STYLES
+    assert world.format_plan_styles(world.FIRST_PLAN_STYLES) == \
+        "concrete=0.25,explicit=0.15,vague=0.35,mixed=0.1,flawed=0.15"
 
 
 def test_the_paraphrased_rendering_is_the_planners_own_wording_on_some_steps_only(demo_tasks):

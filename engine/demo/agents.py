@@ -7,8 +7,10 @@ timings) and ``out_dir/warm_start_tasks.txt`` (the id of every train task the wa
 not fit to). The planner is warm-started by TRL SFT on a *mix* of plan styles (``AgentBuildConfig.planner_styles``),
 the grounder only on concrete plans with gold actions (``engine.demo.world``): the built-in capability gap.
 Tokenizer and agents are built from the ``train`` split only (a test checks that no dev or held-out question or
-template reaches the training rows). ``roles`` + ``tokenizer_from`` rebuild one agent against another's tokenizer
-(a planner with another style mix beside the committed grounder).
+template reaches the training rows); the tokenizer's planner rows always use ``world.FIRST_PLAN_STYLES``, so the
+token ids do not depend on ``planner_styles``. ``roles`` + ``tokenizer_from`` rebuild one agent against another's
+tokenizer (a planner with another style mix beside the committed grounder) and give the same agent a full build
+gives.
 
 ``build_joint_agent(tasks, out_dir, start)`` makes *one* model for both roles (``agents.topology = shared`` without
 LoRA): the given agent (the committed grounder) trained further by SFT on the planner's and the grounder's
@@ -53,9 +55,11 @@ class AgentBuildConfig:
     joint_steps: int = _f(600, "--joint-from: SFT steps on both roles' rows (~1.8 epochs of the mix)")
     planner_styles: str = _f(world.format_plan_styles(),
                              "the planner's warm-start plan styles as style=weight,... (concrete, explicit, vague, "
-                             "mixed, flawed; mixed and flawed are built from the renderings named). Without "
-                             "concrete, the planner never writes the grounder's own wording: stage 1 can then only "
-                             "move it to the best style it has, and the rest of the gap is stage 2's to close")
+                             "paraphrased, mixed, flawed; mixed and flawed are built from the renderings named). "
+                             "Without concrete, the planner never writes the grounder's own wording of the steps "
+                             "it paraphrases: stage 1 can then only move it to the best wording it has, and the rest "
+                             "of the gap is stage 2's to close. The first demo planner's mix was "
+                             + world.format_plan_styles(world.FIRST_PLAN_STYLES))
     roles: str = _f("planner,grounder", "which agents to train, comma-separated; building one needs "
                                         "tokenizer_from, so it shares its partner's token ids")
     name_pieces: bool = _f(False, "cut the QA world's invented names into their syllables before BPE (one common "
@@ -155,8 +159,11 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
 
         tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_from)
     else:
-        # The tokenizer sees the training rows only: no dev or held-out question, template or name shapes it.
-        corpus = [r["prompt"] + r["completion"] for r in p_rows + g_rows]
+        # The tokenizer sees the training rows only: no dev or held-out question, template or name shapes it. Its
+        # planner rows are drawn with the first demo planner's mix whatever --planner-styles says, so agents built
+        # with different mixes share token ids (and rebuilding one role gives the agent a full build gives).
+        tokenizer_rows = planner_rows(train, config.seed, world.FIRST_PLAN_STYLES) + g_rows
+        corpus = [r["prompt"] + r["completion"] for r in tokenizer_rows]
         pieces = qa_world.NAME_SYLLABLES if config.name_pieces else ()
         tokenizer = train_tokenizer(corpus, instruction_phrases(), config.vocab_size, pieces=pieces)
     import torch
@@ -215,8 +222,9 @@ def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
     train = [t for t in tasks if t.split == "train"]
     if config.max_train_tasks:
         train = random.Random(config.seed).sample(train, min(config.max_train_tasks, len(train)))
+    styles = world.parse_plan_styles(config.planner_styles)
     rows = [{"prompt": r["prompt"], "completion": r["completion"]}
-            for r in planner_rows(train, config.seed) + grounder_rows(train)]
+            for r in planner_rows(train, config.seed, styles) + grounder_rows(train)]
     random.Random(config.seed).shuffle(rows)
     started = time.perf_counter()
     model, tokenizer = load_model(ModelSpec(str(start), dtype="float32"))

@@ -10,13 +10,20 @@ is represented in it. ``WorldConfig.pool_maths``/``pool_qa`` add a pool of fresh
 split (ids ``demo-<domain>-pool-NNNN``, split ``train``; examples/demo/pool.jsonl), for aligning agents on tasks their
 warm start never saw.
 
-Each task carries, per gold step, its concrete subgoal (``gold_subgoals``), an explicit one (``meta
-["explicit_subgoals"]``: the same with the quantities or the entity named) and a vague one (``meta
-["vague_subgoals"]``); ``meta["step_renderings"]`` lists all three per step for the reference critic (a plan made of
-them is sound; a reordered or shortened one is not). The planner's warm-start data mixes the styles
-(``PLAN_STYLES``: vague is the most common, flawed plans occur) and the grounder's has only concrete plans: that
-mismatch is the capability gap MOAT should close -- stage 1 by moving the planner to plans the grounder executes
-well, stage 2 by teaching the grounder the styles its planner really writes (explicit and vague are new to it).
+Each task carries, per gold step, its concrete subgoal (``gold_subgoals``: the grounder's own wording), an explicit
+one (``meta["explicit_subgoals"]``: the same with the quantities or the entity named), a vague one (``meta
+["vague_subgoals"]``) and a paraphrased one (``meta["paraphrased_subgoals"]``: the planner's own wording -- the
+grounder's words on most steps, a paraphrase the grounder never saw on maths ``share`` steps and QA ``born_in``
+hops); ``meta["step_renderings"]`` lists all four per step for the reference critic (a plan made of them is sound; a
+reordered or shortened one is not).
+
+The capability gap: the planner's warm-start data (``PLAN_STYLES``) mixes paraphrased, vague, mixed and flawed plans
+and never the grounder's wording of the paraphrased steps; the grounder's has only concrete plans. Stage 1 can move
+the planner from vague and flawed plans to its paraphrased ones (which the starting grounder executes on every task
+without a share step or a born_in hop); only stage 2 can teach the grounder the two paraphrases. ``FIRST_PLAN_STYLES``
+is the mix of the first demo planner (concrete plans included: the planner could then write the grounder's wording
+everywhere, stage 1 closed the gap alone and stage 2 had nothing to teach); the tokenizer is trained on rows of that
+mix, so agents of any mix share token ids.
 """
 
 from __future__ import annotations
@@ -55,8 +62,11 @@ class WorldConfig:
                    qa_dev=4, qa_held_in=6, qa_held_out=6)
 
 
-# Warm-start plan styles for the planner: the mix that makes its samples disagree with the grounder.
-PLAN_STYLES = (("concrete", 0.25), ("explicit", 0.15), ("vague", 0.35), ("mixed", 0.10), ("flawed", 0.15))
+# Warm-start plan styles for the planner: the mix that makes its samples disagree with the grounder. Chosen on the
+# dev split (examples/experiments/tune-paraphrase.toml, seeds 1-4).
+PLAN_STYLES = (("paraphrased", 0.35), ("vague", 0.35), ("mixed", 0.15), ("flawed", 0.15))
+# The first demo planner's mix: the tokenizer's corpus (engine.demo.agents), so token ids do not depend on the mix.
+FIRST_PLAN_STYLES = (("concrete", 0.25), ("explicit", 0.15), ("vague", 0.35), ("mixed", 0.10), ("flawed", 0.15))
 RENDERINGS = ("concrete", "explicit", "vague", "paraphrased")
 STYLE_NAMES = (*RENDERINGS, "mixed", "flawed")
 
