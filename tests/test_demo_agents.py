@@ -183,3 +183,29 @@ def test_demo_models_refuses_a_bad_style_mix_before_writing(tmp_path):
     with pytest.raises(SystemExit):  # argparse: invalid choice, exit 2
         main(["demo-models", "--out", str(tmp_path / "out"), "--bf16", "maybe"])
     assert not (tmp_path / "out").exists()
+
+
+def test_the_tokenizer_does_not_depend_on_the_style_mix_and_a_one_role_build_equals_a_full_one(tmp_path, demo_tasks):
+    """The tokenizer's planner rows use the first planner's mix whatever ``planner_styles`` says, so agents of two
+    mixes share token ids, and the planner rebuilt alone against a full build's grounder is that build's planner, bit
+    for bit (how the committed planner was built beside the committed grounder)."""
+    from safetensors.torch import load_file
+
+    from engine.demo.agents import AgentBuildConfig, build_demo_agents
+
+    tiny = dict(hidden_size=32, layers=2, heads=2, intermediate_size=64, planner_steps=2, grounder_steps=2,
+                batch_size=4, max_train_tasks=8, bf16="false")
+    build_demo_agents(demo_tasks, tmp_path / "full", AgentBuildConfig(**tiny), log=lambda *_: None)
+    build_demo_agents(demo_tasks, tmp_path / "other", AgentBuildConfig(**tiny, planner_styles="explicit=1"),
+                      log=lambda *_: None)
+    _, full = models.load_model(models.ModelSpec(str(tmp_path / "full" / "grounder")))
+    _, other = models.load_model(models.ModelSpec(str(tmp_path / "other" / "grounder")))
+    assert full.get_vocab() == other.get_vocab()
+    build_demo_agents(demo_tasks, tmp_path / "alone",
+                      AgentBuildConfig(**tiny, roles="planner", tokenizer_from=str(tmp_path / "full" / "grounder")),
+                      log=lambda *_: None)
+    weights = [load_file(tmp_path / d / "planner" / "model.safetensors") for d in ("full", "alone")]
+    assert weights[0].keys() == weights[1].keys()
+    assert all((weights[0][k] == weights[1][k]).all() for k in weights[0])
+    other_planner = load_file(tmp_path / "other" / "planner" / "model.safetensors")
+    assert any((weights[0][k] != other_planner[k]).any() for k in weights[0])  # the mix does change the planner
