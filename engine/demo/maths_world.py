@@ -1,11 +1,13 @@
 """Seeded maths word problems composed from clauses, with concrete and vague subgoals and gold Lumos actions.
 
 A problem is a sequence of clauses ("Ava has 3 boxes of pens with 12 pens in each.", "Ava gives 5 pens to a
-friend.", ...). Each clause adds one or two arithmetic steps, and each step has three renderings: *concrete* (names
-the operation and the quantities by their role: "Subtract the pens given away from the pens so far."), *explicit*
-(the same with the literal numbers: "Subtract the 5 pens given away from the pens so far.") and *vague* ("Update
-the count."). A share of the problems also carries a *distractor* clause: a number the answer does not use ("Ava
-also has 4 shells.", "Ben has 6 pens."), so a plan that names the quantities really helps the grounder.
+friend.", ...). Each clause adds one or two arithmetic steps, and each step has four renderings: *concrete* (the
+grounder's wording: names the operation and the quantities by their role: "Subtract the pens given away from the pens
+so far."), *explicit* (the same with the literal numbers: "Subtract the 5 pens given away from the pens so far."),
+*vague* ("Update the count.") and *paraphrased* (the planner's own wording: the concrete one, except on share steps:
+"Split the pens evenly between the friends."). A share of the problems also carries a *distractor* clause: a
+number the answer does not use ("Ava also has 4 shells.", "Ben has 6 pens."), so a plan that names the quantities
+really helps the grounder.
 
 A clause sequence is a template; a seeded quarter of the templates is held out and a further share (of the rest)
 is kept for a dev split, so held-out and dev tasks are new combinations of familiar clauses (compositional
