@@ -18,7 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", default="examples/demo/tasks.jsonl",
                         help="demo task suite (Task JSONL); regenerated from the default world when missing")
     for f in dataclasses.fields(AgentBuildConfig):
-        flag, text = f"--{f.name.replace('_', '-')}", f"{f.metadata.get('help', '')} (default: {f.default})".strip()
+        flag = f"--{f.name.replace('_', '-')}"
+        # argparse expands %-formats in help; a literal "28%" in a field's help would crash --help
+        text = f"{f.metadata.get('help', '')} (default: {f.default})".strip().replace("%", "%%")
         if isinstance(f.default, bool):  # type=bool would read "--flag False" as True
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=text)
         else:
