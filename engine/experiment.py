@@ -28,7 +28,9 @@ A run's config is the base + ``experiment.set`` + ``variants.<v>.set`` + ``run.s
 the canonical JSON of the *definition* -- the loaded base config (without ``run.name``/``run.seed``/
 ``run.iterations``, which every run overrides), the shared set and the variants' sets. Seeds and iterations only
 choose what to run, so running more seeds or iterations keeps the id, and any change that alters what a run computes
-gives a new one; ``baseline`` only tells the report what to compare with, and ``swap`` which runs get the
+gives a new one -- except the *contents* of the model and task files it names, which ``to_json`` records as
+``inputs`` (``engine.fingerprint``) and ``engine.runner`` checks instead, so ids stay stable across checkouts;
+``baseline`` only tells the report what to compare with, and ``swap`` which runs get the
 planner x grounder swap table (``engine.runner.swap_finished``), so neither is hashed. This module
 knows nothing of stores or processes (``engine.runner`` runs an experiment).
 """
@@ -97,11 +99,23 @@ class Experiment:
         """The validated config of one run (base + shared set + variant set + seed + iterations + name)."""
         return load_config(None, self.overrides(variant, seed, iterations), base=self.base_config)
 
-    def to_json(self, seeds: list[int] | None = None, iterations: int | None = None) -> dict[str, Any]:
-        """The ``experiments.config_json`` snapshot: the definition plus what was asked to run."""
+    def inputs(self) -> dict[str, str]:
+        """{path: content fingerprint} of every local model, adapter and task file any variant's runs read."""
+        from engine.fingerprint import run_inputs
+
+        found: dict[str, str] = {}
+        for variant in self.variants:  # a variant may point at its own model: seeds never change a path
+            found.update(run_inputs(self.run_config(variant, self.seeds[0])))
+        return dict(sorted(found.items()))
+
+    def to_json(self, seeds: list[int] | None = None, iterations: int | None = None,
+                inputs: dict[str, str] | None = None) -> dict[str, Any]:
+        """The ``experiments.config_json`` snapshot: the definition plus what was asked to run, and the contents of
+        the files it read (``inputs``; not hashed into the id, checked by ``engine.runner`` before a resume)."""
         return {**self.definition(), "base_file": str(self.base), "baseline": self.baseline, "swap": self.swap,
                 "seeds": list(self.seeds if seeds is None else seeds),
-                "iterations": self.iterations if iterations is None else iterations}
+                "iterations": self.iterations if iterations is None else iterations,
+                "inputs": self.inputs() if inputs is None else inputs}
 
 
 def _check_keys(table: dict[str, Any], known: tuple[str, ...], where: str, source: str) -> None:

@@ -2,16 +2,19 @@
 
 Contract:
 
-* ``register(store, exp, seeds, iterations)`` records the experiment in ``experiments`` (its definition, and the
-  union of the seeds and the largest iteration count ever asked for); the experiment's runs are ordinary runs,
-  grouped by ``experiment_runs (experiment_id, variant, seed) -> run_id``.
+* ``register(store, exp, seeds, iterations)`` records the experiment in ``experiments`` (its definition, the
+  union of the seeds and the largest iteration count ever asked for, and the fingerprints of the model and task
+  files it reads, ``engine.fingerprint``); it refuses (``ConfigError``, nothing written) an experiment whose files
+  changed since it was recorded, whose runs would otherwise be resumed as if nothing had. The experiment's runs
+  are ordinary runs, grouped by ``experiment_runs (experiment_id, variant, seed) -> run_id``.
 * ``plan_runs`` lists what one command will do, seed-major (every variant of the first seed, then the next seed),
   without writing anything: for each (variant, seed) the run already linked to the experiment (or a run of the same
-  name and config that a kill left unlinked, or that an earlier version of the file made: an edited file with a new
-  variant reuses the runs of the others), and how many ``(iteration, stage)`` units it still has to run for
-  iterations 0..N (from the run's job file when ``engine.jobs`` left one). A run with no units left is skipped; an
-  interrupted one resumes with ``run_loop`` (which resumes from the store); a missing one is created when its turn
-  comes (``ensure_run``); a larger N extends finished runs.
+  name and config that a kill left unlinked, or that an earlier version of the file made from the same model and
+  task contents: an edited file with a new variant reuses the runs of the others), and how many
+  ``(iteration, stage)`` units it still has to run for iterations 0..N (from the run's job file when
+  ``engine.jobs`` left one). A run with no units left is skipped; an interrupted one resumes with ``run_loop``
+  (which resumes from the store); a missing one is created when its turn comes (``ensure_run``); a larger N
+  extends finished runs.
 * ``run_inprocess`` runs the plans one after the other in this process, directly in the store (the studio's way of
   running: every row is live). A failed run is reported and the next one runs; the stop flag ends the run in flight
   as ``run_loop`` does (resumable) and starts no other.
@@ -85,12 +88,18 @@ def register(store: Store, exp: Experiment, seeds: list[int], iterations: int) -
     exp_id = exp.experiment_id
     old = records(store.query("SELECT * FROM experiments WHERE experiment_id = ?", [exp_id]))
     row: dict[str, Any] = {"experiment_id": exp_id, "name": exp.name, "source": str(exp.source)}
+    inputs = exp.inputs()
     if old:
         before = loads(old[0]["config_json"], {})
+        changed = _changed_inputs(before.get("inputs"), inputs)
+        if changed:  # its runs read other agents or tasks: resuming them would mix two experiments under one id
+            raise ConfigError("experiment", f"{', '.join(changed)} changed since experiment {exp_id} ran in "
+                                            f"{store.path}; its runs used the old contents, so they are not "
+                                            "resumed: run it in another store (--db)", str(exp.source))
         seeds = list(dict.fromkeys([*before.get("seeds", []), *seeds]))
         iterations = max(iterations, int(before.get("iterations", 0)))
         row["created_at"] = old[0]["created_at"]
-    row["config_json"] = exp.to_json(seeds, iterations)
+    row["config_json"] = exp.to_json(seeds, iterations, inputs)
     store.write("experiments", [row])
     others = store.query("SELECT experiment_id FROM experiments WHERE name = ? AND experiment_id <> ? "
                          "ORDER BY created_at", [exp.name, exp_id])["experiment_id"].tolist()
@@ -102,20 +111,30 @@ def linked_runs(store: Store, experiment_id: str) -> dict[tuple[str, int], str]:
     return {(v, int(s)): r for v, s, r in df.itertuples(index=False)}
 
 
+def _changed_inputs(recorded: dict[str, str] | None, inputs: dict[str, str]) -> list[str]:
+    """Paths both fingerprint lists name, whose contents differ (an experiment recorded before fingerprints: none)."""
+    return sorted(p for p, digest in (recorded or {}).items() if p in inputs and inputs[p] != digest)
+
+
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
     config = json.loads(json.dumps(config, default=str))
     config.get("run", {}).pop("iterations", None)  # --iterations may extend a run beyond its snapshot
     return config
 
 
-def _reusable(store: Store, name: str, config: RunConfig) -> str | None:
+def _reusable(store: Store, name: str, config: RunConfig, inputs: dict[str, str]) -> str | None:
     """A run of the same name and config this (variant, seed) can use: one whose link a kill prevented (no
-    experiment) first, else one an earlier version of the experiment file made (same name, linked to another id):
-    it computes exactly what this one would, so adding a variant to a file reruns nothing else."""
+    experiment) first, else one an earlier version of the experiment file made (same name, linked to another id)
+    from the same model and task contents (``inputs``): it computes exactly what this one would, so adding a
+    variant to a file reruns nothing else."""
     df = store.query("SELECT run_id, config_json, run_id IN (SELECT run_id FROM experiment_runs) AS linked FROM runs "
                      "WHERE name = ? ORDER BY linked, created_at", [name])
     want = _comparable(config_to_dict(config))
     for run_id, text, _ in df.itertuples(index=False):
+        owners = store.query("SELECT e.config_json FROM experiment_runs r JOIN experiments e "
+                             "ON e.experiment_id = r.experiment_id WHERE r.run_id = ?", [run_id])["config_json"]
+        if any(_changed_inputs(loads(j, {}).get("inputs"), inputs) for j in owners):
+            continue
         try:  # read back as this engine reads it: fields added since the run was made take their defaults
             stored = config_to_dict(config_from_dict(loads(text, {})))
         except ConfigError:
@@ -133,6 +152,7 @@ def plan_runs(store: Store, exp: Experiment, variants: list[str], seeds: list[in
               use_job_files: bool = False) -> list[PlannedRun]:
     """What to run, seed-major; writes nothing (see the module docstring)."""
     links = linked_runs(store, exp.experiment_id)
+    inputs = exp.inputs()
     plans = []
     for seed in seeds:
         for variant in variants:
@@ -141,7 +161,7 @@ def plan_runs(store: Store, exp: Experiment, variants: list[str], seeds: list[in
             run_id = links.get((variant, seed))
             linked = run_id is not None
             if run_id is None or store.get_run(run_id) is None:
-                run_id, linked = _reusable(store, name, config), False
+                run_id, linked = _reusable(store, name, config, inputs), False
             found = job_file(store.path, run_id) if run_id and use_job_files else None
             if found is not None and found.exists():
                 with Store(found) as job:  # no worker holds it yet (StoreLockedError if a leftover one does)

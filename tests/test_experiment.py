@@ -688,3 +688,65 @@ def test_tuning_presets_never_see_held_out_or_the_reported_seeds(preset):
     assert not set(exp.seeds) & {11, 12, 13, 14, 15}
     for name in exp.variants:
         assert "held_out" not in exp.run_config(name, exp.seeds[0]).evaluate.splits, name
+
+
+# -- the contents of the files an experiment reads --------------------------------------------------------------------
+
+
+def test_fingerprints_follow_contents_not_paths(tmp_path, monkeypatch):
+    from engine import fingerprint as fp
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "weights.bin").write_bytes(bytes(range(256)) * 4096)  # 1 MiB
+    first = fp.fingerprint(model)
+    copy = tmp_path / "copy"
+    shutil.copytree(model, copy)
+    assert fp.fingerprint(copy) == first  # the same bytes elsewhere: the same fingerprint
+    (copy / "weights.bin").write_bytes(bytes(range(256)) * 4095 + bytes(255) + b"\x01")  # one byte differs
+    assert fp.fingerprint(copy) != first
+    (copy / "weights.bin").rename(copy / "renamed.bin")
+    assert fp.fingerprint(copy) != fp.fingerprint(model)
+    # a file over the limit is hashed from its size and sampled windows: a change inside the last window shows
+    monkeypatch.setattr(fp, "FULL_HASH_LIMIT", 2**16)
+    monkeypatch.setattr(fp, "WINDOW", 2**12)
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(2**20))
+    sampled = fp.fingerprint(big)
+    big.write_bytes(bytes(2**20 - 1) + b"\x01")
+    assert fp.fingerprint(big) != sampled
+    big.write_bytes(bytes(2**20 + 1))
+    assert fp.fingerprint(big) != sampled
+
+
+def test_an_experiment_whose_models_changed_is_not_resumed(tmp_path, monkeypatch):
+    """Rebuilt agents at the same path keep the config and the id: the runs made with the old ones must not be
+    resumed or reused as if they were this experiment's (the store is left as it was)."""
+    from engine.runner import ensure_run, plan_runs, register
+
+    monkeypatch.chdir(tmp_path)
+    for role in ("planner", "grounder"):
+        shutil.copytree(ROOT / "assets" / "demo" / role, tmp_path / role)
+    weights = tmp_path / "planner" / "model.safetensors"
+    base = tmp_path / "base.toml"
+    base.write_text(f"[data]\ntasks = {json.dumps(str(ROOT / 'examples/demo/tasks.jsonl'))}\n"
+                    '[planner]\npath = "planner"\n[grounder]\npath = "grounder"\n')
+    exp = load_experiment(write_experiment(tmp_path / "a.toml", {"full": []}, base=base, seeds=(1,)))
+    assert set(exp.inputs()) == {"planner", "grounder", str(ROOT / "examples/demo/tasks.jsonl")}
+    with Store(tmp_path / "s.duckdb") as store:
+        register(store, exp, [1], 1)
+        made = ensure_run(store, exp, plan_runs(store, exp, ["full"], [1], 1)[0], 1)
+        before = store.query("SELECT config_json FROM experiments")["config_json"].tolist()
+        shutil.copyfile(tmp_path / "grounder" / "model.safetensors", weights)  # "rebuilt" in place
+        with pytest.raises(ConfigError) as info:
+            register(store, exp, [1], 1)
+        assert info.value.field == "experiment" and "planner changed since experiment" in info.value.message
+        assert store.query("SELECT config_json FROM experiments")["config_json"].tolist() == before
+        # an edited file (a new id) reuses runs of unchanged variants only if they read the same contents
+        edited = load_experiment(write_experiment(tmp_path / "a.toml", {"full": [], "k4": ["sample.k=4"]},
+                                                  base=base, seeds=(1,)))
+        assert plan_runs(store, edited, ["full"], [1], 1)[0].run_id is None
+        shutil.copyfile(ROOT / "assets" / "demo" / "planner" / "model.safetensors", weights)  # the first build back
+        assert plan_runs(store, edited, ["full"], [1], 1)[0].run_id == made
+        assert register(store, exp, [1], 1) == (False, [])

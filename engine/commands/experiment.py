@@ -146,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
                                       should_stop=hooks["should_stop"])
             finally:
                 bar.close()
+    except ConfigError as exc:  # the model or task files changed under a recorded experiment
+        return fail(exc)
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 3
