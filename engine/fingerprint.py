@@ -28,16 +28,13 @@ WINDOW = 2**20
 
 def _file_digest(path: Path) -> str:
     size = path.stat().st_size
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
         if size <= FULL_HASH_LIMIT:
-            for block in iter(lambda: fh.read(WINDOW), b""):
-                digest.update(block)
-        else:
-            digest.update(f"sampled {size}".encode())
-            for i in range(SAMPLES):
-                fh.seek((size - WINDOW) * i // (SAMPLES - 1))
-                digest.update(fh.read(WINDOW))
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+        digest = hashlib.sha256(f"sampled {size}".encode())
+        for i in range(SAMPLES):
+            fh.seek((size - WINDOW) * i // (SAMPLES - 1))
+            digest.update(fh.read(WINDOW))
     return digest.hexdigest()
 
 
