@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -19,3 +20,12 @@ def fail(exc: Exception) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     raise exc
+
+
+def quiet_libraries() -> None:
+    """Silence the progress bars ``datasets`` draws while TRL's trainers tokenize their rows (``--quiet``): in this
+    process, and through the environment in the worker processes it starts."""
+    os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
+    import datasets
+
+    datasets.disable_progress_bars()

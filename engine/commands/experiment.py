@@ -105,10 +105,12 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from engine.commands._common import quiet_libraries
     from engine.jobs import absorb_job_files, run_parallel
     from engine.runner import plan_runs, register, run_inprocess, swap_finished
     from engine.store import Store
 
+    quiet_libraries()  # the trainers' tokenizing bars would break up the experiment's own bar
     stop = {"flag": False}
 
     def request_stop(*_: object) -> None:  # Ctrl-C: finish the batch in flight, record "stopped", exit cleanly

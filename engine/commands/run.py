@@ -24,8 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def progress_printer(quiet: bool):
-    """A progress sink drawing one tqdm bar per stage (stderr), or nothing."""
+    """A progress sink drawing one tqdm bar per stage (stderr), or, ``quiet``, nothing: no library's bars either."""
     if quiet:
+        from engine.commands._common import quiet_libraries
+
+        quiet_libraries()
         return None
     from tqdm import tqdm
 
