@@ -34,6 +34,11 @@ class TrainSettings:
     bf16: str = _f("auto", "auto: bf16 only where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
                            "with AVX512-BF16 or AMX), else fp32 (engine/precision.py) | true | false", choices=BF16)
     activation_checkpointing: bool = _f(False, "recompute activations to save memory (~35% slower when small)")
+    loss_tokens_only: bool = _f(False, "compute TRL's per-token log-probs only where the loss reads them (the "
+                                       "completion's tokens), as TRL does on GPUs with Triton; elsewhere (a CPU) it "
+                                       "scores every position, prompt and padding included. Same loss up to float "
+                                       "rounding; demo SFT steps 1.25-1.35x faster on a CPU (bench warm_start). "
+                                       "false: TRL's own path, which the published demo results were trained with")
     seed: int = _f(0, "trainer seed", ge=0, le=SEED_MAX)
     logging_steps: int = _f(1, "log every n optimizer steps (each log line is stored)", ge=1)
     warmup_steps: float = _f(0.0, "int: warmup steps; float in [0, 1): fraction of all steps", ge=0)

@@ -14,13 +14,17 @@ With LoRA the caller gets the ``PeftModel`` (``save_adapter``, the default: the 
 weights. The DPO reference is
 explicit (see ``DPOSettings.reference``): TRL's default of reloading ``config._name_or_path`` is never used for full
 fine-tuning. ``should_stop`` is polled after every optimizer step; ``on_log`` receives each TRL log dict.
+
+``settings.loss_tokens_only`` makes TRL's fused LM head score only the positions its loss reads (``loss_tokens_only``
+below): the same loss up to float rounding, without the prompt and padding positions a CPU would otherwise compute.
 """
 
 from __future__ import annotations
 
 import copy
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -87,6 +91,37 @@ def _quiet(trainer):
     return trainer
 
 
+@contextmanager
+def loss_tokens_only(enabled: bool) -> Iterator[None]:
+    """While training, score only the positions whose label is not ignored in TRL's fused LM head.
+
+    TRL 1.16 computes its losses from ``ChunkedLogProbFunction`` over ``hidden_states[mask]`` where Triton runs
+    (``compact``) and over every position elsewhere, so that a compiler for fixed shapes (Neuron) does not recompile
+    per batch. On a CPU that means the log-softmax of the prompt and the padding is computed and thrown away: a
+    quarter of a demo SFT step. The decision is the module-level ``trl.trainer.utils._use_triton``; this switches it
+    to "compact" for the duration and restores it after. The kernels themselves read their own reference, so they
+    keep their torch path on a CPU."""
+    if not enabled:
+        yield
+        return
+    from trl.trainer import utils as trl_utils
+
+    original = getattr(trl_utils, "_use_triton", None)
+    if not callable(original):
+        raise RuntimeError("loss_tokens_only = true needs trl.trainer.utils._use_triton (TRL 1.16's fused LM head), "
+                           "which this TRL does not have: set loss_tokens_only = false")
+    trl_utils._use_triton = lambda device: True
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
+def _train(trainer, settings: TrainSettings) -> None:
+    with loss_tokens_only(settings.loss_tokens_only):
+        _quiet(trainer).train()
+
+
 def _finish(trainer, settings: TrainSettings):
     """The trained model: a LoRA run's ``PeftModel`` as it is when its adapter is what gets saved
     (``settings.save_adapter``), else plain weights (the adapter merged in)."""
@@ -115,7 +150,7 @@ def sft_train(model, tokenizer, rows: list[dict[str, str]], settings: TrainSetti
             peft_config=_lora_config(settings) if settings.lora else None,
             callbacks=[StepHooks(on_log, should_stop)],
         )
-        _quiet(trainer).train()
+        _train(trainer, settings)
         return _finish(trainer, settings), list(trainer.state.log_history)
 
 
@@ -148,7 +183,7 @@ def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSetting
             processing_class=tokenizer, peft_config=_lora_config(settings) if settings.lora else None,
             callbacks=[StepHooks(on_log, should_stop)],
         )
-        _quiet(trainer).train()
+        _train(trainer, settings)
         return _finish(trainer, settings), list(trainer.state.log_history)
 
 
@@ -179,5 +214,5 @@ def grpo_train(model, tokenizer, rows: list[dict[str, str]], settings: GRPOSetti
             processing_class=tokenizer, peft_config=_lora_config(settings) if settings.lora else None,
             callbacks=[StepHooks(on_log, should_stop)],
         )
-        _quiet(trainer).train()
+        _train(trainer, settings)
         return _finish(trainer, settings), list(trainer.state.log_history)

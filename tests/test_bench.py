@@ -106,6 +106,7 @@ def test_benchmark_smoke_tiny(name, capsys):
     if name == "warm_start":  # grouping by length computes less padding than random batches
         variants = report["variants"]
         assert variants["grouped"]["padding_share"] < variants["random"]["padding_share"]
+        assert report["correct"]["loss_tokens_matches_random"] and "random_vs_loss_tokens" in report["ratios"]
     if name == "curation":  # the studio served the decisions over HTTP; the evidence is the scorer's numbers
         assert report["correct"]["reviews_stored"] == report["sizes"]["decisions"] > 0
         assert report["correct"]["surprisal_vs_stored_logppl_max_abs_diff"] < 1e-5

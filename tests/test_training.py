@@ -106,3 +106,74 @@ def test_lora_keeps_the_adapter_unmerged_when_it_is_what_gets_saved(tiny_agents)
     trained, _ = dpo_train(copy.deepcopy(planner.model), planner.tokenizer, ROWS, settings)
     assert hasattr(trained, "peft_config") and settings.save_adapter
     assert _changed(start, trained.merge_and_unload()) > 0
+
+
+def _grounder_rows(demo_tasks, n: int = 8) -> list[dict[str, str]]:
+    rows = []
+    for task in demo_tasks[:n]:
+        prompt, completion = prompts.prompt_and_completion(
+            prompts.grounder_messages(task, task.gold_subgoals, task.gold_actions))
+        rows.append({"prompt": prompt, "completion": completion.removesuffix("</s>")})
+    return rows
+
+
+@pytest.mark.parametrize("objective", ["sft", "dpo"])
+def test_loss_tokens_only_scores_the_loss_tokens_and_trains_the_same(tiny_agents, demo_tasks, monkeypatch,
+                                                                    objective):
+    """``loss_tokens_only``: TRL's fused LM head scores only the positions with a label (fewer rows than the batch's
+    positions, which include prompt and padding), the logged losses equal TRL's own path's up to rounding, and the
+    switch is undone after training (also after a failed one)."""
+    import trl.trainer.utils as trl_utils
+
+    planner, grounder = tiny_agents
+    original_switch = trl_utils._use_triton
+    real_apply = trl_utils._ChunkedLogProbFunction.apply
+    scored: list[tuple[int, int]] = []  # (rows scored, label positions) per call
+
+    class Spy:
+        @staticmethod
+        def apply(hidden, weight, bias, targets, *rest):
+            scored.append((hidden.shape[0], int((targets != -100).sum())))
+            return real_apply(hidden, weight, bias, targets, *rest)
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Spy)
+    losses, rows_scored = {}, {}
+    for tokens_only in (False, True):
+        scored.clear()
+        if objective == "sft":
+            settings = TrainSettings(learning_rate=1e-3, max_steps=3, batch_size=4, max_length=256, logging_steps=1,
+                                     loss_tokens_only=tokens_only)
+            _, history = sft_train(copy.deepcopy(grounder.model), grounder.tokenizer, _grounder_rows(demo_tasks),
+                                   settings)
+        else:
+            settings = DPOSettings(learning_rate=1e-3, max_steps=3, batch_size=2, max_length=128, logging_steps=1,
+                                   loss_tokens_only=tokens_only)
+            _, history = dpo_train(copy.deepcopy(planner.model), planner.tokenizer, ROWS, settings)
+        losses[tokens_only] = [h["loss"] for h in history if "loss" in h]
+        rows_scored[tokens_only] = sum(n for n, _ in scored)
+        assert trl_utils._use_triton is original_switch  # restored after training
+    assert scored and all(n == labels for n, labels in scored)  # tokens only: every scored row has a label
+    assert rows_scored[True] < rows_scored[False]  # TRL's CPU path scores prompt and padding positions too
+    assert len(losses[True]) == len(losses[False]) == 3
+    assert losses[True] == pytest.approx(losses[False], abs=1e-4)
+
+    def fail() -> bool:
+        raise RuntimeError("stopped by the test")
+
+    settings = TrainSettings(max_steps=2, batch_size=2, max_length=256, loss_tokens_only=True)
+    with pytest.raises(RuntimeError, match="stopped by the test"):
+        sft_train(copy.deepcopy(grounder.model), grounder.tokenizer, _grounder_rows(demo_tasks, 2), settings,
+                  should_stop=fail)
+    assert trl_utils._use_triton is original_switch
+
+
+def test_loss_tokens_only_refuses_a_trl_without_the_switch(monkeypatch):
+    import trl.trainer.utils as trl_utils
+
+    from engine.training import loss_tokens_only
+
+    monkeypatch.delattr(trl_utils, "_use_triton")
+    with pytest.raises(RuntimeError, match="loss_tokens_only = false"), loss_tokens_only(True):
+        pass
+    with loss_tokens_only(False):  # off: TRL's own path, nothing to switch
+        pass

@@ -1,5 +1,7 @@
-"""``bench warm_start``: the demo agents' warm-start SFT step (``demo-models``), batches drawn at random against
-batches of similar length (``train_sampling_strategy = group_by_length``).
+"""``bench warm_start``: the demo agents' warm-start SFT step (``demo-models``) three ways: TRL's own path (batches
+drawn at random, every position scored: ``random``), the same batches with only the loss's tokens scored
+(``TrainSettings.loss_tokens_only``, ``demo-models``' default: ``loss_tokens``), and batches of similar length
+(``train_sampling_strategy = group_by_length``: ``grouped``).
 
 On a CPU a padded token costs as much as a real one. The demo grounder's rows are 60-210 tokens long, so a random
 batch of 32 is about 30% padding (the planner's about 45%). Both variants train the same fresh model (the demo
@@ -7,8 +9,10 @@ agents' config, the committed tokenizer) on the same rows in fp32 for the same n
 ``engine.training.sft_train`` exactly as ``demo-models`` does. Each round builds the model anew, so every variant
 starts from the same weights. Reported per variant: seconds per step (median over rounds), the share of padding in
 its batches (the first ``steps`` batches of the same transformers sampler) and the first and last logged loss (at
-the default size the loss must fall alike in both). ``ratios.random_vs_grouped`` is the step-time ratio. ``tiny``
-uses the hidden-32 model of the tests, ``default`` the demo agents' size (3.9M).
+the default size the loss must fall alike in all). ``ratios.random_vs_grouped`` and ``ratios.random_vs_loss_tokens``
+are step-time ratios. ``loss_tokens`` trains on the same batches as ``random`` with the same loss up to float
+rounding, so its losses must match ``random``'s to 1e-3. ``tiny`` uses the hidden-32 model of the tests, ``default``
+the demo agents' size (3.9M).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from engine.bench import common
 
 SIZES = {"tiny": {"steps": 2, "batch_size": 4, "hidden": 32, "layers": 2, "rows": 64},
          "default": {"steps": 20, "batch_size": 32, "hidden": 256, "layers": 4, "rows": 3600}}
-VARIANTS = {"random": "random", "grouped": "group_by_length"}
+VARIANTS = {"random": ("random", False), "loss_tokens": ("random", True), "grouped": ("group_by_length", False)}
 
 
 def _padding_share(lengths: list[int], batches: list[list[int]]) -> float:
@@ -62,30 +66,34 @@ def run(size: str = "default", repeats: int = 3, device: str = "cpu") -> dict:
     lengths = [len(tokenizer(r["prompt"] + r["completion"])["input_ids"]) + 1 for r in rows]
     build = AgentBuildConfig(hidden_size=sizes["hidden"], layers=sizes["layers"])
 
-    def train(strategy: str) -> dict:
+    def train(strategy: str, tokens_only: bool) -> dict:
         model = _new_model(build, tokenizer).to(device)
         settings = TrainSettings(learning_rate=build.learning_rate, max_steps=sizes["steps"],
                                  batch_size=sizes["batch_size"], max_length=build.max_positions, seed=build.seed,
-                                 logging_steps=1, warmup_steps=0.05, bf16="false")
+                                 logging_steps=1, warmup_steps=0.05, bf16="false", loss_tokens_only=tokens_only)
         started = time.perf_counter()
         _, history = sft_train(model, tokenizer, rows, settings, sampling=strategy)
         losses = [h["loss"] for h in history if "loss" in h]
         return {"seconds": time.perf_counter() - started, "first_loss": losses[0], "last_loss": losses[-1]}
 
-    timings, results = common.side_by_side({name: (lambda s=s: train(s)) for name, s in VARIANTS.items()}, repeats)
+    timings, results = common.side_by_side({name: (lambda v=v: train(*v)) for name, v in VARIANTS.items()}, repeats)
     report: dict = {"sizes": {**sizes, "mean_tokens": round(sum(lengths) / len(lengths), 1),
                               "max_tokens": max(lengths)}, "variants": {}}
-    for name, strategy in VARIANTS.items():
+    for name, (strategy, _) in VARIANTS.items():
         batches = _sampler_batches(strategy, lengths, sizes["batch_size"], sizes["steps"], build.seed)
         report["variants"][name] = {
             "median_s": timings[name]["median_s"], "times_s": timings[name]["times_s"],
             "step_s": round(timings[name]["median_s"] / sizes["steps"], 4),
             "padding_share": _padding_share(lengths, batches),
             "first_loss": round(results[name]["first_loss"], 4), "last_loss": round(results[name]["last_loss"], 4)}
-    report["ratios"] = {"random_vs_grouped": common.ratio(timings, "random", "grouped")}
+    report["ratios"] = {"random_vs_grouped": common.ratio(timings, "random", "grouped"),
+                        "random_vs_loss_tokens": common.ratio(timings, "random", "loss_tokens")}
     grouped, plain = report["variants"]["grouped"], report["variants"]["random"]
-    # Correct: grouping lowers the padding it computes, and both variants trained (finite losses; at the default
-    # size the last logged loss is read beside the first: it must fall alike in both).
+    # Correct: grouping lowers the padding it computes, every variant trained (finite losses; at the default size
+    # the last logged loss is read beside the first: it must fall alike), and scoring the loss's tokens only is the
+    # same training as TRL's path (same batches, same loss up to rounding).
     finite = all(math.isfinite(v[k]) for v in report["variants"].values() for k in ("first_loss", "last_loss"))
-    report["correct"] = {"ok": grouped["padding_share"] < plain["padding_share"] and finite}
+    same = all(abs(results["loss_tokens"][k] - results["random"][k]) < 1e-3 for k in ("first_loss", "last_loss"))
+    report["correct"] = {"ok": grouped["padding_share"] < plain["padding_share"] and finite and same,
+                         "loss_tokens_matches_random": same}
     return report

@@ -1,4 +1,4 @@
-"""``python -m engine demo-models``: build the tiny demo planner and grounder from a seed (about 12 min on 2 cores)."""
+"""``python -m engine demo-models``: build the tiny demo planner and grounder from a seed (15-17 min on 2 cores)."""
 
 from __future__ import annotations
 

@@ -70,6 +70,11 @@ class AgentBuildConfig:
     group_by_length: bool = _f(False, "draw each warm-start batch from rows of similar length (transformers' "
                                       "group_by_length sampler) instead of at random: a CPU computes padding like "
                                       "real tokens, and random batches of the demo rows are 30-45% padding")
+    loss_tokens_only: bool = _f(True, "score only the completion's tokens in TRL's loss (TrainSettings."
+                                      "loss_tokens_only): the same loss up to float rounding, 1.25-1.35x faster "
+                                      "steps on a CPU. The committed agents were built without it: "
+                                      "--no-loss-tokens-only rebuilds their planner bit for bit on a CPU with "
+                                      "native bf16")
     bf16: str = _f("auto", "training precision: auto (bf16 only on a CPU/GPU that computes it natively), true, false "
                            "(fp32 everywhere: the build a CPU without native bf16 makes, on any machine)",
                    choices=BF16)
@@ -183,7 +188,7 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
         model = _new_model(config, tokenizer)
         settings = TrainSettings(learning_rate=config.learning_rate, max_steps=steps, batch_size=config.batch_size,
                                  max_length=config.max_positions, seed=config.seed, logging_steps=25,
-                                 warmup_steps=0.05, bf16=config.bf16)
+                                 warmup_steps=0.05, bf16=config.bf16, loss_tokens_only=config.loss_tokens_only)
         model, history = sft_train(model, tokenizer, [{"prompt": r["prompt"], "completion": r["completion"]}
                                                       for r in rows], settings,
                                    on_log=lambda logs, role=role: log(f"{role} {json.dumps(logs)}"),
@@ -230,7 +235,8 @@ def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
     model, tokenizer = load_model(ModelSpec(str(start), dtype="float32"))
     settings = TrainSettings(learning_rate=config.learning_rate, max_steps=config.joint_steps,
                              batch_size=config.batch_size, max_length=config.max_positions, seed=config.seed,
-                             logging_steps=25, warmup_steps=0.05, bf16=config.bf16)
+                             logging_steps=25, warmup_steps=0.05, bf16=config.bf16,
+                             loss_tokens_only=config.loss_tokens_only)
     model.train()
     model, history = sft_train(model, tokenizer, rows, settings, on_log=lambda logs: log(f"joint {json.dumps(logs)}"))
     out.mkdir(parents=True, exist_ok=True)
