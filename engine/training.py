@@ -97,10 +97,11 @@ def loss_tokens_only(enabled: bool) -> Iterator[None]:
 
     TRL 1.16 computes its losses from ``ChunkedLogProbFunction`` over ``hidden_states[mask]`` where Triton runs
     (``compact``) and over every position elsewhere, so that a compiler for fixed shapes (Neuron) does not recompile
-    per batch. On a CPU that means the log-softmax of the prompt and the padding is computed and thrown away: a
-    quarter of a demo SFT step. The decision is the module-level ``trl.trainer.utils._use_triton``; this switches it
-    to "compact" for the duration and restores it after. The kernels themselves read their own reference, so they
-    keep their torch path on a CPU."""
+    per batch. On a CPU that means the log-softmax of the prompt and the padding is computed and thrown away: about
+    a fifth of a demo SFT step. The decision is the module-level ``trl.trainer.utils._use_triton``; this switches it
+    to "compact" for the duration and restores it after (process-wide: a trainer running in another thread of this
+    process meanwhile is switched too, which changes its speed, not its loss). The kernels read their own
+    reference, so they keep their torch path on a CPU."""
     if not enabled:
         yield
         return
