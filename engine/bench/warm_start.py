@@ -1,7 +1,7 @@
 """``bench warm_start``: the demo agents' warm-start SFT step (``demo-models``) three ways: TRL's own path (batches
 drawn at random, every position scored: ``random``), the same batches with only the loss's tokens scored
-(``TrainSettings.loss_tokens_only``, ``demo-models``' default: ``loss_tokens``), and batches of similar length
-(``train_sampling_strategy = group_by_length``: ``grouped``).
+(``TrainSettings.loss_tokens_only``, ``demo-models --loss-tokens-only``: ``loss_tokens``), and batches of similar
+length (``train_sampling_strategy = group_by_length``: ``grouped``).
 
 On a CPU a padded token costs as much as a real one. The demo grounder's rows are 60-210 tokens long, so a random
 batch of 32 is about 30% padding (the planner's about 45%). Both variants train the same fresh model (the demo
