@@ -27,6 +27,15 @@ def _changed(before, after) -> int:
     return sum(not torch.equal(old[n], p) for n, p in after.named_parameters())
 
 
+def _grounder_rows(demo_tasks, n: int = 8) -> list[dict[str, str]]:
+    rows = []
+    for task in demo_tasks[:n]:
+        prompt, completion = prompts.prompt_and_completion(
+            prompts.grounder_messages(task, task.gold_subgoals, task.gold_actions))
+        rows.append({"prompt": prompt, "completion": completion.removesuffix("</s>")})
+    return rows
+
+
 @pytest.mark.parametrize("variant", ["lora", "precompute"])
 def test_dpo_variants_train_and_log(tiny_agents, variant):
     planner, _ = tiny_agents
@@ -44,11 +53,7 @@ def test_dpo_variants_train_and_log(tiny_agents, variant):
 
 def test_lora_sft_merges_and_stop_flag_ends_training(tiny_agents, demo_tasks):
     _, grounder = tiny_agents
-    rows = []
-    for task in demo_tasks[:8]:
-        prompt, completion = prompts.prompt_and_completion(
-            prompts.grounder_messages(task, task.gold_subgoals, task.gold_actions))
-        rows.append({"prompt": prompt, "completion": completion.removesuffix("</s>")})
+    rows = _grounder_rows(demo_tasks)
     start = copy.deepcopy(grounder.model)
     settings = TrainSettings(learning_rate=5e-3, max_steps=5, batch_size=2, max_length=256, lora=True, lora_r=4,
                              lora_alpha=8, logging_steps=1, save_adapter=False)
@@ -106,15 +111,6 @@ def test_lora_keeps_the_adapter_unmerged_when_it_is_what_gets_saved(tiny_agents)
     trained, _ = dpo_train(copy.deepcopy(planner.model), planner.tokenizer, ROWS, settings)
     assert hasattr(trained, "peft_config") and settings.save_adapter
     assert _changed(start, trained.merge_and_unload()) > 0
-
-
-def _grounder_rows(demo_tasks, n: int = 8) -> list[dict[str, str]]:
-    rows = []
-    for task in demo_tasks[:n]:
-        prompt, completion = prompts.prompt_and_completion(
-            prompts.grounder_messages(task, task.gold_subgoals, task.gold_actions))
-        rows.append({"prompt": prompt, "completion": completion.removesuffix("</s>")})
-    return rows
 
 
 @pytest.mark.parametrize("objective", ["sft", "dpo"])
