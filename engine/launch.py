@@ -8,7 +8,8 @@ the other path, for DDP / DeepSpeed ZeRO / FSDP over several GPUs. Contract of `
   the output directory, the log path; see ``engine.train_worker`` for the reader);
 - it runs ``python -m accelerate.commands.launch --config_file C --num_processes N [extra] -m engine.train_worker
   spec.json`` (the same interpreter as the engine, so the same virtualenv) in its own process group, with stdout
-  and stderr going to ``output.log`` there;
+  and stderr going to ``output.log`` there, and this process's torch threads split among the ranks as their
+  ``OMP_NUM_THREADS`` unless it is set (``worker_environment``);
 - while the subprocess runs it polls the worker's JSON-lines log every ``launch.poll_s`` seconds and hands each
   complete new line to ``on_log`` (the stage stores it in ``train_logs``: the studio's loss curves are live);
 - when ``should_stop()`` turns true it terminates the whole process group (SIGTERM, SIGKILL after
@@ -90,6 +91,23 @@ class LogTail:
         return [json.loads(line) for line in data[:end].decode("utf-8").splitlines() if line.strip()]
 
 
+def worker_environment(settings: LaunchSection, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The launched worker's environment: this process's, plus this checkout on ``PYTHONPATH`` (the worker imports
+    ``engine`` from here even when the engine runs from elsewhere) and, unless ``OMP_NUM_THREADS`` is already set,
+    this process's torch threads shared among the ranks. Without it each rank takes every core: beside the studio's
+    web server, or after ``engine.threads`` lowered this process's threads for the load, that oversubscribes the
+    cores (``engine.threads`` quotes 3-10x slower CPU work), and the worker's matmuls sum in a different order than
+    the in-process trainer's would."""
+    import torch
+
+    env = dict(os.environ if environ is None else environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if not env.get("OMP_NUM_THREADS"):
+        env["OMP_NUM_THREADS"] = str(max(1, torch.get_num_threads() // settings.num_processes))
+    return env
+
+
 def launch_command(settings: LaunchSection, spec_path: Path) -> list[str]:
     """The ``accelerate launch`` command line for a spec (the engine's own interpreter, so its virtualenv)."""
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", settings.accelerate_config,
@@ -147,10 +165,7 @@ def run_training(*, stage: str, kind: str, work_dir: Path, output_dir: Path, row
     spec_path = work_dir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
 
-    env = dict(os.environ)
-    # The worker imports ``engine`` from this checkout even when the engine runs from elsewhere.
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = worker_environment(launch)
     tail = LogTail(work_dir / "train_log.jsonl")
     imported, reported = 0, {}
     with (work_dir / "output.log").open("wb") as output:

@@ -129,9 +129,10 @@ def _params(path):
 @pytest.mark.slow
 def test_accelerate_launch_trains_planner_and_grounder(tmp_path, loop_config, tiny_agents_dir, monkeypatch):
     # One torch thread on both sides: a CPU matmul's reduction order depends on the thread count, and the engine
-    # adapts this process's threads to the load at each stage's start while the launched worker takes torch's
-    # default. Unpinned, the two trainings differed by 5e-7 to 2.2e-5 (depending on the tiny agents' weights)
-    # whenever this process had one thread and the worker two; pinned, they are equal bit for bit.
+    # adapts this process's threads to the load at each stage's start, so the in-process reference below could run
+    # with another count than the worker got at launch. Unpinned (before engine.launch.worker_environment, the worker
+    # took every core), the two differed by 5e-7 to 2.2e-5 (depending on the tiny agents' weights) whenever this
+    # process had one thread and the worker two; pinned, they are equal bit for bit.
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the launched worker inherits the environment
     loop_config.launch.mode = "accelerate"
     loop_config.launch.accelerate_config = str(ROOT / "examples" / "accelerate" / "single_process.yaml")
@@ -224,6 +225,33 @@ def test_launch_success_without_checkpoint_fails(tmp_path, monkeypatch):
 
     with pytest.raises(LaunchFailed, match="wrote no checkpoint"):
         run_training(**_kwargs(tmp_path, []))
+
+
+def test_the_launched_worker_gets_this_process_thread_share(tmp_path, monkeypatch):
+    """Unless OMP_NUM_THREADS is set, the ranks split this process's torch threads (the share ``engine.threads``
+    chose: e.g. a core left to the studio's web server) instead of each taking every core."""
+    from engine.launch import LaunchFailed, run_training, worker_environment
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        assert worker_environment(LaunchSection(num_processes=2), {})["OMP_NUM_THREADS"] == "2"
+        assert worker_environment(LaunchSection(num_processes=8), {})["OMP_NUM_THREADS"] == "1"
+        assert worker_environment(LaunchSection(num_processes=2), {"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"
+        env = worker_environment(LaunchSection(), {"PYTHONPATH": "/elsewhere"})
+        assert env["OMP_NUM_THREADS"] == "4" and env["PYTHONPATH"] == f"{ROOT}{os.pathsep}/elsewhere"
+        # ...and the subprocess really runs with it
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        torch.set_num_threads(3)
+        _fake_launch(monkeypatch, "import json, os, sys; spec = json.load(open(sys.argv[1]))\n"
+                                  "line = json.dumps({'omp': os.environ['OMP_NUM_THREADS']})\n"
+                                  "open(spec['log'], 'w').write(line + '\\n')")
+        seen: list = []
+        with pytest.raises(LaunchFailed, match="wrote no checkpoint"):
+            run_training(**_kwargs(tmp_path, seen))
+        assert seen == [{"omp": "3"}]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_a_training_worker_exits_when_the_engine_that_launched_it_is_gone():
