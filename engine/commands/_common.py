@@ -23,9 +23,13 @@ def fail(exc: Exception) -> int:
 
 
 def quiet_libraries() -> None:
-    """Silence the progress bars ``datasets`` draws while TRL's trainers tokenize their rows (``--quiet``): in this
-    process, and through the environment in the worker processes it starts."""
+    """Silence the progress bars ``datasets`` draws while TRL's trainers tokenize their rows and the "Loading
+    weights" bar transformers draws for every model load (``--quiet``): in this process, and through the
+    environment in the worker processes it starts."""
     os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # transformers reads it at import (a worker's)
     import datasets
+    import transformers
 
     datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
