@@ -17,6 +17,8 @@ fine-tuning. ``should_stop`` is polled after every optimizer step; ``on_log`` re
 
 ``settings.loss_tokens_only`` makes TRL's fused LM head score only the positions its loss reads (``loss_tokens_only``
 below): the same loss up to float rounding, without the prompt and padding positions a CPU would otherwise compute.
+``sft_train(micro_batches=n)`` cuts each batch into n micro-batches of similar length (``micro_batch_args``): the same
+batches and steps up to float rounding, with less padding computed.
 """
 
 from __future__ import annotations
@@ -133,20 +135,66 @@ def _finish(trainer, settings: TrainSettings):
     return model
 
 
+SAMPLINGS = ("random", "group_by_length")
+
+
+def micro_batch_args(settings: TrainSettings, micro_batches: int) -> dict[str, Any]:
+    """The trainer arguments that cut each batch of ``settings.batch_size`` rows into ``micro_batches`` parts.
+
+    transformers' ``batch_rebalance`` sampler shuffles the rows, takes ``batch_size x grad_accum`` of them per
+    optimizer step, sorts them by length and splits them into ``grad_accum`` micro-batches of similar length (more
+    short rows in one, fewer long ones in another). Given the run's seed (``_seeded_rebalance``) its shuffle is the
+    ``torch.randperm`` seeded by seed + epoch that the ``random`` sampler draws, so the batches are ``random``'s.
+    The gradients accumulate, and TRL divides each micro-batch's summed token loss by the token count of the whole
+    batch (``num_items_in_batch``), so each step is the uncut batch's step up to float rounding; only the padding,
+    which a CPU computes like real tokens, shrinks."""
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches {micro_batches}: expected >= 1")
+    if micro_batches == 1:
+        return {}
+    if settings.batch_size % micro_batches:
+        raise ValueError(f"micro_batches {micro_batches} must divide batch_size {settings.batch_size}")
+    return {"per_device_train_batch_size": settings.batch_size // micro_batches,
+            "gradient_accumulation_steps": settings.grad_accum * micro_batches,
+            "train_sampling_strategy": "batch_rebalance"}
+
+
+def _seeded_rebalance(trainer_class):
+    """``trainer_class`` whose ``batch_rebalance`` sampler shuffles with the run's seed: transformers builds it
+    with its own default (42), so every seed would otherwise see the rows in one order."""
+
+    class SeededRebalance(trainer_class):
+        def _get_train_sampler(self, train_dataset=None):
+            sampler = super()._get_train_sampler(train_dataset)
+            if hasattr(sampler, "effective_batch_size") and hasattr(sampler, "seed"):
+                sampler.seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            return sampler
+
+    return SeededRebalance
+
+
 def sft_train(model, tokenizer, rows: list[dict[str, str]], settings: TrainSettings, *,
               on_log: LogSink | None = None, should_stop: Callable[[], bool] | None = None,
-              sampling: str = "random"):
+              sampling: str = "random", micro_batches: int = 1):
     """SFT with loss on the completion (+EOS) only. Returns ``(model, log_history)``. ``sampling`` is transformers'
     ``train_sampling_strategy``: ``random``, or ``group_by_length`` (batches of rows of similar length: less
-    padding, which a CPU computes like real tokens)."""
+    padding, which a CPU computes like real tokens, but a batch is no longer a random draw). ``micro_batches`` > 1
+    keeps random batches and cuts each into that many parts of similar length (``micro_batch_args``): the same
+    steps up to float rounding, with less padding; it replaces ``sampling``."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling {sampling!r}: expected one of {', '.join(SAMPLINGS)}")
+    if micro_batches > 1 and sampling != "random":
+        raise ValueError(f"micro_batches {micro_batches} draws random batches: it cannot be combined with {sampling}")
     device = next(model.parameters()).device
     with tempfile.TemporaryDirectory(prefix="moat-sft-") as out:
-        args = SFTConfig(**_common_args(settings, device, out), completion_only_loss=True, packing=False,
-                         train_sampling_strategy=sampling)
-        trainer = SFTTrainer(
+        common = {**_common_args(settings, device, out), "train_sampling_strategy": sampling}
+        common.update(micro_batch_args(settings, micro_batches))
+        args = SFTConfig(**common, completion_only_loss=True, packing=False)
+        trainer_class = _seeded_rebalance(SFTTrainer) if micro_batches > 1 else SFTTrainer
+        trainer = trainer_class(
             model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
             peft_config=_lora_config(settings) if settings.lora else None,
             callbacks=[StepHooks(on_log, should_stop)],

@@ -103,9 +103,11 @@ def test_benchmark_smoke_tiny(name, capsys):
         assert report["correct"]["same_well_formed"]
     if name == "ground":
         assert report["correct"]["same_groundings"]
-    if name == "warm_start":  # grouping by length computes less padding than random batches
+    if name == "warm_start":  # grouping by length and micro-batches compute less padding than random batches
         variants = report["variants"]
-        assert variants["grouped"]["padding_share"] < variants["random"]["padding_share"]
+        for fewer in ("grouped", "micro4", "micro8"):
+            assert variants[fewer]["padding_share"] < variants["random"]["padding_share"], fewer
+        assert report["ratios"]["loss_tokens_vs_micro4"] > 0
         assert report["correct"]["loss_tokens_matches_random"] and "random_vs_loss_tokens" in report["ratios"]
     if name == "curation":  # the studio served the decisions over HTTP; the evidence is the scorer's numbers
         assert report["correct"]["reviews_stored"] == report["sizes"]["decisions"] > 0

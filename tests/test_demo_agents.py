@@ -182,6 +182,10 @@ def test_demo_models_refuses_a_bad_style_mix_before_writing(tmp_path):
         main(["demo-models", "--out", str(tmp_path / "out"), "--planner-styles", "concise=1"])
     with pytest.raises(SystemExit):  # argparse: invalid choice, exit 2
         main(["demo-models", "--out", str(tmp_path / "out"), "--bf16", "maybe"])
+    with pytest.raises(SystemExit, match="micro_batches 5: expected a divisor of batch_size 32"):
+        main(["demo-models", "--out", str(tmp_path / "out"), "--micro-batches", "5"])
+    with pytest.raises(SystemExit, match="set micro_batches to 1 to group by length"):
+        main(["demo-models", "--out", str(tmp_path / "out"), "--group-by-length"])
     assert not (tmp_path / "out").exists()
 
 

@@ -173,3 +173,67 @@ def test_loss_tokens_only_refuses_a_trl_without_the_switch(monkeypatch):
         pass
     with loss_tokens_only(False):  # off: TRL's own path, nothing to switch
         pass
+
+
+def _forwards(model) -> list[torch.Tensor]:
+    """Every training forward's ``input_ids`` (a hook on the model: what the CPU really computes, padding included)."""
+    seen: list[torch.Tensor] = []
+
+    def hook(module, args, kwargs):
+        if torch.is_grad_enabled():
+            seen.append(kwargs["input_ids"].detach().clone())
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    return seen
+
+
+def test_micro_batches_take_the_steps_of_one_batch_with_less_padding(tiny_agents, demo_tasks):
+    """``micro_batches``: each random batch is cut into micro-batches of similar length whose gradients accumulate,
+    and TRL divides by the whole batch's token count, so every step's loss, gradient norm and weights are one
+    padded batch's up to float rounding, while fewer padding positions are computed. With 8 rows and a batch of 8
+    every step sees every row, so the two runs take comparable steps."""
+    _, grounder = tiny_agents
+    rows = _grounder_rows(demo_tasks, 8)
+    settings = TrainSettings(learning_rate=1e-3, max_steps=3, batch_size=8, max_length=256, logging_steps=1,
+                             loss_tokens_only=True, bf16="false")
+    runs = {}
+    for micro in (1, 4):
+        model = copy.deepcopy(grounder.model)
+        forwards = _forwards(model)
+        trained, history = sft_train(model, grounder.tokenizer, rows, settings, micro_batches=micro)
+        logged = [(h["loss"], h["grad_norm"]) for h in history if "loss" in h]
+        runs[micro] = {"logged": logged, "forwards": forwards, "weights": dict(trained.named_parameters())}
+    one, micro = runs[1], runs[4]
+    assert len(one["forwards"]) == 3 and len(micro["forwards"]) == 12  # 4 accumulated micro-batches a step
+    assert sum(f.shape[0] for f in micro["forwards"][:4]) == 8  # the whole batch, once
+    assert sum(f.numel() for f in micro["forwards"]) < sum(f.numel() for f in one["forwards"])
+    assert [x for pair in micro["logged"] for x in pair] == pytest.approx([x for pair in one["logged"] for x in pair],
+                                                                          rel=1e-5)
+    assert max((micro["weights"][n] - p).abs().max().item() for n, p in one["weights"].items()) < 1e-5
+
+
+def test_micro_batches_shuffle_with_the_run_seed_and_refuse_what_cannot_be_cut(tiny_agents, demo_tasks):
+    """transformers' rebalancing sampler shuffles with its own default seed; ``sft_train`` gives it the run's, so a
+    step cut into micro-batches draws the very rows an uncut step of the same seed draws, and two seeds differ."""
+    _, grounder = tiny_agents
+    rows = _grounder_rows(demo_tasks, 16)
+
+    def first_batch(seed: int, micro_batches: int) -> set[tuple[int, ...]]:
+        model = copy.deepcopy(grounder.model)
+        forwards = _forwards(model)
+        settings = TrainSettings(learning_rate=1e-3, max_steps=1, batch_size=8, max_length=256, seed=seed,
+                                 bf16="false")
+        sft_train(model, grounder.tokenizer, rows, settings, micro_batches=micro_batches)
+        pad = grounder.tokenizer.pad_token_id
+        return {tuple(t for t in row.tolist() if t != pad) for batch in forwards for row in batch}
+
+    assert len(first_batch(0, 2)) == 8
+    assert first_batch(0, 2) == first_batch(0, 1)
+    assert first_batch(1, 2) == first_batch(1, 1)
+    assert first_batch(0, 2) != first_batch(1, 2)
+    with pytest.raises(ValueError, match="micro_batches 3 must divide batch_size 8"):
+        sft_train(copy.deepcopy(grounder.model), grounder.tokenizer, rows, TrainSettings(batch_size=8),
+                  micro_batches=3)
+    with pytest.raises(ValueError, match="cannot be combined with group_by_length"):
+        sft_train(copy.deepcopy(grounder.model), grounder.tokenizer, rows, TrainSettings(batch_size=8),
+                  sampling="group_by_length", micro_batches=2)

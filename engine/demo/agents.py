@@ -68,13 +68,20 @@ class AgentBuildConfig:
     tokenizer_from: str = _f("", "reuse this agent directory's tokenizer instead of training one (e.g. "
                                  "assets/demo/grounder when rebuilding only the planner)")
     group_by_length: bool = _f(False, "draw each warm-start batch from rows of similar length (transformers' "
-                                      "group_by_length sampler) instead of at random: a CPU computes padding like "
-                                      "real tokens, and random batches of the demo rows are 30-45% padding")
-    loss_tokens_only: bool = _f(False, "score only the completion's tokens in TRL's loss (TrainSettings."
-                                       "loss_tokens_only): the same loss up to float rounding, 1.25-1.35x faster "
-                                       "steps on a CPU (an fp32 build: 16.5 instead of 18.5 min). Off by default: "
-                                       "the committed agents were built without it, and the default build rebuilds "
-                                       "their planner bit for bit on a CPU with native bf16")
+                                      "group_by_length sampler) instead of at random: less padding, but a batch "
+                                      "is no longer a random draw and the loss falls more slowly (bench "
+                                      "warm_start); needs --micro-batches 1")
+    micro_batches: int = _f(4, "cut each random batch into this many micro-batches of rows of similar length and "
+                               "accumulate their gradients (engine.training.micro_batch_args): the same steps up to "
+                               "float rounding with a fraction of the padding, which a CPU computes like real "
+                               "tokens (random batches of the demo rows are 30-45% padding): 1.18x faster steps "
+                               "(bench warm_start; an fp32 build 14.5 instead of 16.3 min). 1: one padded batch, "
+                               "as the committed agents were built", ge=1)
+    loss_tokens_only: bool = _f(True, "score only the completion's tokens in TRL's loss (TrainSettings."
+                                      "loss_tokens_only): the same loss up to float rounding, 1.25-1.35x faster "
+                                      "steps on a CPU. --no-loss-tokens-only --micro-batches 1 is TRL's own path, "
+                                      "the one the committed agents were built with (on a CPU with native bf16 it "
+                                      "rebuilds their planner bit for bit)")
     bf16: str = _f("auto", "training precision: auto (bf16 only on a CPU/GPU that computes it natively), true, false "
                            "(fp32 everywhere: the build a CPU without native bf16 makes, on any machine)",
                    choices=BF16)
@@ -106,9 +113,20 @@ def grounder_rows(tasks: list[Task]) -> list[dict[str, str]]:
     return rows
 
 
-def _check_bf16(config: AgentBuildConfig) -> None:
+def check_build_config(config: AgentBuildConfig) -> None:
+    """Refuse a build config the trainer would reject halfway, before anything is written."""
     if config.bf16 not in BF16:
         raise ValueError(f"bf16 {config.bf16!r}: expected one of {', '.join(BF16)}")
+    if config.micro_batches < 1 or config.batch_size % config.micro_batches:
+        raise ValueError(f"micro_batches {config.micro_batches}: expected a divisor of batch_size {config.batch_size}")
+    if config.group_by_length and config.micro_batches > 1:
+        raise ValueError(f"group_by_length draws batches of similar length, micro_batches {config.micro_batches} "
+                         "cuts random batches: set micro_batches to 1 to group by length")
+
+
+def _sampling(config: AgentBuildConfig) -> dict:
+    return {"sampling": "group_by_length" if config.group_by_length else "random",
+            "micro_batches": config.micro_batches}
 
 
 def _new_model(config: AgentBuildConfig, tokenizer):
@@ -145,7 +163,7 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
     from engine.config import TrainSettings
     from engine.training import sft_train
 
-    _check_bf16(config)
+    check_build_config(config)
     styles = world.parse_plan_styles(config.planner_styles)
     roles = [r.strip() for r in config.roles.split(",") if r.strip()]
     if not roles or set(roles) - {"planner", "grounder"}:
@@ -192,7 +210,7 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
         model, history = sft_train(model, tokenizer, [{"prompt": r["prompt"], "completion": r["completion"]}
                                                       for r in rows], settings,
                                    on_log=lambda logs, role=role: log(f"{role} {json.dumps(logs)}"),
-                                   sampling="group_by_length" if config.group_by_length else "random")
+                                   **_sampling(config))
         _save(model, tokenizer, out / role)
         losses = [h["loss"] for h in history if "loss" in h]
         report[role] = {"rows": len(rows), "steps": steps, "parameters": sum(p.numel() for p in model.parameters()),
@@ -222,7 +240,7 @@ def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
     from engine.precision import describe
     from engine.training import sft_train
 
-    _check_bf16(config)
+    check_build_config(config)
     out = Path(out_dir)
     train = [t for t in tasks if t.split == "train"]
     if config.max_train_tasks:
@@ -238,7 +256,8 @@ def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
                              logging_steps=25, warmup_steps=0.05, bf16=config.bf16,
                              loss_tokens_only=config.loss_tokens_only)
     model.train()
-    model, history = sft_train(model, tokenizer, rows, settings, on_log=lambda logs: log(f"joint {json.dumps(logs)}"))
+    model, history = sft_train(model, tokenizer, rows, settings, on_log=lambda logs: log(f"joint {json.dumps(logs)}"),
+                               **_sampling(config))
     out.mkdir(parents=True, exist_ok=True)
     _save(model, tokenizer, out)
     losses = [h["loss"] for h in history if "loss" in h]
