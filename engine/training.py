@@ -163,10 +163,12 @@ def _seeded_rebalance(trainer_class):
     """``trainer_class`` whose ``batch_rebalance`` sampler shuffles with the run's seed: transformers builds it
     with its own default (42), so every seed would otherwise see the rows in one order."""
 
+    from transformers.trainer_pt_utils import BatchRebalanceSampler
+
     class SeededRebalance(trainer_class):
         def _get_train_sampler(self, train_dataset=None):
             sampler = super()._get_train_sampler(train_dataset)
-            if hasattr(sampler, "effective_batch_size") and hasattr(sampler, "seed"):
+            if isinstance(sampler, BatchRebalanceSampler):
                 sampler.seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
             return sampler
 
