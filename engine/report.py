@@ -12,7 +12,7 @@ is absent or null); ``UnknownExperiment`` (a ``KeyError`` carrying the known ids
          "held_in_gap_ppl": S, ..., "dev_accuracy": S,     # split "all"; dev only when evaluated
          "by_domain": {"held_out": {"maths": {"accuracy": S, "gap_ppl": S, ...}, ...}, ...},
          "vs_iteration_0": {"held_in_accuracy": P, "held_out_accuracy": P, "held_out_gap_ppl_pct": P,
-                            "held_out_gap_ppl_pct_by_domain": {"maths": P, ...}, ...},
+                            "held_out_gap_ppl_pct_by_domain": {"maths": P, ...}, ...},  # and held_in_/dev_gap_ppl_pct
          "vs_baseline": {"held_in_accuracy": P, "held_out_accuracy": P, "held_out_gap_ppl": P, ...}}}}},
      "swaps": {"<variant>": {"base", "after", "seeds", "cells": {"P0G0" | "P{N}G0" | "P0G{N}" | "P{N}G{N}" |
          "gold/G0" | "gold/G{N}": {"held_in_accuracy": S, "held_out_accuracy": S, ...}},
@@ -195,14 +195,15 @@ def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
             now, start = flat(variant, t), flat(variant, 0)
             if t > 0 and start:
                 change = {k: paired(start[k], now[k]) for k in PAIRED if k in now and k in start}
-                if "held_out_gap_ppl" in now and "held_out_gap_ppl" in start:
-                    change["held_out_gap_ppl_pct"] = pct_change(start["held_out_gap_ppl"], now["held_out_gap_ppl"])
-                # Per domain too: the paper's 27% is the maths grounder's PPL; the all-domain mean mixes in QA.
                 first = values[variant].get(0, {})
-                by_domain_pct = {key[1]: pct_change(first[key], cells[key]) for key in sorted(cells)
-                                 if key[0] == "held_out" and key[1] != "all" and key[2] == "gap_ppl" and key in first}
-                change["held_out_gap_ppl_pct_by_domain"] = {d: v for d, v in by_domain_pct.items()
-                                                            if v is not None} or None
+                for split in SPLITS:  # every evaluated split: dev's is the one a gap target can be tuned on
+                    key = f"{split}_gap_ppl"
+                    if key in now and key in start:
+                        change[f"{key}_pct"] = pct_change(start[key], now[key])
+                    # Per domain too: the paper's 27% is the maths grounder's PPL; the all-domain mean mixes in QA.
+                    by_domain_pct = {c[1]: pct_change(first[c], cells[c]) for c in sorted(cells)
+                                     if c[0] == split and c[1] != "all" and c[2] == "gap_ppl" and c in first}
+                    change[f"{key}_pct_by_domain"] = {d: v for d, v in by_domain_pct.items() if v is not None} or None
                 entry["vs_iteration_0"] = {k: v for k, v in change.items() if v is not None}
             if baseline and variant != baseline and baseline in values:
                 base = flat(baseline, t)
@@ -312,17 +313,22 @@ def report_markdown(report: dict[str, Any]) -> str:
                  if any(f"{s}_accuracy" in it for v in variants.values() for it in v["iterations"].values())]
     names = {"held_in": "held-in", "held_out": "held-out", "dev": "dev"}
     with_gap = "held_out" in evaluated
-    gap_domains = sorted({d for v in variants.values() for it in v["iterations"].values()
-                          for d in it.get("vs_iteration_0", {}).get("held_out_gap_ppl_pct_by_domain", {})})
+    # The gap's change on held-out (the target) and on dev (where a change to the method may be judged).
+    gap_splits = [s for s in ("held_out", "dev") if s in evaluated]
+    gap_domains = {s: sorted({d for v in variants.values() for it in v["iterations"].values()
+                              for d in it.get("vs_iteration_0", {}).get(f"{s}_gap_ppl_pct_by_domain") or {}})
+                   for s in gap_splits}
     rows = [[name, t, *(format_test(it["vs_iteration_0"].get(f"{s}_accuracy"), 100) for s in evaluated),
-             *([format_test(it["vs_iteration_0"].get("held_out_gap_ppl_pct"))] if with_gap else []),
-             *(format_test(it["vs_iteration_0"].get("held_out_gap_ppl_pct_by_domain", {}).get(d))
-               for d in gap_domains)]
+             *(cell for s in gap_splits for cell in (
+                 format_test(it["vs_iteration_0"].get(f"{s}_gap_ppl_pct")),
+                 *(format_test((it["vs_iteration_0"].get(f"{s}_gap_ppl_pct_by_domain") or {}).get(d))
+                   for d in gap_domains[s])))]
             for name, v in variants.items() for t, it in v["iterations"].items() if "vs_iteration_0" in it]
     lines += ["## Change vs iteration 0 (paired over seeds)", ""]
     lines += markdown_table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
-                             *(["held-out gap PPL Δ %"] if with_gap else []),
-                             *(f"held-out {d} gap PPL Δ %" for d in gap_domains)], rows)
+                             *(head for s in gap_splits for head in (
+                                 f"{names[s]} gap PPL Δ %",
+                                 *(f"{names[s]} {d} gap PPL Δ %" for d in gap_domains[s])))], rows)
     if report["baseline"] and set(variants) - {report["baseline"]}:  # one variant alone has nothing to pair
         rows = [[name, t, *(format_test(it["vs_baseline"].get(f"{s}_accuracy"), 100) for s in evaluated),
                  *([format_test(it["vs_baseline"].get("held_out_gap_ppl"), 1, 3)] if with_gap else [])]

@@ -435,6 +435,11 @@ def test_summary_intervals_stay_inside_the_quantitys_range():
     assert free["ci95"] == pytest.approx(list(hand_interval([-1.0, 0.0, 2.0])[1:]))
 
 
+def dev_gap(seed: int, t: int) -> float:
+    """A dev gap PPL per seed and iteration: falls by 10, 20 and 30% over one iteration."""
+    return 2.0 * (1 - 0.1 * seed * t)
+
+
 def test_a_dev_only_tuning_report_shows_dev_changes_and_no_empty_held_out_columns(tmp_path):
     """Tuning experiments evaluate dev and held-in, never held-out: the change tables must show what they measured."""
     dev = {"best": {1: (0.10, 0.30), 2: (0.10, 0.40), 3: (0.10, 0.35)},  # seed: (iteration 0, iteration 1)
@@ -449,12 +454,25 @@ def test_a_dev_only_tuning_report_shows_dev_changes_and_no_empty_held_out_column
                 for t, value in enumerate(values):
                     store.put_metrics(run_id, t, [
                         {"split": "dev", "domain": "all", "name": "accuracy", "value": value},
+                        {"split": "dev", "domain": "all", "name": "gap_ppl", "value": dev_gap(seed, t)},
+                        {"split": "dev", "domain": "qa", "name": "gap_ppl", "value": dev_gap(seed, t) + t},
                         {"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.5}])
-        text = report_markdown(experiment_report(store, "tune-0000cafe"))
+        report = experiment_report(store, "tune-0000cafe")
+        text = report_markdown(report)
     change = text[text.index("## Change vs iteration 0"):text.index("## vs best")]
-    assert "| variant | iteration | held-in accuracy Δ pp | dev accuracy Δ pp |" in change
+    assert ("| variant | iteration | held-in accuracy Δ pp | dev accuracy Δ pp | dev gap PPL Δ % | "
+            "dev qa gap PPL Δ % |") in change
     mean, lo, hi = hand_interval([(0.30 - 0.10) * 100, (0.40 - 0.10) * 100, (0.35 - 0.10) * 100])
     assert f"| best | 1 | +0.0 [+0.0, +0.0] p=1 (n=3) | {mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in change
+    # the gap's change on dev, where a gap target may be tuned: per seed % of PPL, all domains and per domain
+    vs_0 = report["variants"]["best"]["iterations"]["1"]["vs_iteration_0"]
+    pct = [100 * (dev_gap(s, 1) - dev_gap(s, 0)) / dev_gap(s, 0) for s in (1, 2, 3)]
+    mean, lo, hi = hand_interval(pct)
+    assert vs_0["dev_gap_ppl_pct"]["diff"] == pytest.approx(mean)
+    assert vs_0["dev_gap_ppl_pct"]["ci95"] == pytest.approx([lo, hi])
+    pct_qa = [100 * (dev_gap(s, 1) + 1 - dev_gap(s, 0)) / dev_gap(s, 0) for s in (1, 2, 3)]
+    assert vs_0["dev_gap_ppl_pct_by_domain"]["qa"]["diff"] == pytest.approx(statistics.fmean(pct_qa))
+    assert f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in change and "held_out_gap_ppl_pct" not in vs_0
     versus = text[text.index("## vs best"):]
     mean, lo, hi = hand_interval([(0.20 - 0.30) * 100, (0.50 - 0.40) * 100, (0.30 - 0.35) * 100])
     assert f"| top3 | 1 | +0.0 [+0.0, +0.0] p=1 (n=3) | {mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in versus
@@ -680,10 +698,11 @@ def test_swap_lists_variants_whose_finished_runs_get_the_swap_table(inprocess_ru
     assert last_json(capsys.readouterr().out)["swaps"] == []  # stored: not computed again
 
 
-@pytest.mark.parametrize("preset", sorted(p.stem for p in (ROOT / "examples" / "experiments").glob("tune-*.toml")))
+@pytest.mark.parametrize("preset", sorted(p.stem for pattern in ("tune-*.toml", "dev-*.toml")
+                                           for p in (ROOT / "examples" / "experiments").glob(pattern)))
 def test_tuning_presets_never_see_held_out_or_the_reported_seeds(preset):
-    """The tune-* presets choose settings: they run on seeds other than the reported 11-15 and never evaluate on
-    held-out (the rule the README's results rest on)."""
+    """The tune-* presets choose settings and the dev-* ones diagnose on dev: they run on seeds other than the
+    reported 11-15 and never evaluate on held-out (the rule the README's results rest on)."""
     exp = load_experiment(ROOT / "examples" / "experiments" / f"{preset}.toml")
     assert not set(exp.seeds) & {11, 12, 13, 14, 15}
     for name in exp.variants:
