@@ -4,10 +4,11 @@
 Handlers (plain functions of the store or the report dict):
 
 * ``experiment_choices(store)``: ``(label, experiment_id)`` pairs, newest first (``engine.report.known_experiments``).
-* ``experiment_figures(report) -> dict[name, go.Figure]`` (names in ``FIGURES``; ``dev_accuracy`` only when a variant
-  was evaluated on dev, ``held_out_by_domain`` only when held-out has domains): per figure, one mean line per variant
-  (trace ``name`` = the variant) over a shaded 95% interval polygon (``"<variant> 95% CI"``, ``fill="toself"``),
-  integer iteration ticks, one colour per variant in every figure. Accuracies are fractions shown as %.
+* ``experiment_figures(report) -> dict[name, go.Figure]`` (names in ``FIGURES``; ``dev_accuracy`` and
+  ``dev_gap_ppl`` only when a variant was evaluated on dev, ``held_out_by_domain`` only when held-out has domains):
+  per figure, one mean line per variant (trace ``name`` = the variant) over a shaded 95% interval polygon
+  (``"<variant> 95% CI"``, ``fill="toself"``), integer iteration ticks, one colour per variant in every figure.
+  Accuracies are fractions shown as %.
 * ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure and
   under it, in the same cell, the paired t test against the baseline variant
   (``Δ vs <baseline>: diff (p=..., n=...)``), then incomplete and missing runs.
@@ -27,12 +28,16 @@ from engine.store import Store
 from studio.metrics_swaps import swap_markdown
 from studio.plots import ITERATION_AXIS, band_and_mean, colours, figure
 
-FIGURES = ("held_in_accuracy", "held_out_accuracy", "dev_accuracy", "held_out_gap_ppl", "held_out_by_domain")
+FIGURES = ("held_in_accuracy", "held_out_accuracy", "dev_accuracy", "held_out_gap_ppl", "dev_gap_ppl",
+           "held_out_by_domain")
 TITLES = {"held_in_accuracy": "Held-in accuracy", "held_out_accuracy": "Held-out accuracy",
-          "dev_accuracy": "Dev accuracy", "held_out_gap_ppl": "Held-out capability gap: mean gold-action PPL"}
+          "dev_accuracy": "Dev accuracy", "held_out_gap_ppl": "Held-out capability gap: mean gold-action PPL",
+          "dev_gap_ppl": "Dev capability gap: mean gold-action PPL"}
+OPTIONAL = ("dev_accuracy", "dev_gap_ppl")  # shown only when a variant was evaluated on dev
 # (report key, column head, scale, digits) of the table; accuracies in %.
 COLUMNS = (("held_in_accuracy", "held-in accuracy %", 100, 1), ("held_out_accuracy", "held-out accuracy %", 100, 1),
-           ("dev_accuracy", "dev accuracy %", 100, 1), ("held_out_gap_ppl", "held-out gap PPL", 1, 3))
+           ("dev_accuracy", "dev accuracy %", 100, 1), ("held_out_gap_ppl", "held-out gap PPL", 1, 3),
+           ("dev_gap_ppl", "dev gap PPL", 1, 3))
 
 
 def experiment_choices(store: Store) -> list[tuple[str, str]]:
@@ -61,7 +66,7 @@ def experiment_figures(report: dict[str, Any]) -> dict[str, go.Figure]:
     palette = colours(report["variants"])
     figs: dict[str, go.Figure] = {}
     for key, title in TITLES.items():
-        if key == "dev_accuracy" and not _has(report, key):
+        if key in OPTIONAL and not _has(report, key):
             continue
         accuracy = key.endswith("accuracy")
         fig = figure(f"{title} (mean over seeds, 95% interval)", "iteration", "accuracy" if accuracy else "PPL",
@@ -107,7 +112,7 @@ def _test(cell: dict[str, Any] | None, scale: float, digits: int) -> str:
 
 def experiment_table(report: dict[str, Any]) -> str:
     """Variant x iteration markdown table with intervals and the paired tests vs the baseline."""
-    columns = [c for c in COLUMNS if c[0] != "dev_accuracy" or _has(report, "dev_accuracy")]
+    columns = [c for c in COLUMNS if c[0] not in OPTIONAL or _has(report, c[0])]
     baseline = report["baseline"]
     done = sum(r["status"] == "done" for r in report["runs"])
     lines = [f"**{report['name']}** (`{report['experiment']}`): {len(report['runs'])} runs, {done} done; seeds "

@@ -94,12 +94,17 @@ def test_experiment_figures_colour_each_variant_once_and_split_held_out_domains(
     assert by_domain.layout.xaxis.dtick == by_domain.layout.xaxis2.dtick == 1
 
 
-def test_a_dev_figure_only_when_dev_was_evaluated(store):
-    from studio.metrics_experiment import experiment_figures
+def test_dev_figures_only_when_dev_was_evaluated(store):
+    from studio.metrics_experiment import experiment_figures, experiment_table
 
-    store.put_metrics(run_of("full", 11), 1, [{"split": "dev", "domain": "all", "name": "accuracy", "value": 0.4}])
-    fig = experiment_figures(experiment_report(store, EXP))["dev_accuracy"]
-    assert [(t.name, list(t.y)) for t in _bands_and_lines(fig)[1]] == [("full", [0.4])]
+    assert not {"dev_accuracy", "dev_gap_ppl"} & set(experiment_figures(experiment_report(store, EXP)))
+    store.put_metrics(run_of("full", 11), 1, [{"split": "dev", "domain": "all", "name": "accuracy", "value": 0.4},
+                                              {"split": "dev", "domain": "all", "name": "gap_ppl", "value": 1.5}])
+    figs = experiment_figures(experiment_report(store, EXP))
+    assert [(t.name, list(t.y)) for t in _bands_and_lines(figs["dev_accuracy"])[1]] == [("full", [0.4])]
+    # the dev gap too: the split a change to the method is judged on before held-out is run
+    assert [(t.name, list(t.y)) for t in _bands_and_lines(figs["dev_gap_ppl"])[1]] == [("full", [1.5])]
+    assert "dev gap PPL" in experiment_table(experiment_report(store, EXP))
 
 
 def test_experiment_table_shows_intervals_seeds_and_the_paired_test_vs_baseline(store):
