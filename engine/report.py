@@ -313,7 +313,6 @@ def report_markdown(report: dict[str, Any]) -> str:
     evaluated = [s for s in ("held_in", "held_out", "dev")
                  if any(f"{s}_accuracy" in it for v in variants.values() for it in v["iterations"].values())]
     names = {"held_in": "held-in", "held_out": "held-out", "dev": "dev"}
-    with_gap = "held_out" in evaluated
     # The gap's change on held-out (the target) and on dev (where a change to the method may be judged).
     gap_splits = [s for s in ("held_out", "dev") if s in evaluated]
     gap_domains = {s: sorted({d for v in variants.values() for it in v["iterations"].values()
@@ -332,11 +331,11 @@ def report_markdown(report: dict[str, Any]) -> str:
                                  *(f"{names[s]} {d} gap PPL Δ %" for d in gap_domains[s])))], rows)
     if report["baseline"] and set(variants) - {report["baseline"]}:  # one variant alone has nothing to pair
         rows = [[name, t, *(format_test(it["vs_baseline"].get(f"{s}_accuracy"), 100) for s in evaluated),
-                 *([format_test(it["vs_baseline"].get("held_out_gap_ppl"), 1, 3)] if with_gap else [])]
+                 *(format_test(it["vs_baseline"].get(f"{s}_gap_ppl"), 1, 3) for s in gap_splits)]
                 for name, v in variants.items() for t, it in v["iterations"].items() if "vs_baseline" in it]
         lines += [f"## vs {report['baseline']} (paired over seeds, same iteration)", ""]
         lines += markdown_table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
-                                 *(["held-out gap PPL Δ"] if with_gap else [])], rows)
+                                 *(f"{names[s]} gap PPL Δ" for s in gap_splits)], rows)
     for variant, sw in report.get("swaps", {}).items():
         a, b = sw["after"], sw["base"]
         labels = {f"P{b}G{b}": "starting agents", f"P{a}G{b}": "stage 1 only (planner trained)",

@@ -477,6 +477,7 @@ def test_a_dev_only_tuning_report_shows_dev_changes_and_no_empty_held_out_column
     mean, lo, hi = hand_interval([(0.20 - 0.30) * 100, (0.50 - 0.40) * 100, (0.30 - 0.35) * 100])
     assert f"| top3 | 1 | +0.0 [+0.0, +0.0] p=1 (n=3) | {mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in versus
     assert "held-out" not in change and "held-out" not in versus.split("## Runs")[0]
+    assert "| dev accuracy Δ pp | dev gap PPL Δ |" in versus  # dev's gap, paired with the baseline's
 
 
 def test_a_one_variant_report_has_no_empty_baseline_table(tmp_path):
