@@ -7,6 +7,8 @@ import dataclasses
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from engine.demo import maths_world, qa_world, world
 from engine.demo.world import WorldConfig, generate_suite
 from engine.metrics import score_answer
@@ -152,8 +154,6 @@ def test_the_paraphrased_rendering_is_the_planners_own_wording_on_some_steps_onl
 
 
 def test_a_bad_plan_style_mix_is_refused_by_name():
-    import pytest
-
     for text, needle in (("concise=1", "'concise'"), ("explicit=0", "explicit=<positive weight>"),
                          ("explicit", "explicit=<positive weight>"), ("explicit=x", "explicit=<positive weight>"),
                          ("mixed=0.5,flawed=0.5", "at least one rendering")):
@@ -197,3 +197,37 @@ def test_committed_pool_and_warm_start_list_regenerate_exactly(tmp_path):
     assert build["config"]["max_train_tasks"] == 0
     listed = (ROOT / "assets" / "demo" / "warm_start_tasks.txt").read_text().split()
     assert listed == [t.id for t in load_tasks(ROOT / "examples" / "demo" / "tasks.jsonl") if t.split == "train"]
+
+
+def test_the_wide_qa_world_supports_every_unseen_hop_with_several_training_chains(tmp_path):
+    """``--qa-world wide`` (examples/experiments/tune-wide-qa.toml): the same dev and held-out chains as the narrow
+    world, each of their hop positions asked by two or more training templates (the narrow world: some by one); its
+    splits keep the compositional guarantees, and every gold action sequence executes to its answer."""
+    from engine.commands import demo_world
+
+    narrow = qa_world.position_support(qa_world.NARROW)
+    wide = qa_world.position_support(qa_world.WIDE)
+    assert narrow.keys() == wide.keys() == {*qa_world.DEV_TEMPLATES, *qa_world.HELD_OUT_TEMPLATES}
+    assert min(n for support in narrow.values() for n in support.values()) == 1
+    assert min(n for support in wide.values() for n in support.values()) >= 2
+    q_in, q_dev, q_out = qa_world.split_templates(qa_world.WIDE)
+    assert len([t for t in q_in if "-" in t]) == 21 and (q_dev, q_out) == (list(qa_world.DEV_TEMPLATES),
+                                                                           list(qa_world.HELD_OUT_TEMPLATES))
+    assert set(qa_world.split_templates()[0]) < set(q_in)  # the narrow world's training templates, and more
+
+    out = tmp_path / "wide.jsonl"
+    parser = argparse.ArgumentParser()
+    demo_world.add_arguments(parser)
+    small = ["--maths-train", "6", "--maths-dev", "2", "--maths-held-in", "2", "--maths-held-out", "2",
+             "--qa-train", "64", "--qa-dev", "4", "--qa-held-in", "32", "--qa-held-out", "4"]
+    assert demo_world.run(parser.parse_args([*small, "--qa-world", "wide", "--out", str(out)])) == 0
+    tasks = [t for t in load_tasks(out) if t.domain == "qa"]
+    by_split = {s: {t.meta["template"] for t in tasks if t.split == s}
+                for s in ("train", "held_in", "dev", "held_out")}
+    assert by_split["held_in"] == set(q_in) and by_split["dev"] == set(q_dev) and by_split["held_out"] == set(q_out)
+    assert not (by_split["dev"] | by_split["held_out"]) & by_split["train"]
+    for task in tasks:
+        result = run_actions(task, task.actions_text)
+        assert score_answer(task.domain, result.answer, task.answer)["correct"], (task.id, result.answer)
+    with pytest.raises(ValueError, match="QA world 'wider': expected one of narrow, wide"):
+        generate_suite(dataclasses.replace(WorldConfig.small(), qa_world="wider"))

@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="examples/demo/tasks.jsonl", help="output Task JSONL")
     for f in dataclasses.fields(WorldConfig):
         flag = f"--{f.name.replace('_', '-')}"
-        parser.add_argument(flag, type=int, default=f.default, help=f"(default: {f.default})")
+        parser.add_argument(flag, type=type(f.default), default=f.default, help=f"(default: {f.default})")
     parser.add_argument("--pool-only", action="store_true",
                         help="write only the pool (--pool-maths/--pool-qa tasks, split train): a second data source "
                              "beside the suite's file, e.g. examples/demo/pool.jsonl")

@@ -13,6 +13,12 @@ in every position of a dev or held-out chain (first or later hop; inner noun phr
 wording) also occurs in that position in a training chain, so dev and held-out tasks are new *combinations* of
 familiar hops, solvable in principle.
 
+Two worlds share this code (``WORLDS``, chosen by ``WorldConfig.qa_world``): ``narrow``, the committed demo's seven
+relations and five training chains, where each hop of a dev or held-out chain occurs in its position in a single
+training chain (``position_support``); and ``wide``, three more relations (``studied_in``, ``employed_by``,
+``bank_of``) and every type-valid two-hop chain, with the same dev and held-out chains each of whose hops occurs in
+two or more training chains. A world's tasks depend only on its own relations, so the narrow suite is unchanged.
+
 Each hop has four plan renderings, as in the maths world: concrete ("Answer which river that city is on."),
 explicit (the first hop names the entity: "Answer in which city Kalo Venu was born."), vague ("Look it up.") and
 paraphrased, the planner's own wording: the concrete one for every relation but ``born_in``, which it words in a way
@@ -85,10 +91,57 @@ DEV_TEMPLATES = ("born_in-country_of",)
 HELD_OUT_TEMPLATES = ("born_in-river_of", "hq_of-mayor_of")
 GAP = "founding_gap"
 
+# The wide world's three extra relations: a second person -> city hop, a person -> company hop and a city -> company
+# hop, so that every relation of a dev or held-out chain occurs in its position in two or more training chains (the
+# narrow world has one each: its held-out chains are compositions of hops each seen in a single chain).
+EXTRA_RELATIONS = {r.name: r for r in (
+    Relation("studied_in", "person", "city", "{s} studied in {o}.", "In which city has {s} studied?",
+             "the city where {s} studied", "Answer in which city the person studied.",
+             "Answer in which city that person studied.", "Answer in which city {s} studied."),
+    Relation("employed_by", "person", "company", "{s} is employed by {o}.", "Which company is {s} employed by?",
+             "the company that {s} is employed by", "Answer which company the person is employed by.",
+             "Answer which company that person is employed by.", "Answer which company {s} is employed by."),
+    Relation("bank_of", "city", "company", "The biggest bank in {s} is {o}.",
+             "Which company is the biggest bank in {s}?", "the biggest bank in {s}",
+             "Answer which company is the biggest bank in the city.",
+             "Answer which company is the biggest bank in that city.",
+             "Answer which company is the biggest bank in {s}."),
+)}
 
-def all_templates() -> list[str]:
+
+@dataclass(frozen=True)
+class QAWorld:
+    """A QA world's vocabulary and split: its relations, its two-hop chains, and which chains are dev / held-out."""
+
+    name: str
+    relations: dict[str, Relation]
+    chains: tuple[str, ...]
+    dev: tuple[str, ...]
+    held_out: tuple[str, ...]
+
+
+def _all_chains(relations: dict[str, Relation]) -> tuple[str, ...]:
+    """Every type-valid two-hop chain: the first hop's object is an entity with relations of its own."""
+    return tuple(f"{a.name}-{b.name}" for a in relations.values() for b in relations.values()
+                 if a.phrase and a.obj == b.subject)
+
+
+NARROW = QAWorld("narrow", RELATIONS, CHAINS_TWO, DEV_TEMPLATES, HELD_OUT_TEMPLATES)
+# The same dev and held-out chains as the narrow world; 21 training chains instead of 5.
+WIDE = QAWorld("wide", {**RELATIONS, **EXTRA_RELATIONS}, _all_chains({**RELATIONS, **EXTRA_RELATIONS}),
+               DEV_TEMPLATES, HELD_OUT_TEMPLATES)
+WORLDS = {w.name: w for w in (NARROW, WIDE)}
+
+
+def world_named(name: str) -> QAWorld:
+    if name not in WORLDS:
+        raise ValueError(f"QA world {name!r}: expected one of {', '.join(WORLDS)}")
+    return WORLDS[name]
+
+
+def all_templates(world: QAWorld = NARROW) -> list[str]:
     """Every QA template name: the one-hop relations, the two-hop chains and the founding-year comparison."""
-    return [*RELATIONS, *CHAINS_TWO, GAP]
+    return [*world.relations, *world.chains, GAP]
 
 
 def _positions(template: str) -> set[tuple[str, str]]:
@@ -104,11 +157,18 @@ def _positions(template: str) -> set[tuple[str, str]]:
     return out
 
 
-def split_templates() -> tuple[list[str], list[str], list[str]]:
+def position_support(world: QAWorld = NARROW) -> dict[str, dict[tuple[str, str], int]]:
+    """For each dev and held-out template, how many training templates ask each of its hop positions: 1 means the
+    position was seen in a single context, which a tiny planner learns as part of that one chain."""
+    held_in, dev, held_out = split_templates(world)
+    return {t: {p: sum(p in _positions(u) for u in held_in) for p in sorted(_positions(t))} for t in dev + held_out}
+
+
+def split_templates(world: QAWorld = NARROW) -> tuple[list[str], list[str], list[str]]:
     """(train/held-in, dev, held-out) template names; everything a dev or held-out template asks (``_positions``)
     is asked by some training template too, so those tasks are unseen but solvable by composition."""
-    dev, held_out = list(DEV_TEMPLATES), list(HELD_OUT_TEMPLATES)
-    held_in = [t for t in all_templates() if t not in dev and t not in held_out]
+    dev, held_out = list(world.dev), list(world.held_out)
+    held_in = [t for t in all_templates(world) if t not in dev and t not in held_out]
     seen = set().union(*(_positions(t) for t in held_in))
     for t in dev + held_out:
         assert _positions(t) <= seen, f"{t} uses a hop position no training template has"
@@ -154,8 +214,8 @@ class _Names:
 class _Facts:
     """A task's fact world: pages (title -> sentences) grown on demand, so every entity has a full page."""
 
-    def __init__(self, rng: random.Random):
-        self.rng, self.names = rng, _Names(rng)
+    def __init__(self, rng: random.Random, relations: dict[str, Relation] = RELATIONS):
+        self.rng, self.names, self.relations = rng, _Names(rng), relations
         self.pages: dict[str, list[str]] = {}
         self.kinds: dict[str, str] = {}
         self.values: dict[tuple[str, str], str] = {}
@@ -173,7 +233,7 @@ class _Facts:
         """The object of ``relation`` for ``subject``, created (with its fact sentence) on first use."""
         key = (relation, subject)
         if key not in self.values:
-            rel = RELATIONS[relation]
+            rel = self.relations[relation]
             obj = self.entity(rel.obj)
             self.values[key] = obj
             self.pages[subject].append(rel.fact.format(s=subject, o=obj))
@@ -182,7 +242,7 @@ class _Facts:
     def complete(self, subject: str) -> None:
         """Give ``subject`` a fact for every relation of its type, so a page never gives away which relation the
         question uses."""
-        for rel in RELATIONS.values():
+        for rel in self.relations.values():
             if rel.subject == self.kinds[subject]:
                 self.value(rel.name, subject)
 
@@ -199,9 +259,9 @@ def _hop_actions(step: int, subject: str, question: str) -> str:
             f"R{c} = QA([R{b}], Question: {question})")
 
 
-def _chain(template: str, held_out: bool, rng: random.Random) -> QAProblem:
-    hops = [RELATIONS[h] for h in template.split("-")]
-    facts = _Facts(rng)
+def _chain(template: str, held_out: bool, rng: random.Random, world: QAWorld = NARROW) -> QAProblem:
+    hops = [world.relations[h] for h in template.split("-")]
+    facts = _Facts(rng, world.relations)
     start = facts.entity(hops[0].subject)
     read, subject, value = [start], start, start
     actions, concrete, explicit, vague, paraphrased = [], [], [], [], []
@@ -226,8 +286,8 @@ def _chain(template: str, held_out: bool, rng: random.Random) -> QAProblem:
                      _context(facts, read[:len(hops)], rng), paraphrased)
 
 
-def _founding_gap(held_out: bool, rng: random.Random) -> QAProblem:
-    facts = _Facts(rng)
+def _founding_gap(held_out: bool, rng: random.Random, world: QAWorld = NARROW) -> QAProblem:
+    facts = _Facts(rng, world.relations)
     first, second = facts.entity("company"), facts.entity("company")
     for company in (first, second):
         facts.complete(company)
@@ -257,5 +317,5 @@ def _context(facts: _Facts, read: list[str], rng: random.Random, distractors: in
     return [facts.passage(t) for t in titles]
 
 
-def make_problem(template: str, held_out: bool, rng: random.Random) -> QAProblem:
-    return _founding_gap(held_out, rng) if template == GAP else _chain(template, held_out, rng)
+def make_problem(template: str, held_out: bool, rng: random.Random, world: QAWorld = NARROW) -> QAProblem:
+    return _founding_gap(held_out, rng, world) if template == GAP else _chain(template, held_out, rng, world)

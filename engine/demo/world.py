@@ -54,6 +54,10 @@ class WorldConfig:
     # them with ``data.exclude_tasks`` listing the warm start's tasks (examples/experiments/tune-pool.toml).
     pool_maths: int = 0
     pool_qa: int = 0
+    # Which QA world (engine.demo.qa_world.WORLDS): "narrow", the committed demo's 7 relations and 5 training chains,
+    # or "wide", 10 relations and 21 training chains with the same dev and held-out chains, so each of their hops is
+    # seen in two or more training chains (examples/experiments/tune-wide-qa.toml).
+    qa_world: str = "narrow"
 
     @classmethod
     def small(cls, seed: int = 7) -> WorldConfig:
@@ -134,11 +138,11 @@ def _maths_tasks(rng: random.Random, split: str, count: int, templates, seen: se
 
 
 def _qa_tasks(rng: random.Random, split: str, count: int, templates: list[str], seen: set[str],
-              tag: str = "") -> list[Task]:
+              tag: str = "", world: qa_world.QAWorld = qa_world.NARROW) -> list[Task]:
     tasks: list[Task] = []
     for template in _round_robin(templates, count, rng):
         while True:
-            problem = qa_world.make_problem(template, split == "held_out", rng)
+            problem = qa_world.make_problem(template, split == "held_out", rng, world)
             if problem.question not in seen:
                 break
         seen.add(problem.question)
@@ -156,14 +160,15 @@ def generate_suite(config: WorldConfig = WorldConfig()) -> list[Task]:
     tasks += _maths_tasks(rng, "dev", config.maths_dev, m_dev, seen, share)
     tasks += _maths_tasks(rng, "held_in", config.maths_held_in, m_in, seen, share)
     tasks += _maths_tasks(rng, "held_out", config.maths_held_out, m_out, seen, share)
-    q_in, q_dev, q_out = qa_world.split_templates()
-    tasks += _qa_tasks(rng, "train", config.qa_train, q_in, seen)
-    tasks += _qa_tasks(rng, "dev", config.qa_dev, q_dev, seen)
-    tasks += _qa_tasks(rng, "held_in", config.qa_held_in, q_in, seen)
-    tasks += _qa_tasks(rng, "held_out", config.qa_held_out, q_out, seen)
+    world = qa_world.world_named(config.qa_world)
+    q_in, q_dev, q_out = qa_world.split_templates(world)
+    tasks += _qa_tasks(rng, "train", config.qa_train, q_in, seen, world=world)
+    tasks += _qa_tasks(rng, "dev", config.qa_dev, q_dev, seen, world=world)
+    tasks += _qa_tasks(rng, "held_in", config.qa_held_in, q_in, seen, world=world)
+    tasks += _qa_tasks(rng, "held_out", config.qa_held_out, q_out, seen, world=world)
     # the pool last: drawing it never changes a split above
     tasks += _maths_tasks(rng, "train", config.pool_maths, m_in, seen, share, tag="pool")
-    tasks += _qa_tasks(rng, "train", config.pool_qa, q_in, seen, tag="pool")
+    tasks += _qa_tasks(rng, "train", config.pool_qa, q_in, seen, tag="pool", world=world)
     return tasks
 
 
