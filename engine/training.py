@@ -148,12 +148,10 @@ def micro_batch_args(settings: TrainSettings, micro_batches: int) -> dict[str, A
     The gradients accumulate, and TRL divides each micro-batch's summed token loss by the token count of the whole
     batch (``num_items_in_batch``), so each step is the uncut batch's step up to float rounding; only the padding,
     which a CPU computes like real tokens, shrinks."""
-    if micro_batches < 1:
-        raise ValueError(f"micro_batches {micro_batches}: expected >= 1")
+    if micro_batches < 1 or settings.batch_size % micro_batches:
+        raise ValueError(f"micro_batches {micro_batches}: expected a divisor of batch_size {settings.batch_size}")
     if micro_batches == 1:
         return {}
-    if settings.batch_size % micro_batches:
-        raise ValueError(f"micro_batches {micro_batches} must divide batch_size {settings.batch_size}")
     return {"per_device_train_batch_size": settings.batch_size // micro_batches,
             "gradient_accumulation_steps": settings.grad_accum * micro_batches,
             "train_sampling_strategy": "batch_rebalance"}

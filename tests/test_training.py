@@ -10,7 +10,7 @@ import torch
 
 from engine import prompts
 from engine.config import DPOSettings, TrainSettings
-from engine.training import dpo_train, sft_train
+from engine.training import dpo_train, micro_batch_args, sft_train
 
 pytestmark = pytest.mark.slow  # trains tiny models: `pytest -m "not slow"` leaves these out
 
@@ -231,9 +231,11 @@ def test_micro_batches_shuffle_with_the_run_seed_and_refuse_what_cannot_be_cut(t
     assert first_batch(0, 2) == first_batch(0, 1)
     assert first_batch(1, 2) == first_batch(1, 1)
     assert first_batch(0, 2) != first_batch(1, 2)
-    with pytest.raises(ValueError, match="micro_batches 3 must divide batch_size 8"):
+    with pytest.raises(ValueError, match="micro_batches 3: expected a divisor of batch_size 8"):
         sft_train(copy.deepcopy(grounder.model), grounder.tokenizer, rows, TrainSettings(batch_size=8),
                   micro_batches=3)
+    with pytest.raises(ValueError, match="micro_batches 0: expected a divisor of batch_size 8"):
+        micro_batch_args(TrainSettings(batch_size=8), 0)
     with pytest.raises(ValueError, match="cannot be combined with group_by_length"):
         sft_train(copy.deepcopy(grounder.model), grounder.tokenizer, rows, TrainSettings(batch_size=8),
                   sampling="group_by_length", micro_batches=2)
