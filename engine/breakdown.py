@@ -15,7 +15,8 @@ quantity's range (``engine.report.summary``). A greedy plan is *sound* as the re
 (``engine.critics.reference.plan_is_sound``): one subgoal per gold step, each one of its step's renderings where the
 task lists them, else only the step count. So a group whose accuracy does not move while its sound-plan share stays
 low is held back by the planner; a group with sound plans and low accuracy, by the grounder. ``breakdown_markdown``
-prints, per variant, the first and the last iteration of every group side by side.
+prints, per variant, the first and the last iteration of every group side by side. ``evaluated_splits(store,
+experiment_id)`` lists the splits the experiment's runs have traces of (held-out, dev, held-in first), for a picker.
 """
 
 from __future__ import annotations
@@ -34,6 +35,17 @@ from engine.tasks import Task
 def _group(meta: dict[str, Any], source: str) -> str:
     template = meta.get("template") if isinstance(meta, dict) else None
     return str(template) if template else source
+
+
+SPLIT_ORDER = ("held_out", "dev", "held_in")
+
+
+def evaluated_splits(store: Store, experiment_id: str) -> list[str]:
+    """The splits the experiment's runs have evaluation traces of: held-out, dev, held-in, then any other by name."""
+    df = store.query("SELECT DISTINCT e.split FROM experiment_runs r JOIN eval_traces e USING (run_id) "
+                     "WHERE r.experiment_id = ?", [experiment_id])
+    found = {str(row["split"]) for row in records(df)}
+    return [s for s in SPLIT_ORDER if s in found] + sorted(found - set(SPLIT_ORDER))
 
 
 def template_breakdown(store: Store, experiment_id: str, split: str = "held_out") -> dict[str, Any]:

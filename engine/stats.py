@@ -14,6 +14,7 @@ Pure Python (no scipy): the t quantile and the t distribution come from the regu
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -74,8 +75,10 @@ def t_sf_two_sided(t: float, df: int) -> float:
     return _betainc(df / 2, 0.5, df / (df + t * t))
 
 
+@functools.lru_cache(maxsize=512)
 def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile (p > 0.5) of Student's t, by bisection on the two-sided tail."""
+    """The ``p`` quantile (p > 0.5) of Student's t, by bisection on the two-sided tail (cached: a report asks for the
+    same few (p, df) hundreds of times, and each bisection is 200 incomplete-beta evaluations)."""
     target = 2 * (1 - p)
     lo, hi = 0.0, 1e3
     for _ in range(200):

@@ -14,6 +14,11 @@ Handlers (plain functions of the store or the report dict):
   (``Δ vs <baseline>: diff (p=..., n=...)``), then incomplete and missing runs.
 * ``experiment_swaps(store, report) -> str``: the stored swap table of each baseline-variant run
   (``studio.metrics_swaps.swap_markdown``).
+* ``breakdown_choices(store, experiment_id)``: ``(label, split)`` pairs of the splits its runs have traces of
+  (held-out first; ``engine.breakdown.evaluated_splits``).
+* ``experiment_breakdown(store, experiment_id, split) -> str``: ``engine.breakdown.breakdown_markdown`` of that split
+  (each template's accuracy, sound-plan share and gold log-PPL, first -> last iteration, per variant), a line on how
+  to read it and the CLI line that prints the same.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.breakdown import breakdown_markdown, evaluated_splits, template_breakdown
 from engine.report import known_experiments
 from engine.store import Store
 from studio.metrics_swaps import swap_markdown
@@ -151,3 +157,28 @@ def experiment_swaps(store: Store, report: dict[str, Any]) -> str:
     for r in runs:
         parts += [f"#### {variant} seed {r['seed']} · `{r['run_id']}`", swap_markdown(store, r["run_id"])]
     return "\n\n".join(parts)
+
+
+SPLIT_LABELS = {"held_out": "held-out", "held_in": "held-in", "dev": "dev"}
+
+
+def breakdown_choices(store: Store, experiment_id: str) -> list[tuple[str, str]]:
+    """The splits the experiment's runs were evaluated on, as dropdown choices (held-out first)."""
+    return [(SPLIT_LABELS.get(split, split), split) for split in evaluated_splits(store, experiment_id)]
+
+
+def experiment_breakdown(store: Store, experiment_id: str, split: str | None) -> str:
+    """Per template of one split: accuracy, sound plans and gold log-PPL, first -> last iteration, per variant."""
+    if not split:
+        return "No evaluation traces in this experiment's runs yet: the per-template view needs an evaluation."
+    out = template_breakdown(store, experiment_id, split)
+    if not out["variants"]:
+        return f"No evaluation traces on {SPLIT_LABELS.get(split, split)} in this experiment's runs."
+    # the reading rule of engine.breakdown: which agent holds a template back
+    return "\n".join([
+        "### By template", "",
+        "A template whose sound-plan share stays low is held back by the planner; one with sound plans and low "
+        "accuracy, by the grounder. The same table: `python -m engine report "
+        f"--db {store.path} --experiment {experiment_id} --by-template --split {split} --markdown`.", "",
+        breakdown_markdown(out)])
+

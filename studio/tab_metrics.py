@@ -1,7 +1,7 @@
 """Metrics tab: the run view (plotly charts across iterations from the store's ``metrics``, ``train_logs``,
 ``pairs``/overrides and ``verdicts`` tables, for one run or two runs overlaid: run A solid, run B dashed, e.g. an
 ablation; the run's stored swap table and iteration-to-iteration McNemar tests) or, when an experiment is picked, the
-experiment view (``studio.metrics_experiment``).
+experiment view (``studio.metrics_experiment``: figures, table, the per-template view of a chosen split, swap tables).
 
 Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``FIGURES``). Iteration axes have integer
 ticks; accuracy lines carry their 95% Wilson interval as error bars (``accuracy_lo``/``accuracy_hi``, when stored);
@@ -129,6 +129,9 @@ def build(ctx: Ctx) -> None:
                 for name in mexp.FIGURES[i:i + 2]:
                     exp_plots[name] = gr.Plot(elem_id=f"metrics-exp-{name}")
         exp_table = gr.Markdown(elem_id="metrics-experiment-table")
+        with gr.Row():
+            split = gr.Dropdown([], label="By template: split", elem_id="metrics-breakdown-split", scale=1)
+        exp_breakdown = gr.Markdown(elem_id="metrics-experiment-breakdown")
         exp_swaps = gr.Markdown(elem_id="metrics-experiment-swaps")
 
     def draw(run_a, run_b):
@@ -146,15 +149,22 @@ def build(ctx: Ctx) -> None:
     def show_experiment(experiment_id):
         hidden = [gr.update(value=None, visible=True) for _ in mexp.FIGURES]
         if not experiment_id:
-            return [gr.update(visible=True), gr.update(visible=False), *hidden, "", ""]
+            return [gr.update(visible=True), gr.update(visible=False), *hidden, "",
+                    gr.update(choices=[], value=None), "", ""]
         try:
             report = experiment_report(ctx.store, experiment_id)
         except UnknownExperiment as exc:
             raise gr.Error(f"No experiment {experiment_id} in this store; press Refresh.") from exc
         figs = mexp.experiment_figures(report)
+        splits = mexp.breakdown_choices(ctx.store, experiment_id)
+        first = splits[0][1] if splits else None
         return [gr.update(visible=False), gr.update(visible=True),
                 *(gr.update(value=figs.get(n), visible=n in figs) for n in mexp.FIGURES),
-                mexp.experiment_table(report), mexp.experiment_swaps(ctx.store, report)]
+                mexp.experiment_table(report), gr.update(choices=splits, value=first),
+                mexp.experiment_breakdown(ctx.store, experiment_id, first), mexp.experiment_swaps(ctx.store, report)]
+
+    def show_breakdown(experiment_id, split_name):
+        return mexp.experiment_breakdown(ctx.store, experiment_id, split_name) if experiment_id else ""
 
     ctx.run.change(runs, ctx.run, compare, api_name="metrics_runs", api_visibility="undocumented")
     gr.on([ctx.run.change, refresh.click], experiments, experiment, experiment, api_name="metrics_experiments",
@@ -163,5 +173,8 @@ def build(ctx: Ctx) -> None:
     gr.on([ctx.run.change, compare.change, refresh.click], draw, [ctx.run, compare],
           [*(plots[n] for n in FIGURES), changes, swaps], api_name="metrics_figures", trigger_mode="always_last")
     gr.on([experiment.change, refresh.click], show_experiment, experiment,
-          [run_view, exp_view, *(exp_plots[n] for n in mexp.FIGURES), exp_table, exp_swaps],
+          [run_view, exp_view, *(exp_plots[n] for n in mexp.FIGURES), exp_table, split, exp_breakdown, exp_swaps],
           api_name="metrics_experiment", trigger_mode="always_last")
+    # .input, not .change: show_experiment sets the split too, and that must not draw the table a second time
+    split.input(show_breakdown, [experiment, split], exp_breakdown, api_name="metrics_breakdown",
+                api_visibility="undocumented", trigger_mode="always_last")

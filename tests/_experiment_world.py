@@ -8,7 +8,9 @@ maths = +0.1, qa = -0.1), its Wilson interval and counts out of ``N``, and the g
 ``SWAP_RUN`` (full, seed 11) also has a stored swap table: cells ``SWAP_CORRECT[(planner_after, grounder_after)]``
 = correct out of ``SWAP_N`` per held-out domain (maths, qa; "all" is their sum), McNemar rows ``SWAP_TESTS`` on the
 non-base cells, and ``eval_traces`` of iterations 0..2 on held-in tasks h1..h6 and held-out tasks o1..o4
-(``TRACES``; o4 is missing from iteration 2).
+(``TRACES``; o4 is missing from iteration 2). Its tasks are stored with a demo-world template each (``TEMPLATES``), so
+the per-template view has groups: per template, iteration 0 -> 2 held-out accuracy is tpl-a 50 -> 100%, tpl-b
+50 -> 100% (o4's missing trace is not counted).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from datetime import datetime, timedelta
 
 from engine.stats import wilson
 from engine.store import Store
+from engine.tasks import Task
 
 EXP = "abl-0000beef"
 VARIANTS = ("full", "no_stage1")
@@ -50,6 +53,16 @@ TRACES = {
     1: {"h1": 1, "h2": 1, "h3": 1, "h4": 1, "h5": 1, "h6": 0, "o1": 0, "o2": 1, "o3": 0, "o4": 1},
     2: {"h1": 1, "h2": 0, "h3": 1, "h4": 0, "h5": 1, "h6": 1, "o1": 1, "o2": 1, "o3": 1},
 }
+
+
+TEMPLATES = {"h1": "tpl-a", "h2": "tpl-a", "h3": "tpl-a", "h4": "tpl-b", "h5": "tpl-b", "h6": "tpl-b",
+             "o1": "tpl-a", "o2": "tpl-a", "o3": "tpl-b", "o4": "tpl-b"}
+
+
+def _tasks() -> list[Task]:
+    return [Task(id=task, domain="maths", source="demo:maths", split="held_in" if task[0] == "h" else "held_out",
+                 question=f"question {task}", gold_subgoals=["Add the pens."], gold_actions=["R1 = Calculator(1+1)"],
+                 answer="2", meta={"template": template}) for task, template in TEMPLATES.items()]
 
 
 def _metrics(variant: str, seed: int, t: int) -> list[dict]:
@@ -103,3 +116,4 @@ def build_experiment(store: Store) -> None:
                 store.write("stages", [{"run_id": run_id, "iteration": t, "stage": "evaluate", "status": "done",
                                         "started_at": start, "finished_at": start + timedelta(seconds=10)}])
     store.write_batch([("swaps", _swap_rows()), ("eval_traces", _trace_rows())])
+    store.put_tasks(SWAP_RUN, _tasks())

@@ -278,6 +278,14 @@ def test_metrics_tab_shows_an_experiment(served_experiment, browser):
     table = page.locator("#metrics-experiment-table")
     expect(table).to_contain_text("59.0 [46.3, 71.7] (2 seeds)")
     expect(table.locator("table")).to_be_visible()
+    breakdown = page.locator("#metrics-experiment-breakdown")  # held-out by template first
+    expect(page.locator("#metrics-breakdown-split input")).to_have_value("held-out")
+    expect(breakdown).to_contain_text("held_out by template")
+    expect(breakdown.locator("table").first).to_contain_text("tpl-a")
+    page.locator("#metrics-breakdown-split input").click()
+    page.get_by_role("option", name="held-in", exact=True).click()
+    expect(breakdown).to_contain_text("held_in by template")
+    expect(breakdown).to_contain_text("--split held_in")
     swaps = page.locator("#metrics-experiment-swaps")
     expect(swaps).to_contain_text("stage 1 alone")
     expect(swaps).to_contain_text("python -m engine swap")  # seed 12 has no swap rows

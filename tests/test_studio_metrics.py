@@ -228,3 +228,18 @@ def test_experiment_swaps_cover_every_baseline_run(store):
     text = experiment_swaps(store, experiment_report(store, EXP))
     assert "#### full seed 11" in text and "#### full seed 12" in text and "no_stage1" not in text
     assert "**Swap table** of `abl/full/s11`" in text and "--run abl/full/s12" in text
+
+
+def test_the_per_template_view_lists_the_evaluated_splits_and_counts_by_hand(store):
+    from studio.metrics_experiment import breakdown_choices, experiment_breakdown
+
+    assert breakdown_choices(store, EXP) == [("held-out", "held_out"), ("held-in", "held_in")]
+    text = experiment_breakdown(store, EXP, "held_out")
+    # hand count from tests/_experiment_world.TRACES (only the full seed-11 run has traces): o1, o2 (tpl-a) 1 of 2
+    # correct at iteration 0 and 2 of 2 at 2; o3, o4 (tpl-b) 1 of 2, then o3 alone (o4 has no trace at 2)
+    assert "*full* (iteration 0 -> 2)" in text and "*no_stage1*" not in text  # no_stage1's runs have no traces
+    assert "| tpl-a | maths | 2 | 50.0 -> 100.0 | 0 -> 0 | — -> — |" in text
+    assert "| tpl-b | maths | 2 | 50.0 -> 100.0 | 0 -> 0 | — -> — |" in text
+    assert f"--db {store.path} --experiment {EXP} --by-template --split held_out --markdown" in text
+    assert "No evaluation traces on dev" in experiment_breakdown(store, EXP, "dev")
+    assert "needs an evaluation" in experiment_breakdown(store, EXP, None)
