@@ -361,6 +361,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "metrics_figures": ("read", (run_id, None)),
         "metrics_experiments": ("read", ("",)),
         "metrics_experiment": ("read", ("",)),  # "": the run view; an experiment's view reads the report
+        "metrics_breakdown": ("read", ("", None)),  # one split's per-template table; no experiment: nothing
         "run_create": ("write", (toml,)),
         "run_start_new": ("write", (toml, "")),
         "run_next_stage": ("write", (run_id,)),
