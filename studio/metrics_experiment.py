@@ -4,13 +4,14 @@
 Handlers (plain functions of the store or the report dict):
 
 * ``experiment_choices(store)``: ``(label, experiment_id)`` pairs, newest first (``engine.report.known_experiments``).
-* ``experiment_figures(report) -> dict[name, go.Figure]`` (names in ``FIGURES``; ``dev_accuracy`` and
-  ``dev_gap_ppl`` only when a variant was evaluated on dev, ``held_out_by_domain`` only when held-out has domains):
+* ``experiment_figures(report) -> dict[name, go.Figure]`` (names in ``FIGURES``; a measure only when some variant
+  has it, e.g. no held-in or held-out figure for a dev-only tuning experiment, and the held-in and held-out ones
+  before any evaluation; ``held_out_by_domain`` only when held-out has domains):
   per figure, one mean line per variant (trace ``name`` = the variant) over a shaded 95% interval polygon
   (``"<variant> 95% CI"``, ``fill="toself"``), integer iteration ticks, one colour per variant in every figure.
   Accuracies are fractions shown as %.
-* ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure and
-  under it, in the same cell, the paired t test against the baseline variant
+* ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure shown
+  in the figures and under it, in the same cell, the paired t test against the baseline variant
   (``Δ vs <baseline>: diff (p=..., n=...)``), then incomplete and missing runs.
 * ``experiment_swaps(store, report) -> str``: the stored swap table of each baseline-variant run
   (``studio.metrics_swaps.swap_markdown``).
@@ -67,12 +68,20 @@ def _has(report: dict[str, Any], key: str) -> bool:
     return any(key in cell for v in report["variants"] for _, cell in _iterations(report, v))
 
 
+def _shown(report: dict[str, Any], keys: list[str]) -> list[str]:
+    """The measures some variant has (a dev-only tuning experiment has no held-in or held-out column); before any
+    evaluation, the held-in and held-out ones, so the view says what will come."""
+    measured = [k for k in keys if _has(report, k)]
+    return measured or [k for k in keys if k not in OPTIONAL]
+
+
 def experiment_figures(report: dict[str, Any]) -> dict[str, go.Figure]:
     """The experiment's figures (see the module docstring)."""
     palette = colours(report["variants"])
     figs: dict[str, go.Figure] = {}
+    shown = _shown(report, list(TITLES))
     for key, title in TITLES.items():
-        if key in OPTIONAL and not _has(report, key):
+        if key not in shown:
             continue
         accuracy = key.endswith("accuracy")
         fig = figure(f"{title} (mean over seeds, 95% interval)", "iteration", "accuracy" if accuracy else "PPL",
@@ -118,7 +127,8 @@ def _test(cell: dict[str, Any] | None, scale: float, digits: int) -> str:
 
 def experiment_table(report: dict[str, Any]) -> str:
     """Variant x iteration markdown table with intervals and the paired tests vs the baseline."""
-    columns = [c for c in COLUMNS if c[0] not in OPTIONAL or _has(report, c[0])]
+    shown = _shown(report, [c[0] for c in COLUMNS])
+    columns = [c for c in COLUMNS if c[0] in shown]
     baseline = report["baseline"]
     done = sum(r["status"] == "done" for r in report["runs"])
     lines = [f"**{report['name']}** (`{report['experiment']}`): {len(report['runs'])} runs, {done} done; seeds "

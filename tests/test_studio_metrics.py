@@ -243,3 +243,23 @@ def test_the_per_template_view_lists_the_evaluated_splits_and_counts_by_hand(sto
     assert f"--db {store.path} --experiment {EXP} --by-template --split held_out --markdown" in text
     assert "No evaluation traces on dev" in experiment_breakdown(store, EXP, "dev")
     assert "needs an evaluation" in experiment_breakdown(store, EXP, None)
+
+
+def test_a_dev_only_experiment_shows_only_dev(tmp_path):
+    """A tuning experiment evaluated on dev alone gets dev figures and columns, no empty held-in/held-out ones."""
+    from studio.metrics_experiment import experiment_figures, experiment_table
+
+    with Store(tmp_path / "dev.duckdb") as s:
+        s.write("experiments", [{"experiment_id": "tune-1", "name": "tune", "source": "tune.toml",
+                                 "config_json": {"variants": {"full": []}, "seeds": [1], "iterations": 1}}])
+        run_id = s.create_run("tune/full/s1", {}, tmp_path)
+        s.write("experiment_runs", [{"experiment_id": "tune-1", "variant": "full", "seed": 1, "run_id": run_id}])
+        assert set(experiment_figures(experiment_report(s, "tune-1"))) == {
+            "held_in_accuracy", "held_out_accuracy", "held_out_gap_ppl"}  # nothing measured yet: what will come
+        for t, (acc, gap) in enumerate([(0.25, 1.6), (0.40, 1.3)]):
+            s.put_metrics(run_id, t, [{"split": "dev", "domain": "all", "name": "accuracy", "value": acc},
+                                      {"split": "dev", "domain": "all", "name": "gap_ppl", "value": gap}])
+        report = experiment_report(s, "tune-1")
+        assert set(experiment_figures(report)) == {"dev_accuracy", "dev_gap_ppl"}
+        head = [line for line in experiment_table(report).splitlines() if line.startswith("| variant")][0]
+        assert head == "| variant | iteration | dev accuracy % | dev gap PPL |"
