@@ -75,8 +75,8 @@ def clean(value: Any) -> Any:
 
 
 # The range each summarised quantity lives in, by the end of its name: (lowest, highest), None = unbounded.
-RANGES = {"accuracy": (0.0, 1.0), "sound_plans": (0.0, 1.0), "gap_ppl": (1.0, None), "gap_logppl": (0.0, None),
-          "gold_logppl": (0.0, None)}
+RANGES = {"accuracy": (0.0, 1.0), "sound_plans": (0.0, 1.0), "vague_plans": (0.0, 1.0), "gap_ppl": (1.0, None),
+          "gap_logppl": (0.0, None), "gold_logppl": (0.0, None)}
 
 
 def summary(per_seed: dict[int, float], name: str = "") -> dict[str, Any]:

@@ -187,8 +187,9 @@ def experiment_breakdown(store: Store, experiment_id: str, split: str | None) ->
     # the reading rule of engine.breakdown: which agent holds a template back
     return "\n".join([
         "### By template", "",
-        "A template whose sound-plan share stays low is held back by the planner; one with sound plans and low "
-        "accuracy, by the grounder. The same table: `python -m engine report "
+        "A template whose sound-plan share stays low, or whose plans stay vague (\"Look it up.\": the critic "
+        "accepts them, the grounder learns nothing from them), is held back by the planner; one with sound, specific "
+        "plans and low accuracy, by the grounder. The same table: `python -m engine report "
         f"--db {store.path} --experiment {experiment_id} --by-template --split {split} --markdown`.", "",
         breakdown_markdown(out)])
 

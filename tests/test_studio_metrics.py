@@ -238,8 +238,8 @@ def test_the_per_template_view_lists_the_evaluated_splits_and_counts_by_hand(sto
     # hand count from tests/_experiment_world.TRACES (only the full seed-11 run has traces): o1, o2 (tpl-a) 1 of 2
     # correct at iteration 0 and 2 of 2 at 2; o3, o4 (tpl-b) 1 of 2, then o3 alone (o4 has no trace at 2)
     assert "*full* (iteration 0 -> 2)" in text and "*no_stage1*" not in text  # no_stage1's runs have no traces
-    assert "| tpl-a | maths | 2 | 50.0 -> 100.0 | 0 -> 0 | — -> — |" in text
-    assert "| tpl-b | maths | 2 | 50.0 -> 100.0 | 0 -> 0 | — -> — |" in text
+    assert "| tpl-a | maths | 2 | 50.0 -> 100.0 | 0 -> 0 | 0 -> 0 | — -> — |" in text
+    assert "| tpl-b | maths | 2 | 50.0 -> 100.0 | 0 -> 0 | 0 -> 0 | — -> — |" in text
     assert f"--db {store.path} --experiment {EXP} --by-template --split held_out --markdown" in text
     assert "No evaluation traces on dev" in experiment_breakdown(store, EXP, "dev")
     assert "needs an evaluation" in experiment_breakdown(store, EXP, None)
