@@ -16,9 +16,9 @@ quantity's range (``engine.report.summary``). A greedy plan is *sound* as the re
 task lists them, else only the step count. The critic accepts the *vague* rendering ("Look it up.") as sound, so
 ``vague_plans`` counts the greedy plans with a step in it (``has_vague_step``). So a group whose accuracy does not move
 while its sound-plan share stays low, or its vague share high, is held back by the planner; a group with sound,
-specific plans and low accuracy, by the grounder. ``breakdown_markdown``
-prints, per variant, the first and the last iteration of every group side by side. ``evaluated_splits(store,
-experiment_id)`` lists the splits the experiment's runs have traces of (held-out, dev, held-in first), for a picker.
+specific plans and low accuracy, by the grounder. ``breakdown_markdown`` prints, per variant, the first and the last
+iteration of every group side by side. ``evaluated_splits(store, experiment_id)`` lists the splits the experiment's
+runs have traces of (held-out, dev, held-in first), for a picker.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def evaluated_splits(store: Store, experiment_id: str) -> list[str]:
 
 
 def template_breakdown(store: Store, experiment_id: str, split: str = "held_out") -> dict[str, Any]:
-    """Per variant, group and iteration: accuracy, sound-plan share and gold log-PPL over seeds (module docstring)."""
+    """Per variant, group and iteration: accuracy, sound and vague plan shares and gold log-PPL over seeds (module
+    docstring)."""
     found = records(store.query("SELECT config_json FROM experiments WHERE experiment_id = ?", [experiment_id]))
     if not found:
         raise UnknownExperiment(experiment_id, known_experiments(store))

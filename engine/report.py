@@ -74,6 +74,9 @@ def clean(value: Any) -> Any:
     return value
 
 
+# How a split is written for people (tables, pickers).
+SPLIT_NAMES = {"held_in": "held-in", "held_out": "held-out", "dev": "dev"}
+
 # The range each summarised quantity lives in, by the end of its name: (lowest, highest), None = unbounded.
 RANGES = {"accuracy": (0.0, 1.0), "sound_plans": (0.0, 1.0), "vague_plans": (0.0, 1.0), "gap_ppl": (1.0, None),
           "gap_logppl": (0.0, None), "gold_logppl": (0.0, None)}
@@ -312,7 +315,6 @@ def report_markdown(report: dict[str, Any]) -> str:
     # Accuracy columns for the splits the runs evaluated (a dev-only tuning experiment has no held-out column).
     evaluated = [s for s in ("held_in", "held_out", "dev")
                  if any(f"{s}_accuracy" in it for v in variants.values() for it in v["iterations"].values())]
-    names = {"held_in": "held-in", "held_out": "held-out", "dev": "dev"}
     # The gap's change on held-out (the target) and on dev (where a change to the method may be judged).
     gap_splits = [s for s in ("held_out", "dev") if s in evaluated]
     gap_domains = {s: sorted({d for v in variants.values() for it in v["iterations"].values()
@@ -325,17 +327,17 @@ def report_markdown(report: dict[str, Any]) -> str:
                    for d in gap_domains[s])))]
             for name, v in variants.items() for t, it in v["iterations"].items() if "vs_iteration_0" in it]
     lines += ["## Change vs iteration 0 (paired over seeds)", ""]
-    lines += markdown_table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
+    lines += markdown_table(["variant", "iteration", *(f"{SPLIT_NAMES[s]} accuracy Δ pp" for s in evaluated),
                              *(head for s in gap_splits for head in (
-                                 f"{names[s]} gap PPL Δ %",
-                                 *(f"{names[s]} {d} gap PPL Δ %" for d in gap_domains[s])))], rows)
+                                 f"{SPLIT_NAMES[s]} gap PPL Δ %",
+                                 *(f"{SPLIT_NAMES[s]} {d} gap PPL Δ %" for d in gap_domains[s])))], rows)
     if report["baseline"] and set(variants) - {report["baseline"]}:  # one variant alone has nothing to pair
         rows = [[name, t, *(format_test(it["vs_baseline"].get(f"{s}_accuracy"), 100) for s in evaluated),
                  *(format_test(it["vs_baseline"].get(f"{s}_gap_ppl"), 1, 3) for s in gap_splits)]
                 for name, v in variants.items() for t, it in v["iterations"].items() if "vs_baseline" in it]
         lines += [f"## vs {report['baseline']} (paired over seeds, same iteration)", ""]
-        lines += markdown_table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
-                                 *(f"{names[s]} gap PPL Δ" for s in gap_splits)], rows)
+        lines += markdown_table(["variant", "iteration", *(f"{SPLIT_NAMES[s]} accuracy Δ pp" for s in evaluated),
+                                 *(f"{SPLIT_NAMES[s]} gap PPL Δ" for s in gap_splits)], rows)
     for variant, sw in report.get("swaps", {}).items():
         a, b = sw["after"], sw["base"]
         labels = {f"P{b}G{b}": "starting agents", f"P{a}G{b}": "stage 1 only (planner trained)",

@@ -26,6 +26,7 @@ from typing import Any
 from engine.dbutil import loads, records
 from engine.report import (
     PAIRED,
+    SPLIT_NAMES,
     UnknownExperiment,
     clean,
     flat_values,
@@ -118,7 +119,6 @@ def compare_markdown(report: dict[str, Any]) -> str:
     against = report["against"]
     evaluated = [s for s in ("held_in", "held_out", "dev")
                  if any(f"{s}_accuracy" in it for v in report["variants"].values() for it in v["iterations"].values())]
-    names = {"held_in": "held-in", "held_out": "held-out", "dev": "dev"}
     with_gap = any("held_out_gap_ppl" in it for v in report["variants"].values() for it in v["iterations"].values())
     lines = [f"# {report['name']} (`{report['experiment']}`) vs {against['name']} (`{against['experiment']}`) "
              f"variant {against['variant']}", "",
@@ -127,7 +127,7 @@ def compare_markdown(report: dict[str, Any]) -> str:
     rows = [[name, t, *(format_test(it.get(f"{s}_accuracy"), 100) for s in evaluated),
              *([format_test(it.get("held_out_gap_ppl"), 1, 3)] if with_gap else [])]
             for name, v in report["variants"].items() for t, it in v["iterations"].items()]
-    lines += markdown_table(["variant", "iteration", *(f"{names[s]} accuracy Δ pp" for s in evaluated),
+    lines += markdown_table(["variant", "iteration", *(f"{SPLIT_NAMES[s]} accuracy Δ pp" for s in evaluated),
                      *(["held-out gap PPL Δ"] if with_gap else [])], rows)
     lines += ["## Config differences (this experiment's run, the other's run)", ""]
     rows = [[name, f"`{key}`", f"`{a!r}`", f"`{b!r}`"] for name, v in report["variants"].items()

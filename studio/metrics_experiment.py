@@ -18,8 +18,8 @@ Handlers (plain functions of the store or the report dict):
 * ``breakdown_choices(store, experiment_id)``: ``(label, split)`` pairs of the splits its runs have traces of
   (held-out first; ``engine.breakdown.evaluated_splits``).
 * ``experiment_breakdown(store, experiment_id, split) -> str``: ``engine.breakdown.breakdown_markdown`` of that split
-  (each template's accuracy, sound-plan share and gold log-PPL, first -> last iteration, per variant), a line on how
-  to read it and the CLI line that prints the same.
+  (each template's accuracy, sound and vague plan shares and gold log-PPL, first -> last iteration, per variant), a
+  line on how to read it and the CLI line that prints the same.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.breakdown import breakdown_markdown, evaluated_splits, template_breakdown
-from engine.report import known_experiments
+from engine.report import SPLIT_NAMES, known_experiments
 from engine.store import Store
 from studio.metrics_swaps import swap_markdown
 from studio.plots import ITERATION_AXIS, band_and_mean, colours, figure
@@ -169,21 +169,19 @@ def experiment_swaps(store: Store, report: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-SPLIT_LABELS = {"held_out": "held-out", "held_in": "held-in", "dev": "dev"}
-
-
 def breakdown_choices(store: Store, experiment_id: str) -> list[tuple[str, str]]:
     """The splits the experiment's runs were evaluated on, as dropdown choices (held-out first)."""
-    return [(SPLIT_LABELS.get(split, split), split) for split in evaluated_splits(store, experiment_id)]
+    return [(SPLIT_NAMES.get(split, split), split) for split in evaluated_splits(store, experiment_id)]
 
 
 def experiment_breakdown(store: Store, experiment_id: str, split: str | None) -> str:
-    """Per template of one split: accuracy, sound plans and gold log-PPL, first -> last iteration, per variant."""
+    """Per template of one split: accuracy, sound and vague plans and gold log-PPL, first -> last iteration, per
+    variant."""
     if not split:
         return "No evaluation traces in this experiment's runs yet: the per-template view needs an evaluation."
     out = template_breakdown(store, experiment_id, split)
     if not out["variants"]:
-        return f"No evaluation traces on {SPLIT_LABELS.get(split, split)} in this experiment's runs."
+        return f"No evaluation traces on {SPLIT_NAMES.get(split, split)} in this experiment's runs."
     # the reading rule of engine.breakdown: which agent holds a template back
     return "\n".join([
         "### By template", "",
@@ -192,4 +190,3 @@ def experiment_breakdown(store: Store, experiment_id: str, split: str | None) ->
         "plans and low accuracy, by the grounder. The same table: `python -m engine report "
         f"--db {store.path} --experiment {experiment_id} --by-template --split {split} --markdown`.", "",
         breakdown_markdown(out)])
-
