@@ -152,6 +152,14 @@ class StudioViews:
                   ORDER BY plans DESC, t.task_id LIMIT $limit OFFSET $offset"""
         return self.query(sql, params)
 
+    def task_facets(self, run_id: str) -> dict[str, list[str]]:
+        """The domains and splits a run's tasks have (``{"domain": [...], "split": [...]}``), splits in pipeline order
+        (train, dev, held_in, held_out, then any other name), for filters that offer only what a run holds."""
+        rows = self.query("SELECT DISTINCT domain, split FROM tasks WHERE run_id = ?", [run_id])
+        order = {"train": 0, "dev": 1, "held_in": 2, "held_out": 3}
+        splits = sorted({str(s) for s in rows["split"].dropna()}, key=lambda s: (order.get(s, len(order)), s))
+        return {"domain": sorted({str(d) for d in rows["domain"].dropna()}), "split": splits}
+
     def train_log_rows(self, run_id: str, stage: str | None = None) -> pd.DataFrame:
         """A run's training log lines (``iteration, stage, step, loss, logs_json``) in the order they were logged,
         for one training stage or both."""

@@ -54,6 +54,15 @@ def _metric_lines(store: Store, run_id: str) -> pd.DataFrame:
     return wide.reset_index().sort_values(["split", "domain", "iteration"])
 
 
+# What writes each chart's data, for the note an empty chart of a picked run shows.
+EMPTY_BY_STAGE = {
+    "accuracy": "evaluate stage writes accuracy", "gap_ppl": "evaluate stage writes the gap",
+    "gap_logppl": "evaluate stage writes the gap", "dpo_rewards": "planner's DPO stage logs these",
+    "dpo_loss": "planner's DPO stage logs its loss", "sft_loss": "grounder's SFT stage logs its loss",
+    "pairs": "pairs stage writes pairs", "critic": "critique stage writes verdicts",
+}
+
+
 def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[str, go.Figure]:
     """Every metrics chart for run A (and run B overlaid when given and different)."""
     figs = {
@@ -98,8 +107,13 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
             v["rate"] = v["n"] / v.groupby("iteration")["n"].transform("sum")
             for status, df in v.groupby("status"):
                 line(figs["critic"], df["iteration"], df["rate"], f"{tag}{status}", dashed=dashed)
-    empty = "Nothing measured yet: pick a run, or start one in the Run tab"
-    return {name: note_if_empty(fig, empty) for name, fig in figs.items()}
+    if not runs:
+        return {name: note_if_empty(fig, "Nothing measured yet: pick a run, or start one in the Run tab")
+                for name, fig in figs.items()}
+    # A run is picked but this chart has nothing yet (a run still in its first stages, or one whose variant skips
+    # the stage): say which stage writes it, not "pick a run" beside the picked run.
+    return {name: note_if_empty(fig, f"Nothing in this run yet: the {EMPTY_BY_STAGE[name]}")
+            for name, fig in figs.items()}
 
 
 def run_tables(store: Store, run_id: str | None) -> tuple[str, str]:
@@ -120,14 +134,16 @@ def build(ctx: Ctx) -> None:
         for i in range(0, len(FIGURES), 2):
             with gr.Row():
                 for name in FIGURES[i:i + 2]:
-                    plots[name] = gr.Plot(elem_id=f"metrics-{name}")
+                    # Two per row on a wide screen; below ~2 x 420 px they wrap, one per row, rather than squeeze
+                    # to a sliver with clipped titles.
+                    plots[name] = gr.Plot(elem_id=f"metrics-{name}", min_width=420)
         changes = gr.Markdown(elem_id="metrics-changes")
         swaps = gr.Markdown(elem_id="metrics-swaps")
     with gr.Column(visible=False, elem_id="metrics-experiment-view") as exp_view:
         for i in range(0, len(mexp.FIGURES), 2):
             with gr.Row():
                 for name in mexp.FIGURES[i:i + 2]:
-                    exp_plots[name] = gr.Plot(elem_id=f"metrics-exp-{name}")
+                    exp_plots[name] = gr.Plot(elem_id=f"metrics-exp-{name}", min_width=420)
         exp_table = gr.Markdown(elem_id="metrics-experiment-table")
         with gr.Row():
             split = gr.Dropdown([], label="By template: split", elem_id="metrics-breakdown-split", scale=1)

@@ -33,6 +33,9 @@ def task_page(store: Store, run_id: str | None, iteration: int | None, text: str
 
 def plans_html(store: Store, run_id: str | None, iteration: int | None, task_id: str | None) -> str:
     """The task's plans (best log-PPL first) as an HTML table with a bar per plan and chosen/rejected badges."""
+    if run_id and task_id and iteration is None:
+        # A run whose first stage is still running has no iteration to pick yet (seen on a first visit).
+        return "<p>No iteration picked: the run has none with plans yet. Pick one above once its first stage ends.</p>"
     if not (run_id and iteration is not None and task_id):
         return "<p>Pick a task.</p>"
     plans = store.task_plans(run_id, int(iteration), task_id)
@@ -73,11 +76,24 @@ def plan_diff(store: Store, run_id: str | None, iteration: int | None, task_id: 
     return word_diff_html(texts[int(k_a)], texts[int(k_b)])
 
 
+def filter_choices(store: Store, run_id: str | None, current: dict[str, str]) -> dict[str, dict]:
+    """The domain and split filters' updates for ``run_id``: "all" plus what the run's tasks hold (a run with a dev
+    split offers dev; no domain the run lacks is offered). A filter whose value the run lacks goes back to all."""
+    facets = store.task_facets(run_id) if run_id else {"domain": [], "split": []}
+    out = {}
+    for name, values in facets.items():
+        value = current.get(name) or ""
+        out[name] = gr.update(choices=[("all", "")] + [(v, v) for v in values],
+                              value=value if value in values else "")
+    return out
+
+
 def build(ctx: Ctx) -> None:
     with gr.Row():
         search = gr.Textbox(label="Search question / task id", scale=3, elem_id="plans-search")
-        domain = gr.Dropdown(["", "maths", "qa", "web"], value="", label="Domain", scale=1)
-        split = gr.Dropdown(["", "train", "held_in", "held_out"], value="", label="Split", scale=1)
+        # Choices follow the picked run (filter_choices): a fixed list offered splits and domains runs lack.
+        domain = gr.Dropdown([("all", "")], value="", label="Domain", scale=1, elem_id="plans-domain")
+        split = gr.Dropdown([("all", "")], value="", label="Split", scale=1, elem_id="plans-split")
         page = gr.Number(1, label="Page", precision=0, minimum=1, scale=1)
     info = gr.Markdown()
     table = gr.Dataframe(interactive=False, elem_id="plans-tasks", max_height=300)
@@ -103,6 +119,12 @@ def build(ctx: Ctx) -> None:
                 gr.update(choices=ks, value=ks[0] if ks else None),
                 gr.update(choices=ks, value=ks[-1] if ks else None))
 
+    def facets(run_id, dom, spl):
+        updates = filter_choices(ctx.store, run_id, {"domain": dom, "split": spl})
+        return updates["domain"], updates["split"]
+
+    ctx.run.change(facets, [ctx.run, domain, split], [domain, split], api_name="plans_filters",
+                   api_visibility="undocumented")
     inputs = [ctx.run, ctx.iteration, search, domain, split, page]
     # One event, in order per session (see studio.app.CONCURRENCY): a page for a stale iteration never lands last.
     gr.on([search.submit, domain.change, split.change, page.change, ctx.iteration.change, ctx.run.change], load,

@@ -142,6 +142,23 @@ def test_plans_browse_bars_and_diff(store, run_id):
                                                 "<ins style='background:#dfd'>x</ins> c</div>")
 
 
+def test_plans_filters_offer_what_the_run_holds(store, run_id):
+    from studio import tab_plans
+
+    held = store.query("SELECT DISTINCT domain, split FROM tasks WHERE run_id = ?", [run_id])
+    facets = store.task_facets(run_id)
+    assert facets["domain"] == sorted(set(held["domain"])) and set(facets["split"]) == set(held["split"])
+    order = ["train", "dev", "held_in", "held_out"]
+    assert facets["split"] == sorted(facets["split"], key=order.index)  # pipeline order, not alphabetical
+    updates = tab_plans.filter_choices(store, run_id, {"domain": "web", "split": facets["split"][-1]})
+    assert updates["domain"]["choices"] == [("all", "")] + [(d, d) for d in facets["domain"]]
+    assert updates["domain"]["value"] == ""  # a domain the run lacks goes back to all
+    assert updates["split"]["value"] == facets["split"][-1]  # one it has is kept
+    assert tab_plans.filter_choices(store, None, {})["split"]["choices"] == [("all", "")]
+    # A run whose first stage is still running: a task can be listed, but there is no iteration to show yet.
+    assert "No iteration picked" in tab_plans.plans_html(store, run_id, None, "any-task")
+
+
 def test_critic_queue_edit_validates_and_executes(store, run_id):
     from studio import tab_critic
 

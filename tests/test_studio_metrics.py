@@ -263,3 +263,20 @@ def test_a_dev_only_experiment_shows_only_dev(tmp_path):
         assert set(experiment_figures(report)) == {"dev_accuracy", "dev_gap_ppl"}
         head = [line for line in experiment_table(report).splitlines() if line.startswith("| variant")][0]
         assert head == "| variant | iteration | dev accuracy % | dev gap PPL |"
+
+
+def test_empty_charts_say_what_writes_them(store):
+    from studio.tab_metrics import EMPTY_BY_STAGE, FIGURES, figures
+
+    def note(fig) -> str:
+        return " ".join(a.text for a in fig.layout.annotations)
+
+    assert set(EMPTY_BY_STAGE) == set(FIGURES)
+    nothing = figures(store, None)
+    assert all("pick a run" in note(fig) for fig in nothing.values())
+    # A picked run with no stage done yet (a first visit's run while it starts): never "pick a run" beside it.
+    store.write("runs", [{"run_id": "just-started", "name": "x", "config_json": "{}", "run_dir": "runs/x"}])
+    fresh = figures(store, "just-started")
+    assert note(fresh["accuracy"]) == "Nothing in this run yet: the evaluate stage writes accuracy"
+    assert "DPO stage" in note(fresh["dpo_loss"]) and "pick a run" not in note(fresh["sft_loss"])
+    assert not note(figures(store, SWAP_RUN)["accuracy"])  # a chart with data has no note

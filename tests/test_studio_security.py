@@ -332,6 +332,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "run_cli_command": ("read", (toml,)),
         "run_refresh": ("read", (run_id,)),
         "plans_search": ("read", (run_id, 1, "", "", "", 1)),
+        "plans_filters": ("read", (run_id, "", "")),  # the domain and split filters' choices for the run
         "plans_select_row": ("read", None),
         "plans_task": ("read", (run_id, 1, task)),
         "plans_diff": ("read", (run_id, 1, task, None, None)),
