@@ -27,7 +27,7 @@ import gradio as gr
 from engine.store import Store
 from studio import place, tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
 from studio.common import Ctx, run_iterations
-from studio.first_visit import WELCOME, start_showcase
+from studio.first_visit import start_showcase, welcome
 from studio.jobs import JobWorker
 from studio.keys import SHORTCUTS_JS
 
@@ -51,9 +51,21 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
     with gr.Blocks(title="MOAT Studio") as demo:
         mode = " · read-only" if read_only else ""
         mode += " · Spaces demo (sizes capped, demo agents only)" if spaces else ""
-        gr.Markdown(f"## MOAT Studio\nStore `{store.path}`{mode}")
+        # A Space's visitor gets the file name only: the server's directories are none of their business.
+        gr.Markdown(f"## MOAT Studio\nStore `{store.path.name if spaces else store.path}`{mode}")
         if showcase:
-            gr.Markdown(WELCOME, elem_id="first-visit")
+            # The welcome follows the demo run (preparing, then where to look), asked on load and every 2 s until
+            # the run has finished, as the Run tab's refresh does.
+            welcome_md = gr.Markdown(welcome(store, jobs, showcase)[0], elem_id="first-visit")
+            welcome_timer = gr.Timer(2.0)
+
+            def on_welcome():
+                text, settled = welcome(store, jobs, showcase)
+                return text, gr.Timer(active=not settled)
+
+            gr.on([demo.load, welcome_timer.tick], on_welcome, None, [welcome_md, welcome_timer],
+                  show_progress="hidden", api_name="studio_welcome", api_visibility="undocumented",
+                  trigger_mode="always_last")
         with gr.Row():
             run = gr.Dropdown([], label="Run", elem_id="pick-run", scale=3)
             iteration = gr.Dropdown([], label="Iteration", elem_id="pick-iteration", scale=1)
@@ -86,7 +98,8 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
 
         def on_run(run_id, wanted):
             its = run_iterations(store, run_id)
-            return gr.update(choices=its, value=place.pick_iteration(its, run_id, wanted)), {}
+            done = place.done_iterations(store, run_id, its)
+            return gr.update(choices=its, value=place.pick_iteration(its, run_id, wanted, done)), {}
 
         def on_restore(saved):
             where = place.read(saved, TABS)

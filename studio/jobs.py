@@ -5,7 +5,10 @@ Contract:
 * One ``JobWorker`` per ``Store`` (created once by ``studio.app.build_app`` and shared by every session: the one
   sanctioned piece of shared state, like LLaMA-Factory's runner but per store, never a module global).
 * At most one job at a time: ``submit``/``start_loop`` return a refusal message while a job runs (``None`` when the
-  job started). A read-only worker refuses every job.
+  job started). A read-only worker refuses every job. ``start_loop(..., max_iteration=N)`` refuses a job that would
+  run a stage of an iteration past ``N`` (Spaces: ``run.iterations`` at most 1), checked when it is asked for and
+  again when the job starts computing (the store may have moved on in between); ``loop_reach`` says how far a job
+  would go.
 * ``stop()`` sets a ``threading.Event`` the engine polls as ``should_stop`` (between batches / optimizer steps);
   the stage is then recorded ``stopped`` in the store and resumes later from what is stored.
 * Progress events from the engine are kept in memory (the last ``max_events``) next to the job's state;
@@ -63,14 +66,21 @@ class JobWorker:
             self._thread.start()
         return None
 
-    def start_loop(self, kind: str, run_id: str, user: str = "") -> str | None:
-        """``next_stage`` | ``rest_of_iteration`` | ``next_iteration`` of a run; a message when refused."""
+    def start_loop(self, kind: str, run_id: str, user: str = "", max_iteration: int | None = None,
+                   where: str = "in this studio") -> str | None:
+        """``next_stage`` | ``rest_of_iteration`` | ``next_iteration`` of a run; a message when refused. With
+        ``max_iteration`` a job that would run a stage of a later iteration is refused (``where`` names the place
+        the cap holds in the message)."""
         if kind not in LOOP_KINDS:
             raise ValueError(f"kind must be one of {', '.join(LOOP_KINDS)}")
         if self.store.get_run(run_id) is None:
             return f"No run {run_id!r} in this store."
-        return self.submit(kind, run_id, lambda progress, stop: loop_job(self.store, run_id, kind, progress, stop),
-                           user=user)
+        if max_iteration is not None:
+            refused = past_cap(loop_reach(self.store, run_id, kind), max_iteration, where)
+            if refused:
+                return refused
+        return self.submit(kind, run_id, lambda progress, stop: loop_job(self.store, run_id, kind, progress, stop,
+                                                                         max_iteration, where), user=user)
 
     def stop(self) -> str:
         if not self.running():
@@ -126,10 +136,29 @@ def loop_target(store: Store, run_id: str, kind: str) -> tuple[int, int | None]:
     return (first + 1 if started else first), None
 
 
+def loop_reach(store: Store, run_id: str, kind: str) -> int | None:
+    """The last iteration a loop job of ``kind`` would run a stage of, as the store stands; None: nothing to run."""
+    iterations, max_stages = loop_target(store, run_id, kind)
+    return None if max_stages == 0 else iterations
+
+
+def past_cap(reach: int | None, max_iteration: int, where: str) -> str | None:
+    """The refusal for a job reaching iteration ``reach`` past ``max_iteration``, else None."""
+    if reach is None or reach <= max_iteration:
+        return None
+    return (f"Refused {where}: **run.iterations** is at most {max_iteration}, and this job would start iteration "
+            f"{reach}. Browse what the run made in **Pairs**, **Critic** and **Metrics**, finish an "
+            "unfinished iteration with *Rest of iteration*, or press *Start a new run*.")
+
+
 def loop_job(store: Store, run_id: str, kind: str, progress: Callable[[dict[str, Any]], None],
-             should_stop: Callable[[], bool]) -> str:
+             should_stop: Callable[[], bool], max_iteration: int | None = None, where: str = "in this studio") -> str:
     iterations, max_stages = loop_target(store, run_id, kind)
     if max_stages == 0:
         return "nothing to run"
+    # Again at run time: a job that finished between the request's check and this one may have moved the target.
+    refused = past_cap(iterations, max_iteration, where) if max_iteration is not None else None
+    if refused:
+        return refused
     return run_loop(store, run_id, iterations=iterations, progress=progress, should_stop=should_stop,
                     max_stages=max_stages)

@@ -7,12 +7,15 @@ which the hint names) or a statistic.
 * ``swap_markdown(store, run_id)``: rows ``P{a}G{b}`` and the grounders on gold plans (``G{b}``), one column per split
   x domain (``"all"`` last when a split has several domains) holding ``correct/n (xx.x%)``; then the McNemar rows
   (stage 1 alone, stage 2 alone, both, grounder on gold plans: ``+gained / −lost / p=...``). A run without swap rows
-  gives one line with the CLI command that computes them.
+  gives one line with the CLI command that computes them; on Spaces (``spaces``; None: env ``SPACE_ID`` set, as
+  ``app.py`` decides) a line in words instead, since a visitor has no shell there and the server's paths are not
+  theirs to see.
 * ``changes_markdown(store, run_id)``: split x consecutive iterations: gained, lost, exact McNemar p, tasks.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from engine.changes import iteration_changes
@@ -20,7 +23,13 @@ from engine.store import Store
 from engine.swap import stored_swaps
 
 
-def swap_hint(store: Store, run_id: str) -> str:
+def swap_hint(store: Store, run_id: str, spaces: bool | None = None) -> str:
+    if spaces is None:
+        spaces = bool(os.environ.get("SPACE_ID"))
+    if spaces:
+        return (f"No swap table stored for run `{run_id}`. It evaluates every pairing of the run's planners and "
+                "grounders, which this demo Space does not do: it is computed with the command-line tool "
+                "(`python -m engine swap`) on a local copy of MOAT Studio.")
     return (f"No swap table stored for run `{run_id}`. Compute it (it evaluates the swapped agents) with "
             f"`python -m engine swap --db {store.path} --run {run_id}`, then press Refresh.")
 
@@ -53,11 +62,11 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def swap_markdown(store: Store, run_id: str) -> str:
+def swap_markdown(store: Store, run_id: str, spaces: bool | None = None) -> str:
     """The run's stored swap table and its McNemar rows, or the CLI hint (see the module docstring)."""
     table = stored_swaps(store, run_id)
     if table is None:
-        return swap_hint(store, run_id)
+        return swap_hint(store, run_id, spaces)
     base, after = table["base"], table["after"]
     rows = {**table["cells"], **table["gold_plans"]}
     columns = _columns(list(rows.values()))

@@ -4,9 +4,11 @@
 the browser by ``save_js``, so a reload right after a change still finds it), and on page load ``read(saved, tabs)``
 turns what the browser sent back into a place the page can take; ``pick_run`` and
 ``pick_iteration`` then choose the picker values: the saved ones where this store still has them, else the defaults
-(the newest run, its newest training iteration). A saved value is data from the browser: anything that is not a
-known tab, a string run id or an integer iteration is ignored. Like ``studio.remember``, the values are encrypted
-with a per-server secret, so a restarted studio starts from the defaults.
+(the newest run; its newest training iteration with a stage done, ``done_iterations``, so a visitor does not land on
+an iteration that has only just started and shows empty pages; else its newest training iteration). A saved value
+is data from the browser: anything that is not a known tab, a string run id or an integer iteration is ignored.
+Like ``studio.remember``, the values are encrypted with a per-server secret, so a restarted studio starts from the
+defaults.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from engine.store import Store
 from studio.common import default_iteration
 
 
@@ -51,9 +54,18 @@ def pick_run(runs: list[str], wanted: Any) -> str | None:
     return run if run in runs else (runs[-1] if runs else None)
 
 
-def pick_iteration(iterations: list[int], run_id: str | None, wanted: Any) -> int | None:
-    """The saved iteration when ``run_id`` is the saved run and has it, else the picker's default
-    (``studio.common.default_iteration``)."""
+def done_iterations(store: Store, run_id: str | None, iterations: list[int]) -> list[int]:
+    """Those of ``iterations`` with at least one stage done: the ones whose pages have something to show."""
+    if not run_id:
+        return []
+    return [i for i in iterations if any(s["status"] == "done" for s in store.stage_status(run_id, i).values())]
+
+
+def pick_iteration(iterations: list[int], run_id: str | None, wanted: Any,
+                   done: list[int] | None = None) -> int | None:
+    """The saved iteration when ``run_id`` is the saved run and has it, else the picker's default: the newest
+    training iteration (>= 1) among ``done`` (``done_iterations``), else ``studio.common.default_iteration``."""
     if isinstance(wanted, dict) and wanted.get("run") == run_id and wanted.get("iteration") in iterations:
         return wanted["iteration"]
-    return default_iteration(iterations)
+    trained = [i for i in done or [] if i >= 1 and i in iterations]
+    return max(trained) if trained else default_iteration(iterations)

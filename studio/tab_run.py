@@ -7,11 +7,13 @@ without starting it.
 
 A config from the page is checked like a file (``engine.config``), then every path in it must lie inside the
 studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_policy``. Creating a run and every
-job button are write endpoints: ``check_writable`` refuses them server side for ``--read-only`` and viewers.
+job button are write endpoints: ``check_writable`` refuses them server side for ``--read-only`` and viewers. On
+Spaces a job button also refuses a run that fails ``spaces_policy`` and a job that would start an iteration past the
+``run.iterations`` cap (``start_job``: the server decides, whatever the page sends).
 
-Handlers: ``validate_config``, ``cli_command``, ``create_run_from_text``, ``stage_table``, ``job_markdown``,
-``loss_figure``, ``config_toml``: plain functions of the store / worker / text, called by the Gradio wiring in
-``build``.
+Handlers: ``validate_config``, ``cli_command``, ``create_run_from_text``, ``start_job``, ``stage_table``,
+``job_markdown``, ``loss_figure``, ``config_toml``: plain functions of the store / worker / text, called by the
+Gradio wiring in ``build``.
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ from engine.errors import ConfigError, DataError
 from engine.loop import create_run, run_config
 from engine.store import Store
 from engine.workspace import config_paths_inside
-from studio.common import Ctx, check_writable, curator_of, spaces_capped, spaces_policy
+from studio.common import SPACES_CAPS, Ctx, check_writable, curator_of, spaces_capped, spaces_policy
 from studio.jobs import JobWorker
 from studio.pipeline import pipeline_html
 from studio.plots import note_if_empty
 from studio.stage_text import shown_status, stage_seconds, stage_summary
+
+# The stage table's columns, also its headers before the run has any stage.
+STAGE_COLUMNS = ["iteration", "stage", "status", "summary", "seconds", "error"]
 
 
 def validate_config(text: str, spaces: bool = False, workspace: str | Path | None = None) -> tuple[RunConfig | None,
@@ -109,7 +114,27 @@ def stage_table(store: Store, run_id: str | None, live: bool = False) -> pd.Data
             rows.append({"iteration": it, "stage": stage, "status": status,
                          "summary": stage_summary(store, run_id, it, stage, status, s["counts"]),
                          "seconds": stage_seconds(s), "error": (s["error"] or "")[:160]})
-    return pd.DataFrame(rows, columns=["iteration", "stage", "status", "summary", "seconds", "error"])
+    return pd.DataFrame(rows, columns=STAGE_COLUMNS)
+
+
+def start_job(ctx: Ctx, kind: str, run_id: str | None, name: str, request: gr.Request | None) -> str:
+    """What a job button (``next_stage`` / ``rest_of_iteration`` / ``next_iteration``) does: the write guard, on
+    Spaces the policy and the iteration cap, then the job on the shared worker; the line the page shows."""
+    check_writable(ctx, request)
+    if not run_id:
+        return "Pick or create a run first."
+    max_iteration = None
+    if ctx.spaces and ctx.store.get_run(run_id) is not None:
+        try:  # a run put in the store by other means must still pass the Spaces policy
+            spaces_policy(run_config(ctx.store, run_id))
+        except ConfigError as exc:
+            return f"Refused on Spaces: {exc}"
+        # The policy checks the config's run.iterations, but each press may start one iteration past it: the
+        # worker caps the iterations the job runs.
+        max_iteration = dict(SPACES_CAPS)["run.iterations"]
+    refused = ctx.jobs.start_loop(kind, run_id, user=curator_of(name, request) if name or getattr(
+        request, "username", None) else "", max_iteration=max_iteration, where="on Spaces")
+    return refused or f"Started `{kind}` on `{run_id}`."
 
 
 def job_markdown(jobs: JobWorker) -> str:
@@ -174,7 +199,9 @@ def build(ctx: Ctx, config_path: str) -> None:
     pipeline = gr.HTML(elem_id="run-pipeline")
     job = gr.Markdown(job_markdown(ctx.jobs), elem_id="run-job")
     with gr.Row():
-        stages = gr.Dataframe(label="Every stage of the run", interactive=False, elem_id="run-stages")
+        # Headers and an empty frame from the start: without them Gradio draws "1 2 3" until a stage exists.
+        stages = gr.Dataframe(stage_table(ctx.store, None), headers=STAGE_COLUMNS, label="Every stage of the run",
+                              interactive=False, elem_id="run-stages")
         loss = gr.Plot(label="Loss")
     with gr.Accordion("Advanced: the run's config (TOML)", open=False, elem_id="run-advanced"):
         editor = gr.Code(value=text, label=f"Run config (TOML, from {config_path})", lines=18,
@@ -204,24 +231,15 @@ def build(ctx: Ctx, config_path: str) -> None:
         if run_id is None:
             return msg, gr.update()
         refused = ctx.jobs.start_loop("next_iteration", run_id, user=curator_of(name, request) if name or getattr(
-            request, "username", None) else "")
+            request, "username", None) else "", max_iteration=dict(SPACES_CAPS)["run.iterations"] if ctx.spaces
+            else None, where="on Spaces")
         choices = [r["run_id"] for r in ctx.store.list_runs()]
         return (f"{msg} {refused}" if refused else f"{msg} Its first iteration is running: the pipeline below "
                 "follows it."), gr.update(choices=choices, value=run_id)
 
     def starter(kind: str):
         def start(run_id: str | None, name: str, request: gr.Request) -> str:
-            check_writable(ctx, request)
-            if not run_id:
-                return "Pick or create a run first."
-            if ctx.spaces and ctx.store.get_run(run_id) is not None:
-                try:  # a run put in the store by other means must still pass the Spaces policy
-                    spaces_policy(run_config(ctx.store, run_id))
-                except ConfigError as exc:
-                    return f"Refused on Spaces: {exc}"
-            refused = ctx.jobs.start_loop(kind, run_id, user=curator_of(name, request) if name or getattr(
-                request, "username", None) else "")
-            return refused or f"Started `{kind}` on `{run_id}`."
+            return start_job(ctx, kind, run_id, name, request)
         return start
 
     def on_stop(request: gr.Request) -> str:

@@ -1,0 +1,160 @@
+"""What a Spaces visitor meets on the first-visit demo run: the iteration cap holds on the job buttons (server side),
+a new browser opens on the iteration that has data, the welcome follows the run, the stage table has its headers
+before any stage exists, and no page shows the server's paths or a command the visitor cannot run.
+
+No stage is computed here: the demo run's stages are marked in the store, so each test takes seconds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.config import load_config
+from engine.loop import create_run, stages_of
+from engine.store import Store
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory) -> tuple[Path, str]:
+    """A store holding one Spaces-capped demo run (demo agents, reference critic) with nothing run yet."""
+    from studio.common import spaces_capped
+
+    path = tmp_path_factory.mktemp("spaces_ux") / "studio.duckdb"
+    config = spaces_capped(load_config("examples/demo.toml"))
+    config.run.name, config.run.iterations = "demo-first-visit", 1
+    config.run.workdir = str(path.parent / "runs")
+    with Store(path) as store:
+        return path, create_run(store, config)
+
+
+@pytest.fixture
+def store(demo_db, tmp_path):
+    copy = tmp_path / "studio.duckdb"
+    shutil.copy(demo_db[0], copy)
+    with Store(copy) as s:
+        yield s
+
+
+@pytest.fixture
+def run_id(demo_db) -> str:
+    return demo_db[1]
+
+
+def _finish(store: Store, run_id: str, iterations: tuple[int, ...] = (0, 1)) -> None:
+    """Mark every stage of ``iterations`` done, as the finished first-visit run leaves them."""
+    from engine.loop import run_config
+
+    config = run_config(store, run_id)
+    for it in iterations:
+        for stage in stages_of(it, config):
+            store.set_stage(run_id, it, stage, "running")
+            store.set_stage(run_id, it, stage, "done", counts={"rows": 1})
+
+
+def _endpoint(demo, api_name: str):
+    return next(f.fn for f in demo.fns.values() if f.api_name == api_name)
+
+
+def test_spaces_refuses_a_job_past_the_iteration_cap(store, run_id, monkeypatch):
+    """On the finished demo run every job button would start iteration 2: on Spaces each is refused, naming the cap,
+    and no job or iteration appears; an unfinished iteration 1 may still be finished."""
+    import os
+
+    from studio.app import build_app
+    from studio.jobs import LOOP_KINDS, loop_job, loop_reach
+
+    monkeypatch.setenv("SPACE_ID", "someone/moat-studio")
+    _finish(store, run_id)
+    demo = build_app(store, "examples/demo.toml", spaces=bool(os.environ.get("SPACE_ID")))
+    for kind in LOOP_KINDS:
+        assert loop_reach(store, run_id, kind) == 2  # what the press would start without the cap
+        message = _endpoint(demo, f"run_{kind}")(run_id, "ann", None)  # the function the button calls
+        assert message.startswith("Refused on Spaces") and "**run.iterations** is at most 1" in message, message
+        assert "iteration 2" in message
+    assert demo.moat_jobs.snapshot()["status"] == "idle" and store.iterations(run_id) == [0, 1]
+    # The worker's own check, when the job starts computing (a press checked just before the store moved on).
+    refused = loop_job(store, run_id, "next_stage", lambda event: None, lambda: False, max_iteration=1,
+                       where="on Spaces")
+    assert refused.startswith("Refused on Spaces") and store.iterations(run_id) == [0, 1]
+    assert demo.moat_jobs.start_loop("next_iteration", run_id, max_iteration=1).startswith("Refused in this studio")
+    store.set_stage(run_id, 1, "evaluate", "pending")  # iteration 1 unfinished: the cap lets it finish
+    assert loop_reach(store, run_id, "rest_of_iteration") == 1 and loop_reach(store, run_id, "next_iteration") == 2
+
+
+def test_a_new_browser_opens_on_the_newest_iteration_with_data(store, run_id):
+    """An iteration that has only just started (no stage done) is not the default: its pages are empty."""
+    from studio.app import build_app
+    from studio.place import done_iterations, pick_iteration
+
+    _finish(store, run_id)
+    store.set_stage(run_id, 2, "sample", "running")  # a job put past the cap before it held, or a local run
+    its = store.iterations(run_id)
+    assert its == [0, 1, 2] and done_iterations(store, run_id, its) == [0, 1]
+    assert pick_iteration(its, run_id, {}, done_iterations(store, run_id, its)) == 1
+    assert pick_iteration(its, run_id, {"run": run_id, "iteration": 2}, [0, 1]) == 2  # a saved place still wins
+    assert pick_iteration([0, 1], run_id, {}, []) == 1  # nothing done yet: the newest training iteration
+    update, _ = _endpoint(build_app(store, "examples/demo.toml"), "studio_pick_run")(run_id, {})
+    assert update["value"] == 1
+
+
+def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
+    """Preparing while the job runs, where to look once finished (then the page stops asking), how to continue when
+    it stopped early."""
+    import studio.app
+    from studio.first_visit import FINISHED, UNFINISHED, WELCOME, welcome
+    from studio.jobs import JobWorker
+
+    jobs = JobWorker(store)
+    started, release = threading.Event(), threading.Event()
+
+    def hold(progress, should_stop) -> str:
+        started.set()
+        release.wait(30)
+        return "done"
+
+    assert jobs.submit("first visit: a demo run", run_id, hold) is None and started.wait(10)
+    assert welcome(store, jobs, run_id) == (WELCOME, False)
+    release.set()
+    assert jobs.wait(10)
+    assert welcome(store, jobs, run_id) == (UNFINISHED.format(run_id=run_id), False)
+    _finish(store, run_id)
+    text, settled = welcome(store, jobs, run_id)
+    assert settled and text == FINISHED.format(run_id=run_id) and "being prepared" not in text
+    assert "**Pairs**" in text and "**Critic**" in text and "**Metrics**" in text
+    # The page: rendered from the run's state when built, and again on load / each tick until settled.
+    monkeypatch.setattr(studio.app, "start_showcase", lambda *args: run_id)
+    demo = studio.app.build_app(store, "examples/demo.toml", jobs=jobs, first_visit=True)
+    shown = next(c for c in demo.config["components"] if c.get("props", {}).get("elem_id") == "first-visit")
+    assert shown["props"]["value"] == text
+    refreshed, timer = _endpoint(demo, "studio_welcome")()
+    assert refreshed == text and timer.active is False
+
+
+def test_the_stage_table_has_its_headers_before_any_stage(store, run_id):
+    from studio.app import build_app
+    from studio.tab_run import STAGE_COLUMNS, stage_table
+
+    demo = build_app(store, "examples/demo.toml")
+    table = next(c for c in demo.config["components"] if c.get("props", {}).get("elem_id") == "run-stages")["props"]
+    assert table["headers"] == STAGE_COLUMNS and table["value"]["headers"] == STAGE_COLUMNS
+    assert list(stage_table(store, run_id).columns) == STAGE_COLUMNS and stage_table(store, run_id).empty
+
+
+def test_spaces_pages_show_no_server_path_and_no_command_a_visitor_cannot_run(store, run_id, monkeypatch):
+    from studio.app import build_app
+    from studio.metrics_swaps import swap_markdown
+
+    local = swap_markdown(store, run_id, spaces=False)
+    assert f"python -m engine swap --db {store.path} --run {run_id}" in local
+    monkeypatch.setenv("SPACE_ID", "someone/moat-studio")
+    for text in (swap_markdown(store, run_id), swap_markdown(store, run_id, spaces=True)):
+        assert str(store.path) not in text and "--db" not in text, text
+        assert "local copy" in text and "No swap table stored" in text
+    page = json.dumps(build_app(store, "examples/demo.toml", spaces=True).config, default=str)
+    assert str(store.path.parent) not in page and "Store `studio.duckdb`" in page
+    local_page = json.dumps(build_app(store, "examples/demo.toml").config, default=str)
+    assert str(store.path) in local_page  # locally the header keeps the full path
