@@ -1,17 +1,18 @@
 """Critic tab: a review queue of verdicts (filtered by critic status and reviewed or not, paginated in SQL by
 ``Store.verdict_queue``); the original plan/grounding and the critic's correction side by side with a word diff;
 curator decisions through ``engine.curation`` (accept original, accept correction, edit, drop, restore); an edit is
-previewed with ``engine.executor`` on a button and saved only when it parses; the critic-curator agreement (per
+previewed with ``engine.executor`` on a button and saved only when it parses; a verdict without a correction says
+so in one line and switches *Accept correction* off; the critic-curator agreement ("looks right" agrees; per
 domain, per tool the grounding calls, per decision, per curator) with the verdicts where curators overruled the
-critic one click away (the *Reviewed = overruled* filter). The filters are kept in the browser across reloads
-(``studio.remember``).
+critic one click away (the *Reviewed = overruled* filter). No ``nan`` or ``None`` reaches a sentence on the page.
+The filters are kept in the browser across reloads (``studio.remember``).
 
 Keyboard (``studio.keys``): j/k next/previous verdict, a accept the original, c accept the correction, d drop,
 r restore, e edit, u undo this curator's last decision. The picker names a verdict by its question, plan and status.
 
-Handlers: ``verdict_table``, ``verdict_detail``, ``verdict_action``, ``preview_edit``, ``save_edit``,
-``agreement_markdown``, ``undo_message``. API endpoints (``gradio_client``): ``/critic_queue``
-(any filter change: one ``always_last`` event), ``/critic_detail``, ``/critic_preview_edit`` (reads),
+Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the button's state), ``verdict_action``,
+``preview_edit``, ``save_edit``, ``agreement_markdown``, ``undo_message``. API endpoints (``gradio_client``):
+``/critic_queue`` (any filter change: one ``always_last`` event), ``/critic_detail``, ``/critic_preview_edit`` (reads),
 ``/critic_<action>`` (keep_original, accept_correction, drop, restore), ``/critic_undo`` and ``/critic_save_edit``
 (writes); the refreshes after an action (``/critic_<action>_reload``, ``/critic_<action>_detail``,
 ``/critic_save_edit_reload``), ``/critic_next``, ``/critic_prev`` and ``/critic_select_row`` are undocumented.
@@ -108,23 +109,40 @@ def _subgoals(text: Any) -> str:
 def verdict_detail(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> tuple[str, str, str,
                                                                                                        str]:
     """``(original HTML, corrected HTML, diff HTML, actions to start an edit from)``."""
+    return verdict_view(store, run_id, iteration, key)[:4]
+
+
+def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: str | None, read_only: bool = False
+                 ) -> tuple[str, str, str, str, dict[str, Any]]:
+    """``verdict_detail`` and the *Accept correction* button's update: interactive only when the critic made a
+    correction to accept (and the studio is writable)."""
     if not (run_id and key) or iteration is None:
-        return "", "", "", ""
+        return "", "", "", "", gr.update(interactive=False)
     v = _row(store, run_id, iteration, key)
     if v is None:
-        return "<p>No such verdict.</p>", "", "", ""
+        return "<p>No such verdict.</p>", "", "", "", gr.update(interactive=False)
     head = f"<p><b>{v['status']}</b> ({v['backend']}) · {v['question']}</p>"
     decided = f"<p>Curator: <b>{v['override_action']}</b> by {v['curator']}</p>" if v["override_action"] else ""
     original = (head + decided + "<b>Plan subgoals</b>" + pre(_subgoals(v["plan_subgoals_json"]) or v["plan_text"])
                 + "<b>Grounded actions</b>" + pre(v["grounding_actions"])
                 + "<details><summary>What the grounder saw (its prompt, as rendered)</summary>"
                 + pre(v.get("grounding_prompt") or "") + "</details>")
-    corrected = ("<b>Corrected subgoals</b>" + pre(_subgoals(v["corrected_subgoals_json"]))
-                 + "<b>Corrected actions</b>" + pre(v["corrected_actions"]) + "<b>Critic says</b>" + pre(v["raw"]))
-    # A diff against nothing would strike the whole grounding out: without a correction, say so instead.
-    diff = (word_diff_html(v["grounding_actions"] or "", v["corrected_actions"]) if v["corrected_actions"] else
-            f"<p><i>No corrected actions ({v['status']}): nothing to compare.</i></p>")
-    return original, corrected, diff, v["corrected_actions"] or v["grounding_actions"] or ""
+    says = "<b>Critic says</b>" + pre(v["raw"])
+    if v["corrected_actions"]:
+        # A sound plan keeps its subgoals (only the actions are corrected): say so rather than show an empty block.
+        subgoals = ("<b>Corrected subgoals</b>" + pre(_subgoals(v["corrected_subgoals_json"]))
+                    if v["corrected_subgoals_json"] else
+                    "<p><i>Only the actions are corrected: the plan's own subgoals are kept.</i></p>")
+        corrected = subgoals + "<b>Corrected actions</b>" + pre(v["corrected_actions"]) + says
+        diff = word_diff_html(v["grounding_actions"] or "", v["corrected_actions"])
+    else:
+        # No correction: one line instead of two empty headings; a diff against nothing would strike it all out.
+        line = ("The critic accepted the grounding as it is: no correction." if v["status"] == "accepted" else
+                f"No correction: the critic's verdict is <b>{v['status']}</b>.")
+        corrected = f"<p><i>{line}</i></p>" + says
+        diff = ""
+    button = gr.update(interactive=bool(v["corrected_actions"]) and not read_only)
+    return original, corrected, diff, v["corrected_actions"] or v["grounding_actions"] or "", button
 
 
 def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: str, curator: str,
@@ -144,7 +162,9 @@ def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: 
 def _result_markdown(result: ExecutionResult) -> str:
     values = "\n".join(f"- `{name}` = {value}" for name, value in result.values.items())
     status = "runs cleanly" if result.ok else f"execution error: {result.error}"
-    return f"**{status}** · answer: `{result.answer}`\n\n{values}"
+    # A parse error (or actions that assign nothing) leave no answer: say so rather than print Python's None.
+    answer = "no answer" if result.answer is None else f"answer: `{result.answer}`"
+    return f"**{status}** · {answer}\n\n{values}"
 
 
 def preview_edit(store: Store, run_id: str, key: str, actions: str) -> str:
@@ -165,23 +185,29 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
     return f"Edit saved for {key} by {curator}.\n\n" + _result_markdown(result)
 
 
+def _decision_words(action: str) -> str:
+    """A curator decision in the agreement line: a review is the curator's "looks right"."""
+    return "looks right" if action == "reviewed" else action_words(action)
+
+
 def _rates(table: dict[str, dict[str, int]], words=str) -> str:
     return ", ".join(f"{words(name)} {v['agreed']}/{v['reviewed']}" for name, v in sorted(table.items())) or "—"
 
 
 def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) -> str:
     """The critic-curator agreement: overall, per domain, per tool the grounding calls, per decision and per curator,
-    and the verdicts where curators overruled the critic (the *Overruled* button filters the queue to them)."""
+    and the verdicts where curators overruled the critic (the *Overruled* button filters the queue to them). A
+    "looks right" counts as agreeing (``curation.agreement``), so its "reviewed" matches the page's counter."""
     if not run_id or iteration is None:
         return ""
     a = curation.agreement(store, run_id, int(iteration))
     rate = "—" if a["rate"] is None else f"{a['rate']:.0%}"
-    overruled = ", ".join(f"plan {d['k']} of {d['task_id']} ({d['status']} → {action_words(d['action'])})"
+    overruled = ", ".join(f"plan {d['k']} of {d['task_id']} ({d['status']} → {_decision_words(d['action'])})"
                           for d in a["disagreements"][:3])
     more = f" and {len(a['disagreements']) - 3} more" if len(a["disagreements"]) > 3 else ""
     return (f"**Agreement critic ↔ curators: {rate}** ({a['agreed']}/{a['reviewed']} reviewed of {a['verdicts']} "
             f"verdicts) · by domain: {_rates(a['by_domain'])} · by tool: {_rates(a['by_tool'])} · by decision: "
-            f"{_rates(a['by_action'], action_words)} · by curator: {_rates(a['by_curator'])}"
+            f"{_rates(a['by_action'], _decision_words)} · by curator: {_rates(a['by_curator'])}"
             + (f"\n\n**Overruled the critic ({len(a['disagreements'])}):** {overruled}{more}" if overruled else ""))
 
 
@@ -234,8 +260,10 @@ def build(ctx: Ctx) -> None:
             check_writable(ctx, request)
             if not key:
                 raise gr.Error("Pick a verdict first.")
+            # curator_of's gr.Error is a ValueError: caught below, it would be wrapped again and read in quotes
+            curator = curator_of(name, request)
             try:
-                return verdict_action(ctx.store, run_id, it, key, action, curator_of(name, request), why)
+                return verdict_action(ctx.store, run_id, it, key, action, curator, why)
             except ValueError as exc:
                 raise gr.Error(str(exc)) from None
         return handler
@@ -250,7 +278,15 @@ def build(ctx: Ctx) -> None:
     remember(ctx, "critic", {"status": (status, [status.change]), "reviewed": (reviewed, [reviewed.change]),
                              "order": (order, [order.change])})
     outputs = [info, table, pick, agreement, total_rows]
-    detail = [original, corrected, diff, edit]
+    # the detail switches *Accept correction* off for a verdict without a correction (its key c keeps its toast)
+    detail = [original, corrected, diff, edit, acts["accept_correction"]]
+
+    def view(run_id, it, key):
+        return verdict_view(ctx.store, run_id, it, key, read_only=ctx.read_only)
+
+    # A write's refusal (gr.Error) is a toast; with its progress shown, Gradio's status tracker would also stamp a
+    # bare "Error" over the result line and leave it there above the previous message: writes hide their progress.
+    quiet = "hidden"
     # in order: see studio.app.CONCURRENCY
     gr.on([status.change, reviewed.change, order.change, page.change, ctx.iteration.change, ctx.run.change,
            ctx.curator.change], load,
@@ -259,8 +295,7 @@ def build(ctx: Ctx) -> None:
     # One click from the agreement line to the disagreements: the queue filtered to them (its change reloads it).
     overruled_btn.click(lambda: "overruled", None, reviewed, api_name="critic_show_overruled",
                         api_visibility="undocumented")
-    pick.change(lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
-                api_name="critic_detail")
+    pick.change(view, [ctx.run, ctx.iteration, pick], detail, api_name="critic_detail")
 
     def opened(run_id, it, key, name, request: gr.Request):  # the curator takes the verdict's lease
         return lease_note(ctx.leases.claim(("verdict", run_id, it), key, who_of(name, request)) if key else None,
@@ -277,23 +312,22 @@ def build(ctx: Ctx) -> None:
     wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE)
 
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
-               api_name="critic_undo").success(
+               api_name="critic_undo", show_progress=quiet).success(
         reload, filters, [info, table, agreement], api_name="critic_undo_reload", api_visibility="undocumented",
         show_progress=QUEUE_PROGRESS).then(
-        lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
-        api_name="critic_undo_detail", api_visibility="undocumented")
+        view, [ctx.run, ctx.iteration, pick], detail, api_name="critic_undo_detail", api_visibility="undocumented")
 
     for action, btn in acts.items():
         btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result,
-                  api_name=f"critic_{action}").success(
+                  api_name=f"critic_{action}", show_progress=quiet).success(
             reload, filters, [info, table, agreement], api_name=f"critic_{action}_reload",
             api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
-            lambda r, i, k: verdict_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pick], detail,
-            api_name=f"critic_{action}_detail", api_visibility="undocumented")
+            view, [ctx.run, ctx.iteration, pick], detail, api_name=f"critic_{action}_detail",
+            api_visibility="undocumented")
     preview_btn.click(lambda r, k, a: preview_edit(ctx.store, r, k, a) if r and k else "", [ctx.run, pick, edit],
                       result, api_name="critic_preview_edit")
     save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result,
-                   api_name="critic_save_edit").success(reload, filters, [info, table, agreement],
+                   api_name="critic_save_edit", show_progress=quiet).success(reload, filters, [info, table, agreement],
                                                         api_name="critic_save_edit_reload",
                                                         api_visibility="undocumented",
                                                         show_progress=QUEUE_PROGRESS)

@@ -4,6 +4,9 @@ A critic judges ``Grounding`` items (a task, the plan's subgoals, the grounder's
 returns one ``Verdict`` per item, in order, never raising for a single bad item: failures are verdicts too
 (``unparsed``, ``truncated``, ``error``). ``reference_guided`` marks verdicts decided by gold annotations rather
 than by a model, so they are never passed off as an LLM's judgement.
+
+A grounding's ``execution["error"]`` and ``execution["answer"]`` are a string or None, never NaN: the stage reads
+them from store rows through pandas, which fills a missing text cell with NaN (truthy, and shown as "nan").
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine.dbutil import isna
 from engine.tasks import Task
 
 STATUSES = ("accepted", "corrected", "unfixable", "unparsed", "truncated", "error")
@@ -25,6 +29,11 @@ class Grounding:
     actions: str
     execution: dict[str, Any]  # ExecutionResult.to_dict()
     correct: bool  # executed to the gold answer (or gold step result)
+
+    def __post_init__(self) -> None:
+        # Every critic reads these with ``if execution.get("error")``: a missing cell must be None, not NaN/NA.
+        self.execution = {**self.execution, **{key: None for key in ("error", "answer")
+                                                 if isna(self.execution.get(key))}}
 
 
 @dataclass

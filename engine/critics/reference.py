@@ -89,8 +89,12 @@ class ReferenceCritic:
         if item.correct:
             return Verdict("accepted", self.name, reference_guided=True,
                            raw="Final answer reached (the actions execute to the gold answer).")
-        error = item.execution.get("error")
-        why = f"execution failed: {error}" if error else f"answer {item.execution.get('answer')!r} != gold"
+        # (``Grounding`` makes a missing error or answer None, never NaN: "execution failed: nan" was once shown)
+        error, answer = item.execution.get("error"), item.execution.get("answer")
+        if error:
+            why = f"execution failed: {error}"
+        else:
+            why = "no answer from the actions" if answer is None else f"answer {answer!r} != gold"
         if not task.gold_actions or not task.gold_subgoals:
             return Verdict("unfixable", self.name, reference_guided=True, raw=f"{why}; no gold annotation to use")
         subgoals, actions = self._gold(item)

@@ -1,0 +1,149 @@
+"""What a curator reads on the Critic tab: no ``nan`` or ``None`` in a sentence, "looks right" counts as agreeing
+with the critic (so "reviewed N" and the agreement line count the same reviews), and a verdict without a
+correction says so in one line with *Accept correction* switched off."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from engine import curation
+from engine.config import RunConfig
+from engine.critics.base import Grounding
+from engine.critics.prompts import execution_text
+from engine.critics.reference import ReferenceCritic
+from engine.executor import ExecutionResult
+from engine.stages import critique
+from engine.stages.context import StageContext
+from engine.store import Store
+from tests._store_world import IT, RUN, TASKS, build_world
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "ws.duckdb") as s:
+        build_world(s)
+        yield s
+
+
+# -- 1. a missing execution error is None, never NaN -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("missing", [None, math.nan, pd.NA])
+def test_a_grounding_without_an_error_or_answer_reads_none(missing):
+    """pandas fills a missing text cell with NaN, and NaN is truthy: "execution failed: nan" on the page."""
+    m2 = next(t for t in TASKS if t.id == "m2")
+    item = Grounding(m2, 0, 0, ["Add 10 and 4."], "R1 = Calculator(10+4)",
+                     {"ok": True, "values": {"R1": "14"}, "answer": missing, "error": missing}, False)
+    assert item.execution["error"] is None and item.execution["answer"] is None
+    (verdict,) = ReferenceCritic().judge([item])
+    assert verdict.status == "corrected" and "nan" not in verdict.raw and "None" not in verdict.raw
+    assert verdict.raw.startswith("no answer")
+    assert "nan" not in execution_text(item.execution) and "error" not in execution_text(item.execution)
+
+
+def test_the_critique_stage_never_writes_nan_into_a_verdict(store, tmp_path):
+    """The demo's case: one grounding has an error, so DuckDB's text column comes back with NaN for the others."""
+    q1 = store.frame("groundings", RUN, IT, task_id="q1").iloc[0].to_dict()
+    store.write("groundings", [{**q1, "error": "R1 = Ask(someone): unknown tool Ask"}])
+    store.delete("verdicts", RUN, IT)
+    critique.run(StageContext(store, RUN, IT, RunConfig(), tmp_path))
+    raw = store.frame("verdicts", RUN, IT).set_index("task_id")["raw"]
+    assert raw["m2"].startswith("no answer") and "nan" not in raw["m2"], raw["m2"]
+    assert raw["q1"].startswith("execution failed: R1 = Ask(someone): unknown tool Ask"), raw["q1"]
+
+
+# -- 2. "looks right" agrees with the critic -------------------------------------------------------------------------
+
+
+def test_looks_right_counts_as_agreeing_with_the_critic(store):
+    from studio.common import review_line
+    from studio.tab_critic import agreement_markdown
+
+    curation.mark_reviewed(store, RUN, IT, "verdict", "m1", 0, 0, curator="ann")  # looks right: agrees
+    curation.keep_original(store, RUN, IT, "m2", 0, 0, curator="bo")  # a correction refused: overrules the critic
+    a = curation.agreement(store, RUN, IT)
+    assert (a["verdicts"], a["reviewed"], a["agreed"], a["disagreed"], a["rate"]) == (3, 2, 1, 1, 0.5)
+    assert a["by_action"] == {"reviewed": {"reviewed": 1, "agreed": 1}, "keep_original": {"reviewed": 1, "agreed": 0}}
+    assert a["by_curator"] == {"ann": {"reviewed": 1, "agreed": 1}, "bo": {"reviewed": 1, "agreed": 0}}
+    assert a["by_status"] == {"accepted": {"reviewed": 1, "agreed": 1}, "corrected": {"reviewed": 1, "agreed": 0}}
+    assert [d["task_id"] for d in a["disagreements"]] == ["m2"]
+    text = agreement_markdown(store, RUN, IT)
+    assert "**Agreement critic ↔ curators: 50%** (1/2 reviewed of 3 verdicts)" in text
+    assert "looks right 1/1" in text and "accept original 0/1" in text
+    assert review_line(store, RUN, IT, "verdict") == " · reviewed 2 of 3 by the team"  # the same two reviews
+    # "looks right" on an overridden verdict confirms the curator's decision, not the critic's: still overruled
+    curation.mark_reviewed(store, RUN, IT, "verdict", "m2", 0, 0, curator="ann")
+    assert curation.agreement(store, RUN, IT)["disagreed"] == 1
+    # a review taken back is no review
+    curation.undo_last(store, RUN, IT, "ann", "verdict")
+    curation.undo_last(store, RUN, IT, "ann", "verdict")
+    assert (curation.agreement(store, RUN)["reviewed"], curation.agreement(store, RUN)["agreed"]) == (1, 0)
+
+
+# -- 3. no Python None in the edit preview ---------------------------------------------------------------------------
+
+
+def test_an_edit_preview_without_an_answer_says_so(store):
+    from studio.tab_critic import _result_markdown, preview_edit
+
+    text = preview_edit(store, RUN, "m2|0|0", "R1 = Calculator(3*(4+5)")
+    assert text.startswith("**execution error: parse error") and "None" not in text and "no answer" in text
+    assert "answer: `17`" in _result_markdown(ExecutionResult(True, {"R1": "17"}, "17", None))
+    assert "None" not in _result_markdown(ExecutionResult(True, {}, None, None))
+
+
+# -- 4. a verdict without a correction ------------------------------------------------------------------------------
+
+
+def test_an_accepted_verdict_says_so_and_switches_accept_correction_off(store):
+    from studio.tab_critic import verdict_view
+
+    original, corrected, diff, start, button = verdict_view(store, RUN, IT, "m1|0|0")
+    assert "The critic accepted the grounding as it is" in corrected
+    assert "Corrected subgoals" not in corrected and "Corrected actions" not in corrected
+    assert button["interactive"] is False and start == "R1 = Calculator(3*4); R2 = Calculator(R1+5)"
+    *_, button = verdict_view(store, RUN, IT, "q1|0|0")  # unfixable: no correction either, said as such
+    assert button["interactive"] is False
+    assert "Corrected actions" not in verdict_view(store, RUN, IT, "q1|0|0")[1]
+    original, corrected, diff, start, button = verdict_view(store, RUN, IT, "m2|0|0")
+    assert "Corrected subgoals" in corrected and "Corrected actions" in corrected and "<del" in diff
+    assert button["interactive"] is True
+    assert verdict_view(store, RUN, IT, "m2|0|0", read_only=True)[4]["interactive"] is False
+    assert verdict_view(store, RUN, IT, None)[4]["interactive"] is False
+    # a sound plan keeps its subgoals: no empty "Corrected subgoals" block
+    m2 = store.frame("verdicts", RUN, IT, task_id="m2").iloc[0].to_dict()
+    store.write("verdicts", [{**m2, "corrected_subgoals_json": None}])
+    corrected = verdict_view(store, RUN, IT, "m2|0|0")[1]
+    assert "Corrected subgoals" not in corrected and "the plan's own subgoals are kept" in corrected
+
+
+def test_a_refused_action_leaves_no_bare_error_on_the_result_line(tmp_path):
+    """gr.Error shows as a toast; Gradio's status tracker would also stamp "Error" over the result line (and leave
+    it there above the previous message) unless the event's progress is hidden. The detail event drives the
+    *Accept correction* button."""
+    from studio.app import build_app
+
+    with Store(tmp_path / "empty.duckdb") as s:
+        demo = build_app(s, "examples/demo.toml")
+    fns = {f.api_name: f for f in demo.fns.values() if f.api_name}
+    writes = ["keep_original", "accept_correction", "drop", "restore", "reviewed", "undo", "save_edit"]
+    assert {name: fns[f"critic_{name}"].show_progress for name in writes} == dict.fromkeys(writes, "hidden")
+    button = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "critic-accept_correction")
+    assert button in fns["critic_detail"].outputs
+
+
+def test_a_missing_curator_name_reads_plainly(tmp_path):
+    """The name check's gr.Error is a ValueError: the action handler must not wrap it again ("'Enter…'")."""
+    import gradio as gr
+
+    from studio.app import build_app
+
+    with Store(tmp_path / "empty.duckdb") as s:
+        demo = build_app(s, "examples/demo.toml")
+        drop = next(f for f in demo.fns.values() if f.api_name == "critic_drop").fn
+        with pytest.raises(gr.Error) as info:
+            drop(RUN, IT, "m1|0|0", "", "", None)
+    assert info.value.message.startswith("Enter your curator name")
