@@ -96,10 +96,23 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             return (gr.update(choices=runs, value=place.pick_run(runs, wanted)),
                     f"Curating as **{user}**" if user else gr.update())
 
+        shown_iterations = gr.State([])  # the iteration picker's choices as this session was last sent them
+
         def on_run(run_id, wanted):
             its = run_iterations(store, run_id)
             done = place.done_iterations(store, run_id, its)
-            return gr.update(choices=its, value=place.pick_iteration(its, run_id, wanted, done)), {}
+            return gr.update(choices=its, value=place.pick_iteration(its, run_id, wanted, done)), {}, its
+
+        def sync_iterations(run_id, current, shown):
+            """A running run gains iterations (a first visit's run has none when the page opens): offer them as they
+            appear. Nothing is sent while the list is unchanged, so an open picker is not redrawn under the
+            curator, and a pick they made stays."""
+            its = run_iterations(store, run_id)
+            if not run_id or its == shown:
+                return gr.skip(), gr.skip()
+            value = current if current in its else place.pick_iteration(
+                its, run_id, {}, place.done_iterations(store, run_id, its))
+            return gr.update(choices=its, value=value), its
 
         def on_restore(saved):
             where = place.read(saved, TABS)
@@ -117,7 +130,10 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
               show_progress="hidden", api_name="studio_place_save", api_visibility="undocumented")
         for hook in ctx.load_hooks:
             hook(demo)
-        run.change(on_run, [run, pending], [iteration, pending], api_name="studio_pick_run")
+        run.change(on_run, [run, pending], [iteration, pending, shown_iterations], api_name="studio_pick_run")
+        gr.Timer(3.0).tick(sync_iterations, [run, iteration, shown_iterations], [iteration, shown_iterations],
+                           show_progress="hidden", api_name="studio_sync_iterations", api_visibility="undocumented",
+                           trigger_mode="always_last")
         # The name is kept in this browser too (studio.remember's way): typed once, it survives reloads.
         saved_name = gr.BrowserState("", storage_key="moat-studio-curator")
         gr.on([name.submit, name.blur],

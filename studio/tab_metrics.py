@@ -116,11 +116,11 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
             for name, fig in figs.items()}
 
 
-def run_tables(store: Store, run_id: str | None) -> tuple[str, str]:
+def run_tables(store: Store, run_id: str | None, spaces: bool = False) -> tuple[str, str]:
     """(iteration-to-iteration McNemar markdown, swap table markdown) of the picked run."""
     if not run_id:
         return "", ""
-    return changes_markdown(store, run_id), swap_markdown(store, run_id)
+    return changes_markdown(store, run_id), swap_markdown(store, run_id, spaces)
 
 
 def build(ctx: Ctx) -> None:
@@ -152,7 +152,7 @@ def build(ctx: Ctx) -> None:
 
     def draw(run_a, run_b):
         figs = figures(ctx.store, run_a, run_b)
-        return [figs[n] for n in FIGURES] + list(run_tables(ctx.store, run_a))
+        return [figs[n] for n in FIGURES] + list(run_tables(ctx.store, run_a, ctx.spaces))
 
     def runs(run_a):
         others = [r["run_id"] for r in ctx.store.list_runs() if r["run_id"] != run_a]

@@ -317,6 +317,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
     out: dict[str, tuple[str, tuple | None]] = {
         "studio_load": ("read", ()),
         "studio_pick_run": ("read", (run_id,)),
+        "studio_sync_iterations": ("read", (run_id, 1)),  # new iterations of a running run into the picker
         "studio_curator_name": ("read", ("someone",)),  # session state only
         "studio_restore_name": ("read", ("someone",)),  # the name this browser kept: session state only
         # Where this browser was (studio.place): session state only, validated before it is shown.

@@ -1,6 +1,7 @@
 """What a Spaces visitor meets on the first-visit demo run: the iteration cap holds on the job buttons (server side),
-a new browser opens on the iteration that has data, the welcome follows the run, the stage table has its headers
-before any stage exists, and no page shows the server's paths or a command the visitor cannot run.
+a new browser opens on the iteration that has data, the iteration picker gains a running run's iterations as
+they appear (a first visit's page opens before the run has any), the welcome follows the run, the stage table has
+its headers before any stage exists, and no page shows the server's paths or a command the visitor cannot run.
 
 No stage is computed here: the demo run's stages are marked in the store, so each test takes seconds."""
 
@@ -158,3 +159,27 @@ def test_spaces_pages_show_no_server_path_and_no_command_a_visitor_cannot_run(st
     assert str(store.path.parent) not in page and "Store `studio.duckdb`" in page
     local_page = json.dumps(build_app(store, "examples/demo.toml").config, default=str)
     assert str(store.path) in local_page  # locally the header keeps the full path
+
+
+def test_the_iteration_picker_gains_a_running_runs_new_iterations(store, run_id):
+    """The picker's choices are sent when the run is picked; an iteration that appears later (the next one started
+    from the Run tab) is offered by the timer's sync, which sends nothing while the list is unchanged and keeps the
+    curator's pick."""
+    import gradio as gr
+
+    from studio.app import build_app
+
+    demo = build_app(store, "examples/demo.toml")
+    sync = _endpoint(demo, "studio_sync_iterations")
+    assert store.iterations(run_id) == []  # a run just created (a first visit's page opens now): nothing to pick
+    assert sync(run_id, None, []) == (gr.skip(), gr.skip())
+    store.set_stage(run_id, 0, "evaluate", "running")  # its first stage starts
+    picker, shown = sync(run_id, None, [])
+    assert picker["choices"] == [0] and picker["value"] == 0 and shown == [0]
+    assert sync(run_id, 0, [0]) == (gr.skip(), gr.skip())
+    store.set_stage(run_id, 1, "sample", "running")  # the next iteration starts
+    picker, shown = sync(run_id, 0, [0])
+    assert picker["choices"] == [0, 1] and picker["value"] == 0 and shown == [0, 1]  # the curator's pick stays
+    picker, _ = sync(run_id, None, [0])  # nothing picked: the default, the newest training iteration
+    assert picker["value"] == 1
+    assert sync(None, None, []) == (gr.skip(), gr.skip())
