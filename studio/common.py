@@ -5,14 +5,16 @@ Nothing here keeps state between calls: ``Ctx`` holds the store, the job worker,
 components shared by the tabs (run and iteration pickers, the session's curator ``gr.State``); per-session values
 live in those components. ``check_writable`` is the server-side guard every handler that changes anything (the
 store, a job, a file) calls first: hidden or disabled buttons are only cosmetic, an API client can call any
-endpoint.
+endpoint. Mistakes a user can fix (no curator name, a bad plan number) are raised as ``user_error`` (inside a
+handler: ``with user_errors():``), shown in the page without a traceback in the server log.
 """
 
 from __future__ import annotations
 
 import difflib
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,27 @@ class Ctx:
     load_hooks: list[Callable[[gr.Blocks], None]] = field(default_factory=list)
 
 
+def user_error(message: str) -> gr.Error:
+    """An error the user can fix (no curator name, a bad plan number, nothing to undo), for the page's error modal.
+    Gradio prints a traceback for every exception a handler raises unless it is a ``gr.Error`` with
+    ``print_exception=False``: a server log full of expected mistakes would hide the real failures."""
+    return gr.Error(message, print_exception=False)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Around a handler's calls: a ``ValueError`` (the engine refusing an action) becomes ``user_error`` of its
+    message; a ``gr.Error`` raised inside passes as it is. ``gr.Error`` is itself a ``ValueError`` whose ``str`` is
+    the ``repr`` of its message, so wrapping ``str(exc)`` again showed the user "'Enter your curator name…'" in
+    quotes."""
+    try:
+        yield
+    except gr.Error:
+        raise
+    except ValueError as exc:
+        raise user_error(str(exc)) from None
+
+
 def curator_of(name: str | None, request: gr.Request | None) -> str:
     """The authenticated user, else the name entered for this session; raises ``gr.Error`` when neither."""
     user = getattr(request, "username", None) if request is not None else None
@@ -60,7 +83,7 @@ def curator_of(name: str | None, request: gr.Request | None) -> str:
         return str(user)
     if name and name.strip():
         return name.strip()
-    raise gr.Error("Enter your curator name at the top of the page first (it is recorded on every override).")
+    raise user_error("Enter your curator name at the top of the page first (it is recorded on every override).")
 
 
 def who_of(name: str | None, request: gr.Request | None) -> str | None:
@@ -77,10 +100,10 @@ def lease_note(holder: str | None, what: str) -> str:
 def check_writable(ctx: Ctx, request: gr.Request | None = None) -> None:
     """Refuse a change in a read-only studio, or from a viewer account (``--viewers``)."""
     if ctx.read_only:
-        raise gr.Error("This studio is read-only.")
+        raise user_error("This studio is read-only.")
     user = getattr(request, "username", None) if request is not None else None
     if user and user in ctx.viewers:
-        raise gr.Error(f"{user} has a read-only viewer account.")
+        raise user_error(f"{user} has a read-only viewer account.")
 
 
 def spaces_policy(config: RunConfig) -> RunConfig:

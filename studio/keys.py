@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from studio.common import Ctx, check_writable, curator_of, who_of
+from studio.common import Ctx, check_writable, curator_of, user_errors, who_of
 
 # key -> element ids, first visible wins (hidden tabs' buttons have no offsetParent)
 KEYS: dict[str, list[str]] = {
@@ -99,8 +99,6 @@ def undo_handler(ctx: Ctx, message: Callable[..., str]) -> Callable[..., str]:
     read-only studio or for a viewer; "nothing to undo" shows as a message, not a crash."""
     def on_undo(run_id, it, name, request: gr.Request) -> str:
         check_writable(ctx, request)
-        try:
+        with user_errors():  # no curator name, nothing to undo: a line for the user, no traceback in the log
             return message(ctx.store, run_id, it, curator_of(name, request))
-        except ValueError as exc:
-            raise gr.Error(str(exc)) from None
     return on_undo

@@ -10,8 +10,9 @@ per-token surprisal under each plan, computed on demand and cached.
 A GRPO iteration (``stages.planner_objective = grpo``) also shows, under the pair, the task's rollouts with their
 rewards and advantages (``pair_group``), so a DPO pair and a GRPO group of one task read side by side.
 
-Handlers: ``pairs_table``, ``pair_detail``, ``pair_group``, ``pair_evidence``, ``pair_action``, ``margin_figure``,
-``length_figure``,
+Handlers: ``pairs_table``, ``pair_detail``, ``pair_group``, ``pair_evidence``, ``pair_action`` (its status line names
+the pair as the picker does, never by its ``task|step|pair_idx`` key; ``action_handler`` is the buttons' wrapper:
+a user's mistake is a ``studio.common.user_error``), ``margin_figure``, ``length_figure``,
 ``curation_markdown`` (per iteration: the curators' actions, which ones the planner checkpoint was trained with, the
 margins before/after curation and TRL's DPO reward margins; endpoint ``/pairs_curation``);
 the walk and the undo are ``studio.keys.wire_walk`` / ``undo_handler``. API endpoints (``gradio_client``):
@@ -25,6 +26,7 @@ and ``/pairs_select_row`` are undocumented.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 
 import gradio as gr
 import pandas as pd
@@ -45,6 +47,8 @@ from studio.common import (
     pre,
     review_line,
     tri,
+    user_error,
+    user_errors,
     who_of,
     word_diff_html,
 )
@@ -54,8 +58,13 @@ from studio.remember import remember
 from studio.rollout_view import group_table
 
 PAGE = 20
-COLUMNS = ["key", "domain", "question", "chosen_k", "rejected_k", "chosen_logppl", "rejected_logppl", "margin",
-           "override_action", "curator"]
+# The key (task|step|pair_idx) stays first, narrow (clipped on screen, whole in the cell): a row click reads the first
+# cell (studio.common.first_cell). The short columns a curator decides by come next, each wide enough for its header,
+# then the question in a capped width (WIDTHS; one line per row): at ~1400 px an uncapped question pushed margin and
+# override off the screen. The two log-PPLs (also in the pair's view) come last.
+COLUMNS = ["key", "chosen_k", "rejected_k", "margin", "override_action", "curator", "domain", "question",
+           "chosen_logppl", "rejected_logppl"]
+WIDTHS = ["150px", "105px", "125px", "85px", "180px", "100px", "90px", "320px", "160px", "175px"]
 
 
 
@@ -74,13 +83,15 @@ def excerpt(text: str | None, width: int = 70) -> str:
     return flat if len(flat) <= width else flat[:width - 1] + "…"
 
 
-def pair_label(question: str, key: str, chosen_k: int, rejected_k: int, width: int = 70) -> str:
+def pair_label(question: str, key: str, chosen_k: int, rejected_k: int, width: int = 70, quoted: bool = False) -> str:
     """What the pair picker shows: the question's start, the step (iterative plans), the two plan numbers and the
-    task id (two questions can start alike; the label must still tell the pairs apart)."""
+    task id (two questions can start alike; the label must still tell the pairs apart). ``quoted``: the question in
+    quotes, for a sentence."""
     task_id, step, idx = parse_key(key)
     where = f" · step {step}" if step else ""
     extra = f" · pair {idx + 1}" if idx else ""
-    return f"{excerpt(question, width)}{where} · plan {int(chosen_k)} over {int(rejected_k)}{extra} · {task_id}"
+    start = f"“{excerpt(question, width)}”" if quoted else excerpt(question, width)
+    return f"{start}{where} · plan {int(chosen_k)} over {int(rejected_k)}{extra} · {task_id}"
 
 
 def number(text: str | float | None) -> float | None:
@@ -90,7 +101,7 @@ def number(text: str | float | None) -> float | None:
     try:
         return float(text)
     except ValueError:
-        raise gr.Error(f"margin bounds must be numbers, got {text!r}") from None
+        raise user_error(f"margin bounds must be numbers, got {text!r}") from None
 
 
 def pairs_table(store: Store, run_id: str | None, iteration: int | None, *, min_margin: float | None = None,
@@ -107,16 +118,33 @@ def pairs_table(store: Store, run_id: str | None, iteration: int | None, *, min_
     return df[COLUMNS].round({"chosen_logppl": 4, "rejected_logppl": 4, "margin": 4}), total
 
 
+def _effective_pair(store: Store, run_id: str, iteration: int, key: str) -> pd.Series | None:
+    """The pair ``key`` as it trains now (``Store.effective_pairs`` of its task), None when it no longer exists."""
+    task_id, step, idx = parse_key(key)
+    eff = store.effective_pairs(run_id, int(iteration), task_id=task_id)
+    eff = eff[(eff["step"] == step) & (eff["pair_idx"] == idx)]
+    return eff.iloc[0] if len(eff) else None
+
+
+def pair_name(store: Store, run_id: str, iteration: int, key: str) -> str:
+    """The pair as the picker names it (``pair_label``: question, step, plan numbers as they are now), for status
+    lines; the question alone when the pair is gone."""
+    task_id = parse_key(key)[0]
+    question = store.get_task(run_id, task_id).question
+    pair = _effective_pair(store, run_id, iteration, key)
+    if pair is None:
+        return f"“{excerpt(question)}”"
+    return pair_label(question, key, pair["chosen_k"], pair["rejected_k"], quoted=True)
+
+
 def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> tuple[str, str, str]:
     """``(prompt, chosen, rejected)`` HTML of one pair, each plan with its log-PPL."""
     if not (run_id and key) or iteration is None:
         return "", "", ""
-    task_id, step, idx = parse_key(key)
-    eff = store.effective_pairs(run_id, int(iteration), task_id=task_id)
-    eff = eff[(eff["step"] == step) & (eff["pair_idx"] == idx)]
-    if not len(eff):
+    task_id, step, _ = parse_key(key)
+    pair = _effective_pair(store, run_id, int(iteration), key)
+    if pair is None:
         return "<p>This pair no longer exists.</p>", "", ""
-    pair = eff.iloc[0]
     plans = store.plan_texts(run_id, int(iteration), task_id, step)
     by_k = {int(r.k): r for r in plans.itertuples(index=False)}
     flags = ", ".join(f for f in ("excluded", "tie") if bool(pair[f])) or "in training"
@@ -160,7 +188,8 @@ def pair_evidence(store: Store, service, run_id: str | None, iteration: int | No
 
 def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str, curator: str,
                 chosen_k: int | None = None, rejected_k: int | None = None, reason: str = "") -> str:
-    """Apply one curator action (swap | exclude | tie | choose | restore | reviewed) and say what happened."""
+    """Apply one curator action (swap | exclude | tie | choose | restore | reviewed) and say what happened, naming
+    the pair as the picker does (``pair_name``)."""
     task_id, step, idx = parse_key(key)
     kw = {"pair_idx": idx, "curator": curator, "reason": reason}
     fns = {"swap": curation.swap_pair, "exclude": curation.exclude_pair, "tie": curation.tie_pair,
@@ -174,7 +203,22 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
         oid = curation.choose_pair(store, run_id, int(iteration), task_id, step, int(chosen_k), int(rejected_k), **kw)
     else:
         oid = fns[action](store, run_id, int(iteration), task_id, step, **kw)
-    return f"{action} recorded for {key} by {curator} (override #{oid})."
+    # Named by the state after the action: a swap reads "plan 3 over 0" where the picker said "plan 0 over 3".
+    what = "looks right (reviewed)" if action == "reviewed" else action  # the button's words
+    return (f"{what} recorded for {pair_name(store, run_id, int(iteration), key)} "
+            f"(by {curator}, override #{oid}).")
+
+
+def action_handler(ctx: Ctx, action: str) -> Callable[..., str]:
+    """The handler of one action button (``/pairs_<action>``): refused in a read-only studio or for a viewer; a
+    user's mistake (no pair picked, no curator name, plan numbers the engine refuses) is a ``user_error``."""
+    def handler(run_id, it, key, name, c, r, why, request: gr.Request) -> str:
+        check_writable(ctx, request)
+        if not key:
+            raise user_error("Pick a pair first.")
+        with user_errors():
+            return pair_action(ctx.store, run_id, it, key, action, curator_of(name, request), c, r, why)
+    return handler
 
 
 def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:
@@ -222,15 +266,16 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def curation_markdown(store: Store, run_id: str | None) -> str:
-    """Per iteration: the curators' pair actions, which of them the planner's checkpoint was trained with, the
-    log-PPL margins before/after curation and TRL's DPO reward margins (``engine.curation_summary``)."""
+    """Per iteration: the curators' pair actions, which of them the planner's checkpoint was trained with, how many
+    pairs a re-training would change (``pending``), the log-PPL margins before/after curation and TRL's DPO reward
+    margins (``engine.curation_summary``)."""
     rows = pair_curation_summary(store, run_id) if run_id else []
     if not rows:
         return ""
     lines = ["**Curation per iteration** (DPO reward margin: TRL's implicit reward of chosen over rejected, first → "
              "last logged step, and the share of pairs it ranks right at the end)", "",
              "| iteration | pairs | reviewed | swaps | excludes | ties | chosen by hand | in the checkpoint | "
-             "after it (re-train to use) | mean log-PPL margin: rule → trained | DPO reward margin |",
+             "pairs changed since (re-train to use) | mean log-PPL margin: rule → trained | DPO reward margin |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         o, t, d = r["overrides"], r["trained_with"], r["dpo"]
@@ -257,7 +302,7 @@ def build(ctx: Ctx) -> None:
                                       for lbl in ("Overridden", "Excluded", "Ties"))
         page = gr.Number(1, label="Page", precision=0, minimum=1)
     info = gr.Markdown()
-    table = gr.Dataframe(interactive=False, elem_id="pairs-table", max_height=320)
+    table = gr.Dataframe(interactive=False, elem_id="pairs-table", max_height=320, column_widths=WIDTHS)
     total_rows = gr.State(0)
     with gr.Row():
         prev_btn = gr.Button("◀ Previous (k)", elem_id="pairs-prev", size="sm", scale=0)
@@ -304,17 +349,6 @@ def build(ctx: Ctx) -> None:
                 pick_update(labels, keys, current),
                 margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats), total)
 
-    def act(action):
-        def handler(run_id, it, key, name, c, r, why, request: gr.Request):
-            check_writable(ctx, request)
-            if not key:
-                raise gr.Error("Pick a pair first.")
-            try:
-                return pair_action(ctx.store, run_id, it, key, action, curator_of(name, request), c, r, why)
-            except ValueError as exc:
-                raise gr.Error(str(exc)) from None
-        return handler
-
     outputs = [info, table, pair, hist, bias, total_rows]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
     gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change, ties.change,
@@ -355,7 +389,7 @@ def build(ctx: Ctx) -> None:
         [prompt, chosen, rejected], api_name="pairs_undo_detail", api_visibility="undocumented")
 
     for action, btn in [*acts.items(), ("choose", choose)]:
-        btn.click(act(action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status,
+        btn.click(action_handler(ctx, action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status,
                   api_name=f"pairs_{action}").success(
             reload, [*filters, pair, ctx.curator], [info, table, hist, bias], api_name=f"pairs_{action}_reload",
             api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(

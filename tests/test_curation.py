@@ -427,3 +427,37 @@ def test_pair_curation_summary_tells_trained_overrides_from_later_ones(store):
     m1 = store.effective_pairs(RUN, IT).set_index("task_id").loc["m1"]
     assert row["margin_trained"] == pytest.approx(float(m1["margin"])) and m1["margin"] < 0  # the swapped pair only
     assert row["dpo"] == {"first_margin": 0.0, "last_margin": 0.25, "last_accuracy": 1.0, "logged": 2}
+
+
+def test_pending_counts_only_pairs_a_retraining_would_change(store):
+    """The reviewer's sequence after training (swap, undo, exclude, tie, restore, looks right: each cancelled) leaves
+    the training data as the checkpoint had it: nothing pending, however often it is repeated. A real change counts
+    once per pair, and putting a pair back the way it was trained takes it off again."""
+    from engine.curation_summary import live_pair_actions, pair_curation_summary
+
+    def pending() -> int:
+        (row,) = pair_curation_summary(store, RUN)
+        return row["pending"]
+
+    curation.swap_pair(store, RUN, IT, "m1", curator="ann")  # in the checkpoint
+    curation.swap_pair(store, RUN, IT, "q1", curator="ann")
+    curation.undo_last(store, RUN, IT, "ann")  # undone before the training: not in the checkpoint
+    recorded = live_pair_actions(store, RUN, IT)  # what train_planner records as it reads the pairs
+    store.set_stage(RUN, IT, "train_planner", "done", counts={"rows": 3, "curation": recorded})
+    assert pending() == 0
+    for _ in range(2):  # the second round must not add up either
+        curation.swap_pair(store, RUN, IT, "m2", curator="rev")
+        curation.undo_last(store, RUN, IT, "rev")
+        curation.exclude_pair(store, RUN, IT, "q1", curator="rev")
+        curation.tie_pair(store, RUN, IT, "q1", curator="rev")
+        curation.restore_pair(store, RUN, IT, "q1", curator="rev")
+        curation.mark_reviewed(store, RUN, IT, "pair", "m2", 0, 0, curator="rev")
+        assert pending() == 0
+    curation.swap_pair(store, RUN, IT, "m2", curator="rev")
+    assert pending() == 1
+    curation.restore_pair(store, RUN, IT, "m1", curator="rev")  # the checkpoint's swap taken off: a change too
+    assert pending() == 2
+    curation.swap_pair(store, RUN, IT, "m1", curator="rev")  # swapped again: as the checkpoint had it
+    curation.tie_pair(store, RUN, IT, "q1", curator="rev")
+    curation.exclude_pair(store, RUN, IT, "q1", curator="rev")  # tie or exclude: out of the data alike
+    assert pending() == 2

@@ -556,3 +556,51 @@ def test_a_reload_never_moves_a_pick_that_is_still_on_the_page():
     assert pick_update(labels, keys, "z")["value"] == "a"
     assert pick_update(labels, keys, None)["value"] == "a"
     assert pick_update([], [], "a")["value"] is None
+
+
+def test_pair_status_lines_name_the_pair_as_the_picker_does(store, run_id):
+    """A status line says which pair by its question and plan numbers (as they are after the action), never by the
+    task|step|pair_idx key; the table puts the short columns a curator decides by before the question."""
+    from studio import tab_pairs
+
+    df, _ = tab_pairs.pairs_table(store, run_id, 1)
+    key, question, c, r = df["key"][0], df["question"][0], int(df["chosen_k"][0]), int(df["rejected_k"][0])
+    line = tab_pairs.pair_action(store, run_id, 1, key, "swap", "alice")
+    assert key not in line and "|" not in line
+    assert line.startswith("swap recorded for “" + tab_pairs.excerpt(question)[:30])
+    assert f"plan {r} over {c}" in line and "alice" in line  # swapped: the rejected plan now wins
+    assert f"plan {r} over {c}" in tab_pairs.pair_action(store, run_id, 1, key, "reviewed", "alice")  # swap stands
+    columns = list(df.columns)
+    assert columns[0] == "key" and len(tab_pairs.WIDTHS) == len(columns)
+    assert columns.index("margin") < columns.index("question") > columns.index("override_action")
+
+
+def test_a_users_mistake_shows_its_message_as_is_without_a_traceback(store, run_id):
+    """No curator name, a bad plan choice, nothing to undo: the page shows the message itself (not "'...'", the repr
+    a gr.Error re-wrapped in another gr.Error gave) and the server log gets no traceback (print_exception off)."""
+    import gradio as gr
+    from gradio.utils import error_payload
+
+    from studio import tab_pairs
+    from studio.common import Ctx
+    from studio.keys import undo_handler
+
+    ctx = Ctx(store=store, jobs=None, read_only=False, spaces=False, run=None, iteration=None, curator=None)
+    key = tab_pairs.pairs_table(store, run_id, 1)[0]["key"][0]
+    ks = sorted(int(k) for k in store.task_plans(run_id, 1, key.split("|")[0])["k"])
+    calls = {"no name": lambda: tab_pairs.action_handler(ctx, "swap")(run_id, 1, key, "", None, None, "", None),
+             "same plan twice": lambda: tab_pairs.action_handler(ctx, "choose")(run_id, 1, key, "bob", ks[0], ks[0],
+                                                                                 "", None),
+             "no pair": lambda: tab_pairs.action_handler(ctx, "tie")(run_id, 1, None, "bob", None, None, "", None),
+             "undo, no name": lambda: undo_handler(ctx, tab_pairs.undo_message)(run_id, 1, "", None),
+             "nothing to undo": lambda: undo_handler(ctx, tab_pairs.undo_message)(run_id, 1, "nobody", None)}
+    seen = {}
+    for what, call in calls.items():
+        with pytest.raises(gr.Error) as err:
+            call()
+        shown = error_payload(err.value, False)["error"]  # what Gradio sends to the page
+        assert shown and shown[0] not in "'\"" and not err.value.print_exception, (what, shown)
+        seen[what] = shown
+    assert seen["no name"].startswith("Enter your curator name") and seen["undo, no name"] == seen["no name"]
+    assert seen["no pair"] == "Pick a pair first." and seen["nothing to undo"].startswith("nobody has nothing")
+    assert store.query("SELECT count(*) AS n FROM overrides")["n"][0] == 0  # and nothing was recorded

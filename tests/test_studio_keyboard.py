@@ -253,3 +253,34 @@ def test_filters_and_name_survive_a_reload_and_the_overruled_verdicts_are_one_cl
     _tab(page, "Critic")
     expect(page.locator("#critic-table").get_by_role("gridcell").first).to_have_text(key)
     page.close()
+
+
+def test_the_pairs_table_fits_1400px_and_a_mistake_reads_plainly(served_big, browser, capfd):  # noqa: F811
+    """At 1400 px the columns a curator decides by (margin, override) are on screen, the question's column capped;
+    a key pressed before any curator name is entered says so in plain words (no quotes around the message) and
+    leaves no traceback in the server's log."""
+    url, store, run_id, _ = served_big
+    expect = sync_api.expect
+    page = _open(browser, url)  # 1400 px wide, a fresh browser: no curator name yet
+    _tab(page, "Pairs")
+    table = page.locator("#pairs-table")
+    expect(table.get_by_role("gridcell").first).to_have_text(re.compile(r"\|\d+\|\d+\s*$"))
+    seen = page.evaluate("""() => {
+        const table = document.querySelector('#pairs-table'), right = Math.min(window.innerWidth,
+            table.getBoundingClientRect().right);
+        return {right, heads: [...table.querySelectorAll('th')].map(
+            (th) => [th.textContent.trim().split(" ")[0], th.getBoundingClientRect().right])};  // name, then a menu
+    }""")
+    heads = {name: r for name, r in seen["heads"] if name in ("margin", "override_action", "curator")}
+    assert set(heads) == {"margin", "override_action", "curator"}, seen
+    assert all(r <= seen["right"] for r in heads.values()), seen
+    capfd.readouterr()
+    table.get_by_role("gridcell").first.click()
+    expect(page.locator("#pairs-chosen")).to_contain_text("chosen k=")
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.locator("body").press("s")
+    expect(page.get_by_text("Enter your curator name at the top of the page first").first).to_be_visible()
+    assert "'Enter your curator name" not in page.evaluate("() => document.body.innerText")
+    assert "Enter your curator name" not in capfd.readouterr().err  # Gradio prints a traceback with the message
+    assert not len(store.query("SELECT * FROM overrides WHERE curator = ''"))
+    page.close()
