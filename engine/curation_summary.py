@@ -29,7 +29,7 @@ import pandas as pd
 
 from engine.curation import review_progress
 from engine.store import Store
-from engine.views import _EFFECTIVE_PAIRS_TEMPLATE
+from engine.views import effective_pairs_sql
 
 ACTIONS = ("swap", "exclude", "tie", "choose")
 
@@ -57,7 +57,7 @@ _LIVE_AS_OF = """o.override_id <= $upto AND o.action <> 'undo' AND NOT EXISTS (
 def pairs_as_of(store: Store, run_id: str, iteration: int, upto: int) -> pd.DataFrame:
     """The effective pairs as they were when the override log's newest row was ``upto`` (``newest_override``): the
     same query as ``Store.effective_pairs``, with only the log rows up to ``upto``."""
-    sql = _EFFECTIVE_PAIRS_TEMPLATE.format(scope="", live=_LIVE_AS_OF)
+    sql = effective_pairs_sql(live=_LIVE_AS_OF)
     return store.query(f"{sql} SELECT * FROM eff", {"run": run_id, "it": iteration, "upto": int(upto)})
 
 

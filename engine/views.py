@@ -353,10 +353,12 @@ eff AS (
 """
 
 
-def effective_pairs_sql(scope: str = "all") -> str:
+def effective_pairs_sql(scope: str = "all", live: str = LIVE_OVERRIDE) -> str:
     """The ``WITH ... eff AS (...)`` prefix of effective pairs, over all pairs of ``$run``/``$it`` or a ``SCOPES``
-    subset (``task``: ``$task``; ``tasks``: the list ``$tasks`` with its least and greatest ids ``$lo``/``$hi``)."""
-    return _EFFECTIVE_PAIRS_TEMPLATE.format(scope=SCOPES[scope], live=LIVE_OVERRIDE)
+    subset (``task``: ``$task``; ``tasks``: the list ``$tasks`` with its least and greatest ids ``$lo``/``$hi``).
+    ``live`` is the condition an override row must meet to count (over the alias ``o``): the log as it stands now,
+    or, for ``engine.curation_summary.pairs_as_of``, as it stood at an earlier row."""
+    return _EFFECTIVE_PAIRS_TEMPLATE.format(scope=SCOPES[scope], live=live)
 
 
 EFFECTIVE_PAIRS_SQL = effective_pairs_sql()

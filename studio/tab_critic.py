@@ -41,6 +41,8 @@ from studio.common import (
     pick_update,
     pre,
     review_line,
+    user_error,
+    user_errors,
     who_of,
     word_diff_html,
 )
@@ -259,19 +261,15 @@ def build(ctx: Ctx) -> None:
         def handler(run_id, it, key, name, why, request: gr.Request):
             check_writable(ctx, request)
             if not key:
-                raise gr.Error("Pick a verdict first.")
-            # curator_of's gr.Error is a ValueError: caught below, it would be wrapped again and read in quotes
-            curator = curator_of(name, request)
-            try:
-                return verdict_action(ctx.store, run_id, it, key, action, curator, why)
-            except ValueError as exc:
-                raise gr.Error(str(exc)) from None
+                raise user_error("Pick a verdict first.")
+            with user_errors():  # the engine's refusal: a line for the curator, no traceback in the server log
+                return verdict_action(ctx.store, run_id, it, key, action, curator_of(name, request), why)
         return handler
 
     def on_save(run_id, it, key, actions, name, why, request: gr.Request):
         check_writable(ctx, request)
         if not key:
-            raise gr.Error("Pick a verdict first.")
+            raise user_error("Pick a verdict first.")
         return save_edit(ctx.store, run_id, it, key, actions, curator_of(name, request), why)
 
     filters = [ctx.run, ctx.iteration, status, reviewed, order, page, pick, ctx.curator]  # the curator: "by you"

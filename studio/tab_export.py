@@ -26,7 +26,7 @@ import gradio as gr
 from engine import export
 from engine.store import Store
 from engine.workspace import inside
-from studio.common import Ctx, check_writable
+from studio.common import Ctx, check_writable, user_error, user_errors
 
 KINDS = {"pairs": export.export_pairs, "sft": export.export_sft}
 
@@ -77,11 +77,9 @@ def build(ctx: Ctx) -> None:
     def on_export(run_id, it, k, f, request: gr.Request):
         check_writable(ctx, request)
         if not run_id or it is None or ctx.store.get_run(run_id) is None:
-            raise gr.Error("Pick a run and an iteration first.")
-        try:
+            raise user_error("Pick a run and an iteration first.")
+        with user_errors():
             path, rows = export_file(ctx.store, run_id, it, k, f, out_dir)
-        except ValueError as exc:
-            raise gr.Error(str(exc)) from None
         return f"Exported {rows} {k} rows to `{path.name}`.", str(path)
 
     def on_push(run_id, it, k, repo_id, request: gr.Request) -> str:
