@@ -183,3 +183,15 @@ def test_the_iteration_picker_gains_a_running_runs_new_iterations(store, run_id)
     picker, _ = sync(run_id, None, [0])  # nothing picked: the default, the newest training iteration
     assert picker["value"] == 1
     assert sync(None, None, []) == (gr.skip(), gr.skip())
+
+
+def test_the_iteration_picker_is_the_run_pickers_first_listener(store):
+    """The page dispatches a change's listeners in the order they were registered: the iteration picker must come
+    before the tabs' views, which all wait on it (last, it filled the picker seconds after the run on a first load)."""
+    from studio.app import build_app
+
+    demo = build_app(store, "examples/demo.toml")
+    pick_run = next(f for f in demo.fns.values() if f.api_name == "studio_pick_run")
+    run_id = pick_run.targets[0][0]
+    listeners = [f.api_name for f in demo.fns.values() if (run_id, "change") in [tuple(t) for t in f.targets]]
+    assert listeners[0] == "studio_pick_run" and len(listeners) > 3, listeners
