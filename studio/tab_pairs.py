@@ -381,8 +381,10 @@ def build(ctx: Ctx) -> None:
         info_md, df, _, h, b, _total = load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request)
         return info_md, df, h, b
 
+    # A refusal (no curator name, a bad plan number) is a toast; with the progress shown, Gradio would also stamp a
+    # red "Error" over the status line, above the previous action's message (as on the Critic tab).
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], status,
-               api_name="pairs_undo").success(
+               api_name="pairs_undo", show_progress="hidden").success(
         reload, [*filters, pair, ctx.curator], [info, table, hist, bias], api_name="pairs_undo_reload",
         api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
         lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],
@@ -390,7 +392,7 @@ def build(ctx: Ctx) -> None:
 
     for action, btn in [*acts.items(), ("choose", choose)]:
         btn.click(action_handler(ctx, action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status,
-                  api_name=f"pairs_{action}").success(
+                  api_name=f"pairs_{action}", show_progress="hidden").success(
             reload, [*filters, pair, ctx.curator], [info, table, hist, bias], api_name=f"pairs_{action}_reload",
             api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
             lambda r, i, k: pair_detail(ctx.store, r, i, k), [ctx.run, ctx.iteration, pair],

@@ -31,7 +31,7 @@ import plotly.graph_objects as go
 
 from engine.config import RunConfig, config_from_dict, config_to_dict, config_to_toml, load_config
 from engine.errors import ConfigError, DataError
-from engine.loop import create_run, run_config
+from engine.loop import create_run, run_config, run_loop
 from engine.store import Store
 from engine.workspace import config_paths_inside
 from studio.common import SPACES_CAPS, Ctx, check_writable, curator_of, spaces_capped, spaces_policy
@@ -137,6 +137,15 @@ def start_job(ctx: Ctx, kind: str, run_id: str | None, name: str, request: gr.Re
     return refused or f"Started `{kind}` on `{run_id}`."
 
 
+def start_first_iteration(store: Store, jobs: JobWorker, run_id: str, user: str = "") -> str | None:
+    """*Start a new run*'s job: the iteration-0 evaluation and then iteration 1, as the first-visit demo run does (a
+    "next iteration" job on a fresh run stops after iteration 0, which left a new run with nothing in Pairs or
+    Critic). Within the Spaces cap of one iteration. A message when refused."""
+    return jobs.submit("start_new", run_id, lambda progress, stop: run_loop(store, run_id, iterations=1,
+                                                                            progress=progress, should_stop=stop),
+                       user=user)
+
+
 def job_markdown(jobs: JobWorker) -> str:
     """The worker's job as markdown: state, the latest event per stage (counts, ETA) and the log tail."""
     snap = jobs.snapshot()
@@ -230,12 +239,12 @@ def build(ctx: Ctx, config_path: str) -> None:
         run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces, ws)
         if run_id is None:
             return msg, gr.update()
-        refused = ctx.jobs.start_loop("next_iteration", run_id, user=curator_of(name, request) if name or getattr(
-            request, "username", None) else "", max_iteration=dict(SPACES_CAPS)["run.iterations"] if ctx.spaces
-            else None, where="on Spaces")
+        refused = start_first_iteration(ctx.store, ctx.jobs, run_id, curator_of(name, request) if name or getattr(
+            request, "username", None) else "")
         choices = [r["run_id"] for r in ctx.store.list_runs()]
-        return (f"{msg} {refused}" if refused else f"{msg} Its first iteration is running: the pipeline below "
-                "follows it."), gr.update(choices=choices, value=run_id)
+        return (f"{msg} {refused}" if refused else f"{msg} The starting agents' evaluation (iteration 0), then MOAT's "
+                "first iteration, are running: the pipeline below follows them."), gr.update(choices=choices,
+                                                                                              value=run_id)
 
     def starter(kind: str):
         def start(run_id: str | None, name: str, request: gr.Request) -> str:

@@ -131,6 +131,8 @@ def test_a_refused_action_leaves_no_bare_error_on_the_result_line(tmp_path):
     fns = {f.api_name: f for f in demo.fns.values() if f.api_name}
     writes = ["keep_original", "accept_correction", "drop", "restore", "reviewed", "undo", "save_edit"]
     assert {name: fns[f"critic_{name}"].show_progress for name in writes} == dict.fromkeys(writes, "hidden")
+    pair_writes = ["swap", "exclude", "tie", "restore", "choose", "reviewed", "undo"]  # the Pairs tab alike
+    assert {name: fns[f"pairs_{name}"].show_progress for name in pair_writes} == dict.fromkeys(pair_writes, "hidden")
     button = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "critic-accept_correction")
     assert button in fns["critic_detail"].outputs
 

@@ -98,8 +98,8 @@ def test_a_new_browser_opens_on_the_newest_iteration_with_data(store, run_id):
     assert pick_iteration(its, run_id, {}, done_iterations(store, run_id, its)) == 1
     assert pick_iteration(its, run_id, {"run": run_id, "iteration": 2}, [0, 1]) == 2  # a saved place still wins
     assert pick_iteration([0, 1], run_id, {}, []) == 1  # nothing done yet: the newest training iteration
-    update, _ = _endpoint(build_app(store, "examples/demo.toml"), "studio_pick_run")(run_id, {})
-    assert update["value"] == 1
+    update, _, shown = _endpoint(build_app(store, "examples/demo.toml"), "studio_pick_run")(run_id, {})
+    assert update["value"] == 1 and shown == [0, 1, 2]
 
 
 def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
@@ -195,3 +195,18 @@ def test_the_iteration_picker_is_the_run_pickers_first_listener(store):
     run_id = pick_run.targets[0][0]
     listeners = [f.api_name for f in demo.fns.values() if (run_id, "change") in [tuple(t) for t in f.targets]]
     assert listeners[0] == "studio_pick_run" and len(listeners) > 3, listeners
+
+
+def test_start_a_new_run_runs_through_the_first_moat_iteration(store, run_id, monkeypatch):
+    """*Start a new run* once stopped after iteration 0's evaluation (a "next iteration" job on a fresh run), so a
+    new run, the newest and so where fresh browsers land, had nothing in Pairs or Critic. Its job runs the loop
+    through iteration 1, as the first-visit run does."""
+    from studio import tab_run
+    from studio.jobs import JobWorker
+
+    calls = []
+    monkeypatch.setattr(tab_run, "run_loop", lambda store, run, **kw: calls.append((run, kw["iterations"])) or "done")
+    jobs = JobWorker(store)
+    assert tab_run.start_first_iteration(store, jobs, run_id, "ann") is None
+    jobs._thread.join(timeout=30)
+    assert calls == [(run_id, 1)] and jobs.snapshot()["status"] == "finished", jobs.snapshot()
