@@ -52,7 +52,10 @@ from studio.tab_pairs import excerpt
 
 PAGE = 20
 STATUSES = ["", "accepted", "corrected", "unfixable", "unparsed", "truncated", "error"]
-COLUMNS = ["key", "domain", "question", "status", "grounding_ok", "override_action", "curator"]
+# The key first (a row click reads the first cell), then the short columns a curator decides by, then the question in
+# a capped width (WIDTHS): at ~1400 px an uncapped question pushed status, override and curator off-screen.
+COLUMNS = ["key", "domain", "status", "grounding_ok", "override_action", "curator", "question"]
+WIDTHS = ["150px", "80px", "105px", "115px", "150px", "100px", "480px"]
 
 
 def verdict_key(task_id: str, step: int, k: int) -> str:
@@ -158,7 +161,11 @@ def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: 
                                      reason=reason)
     else:
         oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
-    return f"{action} recorded for {key} by {curator} (override #{oid})."
+    # Named as the picker names it (question, step, plan, status), not by the task|step|k key.
+    row = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=step, k=k)
+    question = store.get_task(run_id, task_id).question
+    label = verdict_label(question, key, str(row["status"].iloc[0]) if len(row) else "gone")
+    return f"{action} recorded for “{label}” by {curator} (override #{oid})."
 
 
 def _result_markdown(result: ExecutionResult) -> str:
@@ -226,7 +233,7 @@ def build(ctx: Ctx) -> None:
         agreement = gr.Markdown(elem_id="critic-agreement")
         overruled_btn = gr.Button("Open the overruled ones", elem_id="critic-overruled", size="sm", scale=0)
     info = gr.Markdown(elem_id="critic-info")
-    table = gr.Dataframe(interactive=False, elem_id="critic-table", max_height=300)
+    table = gr.Dataframe(interactive=False, elem_id="critic-table", max_height=300, column_widths=WIDTHS)
     total_rows = gr.State(0)
     with gr.Row():
         prev_btn = gr.Button("◀ Previous (k)", elem_id="critic-prev", size="sm", scale=0)

@@ -149,3 +149,16 @@ def test_a_missing_curator_name_reads_plainly(tmp_path):
         with pytest.raises(gr.Error) as info:
             drop(RUN, IT, "m1|0|0", "", "", None)
     assert info.value.message.startswith("Enter your curator name")
+
+
+def test_a_verdict_status_line_names_it_as_the_picker_does(store):
+    """Status lines say which verdict by question, plan and status (the picker's label), never by its task|step|k key;
+    the table puts the short columns before the question's capped column."""
+    from studio.tab_critic import COLUMNS, WIDTHS, verdict_action, verdict_label, verdict_table
+
+    line = verdict_action(store, RUN, IT, "m2|0|0", "keep_original", "ann")
+    question = store.get_task(RUN, "m2").question
+    assert "m2|0|0" not in line and f"“{verdict_label(question, 'm2|0|0', 'corrected')}” by ann" in line
+    df, _ = verdict_table(store, RUN, IT)
+    assert list(df.columns) == COLUMNS and COLUMNS[0] == "key" and COLUMNS[-1] == "question"
+    assert len(WIDTHS) == len(COLUMNS)
