@@ -40,7 +40,13 @@ def plans_html(store: Store, run_id: str | None, iteration: int | None, task_id:
         return "<p>Pick a task.</p>"
     plans = store.task_plans(run_id, int(iteration), task_id)
     if not len(plans):
-        return f"<p>No plans for {html.escape(task_id)} in iteration {iteration}.</p>"
+        try:
+            split = store.get_task(run_id, task_id).split
+        except KeyError:  # an id from the page that this run does not have
+            split = "train"
+        why = "" if split == "train" else (f": MOAT samples plans for training tasks only, and this is a {split} task "
+                                           "(the evaluation plans it greedily)")
+        return f"<p>No plans for {html.escape(task_id)} in iteration {iteration}{html.escape(why)}.</p>"
     lo, hi = plans["logppl"].min(), plans["logppl"].max()
     rows = []
     for r in plans.itertuples(index=False):

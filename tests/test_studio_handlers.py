@@ -157,6 +157,10 @@ def test_plans_filters_offer_what_the_run_holds(store, run_id):
     assert tab_plans.filter_choices(store, None, {})["split"]["choices"] == [("all", "")]
     # A run whose first stage is still running: a task can be listed, but there is no iteration to show yet.
     assert "No iteration picked" in tab_plans.plans_html(store, run_id, None, "any-task")
+    # An evaluation task has no sampled plans: the page says why instead of a bare "No plans".
+    held_in = store.get_tasks(run_id, split="held_in", limit=1)[0].id
+    assert "training tasks only, and this is a held_in task" in tab_plans.plans_html(store, run_id, 1, held_in)
+    assert tab_plans.plans_html(store, run_id, 1, "no-such-task") == "<p>No plans for no-such-task in iteration 1.</p>"
 
 
 def test_critic_queue_edit_validates_and_executes(store, run_id):
