@@ -34,7 +34,7 @@ from engine.errors import ConfigError, DataError
 from engine.loop import create_run, run_config, run_loop
 from engine.store import Store
 from engine.workspace import config_paths_inside
-from studio.common import SPACES_CAPS, Ctx, check_writable, curator_of, spaces_capped, spaces_policy
+from studio.common import SPACES_CAPS, Ctx, check_writable, spaces_capped, spaces_policy, who_of
 from studio.jobs import JobWorker
 from studio.pipeline import pipeline_html
 from studio.plots import note_if_empty
@@ -132,8 +132,8 @@ def start_job(ctx: Ctx, kind: str, run_id: str | None, name: str, request: gr.Re
         # The policy checks the config's run.iterations, but each press may start one iteration past it: the
         # worker caps the iterations the job runs.
         max_iteration = dict(SPACES_CAPS)["run.iterations"]
-    refused = ctx.jobs.start_loop(kind, run_id, user=curator_of(name, request) if name or getattr(
-        request, "username", None) else "", max_iteration=max_iteration, where="on Spaces")
+    refused = ctx.jobs.start_loop(kind, run_id, user=who_of(name, request) or "", max_iteration=max_iteration,
+                                  where="on Spaces")
     return refused or f"Started `{kind}` on `{run_id}`."
 
 
@@ -239,8 +239,7 @@ def build(ctx: Ctx, config_path: str) -> None:
         run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces, ws)
         if run_id is None:
             return msg, gr.update()
-        refused = start_first_iteration(ctx.store, ctx.jobs, run_id, curator_of(name, request) if name or getattr(
-            request, "username", None) else "")
+        refused = start_first_iteration(ctx.store, ctx.jobs, run_id, who_of(name, request) or "")
         choices = [r["run_id"] for r in ctx.store.list_runs()]
         return (f"{msg} {refused}" if refused else f"{msg} The starting agents' evaluation (iteration 0), then MOAT's "
                 "first iteration, are running: the pipeline below follows them."), gr.update(choices=choices,
