@@ -82,7 +82,8 @@ class PairView:
         self._tables = 0
 
     def close(self) -> None:
-        self._db.close()
+        with self._db_lock:  # not while another thread is in cursor() (see Store.close)
+            self._db.close()
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -109,8 +109,12 @@ class Store(RunLedger, StudioViews):
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Close the file. Under the cursor lock: a server thread still opening a cursor (an event queued when the
+        studio was stopped) made a concurrent close fail with "connection is busy"; it now gets a closed-connection
+        error of its own instead, and the file closes."""
         self._pair_view.close()
-        self._con.close()
+        with self._cursor_lock:
+            self._con.close()
 
     @property
     def pair_view(self) -> PairView:

@@ -73,18 +73,27 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             who = gr.Markdown(elem_id="curator-who")
         curator = gr.State("")
         pending = gr.State({})  # the saved run and iteration, until the run picker has taken them once
-        shown_iterations = gr.State([])  # the iteration picker's choices as this session was last sent them
+        # {"run", "its"}: the run the iteration picker was last filled for and the choices it was sent; None until
+        # on_run has filled it once for this session.
+        shown_iterations = gr.State(None)
 
-        def on_run(run_id, wanted):
+        def on_run(run_id, wanted, shown=None):
+            if run_id and isinstance(shown, dict) and shown.get("run") == run_id:
+                # The picker was filled for this run already: on a loaded machine the page fires the run picker's
+                # change twice for one load, and the second call (the saved place already spent) put the picker back
+                # on the default after a curator's pick or a reload's restore. New iterations are sync's.
+                return gr.skip(), gr.skip(), gr.skip()
             its = run_iterations(store, run_id)
             done = place.done_iterations(store, run_id, its)
-            return gr.update(choices=its, value=place.pick_iteration(its, run_id, wanted, done)), {}, its
+            picked = place.pick_iteration(its, run_id, wanted, done)
+            return gr.update(choices=its, value=picked), {}, {"run": run_id, "its": its}
 
         # Registered before the tabs: the page dispatches a change's listeners in the order they were added, and every
         # tab's view waits on the iteration this one picks. Registered last, it came after every tab's run.change
         # call: on a one-iteration store the picker filled 3.7 s after the page was asked for, now 1.2 s (and ~11
         # calls per load instead of ~29, the tabs no longer drawn once for the run and again for its iteration).
-        run.change(on_run, [run, pending], [iteration, pending, shown_iterations], api_name="studio_pick_run")
+        run.change(on_run, [run, pending, shown_iterations], [iteration, pending, shown_iterations],
+                   api_name="studio_pick_run")
         ctx = Ctx(store=store, jobs=jobs, read_only=read_only, spaces=spaces, run=run, iteration=iteration,
                   curator=curator, viewers=frozenset(viewers),
                   workspace=Path(workspace).resolve() if workspace else Path.cwd())
@@ -111,13 +120,17 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         def sync_iterations(run_id, current, shown):
             """A running run gains iterations (a first visit's run has none when the page opens): offer them as they
             appear. Nothing is sent while the list is unchanged, so an open picker is not redrawn under the
-            curator, and a pick they made stays."""
+            curator, and a pick they made stays. Until on_run has filled the picker for this run (``shown`` is None
+            or another run's), the picker is on_run's: a tick racing a reload's restore used to replace the saved
+            iteration by the default, and one racing a run switch fought on_run over the value."""
+            if not run_id or not isinstance(shown, dict) or shown.get("run") != run_id:
+                return gr.skip(), gr.skip()
             its = run_iterations(store, run_id)
-            if not run_id or its == shown:
+            if its == shown.get("its"):
                 return gr.skip(), gr.skip()
             value = current if current in its else place.pick_iteration(
                 its, run_id, {}, place.done_iterations(store, run_id, its))
-            return gr.update(choices=its, value=value), its
+            return gr.update(choices=its, value=value), {"run": run_id, "its": its}
 
         def on_restore(saved):
             where = place.read(saved, TABS)

@@ -99,7 +99,7 @@ def test_a_new_browser_opens_on_the_newest_iteration_with_data(store, run_id):
     assert pick_iteration(its, run_id, {"run": run_id, "iteration": 2}, [0, 1]) == 2  # a saved place still wins
     assert pick_iteration([0, 1], run_id, {}, []) == 1  # nothing done yet: the newest training iteration
     update, _, shown = _endpoint(build_app(store, "examples/demo.toml"), "studio_pick_run")(run_id, {})
-    assert update["value"] == 1 and shown == [0, 1, 2]
+    assert update["value"] == 1 and shown == {"run": run_id, "its": [0, 1, 2]}
 
 
 def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
@@ -172,17 +172,54 @@ def test_the_iteration_picker_gains_a_running_runs_new_iterations(store, run_id)
     demo = build_app(store, "examples/demo.toml")
     sync = _endpoint(demo, "studio_sync_iterations")
     assert store.iterations(run_id) == []  # a run just created (a first visit's page opens now): nothing to pick
-    assert sync(run_id, None, []) == (gr.skip(), gr.skip())
+    filled = {"run": run_id, "its": []}  # what on_run sent when the page picked the run
+    assert sync(run_id, None, filled) == (gr.skip(), gr.skip())
     store.set_stage(run_id, 0, "evaluate", "running")  # its first stage starts
-    picker, shown = sync(run_id, None, [])
-    assert picker["choices"] == [0] and picker["value"] == 0 and shown == [0]
-    assert sync(run_id, 0, [0]) == (gr.skip(), gr.skip())
+    picker, shown = sync(run_id, None, filled)
+    assert picker["choices"] == [0] and picker["value"] == 0 and shown == {"run": run_id, "its": [0]}
+    assert sync(run_id, 0, shown) == (gr.skip(), gr.skip())
     store.set_stage(run_id, 1, "sample", "running")  # the next iteration starts
-    picker, shown = sync(run_id, 0, [0])
-    assert picker["choices"] == [0, 1] and picker["value"] == 0 and shown == [0, 1]  # the curator's pick stays
-    picker, _ = sync(run_id, None, [0])  # nothing picked: the default, the newest training iteration
+    picker, shown = sync(run_id, 0, shown)
+    assert picker["choices"] == [0, 1] and picker["value"] == 0  # the curator's pick stays
+    assert shown == {"run": run_id, "its": [0, 1]}
+    picker, _ = sync(run_id, None, {"run": run_id, "its": [0]})  # nothing picked: the newest training iteration
     assert picker["value"] == 1
-    assert sync(None, None, []) == (gr.skip(), gr.skip())
+    assert sync(None, None, filled) == (gr.skip(), gr.skip())
+
+
+def test_the_iteration_sync_leaves_the_picker_to_the_run_picker_until_it_has_filled_it(store, run_id):
+    """A tick that reaches the server before on_run has filled the picker for this run (a reload restoring a saved
+    iteration, a switch to another run) sends nothing: it used to replace a reload's restored iteration 0 by the
+    default 1 (CI, test_studio_browser's reload test)."""
+    import gradio as gr
+
+    from studio.app import build_app
+
+    _finish(store, run_id)
+    assert store.iterations(run_id) == [0, 1]
+    sync = _endpoint(build_app(store, "examples/demo.toml"), "studio_sync_iterations")
+    assert sync(run_id, None, None) == (gr.skip(), gr.skip())  # the page has not been through on_run yet
+    assert sync(run_id, 0, {"run": "another-run", "its": [0]}) == (gr.skip(), gr.skip())  # switching runs
+    picker, _ = sync(run_id, 0, {"run": run_id, "its": [0]})  # filled for this run: the sync works
+    assert picker["value"] == 0
+
+
+def test_a_second_change_of_the_run_picker_for_the_same_run_keeps_the_iteration(store, run_id):
+    """On a loaded machine the page fired the run picker's change twice for one load: the second call, with the saved
+    place already spent, put the iteration back on the default after a reload had restored 0 (CI failure). A change
+    to the run the picker was filled for sends nothing; another run is filled as before."""
+    import gradio as gr
+
+    from studio.app import build_app
+
+    _finish(store, run_id)
+    pick_run = _endpoint(build_app(store, "examples/demo.toml"), "studio_pick_run")
+    saved = {"tab": "pairs", "run": run_id, "iteration": 0}
+    update, pending, shown = pick_run(run_id, saved, None)  # the first change: the saved iteration
+    assert update["value"] == 0 and pending == {} and shown == {"run": run_id, "its": [0, 1]}
+    assert pick_run(run_id, pending, shown) == (gr.skip(), gr.skip(), gr.skip())  # the duplicate
+    update, _, shown = pick_run(run_id, {}, {"run": "another-run", "its": [0]})  # switched from another run
+    assert update["value"] == 1 and shown == {"run": run_id, "its": [0, 1]}
 
 
 def test_the_iteration_picker_is_the_run_pickers_first_listener(store):
