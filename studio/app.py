@@ -30,6 +30,7 @@ from studio.common import Ctx, run_iterations
 from studio.first_visit import start_showcase, welcome
 from studio.jobs import JobWorker
 from studio.keys import SHORTCUTS_JS
+from studio.picker import Picker
 
 HEAD = SHORTCUTS_JS
 # Tab id -> label. The ids are what studio.place keeps in the browser, so a renamed label keeps saved places.
@@ -67,8 +68,8 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
                   show_progress="hidden", api_name="studio_welcome", api_visibility="undocumented",
                   trigger_mode="always_last")
         with gr.Row():
-            run = gr.Dropdown([], label="Run", elem_id="pick-run", scale=3)
-            iteration = gr.Dropdown([], label="Iteration", elem_id="pick-iteration", scale=1)
+            run = Picker([], label="Run", elem_id="pick-run", scale=3)
+            iteration = Picker([], label="Iteration", elem_id="pick-iteration", scale=1)
             name = gr.Textbox(label="Curator name (once per session)", elem_id="curator-name", scale=2)
             who = gr.Markdown(elem_id="curator-who")
         curator = gr.State("")

@@ -47,6 +47,7 @@ from studio.common import (
     word_diff_html,
 )
 from studio.keys import QUEUE_PROGRESS, action_words, undo_handler, wire_walk
+from studio.picker import Picker
 from studio.remember import remember
 from studio.tab_pairs import excerpt
 
@@ -237,7 +238,7 @@ def build(ctx: Ctx) -> None:
     total_rows = gr.State(0)
     with gr.Row():
         prev_btn = gr.Button("◀ Previous (k)", elem_id="critic-prev", size="sm", scale=0)
-        pick = gr.Dropdown([], label="Verdict", elem_id="critic-pick", scale=4)
+        pick = Picker([], label="Verdict", elem_id="critic-pick", scale=4)
         next_btn = gr.Button("Next (j) ▶", elem_id="critic-next", size="sm", scale=0)
     lease = gr.Markdown(elem_id="critic-lease")
     with gr.Row():

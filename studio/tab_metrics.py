@@ -22,6 +22,7 @@ from engine.store import Store
 from studio import metrics_experiment as mexp
 from studio.common import Ctx
 from studio.metrics_swaps import changes_markdown, swap_markdown
+from studio.picker import Picker
 from studio.plots import colours, figure, line, note_if_empty
 
 FIGURES = ("accuracy", "gap_ppl", "gap_logppl", "dpo_rewards", "dpo_loss", "sft_loss", "pairs", "critic")
@@ -125,9 +126,9 @@ def run_tables(store: Store, run_id: str | None, spaces: bool = False) -> tuple[
 
 def build(ctx: Ctx) -> None:
     with gr.Row():
-        experiment = gr.Dropdown([NO_EXPERIMENT], value="", label="Experiment (empty: the picked run)",
+        experiment = Picker([NO_EXPERIMENT], value="", label="Experiment (empty: the picked run)",
                                  elem_id="metrics-experiment", scale=2)
-        compare = gr.Dropdown([], label="Compare with run (B, dashed)", elem_id="metrics-compare", scale=2)
+        compare = Picker([], label="Compare with run (B, dashed)", elem_id="metrics-compare", scale=2)
         refresh = gr.Button("Refresh", elem_id="metrics-refresh", scale=1)
     plots, exp_plots = {}, {}
     with gr.Column(elem_id="metrics-run-view") as run_view:
@@ -146,7 +147,7 @@ def build(ctx: Ctx) -> None:
                     exp_plots[name] = gr.Plot(elem_id=f"metrics-exp-{name}", min_width=420)
         exp_table = gr.Markdown(elem_id="metrics-experiment-table")
         with gr.Row():
-            split = gr.Dropdown([], label="By template: split", elem_id="metrics-breakdown-split", scale=1)
+            split = Picker([], label="By template: split", elem_id="metrics-breakdown-split", scale=1)
         exp_breakdown = gr.Markdown(elem_id="metrics-experiment-breakdown")
         exp_swaps = gr.Markdown(elem_id="metrics-experiment-swaps")
 

@@ -54,6 +54,7 @@ from studio.common import (
 )
 from studio.evidence import pair_evidence_html
 from studio.keys import QUEUE_PROGRESS, action_words, undo_handler, wire_walk
+from studio.picker import Picker
 from studio.remember import remember
 from studio.rollout_view import group_table
 
@@ -306,7 +307,7 @@ def build(ctx: Ctx) -> None:
     total_rows = gr.State(0)
     with gr.Row():
         prev_btn = gr.Button("◀ Previous (k)", elem_id="pairs-prev", size="sm", scale=0)
-        pair = gr.Dropdown([], label="Pair", elem_id="pairs-pick", scale=4)
+        pair = Picker([], label="Pair", elem_id="pairs-pick", scale=4)
         next_btn = gr.Button("Next (j) ▶", elem_id="pairs-next", size="sm", scale=0)
     lease = gr.Markdown(elem_id="pairs-lease")
     with gr.Row():

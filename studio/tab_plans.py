@@ -16,6 +16,7 @@ import pandas as pd
 from engine.rollouts import task_group
 from engine.store import Store
 from studio.common import Ctx, first_cell, page_info, word_diff_html
+from studio.picker import Picker
 from studio.rollout_view import grounder_groups
 
 PAGE = 20
@@ -98,16 +99,16 @@ def build(ctx: Ctx) -> None:
     with gr.Row():
         search = gr.Textbox(label="Search question / task id", scale=3, elem_id="plans-search")
         # Choices follow the picked run (filter_choices): a fixed list offered splits and domains runs lack.
-        domain = gr.Dropdown([("all", "")], value="", label="Domain", scale=1, elem_id="plans-domain")
-        split = gr.Dropdown([("all", "")], value="", label="Split", scale=1, elem_id="plans-split")
+        domain = Picker([("all", "")], value="", label="Domain", scale=1, elem_id="plans-domain")
+        split = Picker([("all", "")], value="", label="Split", scale=1, elem_id="plans-split")
         page = gr.Number(1, label="Page", precision=0, minimum=1, scale=1)
     info = gr.Markdown()
     table = gr.Dataframe(interactive=False, elem_id="plans-tasks", max_height=300)
-    task = gr.Dropdown([], label="Task", elem_id="plans-task")
+    task = Picker([], label="Task", elem_id="plans-task")
     plans = gr.HTML(elem_id="plans-view")
     with gr.Row():
-        k_a = gr.Dropdown([], label="Diff: plan A")
-        k_b = gr.Dropdown([], label="Diff: plan B")
+        k_a = Picker([], label="Diff: plan A")
+        k_b = Picker([], label="Diff: plan B")
     diff = gr.HTML(elem_id="plans-diff")
 
     def load(run_id, it, text, dom, spl, pg):
