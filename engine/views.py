@@ -364,9 +364,11 @@ def effective_pairs_sql(scope: str = "all", live: str = LIVE_OVERRIDE) -> str:
 EFFECTIVE_PAIRS_SQL = effective_pairs_sql()
 
 
-# Did the curator's live decision side with the critic (NULL: no decision)? keep_original confirms an accepted
+# Did the curators side with the critic (NULL: not reviewed)? With a live decision: keep_original confirms an accepted
 # verdict, accept_correction a corrected one, drop one that yields nothing; an edit always overrules the critic.
-AGREES_WITH_CRITIC = """CASE WHEN vo.action IS NULL THEN NULL
+# Without one, a "looks right" as the latest row (vl) left the critic's verdict standing: it agrees. The same rule as
+# engine.agreement, so the critic queue's "overruled" filter (False: confirmed) lists what the Agreement line counts.
+AGREES_WITH_CRITIC = """CASE WHEN vo.action IS NULL THEN (CASE WHEN vl.task_id IS NOT NULL THEN TRUE END)
                 WHEN v.status = 'accepted' THEN vo.action = 'keep_original'
                 WHEN v.status = 'corrected' THEN vo.action = 'accept_correction'
                 ELSE vo.action = 'drop' END"""
@@ -384,6 +386,12 @@ WITH vo AS (
 vr AS (  -- verdicts somebody acted on or marked "looks right"
     SELECT DISTINCT iteration, task_id, step, k FROM overrides o
     WHERE o.run_id = $run AND o.target IN ('verdict', 'verdict_review') AND {iteration_cond} AND {LIVE_OVERRIDE}),
+vl AS (  -- "looks right" is the latest live curator row (after any decision or restore): the critic left standing
+    SELECT iteration, task_id, step, k FROM (
+        SELECT o.*, row_number() OVER (PARTITION BY iteration, task_id, step, k ORDER BY override_id DESC) AS rn
+        FROM overrides o WHERE o.run_id = $run AND o.target IN ('verdict', 'verdict_review') AND {iteration_cond}
+            AND {LIVE_OVERRIDE})
+    WHERE rn = 1 AND action = 'reviewed'),
 vrows AS (
     SELECT v.*, vo.action AS override_action, vo.after_json AS override_after_json, vo.curator,
            vr.task_id IS NOT NULL AS reviewed,
@@ -395,6 +403,7 @@ vrows AS (
     FROM (SELECT * FROM verdicts WHERE run_id = $run AND {iteration_cond}) v
     LEFT JOIN vo ON vo.iteration = v.iteration AND vo.task_id = v.task_id AND vo.step = v.step AND vo.k = v.k
     LEFT JOIN vr ON vr.iteration = v.iteration AND vr.task_id = v.task_id AND vr.step = v.step AND vr.k = v.k
+    LEFT JOIN vl ON vl.iteration = v.iteration AND vl.task_id = v.task_id AND vl.step = v.step AND vl.k = v.k
     LEFT JOIN groundings g ON g.run_id = v.run_id AND g.iteration = v.iteration AND g.task_id = v.task_id
         AND g.step = v.step AND g.k = v.k
     LEFT JOIN plans p ON p.run_id = v.run_id AND p.iteration = v.iteration AND p.task_id = v.task_id

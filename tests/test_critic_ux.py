@@ -74,9 +74,13 @@ def test_looks_right_counts_as_agreeing_with_the_critic(store):
     assert "**Agreement critic ↔ curators: 50%** (1/2 reviewed of 3 verdicts)" in text
     assert "looks right 1/1" in text and "accept original 0/1" in text
     assert review_line(store, RUN, IT, "verdict") == " · reviewed 2 of 3 by the team"  # the same two reviews
+    # the queue's "overruled" filter follows the same rule: "looks right" confirmed the critic
+    assert store.verdict_queue(RUN, IT, overruled=False)["task_id"].tolist() == ["m1"]
+    assert store.verdict_queue(RUN, IT, overruled=True)["task_id"].tolist() == ["m2"]
     # "looks right" on an overridden verdict confirms the curator's decision, not the critic's: still overruled
     curation.mark_reviewed(store, RUN, IT, "verdict", "m2", 0, 0, curator="ann")
     assert curation.agreement(store, RUN, IT)["disagreed"] == 1
+    assert store.verdict_queue(RUN, IT, overruled=True)["task_id"].tolist() == ["m2"]
     # a review taken back is no review
     curation.undo_last(store, RUN, IT, "ann", "verdict")
     curation.undo_last(store, RUN, IT, "ann", "verdict")
