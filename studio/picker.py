@@ -19,12 +19,15 @@ from typing import Any
 import gradio as gr
 
 MAX_TEXT = 300  # longer than any key or run id the studio writes (task ids are capped by the loaders)
+MAX_INT = 2**31 - 1  # DuckDB's INTEGER columns: a bigger number would fail the query, not just find nothing
 
 
 def _kind_fits(value: Any, choices: list[Any]) -> bool:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return False
     if isinstance(value, str) and len(value) > MAX_TEXT:
+        return False
+    if isinstance(value, int) and not -MAX_INT <= value <= MAX_INT:  # an iteration, a plan number: never this big
         return False
     kinds = {type(c) for c in choices if c is not None}
     return not kinds or type(value) in kinds

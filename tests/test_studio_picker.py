@@ -26,6 +26,7 @@ def test_a_stale_pick_of_the_choices_kind_passes_and_anything_else_reads_as_none
         assert keys.preprocess(odd) is None, odd
     iterations = Picker([0, 1], value=1)
     assert iterations.preprocess(2) == 2 and iterations.preprocess("2") is None and iterations.preprocess(None) is None
+    assert iterations.preprocess(10**30) is None
     empty = Picker([], value=None)  # nothing sent yet: a plain value of either kind
     assert empty.preprocess(0) == 0 and empty.preprocess("run-1") == "run-1"
     assert Picker([]).get_block_name() == "dropdown"  # the browser draws Gradio's own dropdown
