@@ -18,7 +18,8 @@ from typing import Any
 
 import gradio as gr
 
-MAX_TEXT = 300  # longer than any key or run id the studio writes (task ids are capped by the loaders)
+# Room for a key built from a long task id; a longer stale pick reads as None (nothing picked), as any odd value does.
+MAX_TEXT = 2000
 MAX_INT = 2**31 - 1  # DuckDB's INTEGER columns: a bigger number would fail the query, not just find nothing
 
 
