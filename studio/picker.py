@@ -46,3 +46,7 @@ class Picker(gr.Dropdown):
         if payload in values:
             return super().preprocess(payload)
         return payload if _kind_fits(payload, values) else None
+
+    def _warn_if_invalid_choice(self, value: Any) -> None:
+        """Silent: a value outside the choices is this component's normal case (the session's copy of a picker keeps
+        its last value when a reload sends only new choices), and Gradio's warning filled the server log."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 
 import pytest
 
@@ -30,6 +31,9 @@ def test_a_stale_pick_of_the_choices_kind_passes_and_anything_else_reads_as_none
     empty = Picker([], value=None)  # nothing sent yet: a plain value of either kind
     assert empty.preprocess(0) == 0 and empty.preprocess("run-1") == "run-1"
     assert Picker([]).get_block_name() == "dropdown"  # the browser draws Gradio's own dropdown
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Gradio's "not in the list of choices" warning, raised instead of logged
+        assert Picker([("a question", "t-1|0|0")], value="t-2|0|1").postprocess("t-2|0|1") == "t-2|0|1"
 
 
 def _free_port() -> int:
