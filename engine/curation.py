@@ -181,6 +181,17 @@ def tie_pair(store: Store, run_id: str, iteration: int, task_id: str, step: int 
     return _flag_pair(store, run_id, iteration, task_id, step, "tie", pair_idx, curator, reason)
 
 
+def _plan_numbers(store: Store, run_id: str, iteration: int, task_id: str, step: int) -> str:
+    """' (its plans are k=0-14)' for a refusal naming a plan number the task-step does not have; '' if it has none."""
+    ks = sorted(int(k) for k in store.query(
+        "SELECT DISTINCT k FROM plans WHERE run_id = ? AND iteration = ? AND task_id = ? AND step = ?",
+        [run_id, iteration, task_id, step])["k"])
+    if not ks:
+        return ""
+    listed = f"{ks[0]}-{ks[-1]}" if ks == list(range(ks[0], ks[-1] + 1)) and len(ks) > 2 else ", ".join(map(str, ks))
+    return f" (its plans are k={listed})"
+
+
 @_atomic
 def choose_pair(
     store: Store,
@@ -207,7 +218,8 @@ def choose_pair(
     found = {int(r.k): r for r in plans.itertuples(index=False)}
     for k in (chosen_k, rejected_k):
         if k not in found:
-            raise ValueError(f"task {task_id!r} step {step} has no plan k={k} in iteration {iteration}")
+            raise ValueError(f"task {task_id!r} step {step} has no plan k={k} in iteration {iteration}"
+                             f"{_plan_numbers(store, run_id, iteration, task_id, step)}")
         if pd.isna(found[k].logppl):
             raise ValueError(f"plan k={k} of task {task_id!r} step {step} has no score yet")
     if found[chosen_k].text == found[rejected_k].text:

@@ -91,7 +91,8 @@ def test_choose_any_two_plans_uses_scores(store):
 def test_choose_validation(store):
     with pytest.raises(ValueError, match="different plans"):
         curation.choose_pair(store, RUN, IT, "m1", 0, 1, 1)
-    with pytest.raises(ValueError, match="no plan k=9"):
+    ks = sorted(store.task_plans(RUN, IT, "m1")["k"].astype(int))
+    with pytest.raises(ValueError, match=rf"no plan k=9 in iteration {IT} \(its plans are k={ks[0]}-{ks[-1]}\)"):
         curation.choose_pair(store, RUN, IT, "m1", 0, 1, 9)
     with pytest.raises(ValueError, match="same text"):
         curation.choose_pair(store, RUN, IT, "m1", 0, 0, 2)
