@@ -32,7 +32,13 @@ from studio.jobs import JobWorker
 from studio.keys import SHORTCUTS_JS
 from studio.picker import Picker
 
-HEAD = SHORTCUTS_JS
+# Markdown tables (the curation, agreement, experiment and swap tables): whole words, and a table wider than the page
+# scrolls sideways. Gradio breaks a cell's words anywhere: headers read "iterat / ion", "pai / rs" even at 1400 px.
+TABLE_CSS = """<style>
+.md table { display: block; overflow-x: auto; max-width: 100%; }
+.md table th, .md table td { word-break: normal !important; overflow-wrap: normal !important; }
+</style>"""
+HEAD = SHORTCUTS_JS + TABLE_CSS
 # Tab id -> label. The ids are what studio.place keeps in the browser, so a renamed label keeps saved places.
 TABS = {"run": "Run", "plans": "Plans", "pairs": "Pairs", "critic": "Critic", "metrics": "Metrics", "export": "Export"}
 # Events of one kind (say, eight curators loading the Pairs page) may run this many at once. Gradio's default is 1

@@ -133,6 +133,11 @@ def test_every_tab_and_overrides_through_the_ui(served, browser):
     _tab(page, "Pairs")
     expect(page.locator("#pairs-chosen")).to_contain_text("chosen k=")
     _shot(page, "Pairs")
+    # The curation table keeps its words whole (Gradio broke "iteration" into "iterat / ion") and scrolls when wide.
+    expect(page.locator("#pairs-curation th").first).to_have_text("iteration")
+    assert page.locator("#pairs-curation th").first.evaluate(
+        "th => [getComputedStyle(th).wordBreak, getComputedStyle(th).overflowWrap, "
+        "getComputedStyle(th.closest('table')).overflowX]") == ["normal", "normal", "auto"]
     page.locator("#pairs-swap").click()
     expect(page.locator("#pairs-status")).to_contain_text("swap recorded")
     swapped = store.pairs_page(run_id, 1, overridden=True)
