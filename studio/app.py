@@ -4,8 +4,8 @@ builders.
 The app owns no state of its own: the store is passed in (one owning process per DuckDB file), one ``JobWorker``
 per store is created here (or passed in) and shared by every session, and everything per session (picked run and
 iteration, the curator's name) lives in components and ``gr.State``. Serve it with ``studio.auth.serve`` (the login
-gate on every route) and ``head=HEAD`` for the keyboard shortcuts. The worker is exposed as ``demo.moat_jobs`` (and the
-shared context, lease book included, as ``demo.moat_ctx``) for the launcher and tests.
+gate on every route) and ``head=HEAD`` for the keyboard shortcuts and the table style. The worker is exposed as
+``demo.moat_jobs`` (and the shared context, lease book included, as ``demo.moat_ctx``) for the launcher and tests.
 
 Every event has an explicit ``api_name`` (``<tab>_<what>``; UI-internal refreshes are ``undocumented``), so the API
 is stable and ``tests/test_studio_security.py`` can classify each endpoint as read or write; every write endpoint
