@@ -199,6 +199,19 @@ def test_committed_pool_and_warm_start_list_regenerate_exactly(tmp_path):
     assert listed == [t.id for t in load_tasks(ROOT / "examples" / "demo" / "tasks.jsonl") if t.split == "train"]
 
 
+def test_the_pool_is_never_written_over_the_suite_by_default(tmp_path, monkeypatch):
+    """``--pool-only`` without ``--out`` writes examples/demo/pool.jsonl: its old default, the suite's file, replaced
+    the 4,200-task suite by the 600-task pool when the README's line was run as written (CLI review)."""
+    from engine.commands import demo_world
+
+    parser = argparse.ArgumentParser()
+    demo_world.add_arguments(parser)
+    (tmp_path / "examples" / "demo").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert demo_world.run(parser.parse_args(["--pool-maths", "4", "--pool-qa", "2", "--pool-only"])) == 0
+    assert len(list(load_tasks(tmp_path / demo_world.POOL))) == 6 and not (tmp_path / demo_world.SUITE).exists()
+
+
 def test_the_wide_qa_world_supports_every_unseen_hop_with_several_training_chains(tmp_path):
     """``--qa-world wide`` (examples/experiments/tune-wide-qa.toml): the same dev and held-out chains as the narrow
     world, each of their hop positions asked by two or more training templates (the narrow world: some by one); its

@@ -6,12 +6,15 @@ import argparse
 import dataclasses
 
 HELP = "Write the seeded demo task suite (maths + QA, train/held_in/held_out) as Task JSONL."
+SUITE = "examples/demo/tasks.jsonl"
+POOL = "examples/demo/pool.jsonl"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engine.demo.world import WorldConfig
 
-    parser.add_argument("--out", default="examples/demo/tasks.jsonl", help="output Task JSONL")
+    parser.add_argument("--out", default=None,
+                        help=f"output Task JSONL (default: {SUITE}; with --pool-only: {POOL}, never the suite)")
     for f in dataclasses.fields(WorldConfig):
         flag = f"--{f.name.replace('_', '-')}"
         parser.add_argument(flag, type=type(f.default), default=f.default, help=f"(default: {f.default})")
@@ -33,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
         if not config.pool_maths and not config.pool_qa:
             raise SystemExit("demo-world: --pool-only needs --pool-maths or --pool-qa")
         tasks = [t for t in tasks if is_pool_task(t)]
-    write_tasks(tasks, args.out)
+    # The pool's default is its own file: written over the suite, it replaced 4,200 tasks by 600 without a word.
+    out = args.out or (POOL if args.pool_only else SUITE)
+    write_tasks(tasks, out)
     counts = Counter(f"{t.domain}/{t.split}" for t in tasks)
-    print_json({"out": args.out, "count": len(tasks), "by_domain_split": dict(sorted(counts.items()))})
+    print_json({"out": out, "count": len(tasks), "by_domain_split": dict(sorted(counts.items()))})
     return 0
