@@ -161,6 +161,46 @@ def pending(store: Store, run_id: str, config: RunConfig, iterations: int) -> li
     return todo
 
 
+# What each stage reads: stages of its own iteration, and the agents (planner, grounder) the previous iteration left
+# (iteration 0's warm start when it has one, else the configured models). ``out_of_order`` checks them.
+NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "sample": ((), ("planner",)),
+    "score": (("sample",), ("grounder",)),
+    "pairs": (("score",), ()),
+    "train_planner": (("pairs",), ("planner",)),
+    "ground": (("sample", "score"), ("grounder",)),
+    "critique": (("ground",), ()),
+    "train_grounder": (("ground", "critique"), ("grounder",)),
+    "evaluate": (("train_planner", "train_grounder"), ()),
+}
+
+
+def out_of_order(store: Store, run_id: str, iteration: int, stage: str, config: RunConfig) -> str | None:
+    """Why ``stage`` of ``iteration`` cannot run by itself yet (None: it can): an iteration below 0, a stage that
+    iteration does not have, or a stage whose data it reads (``NEEDS``) not done or skipped. A stage run early finds
+    no inputs, records itself done with no rows, and a later ``run`` skips it: an iteration that trains nothing.
+    A done stage may run again (``step critique --critic ...``)."""
+    if iteration < 0:
+        return f"iteration must be 0 or more, not {iteration}"
+    if stage not in stages_of(iteration, config):
+        return (f"iteration {iteration} has no {stage} stage (its stages: "
+                f"{', '.join(stages_of(iteration, config)) or 'none'})")
+    if iteration == 0:
+        own, previous = (tuple(s for s in WARM_START if s in stages_of(0, config)) if stage == "evaluate" else ()), ()
+    else:
+        own, roles = NEEDS[stage]
+        before = stages_of(iteration - 1, config)
+        previous = tuple(name for role in roles
+                         for name in ((f"warm_start_{role}",) if iteration == 1 else (f"train_{role}",))
+                         if name in before)
+    for t, needed in [(iteration, s) for s in own] + [(iteration - 1, s) for s in previous]:
+        if store.stage_status(run_id, t).get(needed, {}).get("status") not in ("done", "skipped"):
+            return (f"{stage} of iteration {iteration} reads what {needed} of iteration {t} writes, and that is not "
+                    f"done yet: run `python -m engine step {needed} --run {run_id} --iteration {t}` first, or "
+                    f"`python -m engine run --run {run_id} --iterations {iteration}` for every stage in order")
+    return None
+
+
 def run_loop(store: Store, run_id: str, *, iterations: int | None = None, progress: ProgressSink | None = None,
              should_stop: Callable[[], bool] = lambda: False, on_stage: Callable[[int, str, str], None] | None = None,
              max_stages: int | None = None) -> str:

@@ -1,4 +1,9 @@
-"""``python -m engine step STAGE --run R --iteration T``: run one stage of one iteration."""
+"""``python -m engine step STAGE --run R --iteration T``: run one stage of one iteration.
+
+Refused with exit 2 and ``error: ...`` before anything runs: no store at ``--db`` (none is created), an unknown run,
+a stage out of order (``engine.loop.out_of_order``: an earlier stage not done yet, an iteration below 0 or a stage
+the iteration does not have), a critic override the config refuses.
+"""
 
 from __future__ import annotations
 
@@ -13,24 +18,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stage", choices=list(STAGES))
     parser.add_argument("--run", required=True, help="run id (see `python -m engine status`)")
     parser.add_argument("--iteration", type=int, required=True, help="iteration (0 = the starting agents)")
-    parser.add_argument("--db", default="runs/studio.duckdb")
+    parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
     parser.add_argument("--critic", choices=("reference", "openai", "hf"), default=None,
                         help="override critic.backend")
     parser.add_argument("--base-url", default=None, help="override critic.base_url (OpenAI-compatible /v1 URL)")
     parser.add_argument("--model", default=None, help="override critic.model")
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.commands._common import print_json
+    import sys
+    from pathlib import Path
+
+    from engine.commands._common import fail, print_json
     from engine.commands.run import progress_printer
     from engine.config import config_from_dict, config_to_dict
-    from engine.loop import run_config, run_stage
+    from engine.errors import ConfigError, DataError
+    from engine.loop import out_of_order, run_config, run_stage
     from engine.store import Store, StoreError
 
+    if not Path(args.db).exists():  # opening it would create an empty store
+        print(f"error: no store at {args.db} (use --db to pick one)", file=sys.stderr)
+        return 2
     try:
         with Store(args.db) as store:
+            if store.get_run(args.run) is None:
+                print(f"error: no run {args.run!r} in {args.db} (see `python -m engine status --db {args.db}`)",
+                      file=sys.stderr)
+                return 2
             config = run_config(store, args.run)
+            if problem := out_of_order(store, args.run, args.iteration, args.stage, config):
+                print(f"error: {problem}", file=sys.stderr)
+                return 2
             data = config_to_dict(config)
             for key, value in (("backend", args.critic), ("base_url", args.base_url), ("model", args.model)):
                 if value is not None:
@@ -40,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
                                progress=progress_printer(args.quiet))
             print_json({"run_id": args.run, "iteration": args.iteration, "stage": args.stage, "status": status,
                         "state": store.stage_status(args.run, args.iteration).get(args.stage)})
+    except (ConfigError, DataError) as exc:  # e.g. --critic openai without --model
+        return fail(exc)
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
         print(f"error: {exc}")
         return 3
