@@ -206,8 +206,32 @@ def test_cli_run_with_a_bad_task_file_exits_2_and_writes_nothing(tmp_path, capsy
                  "--set", f"run.workdir={tmp_path / 'runs'}"])
     assert code == 2
     assert f"{path}:2: split: 'validation' is not one of" in capsys.readouterr().err
+    assert not db.exists()  # the store this command created is gone again (it used to stay behind, empty)
     with Store(db) as store:
         assert store.list_runs() == []
+
+
+def test_cli_run_refused_leaves_no_store_and_no_directory_behind(tmp_path, capsys):
+    """A refused run used to leave an empty store (and the directories for it) behind; a store that existed before
+    stays, with its runs."""
+    from engine.store import Store
+    from tests._store_world import RUN, build_world
+
+    nested = tmp_path / "new" / "dir" / "s.duckdb"
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[sample]\nk = 1\n")
+    assert main(["run", "--db", str(nested), "--quiet", "--config", str(bad)]) == 2
+    assert "sample.k" in capsys.readouterr().err and not (tmp_path / "new").exists()
+    assert main(["run", "--db", str(nested), "--quiet", "--run", "nope"]) == 2
+    assert "no store at" in capsys.readouterr().err and not (tmp_path / "new").exists()
+    assert main(["run", "--db", str(nested), "--quiet", "--iterations", "-1"]) == 2
+    assert "--iterations must be 0 or more" in capsys.readouterr().err and not (tmp_path / "new").exists()
+    kept = tmp_path / "kept.duckdb"
+    with Store(kept) as store:
+        build_world(store)
+    assert main(["run", "--db", str(kept), "--quiet", "--config", str(bad)]) == 2
+    with Store(kept) as store:
+        assert [r["run_id"] for r in store.list_runs()] == [RUN]
 
 
 @pytest.mark.parametrize("extra", [["--set", "dpo.bf16=false"], ["--config", "examples/demo.toml"]])

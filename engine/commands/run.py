@@ -1,13 +1,16 @@
 """``python -m engine run``: create (or resume) a run from a config and run its pending stages.
 
 Bad input exits 2 with ``error: ...`` on stderr before any stage runs: a config error, a task file error, a model
-that fails ``engine.preflight`` (checked by ``create_run``/``run_loop``), an unknown ``--run``, or ``--run`` with
-``--config``/``--set`` (a run keeps the config it was created with).
+that fails ``engine.preflight`` (checked by ``create_run``/``run_loop``), an unknown ``--run`` (or no store at
+``--db``), ``--iterations`` below 0, or ``--run`` with ``--config``/``--set`` (a run keeps the config it was created
+with). A refused run leaves nothing behind: a store file (and directories) this command created is removed.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+from pathlib import Path
 
 DEFAULT_CONFIG = "examples/demo.toml"
 HELP = "Run the MOAT loop: every pending stage of iterations 0..N, resuming an interrupted run."
@@ -51,6 +54,26 @@ def progress_printer(quiet: bool):
     return show
 
 
+def _first_missing(db: Path) -> Path | None:
+    """The outermost of ``db`` and its parent directories that does not exist yet (None: the store exists)."""
+    if db.exists():
+        return None
+    missing = db
+    while not missing.parent.exists():
+        missing = missing.parent
+    return missing
+
+
+def _remove_new(made: Path | None, db: Path) -> None:
+    """Remove the store file (and its directories) this command created before it refused the run."""
+    if made is None:
+        return
+    for leftover in (db, db.with_name(db.name + ".wal")):
+        leftover.unlink(missing_ok=True)
+    if made != db:
+        shutil.rmtree(made, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> int:
     import signal
     import sys
@@ -67,7 +90,16 @@ def run(args: argparse.Namespace) -> int:
         stop["flag"] = True
 
     signal.signal(signal.SIGINT, request_stop)
+    db = Path(args.db)
+    if args.iterations is not None and args.iterations < 0:
+        print(f"error: --iterations must be 0 or more, not {args.iterations}", file=sys.stderr)
+        return 2
+    if args.run and not db.exists():  # opening it would create an empty store
+        print(f"error: no store at {args.db}, so no run {args.run!r} (use --db to pick one)", file=sys.stderr)
+        return 2
+    made = _first_missing(db)  # removed again if the run is refused: a refusal leaves nothing behind
     try:
+        config = None if args.run else load_config(args.config or DEFAULT_CONFIG, args.set)
         with Store(args.db) as store:
             if args.run:
                 if store.get_run(args.run) is None:
@@ -81,13 +113,13 @@ def run(args: argparse.Namespace) -> int:
                     return 2
                 run_id = args.run
             else:
-                config = load_config(args.config or DEFAULT_CONFIG, args.set)
                 run_id = create_run(store, config)
             status = run_loop(store, run_id, iterations=args.iterations, progress=progress_printer(args.quiet),
                               should_stop=lambda: stop["flag"])
             print_json({"run_id": run_id, "status": status, "db": args.db,
                         "iterations": store.status_summary()["runs"].get(run_id, {})})
     except (ConfigError, DataError) as exc:
+        _remove_new(made, db)
         return fail(exc)
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
         print(f"error: {exc}")
