@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from engine.errors import ConfigError, DataError
@@ -33,3 +36,34 @@ def quiet_libraries() -> None:
 
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``low``, refused by argparse's usage error (exit 2) otherwise."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be {low} or more, not {value}")
+        return value
+    return parse
+
+
+def torch_device(text: str) -> str:
+    """An argparse ``type``: ``cpu``, ``cuda`` or ``cuda:N`` (torch's own error was a traceback)."""
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not cpu, cuda or cuda:N")
+    return text
+
+
+def writable_file(text: str) -> str:
+    """An argparse ``type``: a file path whose directory exists and that is not a directory, checked before any
+    work (a bad path used to fail with a traceback after the work was done)."""
+    path = os.path.abspath(text)
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name")
+    if not os.path.isdir(os.path.dirname(path)):
+        raise argparse.ArgumentTypeError(f"the directory of {text} does not exist")
+    return text

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.commands._common import print_json
+from engine.commands._common import at_least, print_json, torch_device
 
 HELP = ("Benchmark a hot path against the naive way (score, sample, ground, store, train, iteration, warm_start), "
         "or a curator's wait (curation).")
@@ -22,8 +22,9 @@ NAMES = ("score", "sample", "ground", "store", "train", "iteration", "curation",
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=NAMES, help="the benchmark")
     parser.add_argument("--size", choices=("tiny", "default"), default="default", help="workload size")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per variant (median reported)")
-    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    parser.add_argument("--repeats", type=at_least(1), default=3,
+                        help="timed rounds per variant, median reported (default: 3)")
+    parser.add_argument("--device", type=torch_device, default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     parser.add_argument("--contention", type=int, default=0, metavar="N",
                         help="measure quiet, then again while N competing CPU-bound processes run (started and "
                              "stopped by the benchmark); reports both and each timing's slowdown")

@@ -15,9 +15,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--out", default=None,
                         help=f"output Task JSONL (default: {SUITE}; with --pool-only: {POOL}, never the suite)")
+    from engine.commands._common import at_least
+    from engine.demo.qa_world import WORLDS
+
     for f in dataclasses.fields(WorldConfig):
         flag = f"--{f.name.replace('_', '-')}"
-        parser.add_argument(flag, type=type(f.default), default=f.default, help=f"(default: {f.default})")
+        if f.name == "qa_world":
+            parser.add_argument(flag, choices=sorted(WORLDS), default=f.default, help=f"(default: {f.default})")
+        else:  # task counts and the seed: a negative count silently wrote no tasks of that kind
+            parser.add_argument(flag, type=at_least(0), default=f.default, help=f"(default: {f.default})")
     parser.add_argument("--pool-only", action="store_true",
                         help="write only the pool (--pool-maths/--pool-qa tasks, split train): a second data source "
                              "beside the suite's file, e.g. examples/demo/pool.jsonl")

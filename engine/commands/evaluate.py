@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from engine.commands._common import at_least, writable_file
 from engine.tasks import SPLITS
 
 HELP = "Evaluate planner + grounder end to end (plan, ground, execute, score) and print metrics as JSON."
@@ -13,11 +14,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default="examples/demo.toml", help="run config (TOML or YAML)")
     parser.add_argument("--split", action="append", choices=SPLITS,
                         help="split to evaluate (repeatable; default: the config's evaluate.splits)")
-    parser.add_argument("--limit", type=int, default=None, help="tasks per split (default: data.eval_limit)")
+    parser.add_argument("--limit", type=at_least(0), default=None,
+                        help="tasks per split (default: data.eval_limit; 0: every task)")
     parser.add_argument("--formulation", choices=("onetime", "iterative"), default=None)
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override a config field (repeatable)")
-    parser.add_argument("--traces", default=None, help="write per-task traces to this JSONL file")
+    parser.add_argument("--traces", type=writable_file, default=None, help="write per-task traces to this JSONL file")
     parser.add_argument("--plan-styles", action="store_true",
                         help="demo world: also measure the grounder on concrete vs vague plans of the same tasks")
     parser.add_argument("--json", action="store_true", help="print one JSON object (the default output)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.commands._common import print_json
+from engine.commands._common import print_json, writable_file
 
 HELP = "Export an iteration's curated DPO pairs, grounder SFT records or GRPO rollouts as JSONL or Parquet."
 
@@ -25,8 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iteration", required=True, type=int, help="iteration whose data to export")
     parser.add_argument("--what", required=True, choices=("pairs", "sft", "rollouts"),
                         help="DPO pairs, grounder SFT records, or the rollouts of a GRPO iteration")
-    parser.add_argument("--format", default="jsonl", choices=("jsonl", "parquet"), help="output format")
-    parser.add_argument("--out", required=True, metavar="FILE", help="output file (written atomically)")
+    parser.add_argument("--format", default=None, choices=("jsonl", "parquet"),
+                        help="output format (default: parquet for a .parquet --out, else jsonl)")
+    parser.add_argument("--out", required=True, metavar="FILE", type=writable_file,
+                        help="output file (written atomically)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -34,10 +36,16 @@ def run(args: argparse.Namespace) -> int:
     from engine.export import export_pairs, export_rollouts, export_sft
     from engine.store import Store, StoreError
 
+    # From the file's name when not given: "--out pairs.parquet" wrote JSONL into a .parquet file.
+    args.format = args.format or ("parquet" if args.out.lower().endswith(".parquet") else "jsonl")
     try:
         with Store(args.db, read_only=True) as store:
             if store.get_run(args.run) is None:
                 print(f"error: no run {args.run!r} in {args.db}", file=sys.stderr)
+                return 2
+            if args.iteration not in store.iterations(args.run):  # it wrote an empty file and said "wrote 0"
+                print(f"error: run {args.run!r} has no iteration {args.iteration} (its iterations: "
+                      f"{', '.join(map(str, store.iterations(args.run))) or 'none yet'})", file=sys.stderr)
                 return 2
             export = {"pairs": export_pairs, "sft": export_sft, "rollouts": export_rollouts}[args.what]
             rows = export(store, args.run, args.iteration, args.out, args.format)

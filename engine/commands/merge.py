@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", default=None, help="the run whose checkpoint to merge")
     parser.add_argument("--iteration", type=int, default=None, help="the iteration that produced it")
     parser.add_argument("--role", choices=("planner", "grounder"), default=None, help="which agent")
-    parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: as loaded)")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                        help="weights' dtype (default: auto, as loaded)")
 
 
 def _checkpoint_path(args: argparse.Namespace) -> str | None:
