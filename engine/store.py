@@ -86,11 +86,23 @@ class Store(RunLedger, StudioViews):
                     f"file ({exc})"
                 ) from None
             raise StoreError(f"cannot open {self.path}: {exc}") from None
+        except duckdb.CatalogException as exc:  # a name DuckDB reads as another file type (say, x.jsonl)
+            raise StoreError(
+                f"{self.path} is not a DuckDB database, so not a MOAT Studio store; use --db to pick another "
+                f"file ({exc})"
+            ) from None
         except duckdb.ConnectionException as exc:
             # Same process, same file, other read_only setting: DuckDB shares one database instance per file.
             raise StoreError(
                 f"{self.path} is already open in this process with other settings; share that Store ({exc})"
             ) from None
+        opened = self._con.execute("SELECT file FROM pragma_database_list WHERE name = current_database()")
+        if opened.fetchone()[0] is None:
+            self._con.close()  # DuckDB reads some names (x.jsonl, x.csv) as other file types: an in-memory database
+            raise StoreError(
+                f"{self.path} is not a DuckDB database, so not a MOAT Studio store (DuckDB would keep nothing in it, "
+                f"only in memory); use --db with a .duckdb file"
+            )
         self._cursor_lock = threading.Lock()
         self._serial = threading.RLock()  # serialized(): read-then-append sequences (curator overrides)
         # Commits per table made through this Store (derived views compare them to know they are stale); one

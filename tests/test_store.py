@@ -145,6 +145,12 @@ def test_a_file_that_is_not_a_duckdb_database_is_refused_untouched(tmp_path):
     with pytest.raises(StoreError, match="is not a DuckDB database"):
         Store(path)
     assert path.read_bytes() == before
+    tasks = tmp_path / "tasks.jsonl"  # a name DuckDB reads as another file type: a CatalogException traceback
+    tasks.write_text('{"id": "a"}\n')
+    for read_only in (True, False):
+        with pytest.raises(StoreError, match="is not a DuckDB database"):
+            Store(tasks, read_only=read_only)
+    assert tasks.read_text() == '{"id": "a"}\n'
 
 
 def test_a_foreign_duckdb_database_is_refused_untouched(tmp_path):
