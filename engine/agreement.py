@@ -1,8 +1,9 @@
 """How often curators agreed with the critic: ``agreement(store, run_id, iteration=None)``.
 
 Read-only over the store's verdicts and the override log: a verdict counts as reviewed when it has a live curator
-decision (judged by ``engine.views.AGREES_WITH_CRITIC``) or, without one, a latest "looks right" review (which leaves
-the critic's verdict standing, so it agrees). ``engine.curation`` re-exports it as part of the curation contract.
+decision or, without one, a latest "looks right" review (which leaves the critic's verdict standing, so it agrees):
+the ``agrees_with_critic`` column of ``engine.verdict_views`` (``AGREES_WITH_CRITIC``), so this report and the critic
+queue's "overruled" filter read one rule. ``engine.curation`` re-exports it as part of the curation contract.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import pandas as pd
 
 from engine.actions import tools_of
 from engine.store import Store
-from engine.views import LIVE_OVERRIDE
 
 
 def agreement(store: Store, run_id: str, iteration: int | None = None) -> dict[str, Any]:
     """How often the curators agreed with the critic, over the verdicts they reviewed: those with a live decision
-    (the latest override, judged by one SQL expression, ``engine.views.AGREES_WITH_CRITIC``, shared with the critic
-    queue's "overruled" filter) and those without one that a curator marked "looks right" (action ``reviewed``: the
-    critic's verdict was left standing, so it agrees). A "looks right" on an overridden verdict confirms the
-    override, and is judged as the override; a verdict restored with nothing after it is not reviewed.
+    (the latest override, judged by one SQL expression, ``engine.verdict_views.AGREES_WITH_CRITIC``, shared with the
+    critic queue's "overruled" filter) and those without one that a curator marked "looks right" (action
+    ``reviewed``: the critic's verdict was left standing, so it agrees). A "looks right" on an overridden verdict
+    confirms the override, and is judged as the override; a verdict restored with nothing after it is not reviewed.
 
     Returns ``{"verdicts", "reviewed", "agreed", "disagreed", "rate" (None when nothing reviewed),
     "by_action": {curator action (``reviewed`` for "looks right"): {"reviewed", "agreed"}}, "by_status": {critic
@@ -31,19 +31,18 @@ def agreement(store: Store, run_id: str, iteration: int | None = None) -> dict[s
     overruled the critic). A grounding that calls two tools counts once for each.
     """
     rows = store.verdict_rows(run_id, iteration)
-    looked = _looks_right(store, run_id, iteration)
     tables: dict[str, dict[str, dict[str, int]]] = {"by_action": {}, "by_status": {}, "by_domain": {},
                                                      "by_tool": {}, "by_curator": {}}
     disagreements: list[dict[str, Any]] = []
     agreed = n = 0
     for row in rows.itertuples(index=False):
-        key = (int(row.iteration), row.task_id, int(row.step), int(row.k))
-        if pd.notna(row.override_action):
-            action, curator, ok = row.override_action, str(row.curator), bool(row.agrees_with_critic)
-        elif key in looked:
-            action, curator, ok = "reviewed", looked[key], True
-        else:
+        if pd.isna(row.agrees_with_critic):  # neither decided on nor marked "looks right"
             continue
+        ok = bool(row.agrees_with_critic)
+        if pd.notna(row.override_action):
+            action, curator = row.override_action, str(row.curator)
+        else:
+            action, curator = "reviewed", str(row.looks_right_curator)
         status, domain = row.status, str(row.domain)
         tools = tools_of(row.grounding_actions)
         n += 1
@@ -66,18 +65,3 @@ def agreement(store: Store, run_id: str, iteration: int | None = None) -> dict[s
         **tables,
         "disagreements": disagreements,
     }
-
-
-def _looks_right(store: Store, run_id: str, iteration: int | None) -> dict[tuple[int, str, int, int], str]:
-    """``{(iteration, task_id, step, k): curator}`` for the verdicts whose latest live curator row (a decision, a
-    restore or a review) is a "looks right" review."""
-    latest = store.query(
-        f"""SELECT iteration, task_id, step, k, action, curator FROM (
-                SELECT o.*, row_number() OVER (PARTITION BY iteration, task_id, step, k ORDER BY override_id DESC)
-                    AS rn
-                FROM overrides o WHERE o.run_id = $run AND ($it IS NULL OR o.iteration = $it)
-                    AND o.target IN ('verdict', 'verdict_review') AND {LIVE_OVERRIDE})
-            WHERE rn = 1 AND action = 'reviewed'""",
-        {"run": run_id, "it": None if iteration is None else int(iteration)})
-    return {(int(r.iteration), r.task_id, int(r.step), int(r.k)): str(r.curator)
-            for r in latest.itertuples(index=False)}

@@ -21,8 +21,9 @@ Contract:
 * Reads return plain Python (``dict``/``list``/``Task``) or pandas DataFrames; the studio's pages
   (``pairs_page``, ``task_plans``, ``verdict_queue``) paginate in SQL and carry a ``total`` column (rows matching
   the filters before LIMIT/OFFSET).
-* Runs and stage states come from the ``RunLedger`` mixin (``engine.ledger``); effective pairs/verdicts and the
-  studio's pages from the ``StudioViews`` mixin (``engine.views``); ``engine.curation`` defines the override semantics.
+* Runs and stage states come from the ``RunLedger`` mixin (``engine.ledger``); effective pairs and the studio's
+  pages from the ``StudioViews`` mixin (``engine.views``), the critic queue's verdicts from ``VerdictViews``
+  (``engine.verdict_views``); ``engine.curation`` defines the override semantics.
   The pairs page reads a materialised copy (``engine.pair_view``) kept fresh by ``generation``: every commit
   through this Store counts against the tables it touched.
 """
@@ -58,12 +59,13 @@ from engine.errors import StoreVersionError as StoreVersionError  # re-exported:
 from engine.ledger import RunLedger
 from engine.pair_view import PairView
 from engine.tasks import Task
+from engine.verdict_views import VerdictViews
 from engine.views import StudioViews
 
 Rows = list[dict[str, Any]] | pd.DataFrame
 
 
-class Store(RunLedger, StudioViews):
+class Store(RunLedger, StudioViews, VerdictViews):
     """One DuckDB workspace file; see the module docstring for the contract."""
 
     def __init__(self, path: str | Path, read_only: bool = False):

@@ -72,7 +72,7 @@ def verdict_table(store: Store, run_id: str | None, iteration: int | None, statu
                   reviewed: str = "any", page: int = 1, size: int = PAGE, order: str = "task"
                   ) -> tuple[pd.DataFrame, int]:
     """A page of the critic queue; ``reviewed``: any | yes | no (acted on or marked "looks right" by anybody) |
-    overruled (the curators' live decision went against the critic: ``engine.views.AGREES_WITH_CRITIC``)."""
+    overruled (the curators' live decision went against the critic: ``engine.verdict_views.AGREES_WITH_CRITIC``)."""
     if not run_id or iteration is None:
         return pd.DataFrame(columns=COLUMNS), 0
     df = store.verdict_queue(run_id, int(iteration), status=status or None, limit=size,
