@@ -10,6 +10,10 @@ committed batches are kept; a training stage discards its partial output and tra
 before any stage writes anything.
 ``should_stop`` is polled between batches and after every optimizer step; ``progress`` receives events
 ``{run_id, iteration, stage, done, total, eta_s, ...}``.
+A run goes to its config's ``run.iterations`` unless ``run_loop`` is given ``iterations``; an explicit target (the
+CLI's ``run --iterations N``) is recorded with ``record_iterations`` (``set_iterations``: the store's snapshot and
+the run directory's config.toml), so a later resume without it goes as far. The studio's jobs and an experiment's
+runs pass per-call targets and record nothing.
 """
 
 from __future__ import annotations
@@ -72,6 +76,24 @@ def write_run_config(directory: Path, config: RunConfig) -> Path:
     partial.write_text(config_to_toml(config), encoding="utf-8")
     partial.replace(target)
     return target
+
+
+def set_iterations(store: Store, run_id: str, iterations: int) -> RunConfig:
+    """Make ``iterations`` (1 or more) the run's ``run.iterations``: in the store's config snapshot and in the run
+    directory's config.toml (rewritten even when the store already agrees: a kill between the two is repaired);
+    returns the run's config. Nothing else of a run's config changes after it is created."""
+    if iterations < 1:
+        raise ValueError(f"run.iterations must be >= 1, got {iterations}")
+    run = store.get_run(run_id)
+    if run is None:
+        raise KeyError(f"no run {run_id!r} in this store")
+    snapshot = run["config"]
+    if snapshot.get("run", {}).get("iterations") != iterations:  # the snapshot otherwise stays as it was stored
+        snapshot.setdefault("run", {})["iterations"] = iterations
+        store.set_run_config(run_id, snapshot)
+    config = config_from_dict(snapshot)
+    write_run_config(run_directory(store, run_id), config)
+    return config
 
 
 def run_config(store: Store, run_id: str) -> RunConfig:
@@ -203,10 +225,16 @@ def out_of_order(store: Store, run_id: str, iteration: int, stage: str, config: 
 
 def run_loop(store: Store, run_id: str, *, iterations: int | None = None, progress: ProgressSink | None = None,
              should_stop: Callable[[], bool] = lambda: False, on_stage: Callable[[int, str, str], None] | None = None,
-             max_stages: int | None = None) -> str:
-    """Run every pending stage of iterations 0..N; returns "done", "stopped" or the status that ended it early."""
+             max_stages: int | None = None, record_iterations: bool = False) -> str:
+    """Run every pending stage of iterations 0..N; returns "done", "stopped" or the status that ended it early.
+
+    N is ``iterations``, else the run's ``run.iterations``. ``record_iterations``: an ``iterations`` of 1 or more
+    becomes the run's ``run.iterations`` (``set_iterations``) once the preflight passed, before any stage runs, so a
+    stopped run resumes to the same N; 0 (iteration 0 only) is never recorded (``run.iterations`` is 1 or more)."""
     config = run_config(store, run_id)
     preflight(config)  # again on resume: a model directory may have moved since the run was created
+    if record_iterations and iterations is not None and iterations >= 1:
+        config = set_iterations(store, run_id, iterations)
     iterations = config.run.iterations if iterations is None else iterations
     ctx = StageContext(store, run_id, 0, config, run_directory(store, run_id))
     for count, (iteration, stage) in enumerate(pending(store, run_id, config, iterations)):

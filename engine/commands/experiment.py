@@ -6,17 +6,21 @@ opened, so bad input exits 2 with ``error: ...`` on stderr and writes nothing. T
 (``engine.runner``): in this process, directly in the store (``--jobs 1``), or N at once in worker processes on
 their own DuckDB files, merged into the store as each finishes (``--jobs N``; ``engine.jobs``). Re-running the
 same command resumes: finished runs are skipped, interrupted ones continue, missing ones are created, and a larger
-``--iterations`` extends them. Ctrl-C stops after the batch in flight (resumable). A tqdm bar on stderr counts
-(run, stage) units (``--quiet``: none); a per-run summary with wall times goes to stderr; the last stdout line is
-one JSON object ``{"experiment": id, "name", "status", "db", "runs": [...], "wall_s"}``. Exit status: 0 done or
-stopped, 1 a run failed, 2 bad input, 3 the store cannot be used (held by another process, ...).
+``--iterations`` extends them. Ctrl-C stops after the batch in flight (resumable: the same command continues). A tqdm
+bar on stderr counts (run, stage) units (``--quiet``: none); a per-run summary with wall times goes to stderr; the
+last stdout line is one JSON object ``{"experiment": id, "name", "status", "db", "runs": [...], "wall_s"}``. Exit
+status: 0 done, 1 a run failed, 2 bad input, 3 the store cannot be used (held by another process, ...), 130 stopped
+by Ctrl-C (SIGINT; 128 + 2, the shell's convention, as ``engine run``), so a script can tell it from a finished one.
 """
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "Run an experiment file: variants x seeds as ordinary runs grouped under one id, resumable (--jobs N)."
+# Exit status by the experiment's status: a failed run outranks a stop; 130 = 128 + SIGINT (as ``engine run``).
+EXIT_STATUS = {"done": 0, "failed": 1, "stopped": 130}
+HELP = ("Run an experiment file: variants x seeds as ordinary runs grouped under one id, resumable (--jobs N; exit 0 "
+        "done, 1 a run failed, 130 stopped by Ctrl-C).")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     quiet_libraries()  # the trainers' tokenizing bars would break up the experiment's own bar
     stop = {"flag": False}
 
-    def request_stop(*_: object) -> None:  # Ctrl-C: finish the batch in flight, record "stopped", exit cleanly
+    def request_stop(*_: object) -> None:  # Ctrl-C: finish the batch in flight, record "stopped", exit 130
         if not stop["flag"]:
             print("\nstopping after the batch in flight (the same command resumes) ...", file=sys.stderr)
         stop["flag"] = True
@@ -165,4 +169,4 @@ def run(args: argparse.Namespace) -> int:
           f"{statuses.count('already done')} already done; {wall:.1f} s", file=sys.stderr)
     print_json({"experiment": exp_id, "name": exp.name, "status": status, "db": str(args.db),
                 "runs": [r.to_dict() for r in results], "swaps": swaps, "wall_s": round(wall, 3)})
-    return 1 if status == "failed" else 0
+    return EXIT_STATUS.get(status, 1)

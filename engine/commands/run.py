@@ -4,6 +4,15 @@ Bad input exits 2 with ``error: ...`` on stderr before any stage runs: a config 
 that fails ``engine.preflight`` (checked by ``create_run``/``run_loop``), an unknown ``--run`` (or no store at
 ``--db``), ``--iterations`` below 0, or ``--run`` with ``--config``/``--set`` (a run keeps the config it was created
 with). A refused run leaves nothing behind: a store file (and directories) this command created is removed.
+
+``--iterations N`` (1 or more) is the run's target, recorded as its ``run.iterations`` (the store's config snapshot
+and the run directory's config.toml): a new run is created with it, and ``--run ID --iterations N`` re-targets an
+existing run (extends or limits it), so a later ``--run ID`` without it goes to the same N. ``--iterations 0`` runs
+iteration 0 only and records nothing.
+
+The last stdout line is one JSON object ``{"run_id", "status", "db", "iterations"}``. Exit status: 0 done, 1 a stage
+failed, 2 bad input, 3 the store cannot be used (held by another process, a newer schema, ...), 130 stopped by Ctrl-C
+(SIGINT; the batch in flight is finished, the stage recorded ``stopped``, and ``--run ID`` resumes it).
 """
 
 from __future__ import annotations
@@ -13,14 +22,20 @@ import shutil
 from pathlib import Path
 
 DEFAULT_CONFIG = "examples/demo.toml"
-HELP = "Run the MOAT loop: every pending stage of iterations 0..N, resuming an interrupted run."
+# Exit status by the run's final status (anything else, "failed": 1). 130 = 128 + SIGINT, the shell's convention
+# for a command ended by Ctrl-C: a script or CI wrapper can tell a stopped (resumable) run from a finished one.
+EXIT_STATUS = {"done": 0, "stopped": 130}
+HELP = ("Run the MOAT loop: every pending stage of iterations 0..N, resuming an interrupted run (exit 0 done, "
+        "1 failed, 130 stopped by Ctrl-C).")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="run config (TOML or YAML; default: examples/demo.toml)")
     parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
     parser.add_argument("--run", default=None, help="resume this run id instead of creating a new run")
-    parser.add_argument("--iterations", type=int, default=None, help="iterations to run (default: run.iterations)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="run iterations 0..N and record N as the run's run.iterations, so a resume goes as far "
+                             "(default: run.iterations; 0: iteration 0 only, not recorded)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override a config field, e.g. --set sample.k=8 --set data.train_limit=32")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -86,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
     stop = {"flag": False}
 
-    def request_stop(*_):  # Ctrl-C: finish the batch in flight, record "stopped", exit cleanly
+    def request_stop(*_):  # Ctrl-C: finish the batch in flight, record "stopped", print the summary, exit 130
         stop["flag"] = True
 
     signal.signal(signal.SIGINT, request_stop)
@@ -99,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     made = _first_missing(db)  # removed again if the run is refused: a refusal leaves nothing behind
     try:
-        config = None if args.run else load_config(args.config or DEFAULT_CONFIG, args.set)
+        target = [f"run.iterations={args.iterations}"] if args.iterations else []  # a new run records N
+        config = None if args.run else load_config(args.config or DEFAULT_CONFIG, [*args.set, *target])
         with Store(args.db) as store:
             if args.run:
                 if store.get_run(args.run) is None:
@@ -115,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 run_id = create_run(store, config)
             status = run_loop(store, run_id, iterations=args.iterations, progress=progress_printer(args.quiet),
-                              should_stop=lambda: stop["flag"])
+                              should_stop=lambda: stop["flag"], record_iterations=True)
             print_json({"run_id": run_id, "status": status, "db": args.db,
                         "iterations": store.status_summary()["runs"].get(run_id, {})})
     except (ConfigError, DataError) as exc:
@@ -124,4 +140,4 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
         print(f"error: {exc}")
         return 3
-    return 0 if status in ("done", "stopped") else 1
+    return EXIT_STATUS.get(status, 1)
