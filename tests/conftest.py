@@ -80,3 +80,33 @@ def loop_config(tmp_path, tiny_agents_dir, demo_tasks):
     write_tasks(demo_tasks, tasks_file)
     overrides = tiny_overrides(tmp_path, tiny_agents_dir, tasks_file)
     return load_config(None, overrides)
+
+
+@pytest.fixture
+def tiny_run(tmp_path, tiny_agents_dir, demo_tasks):
+    """A factory for a run on the tiny agents and the small demo world (3 training tasks, 2 eval tasks, K=2, short
+    samples), shared by tests that drive stages one by one (test_critic_openai.py, test_step_order.py).
+    ``tiny_run(*overrides, stages=())`` writes the tasks to ``tmp_path/tasks.jsonl``, creates the run in
+    ``tmp_path/s.duckdb`` with ``overrides`` added to the common ``--set`` ones, runs ``stages`` of iteration 1 in
+    order (each must end "done") and returns ``(db, run_id)``."""
+    from engine.config import load_config
+    from engine.loop import create_run, run_stage
+    from engine.store import Store
+    from engine.tasks import write_tasks
+
+    def make(*overrides: str, stages: tuple[str, ...] = ()) -> tuple[Path, str]:
+        tasks_file = tmp_path / "tasks.jsonl"
+        write_tasks(demo_tasks, tasks_file)
+        config = load_config(None, [
+            f"data.tasks={tasks_file}", "data.train_limit=3", "data.eval_limit=2", f"run.workdir={tmp_path / 'runs'}",
+            f"planner.path={tiny_agents_dir / 'planner'}", f"grounder.path={tiny_agents_dir / 'grounder'}",
+            "sample.k=2", "sample.max_new_tokens=16", "sample.batch_size=4", *overrides,
+        ])
+        db = tmp_path / "s.duckdb"
+        with Store(db) as store:
+            run_id = create_run(store, config)
+            for stage in stages:
+                assert run_stage(store, run_id, 1, stage) == "done"
+        return db, run_id
+
+    return make

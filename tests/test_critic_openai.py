@@ -13,16 +13,16 @@ import threading
 import time
 from collections import Counter
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from engine.config import CriticSection, load_config
+from engine.config import CriticSection
 from engine.critics import make_critic
 from engine.critics.base import Grounding
 from engine.critics.openai_backend import OpenAICritic, retry_after_s
 from engine.store import Store
-from engine.tasks import Task, write_tasks
+from engine.tasks import Task
+from tests._local_http import JSONHandler, local_server
 
 SECRET = "sk-test-SECRET-0123456789"
 # A reply this slow only arrives if the client ignored its 0.5 s timeout: elapsed time far below it shows that the
@@ -107,17 +107,12 @@ class FakeOpenAI:
         return ok
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args) -> None:  # keep pytest output clean
-        pass
-
+class Handler(JSONHandler):
     def do_POST(self) -> None:
-        fake: FakeOpenAI = self.server.fake  # type: ignore[attr-defined]
+        fake: FakeOpenAI = self.server.state  # type: ignore[attr-defined]
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         if self.path != "/v1/chat/completions":
-            self._send(404, {}, b'{"error": {"message": "not found"}}')
+            self._send(404, b'{"error": {"message": "not found"}}')
             return
         text = " ".join(m.get("content", "") for m in body.get("messages", []))
         found = re.search(r"\[\[([\w-]+)\]\]", text)
@@ -128,32 +123,14 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(delay)
         finally:
             fake.leave()
-        self._send(status, headers, payload)
-
-    def _send(self, status: int, headers: dict, payload: bytes) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
-            pass
+        self._send(status, payload, headers)
 
 
 @pytest.fixture
 def fake_server():
     """``(FakeOpenAI, base_url)`` for a ThreadingHTTPServer on a free port of 127.0.0.1."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server.fake = FakeOpenAI()  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server.fake, f"http://127.0.0.1:{server.server_address[1]}/v1"  # type: ignore[attr-defined]
-    server.shutdown()
-    server.server_close()
+    with local_server(Handler, FakeOpenAI()) as served:
+        yield served
 
 
 def _config(base_url: str, **kw) -> CriticSection:
@@ -309,24 +286,10 @@ def test_make_critic_builds_each_backend(fake_server):
 # -- the critique stage and the CLI, end to end ---------------------------------------------------------------
 
 @pytest.fixture
-def grounded_run(tmp_path, tiny_agents_dir, demo_tasks):
+def grounded_run(tiny_run):
     """A run whose iteration 1 has plans, scores and groundings (tiny models, few tasks): ``(db, run_id)``."""
-    from engine.loop import create_run, run_stage
-
-    tasks_file = tmp_path / "tasks.jsonl"
-    write_tasks(demo_tasks, tasks_file)
-    config = load_config(None, [
-        f"data.tasks={tasks_file}", "data.train_limit=3", "data.eval_limit=2", f"run.workdir={tmp_path / 'runs'}",
-        f"planner.path={tiny_agents_dir / 'planner'}", f"grounder.path={tiny_agents_dir / 'grounder'}",
-        "sample.k=2", "sample.max_new_tokens=16", "sample.batch_size=4", "score.batch_size=8",
-        "ground.max_new_tokens=16", "ground.batch_size=8", "ground.which=all",
-    ])
-    db = tmp_path / "s.duckdb"
-    with Store(db) as store:
-        run_id = create_run(store, config)
-        for stage in ("sample", "score", "ground"):
-            assert run_stage(store, run_id, 1, stage) == "done"
-    return db, run_id
+    return tiny_run("score.batch_size=8", "ground.max_new_tokens=16", "ground.batch_size=8", "ground.which=all",
+                    stages=("sample", "score", "ground"))
 
 
 @pytest.mark.slow

@@ -23,13 +23,13 @@ import struct
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from engine.config import config_to_dict, load_config
 from engine.store import Store
 from engine.tasks import Task
+from tests._local_http import JSONHandler, local_server
 
 N_TASKS, K = 250, 4  # 1,000 groundings, every prompt different
 FAULT_RATE = 0.10
@@ -88,14 +88,9 @@ class Faults:
             self.served[kind] += 1
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args) -> None:
-        pass
-
+class Handler(JSONHandler):
     def do_POST(self) -> None:
-        faults: Faults = self.server.faults  # type: ignore[attr-defined]
+        faults: Faults = self.server.state  # type: ignore[attr-defined]
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         prompt = body["messages"][-1]["content"]
         n = faults.arrive(prompt)
@@ -136,29 +131,12 @@ class Handler(BaseHTTPRequestHandler):
                           "total_tokens": len(prompt) // 4 + len(text) // 4 + 1}}
         self._send(200, json.dumps(data).encode())
 
-    def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-        except OSError:  # the client timed out and left
-            pass
-
 
 @pytest.fixture
 def fault_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server.faults = Faults()  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server.faults, f"http://127.0.0.1:{server.server_address[1]}/v1"  # type: ignore[attr-defined]
-    server.shutdown()
-    server.server_close()
+    """``(Faults, base_url)`` for the fault-injecting server on a free port of 127.0.0.1."""
+    with local_server(Handler, Faults()) as served:
+        yield served
 
 
 def _grounded_store(store: Store, tmp_path, base_url: str) -> tuple[str, object]:

@@ -9,26 +9,14 @@ from __future__ import annotations
 import pytest
 
 from engine.__main__ import main
-from engine.config import load_config
-from engine.loop import create_run, out_of_order, run_config
+from engine.loop import out_of_order, run_config
 from engine.store import Store
-from engine.tasks import write_tasks
 
 
 @pytest.fixture
-def created_run(tmp_path, tiny_agents_dir, demo_tasks):
+def created_run(tiny_run):
     """A run that has run nothing yet: ``(db, run_id)``."""
-    tasks_file = tmp_path / "tasks.jsonl"
-    write_tasks(demo_tasks, tasks_file)
-    config = load_config(None, [
-        f"data.tasks={tasks_file}", "data.train_limit=3", "data.eval_limit=2", f"run.workdir={tmp_path / 'runs'}",
-        f"planner.path={tiny_agents_dir / 'planner'}", f"grounder.path={tiny_agents_dir / 'grounder'}",
-        "sample.k=2", "sample.max_new_tokens=16", "sample.batch_size=4", "run.iterations=2",
-    ])
-    db = tmp_path / "s.duckdb"
-    with Store(db) as store:
-        run_id = create_run(store, config)
-    return db, run_id
+    return tiny_run("run.iterations=2")
 
 
 def _stages(db, run_id: str, iteration: int) -> dict:

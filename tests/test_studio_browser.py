@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import threading
 from pathlib import Path
 
 import pytest
+
+from tests._studio import blocking_job, serve_studio, served_studio
 
 
 def _find_chromium() -> str | None:
@@ -41,32 +42,11 @@ if CHROMIUM is None:
                 "chromium) or set MOAT_CHROMIUM to a Chromium binary", pytrace=False)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_agents_dir, demo_tasks):
     """(url, store, run_id, demo): the studio on a tmp store, served in this process."""
-    from test_studio_handlers import build_studio_store
-
-    from engine.store import Store
-    from studio.app import HEAD, build_app
-    from studio.auth import serve
-
-    path = tmp_path_factory.mktemp("studio_browser") / "studio.duckdb"
-    run_id = build_studio_store(path, tiny_agents_dir, demo_tasks)
-    store = Store(path)
-    demo = build_app(store, "examples/demo.toml")
-    port = _free_port()
-    serve(demo, port=port, prevent_thread_lock=True, quiet=True, head=HEAD)
-    yield f"http://127.0.0.1:{port}/", store, run_id, demo
-    demo.moat_jobs.stop()
-    demo.moat_jobs.wait(10)
-    demo.close()
-    store.close()
+    with served_studio(tmp_path_factory.mktemp("studio_browser"), tiny_agents_dir, demo_tasks) as studio:
+        yield studio
 
 
 @pytest.fixture(scope="module")
@@ -187,14 +167,7 @@ def test_every_tab_and_overrides_through_the_ui(served, browser):
 def test_reload_and_a_second_session_reattach_to_a_running_job(served, browser):
     url, store, run_id, demo = served
     started = threading.Event()
-
-    def job(progress, should_stop):
-        progress({"iteration": 1, "stage": "sample", "done": 2, "total": 5, "eta_s": 9.0, "message": "batch"})
-        started.set()
-        while not should_stop():
-            threading.Event().wait(0.05)
-        return "stopped"
-
+    job = blocking_job(started, done=2, total=5, eta_s=9.0, poll_s=0.05)
     assert demo.moat_jobs.submit("next_stage", run_id, job, user="someone") is None
     assert started.wait(10)
     page = _open(browser, url)
@@ -247,16 +220,12 @@ def test_artifacts_dir_is_ignored():
 def served_experiment(tmp_path_factory):
     """(url, store): the studio on a hand-made experiment store (tests/_experiment_world.py; no models)."""
     from engine.store import Store
-    from studio.app import HEAD, build_app
-    from studio.auth import serve
     from tests._experiment_world import build_experiment
 
     store = Store(tmp_path_factory.mktemp("studio_experiment") / "exp.duckdb")
     build_experiment(store)
-    demo = build_app(store, "examples/demo.toml")
-    port = _free_port()
-    serve(demo, port=port, prevent_thread_lock=True, quiet=True, head=HEAD)
-    yield f"http://127.0.0.1:{port}/", store
+    url, demo = serve_studio(store)
+    yield url, store
     demo.close()
     store.close()
 

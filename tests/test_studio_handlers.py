@@ -4,7 +4,6 @@ critique of iteration 1 with the tiny agents, plus a few metrics/train-log rows 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from engine.config import load_config
 from engine.loop import create_run, run_stage
 from engine.store import Store
 from engine.tasks import write_tasks
+from tests._studio import blocking_job, studio_run_id, studio_store  # noqa: F401  (fixtures: run_id, store)
 from tests._tiny import tiny_overrides
 
 
@@ -45,19 +45,6 @@ def build_studio_store(path: Path, agents: Path, demo_tasks, extra: tuple[str, .
 def studio_db(tmp_path_factory, tiny_agents_dir, demo_tasks) -> tuple[Path, str]:
     path = tmp_path_factory.mktemp("studio_db") / "studio.duckdb"
     return path, build_studio_store(path, tiny_agents_dir, demo_tasks)
-
-
-@pytest.fixture
-def store(studio_db, tmp_path):
-    copy = tmp_path / "studio.duckdb"
-    shutil.copy(studio_db[0], copy)
-    with Store(copy) as s:
-        yield s
-
-
-@pytest.fixture
-def run_id(studio_db) -> str:
-    return studio_db[1]
 
 
 def test_pairs_filters_and_override_changes_the_store(store, run_id):
@@ -246,23 +233,14 @@ def test_config_validation_names_the_field_and_cli_command():
     assert tab_run.validate_config(phased.replace("sample.k=15", "sample.k=3"), spaces=True)[1] == ""
 
 
-def _blocking_job(started: threading.Event):
-    def job(progress, should_stop):
-        progress({"iteration": 1, "stage": "sample", "done": 1, "total": 4, "eta_s": 3.0, "message": "batch"})
-        started.set()
-        while not should_stop():
-            threading.Event().wait(0.02)
-        return "stopped"
-    return job
-
-
 def test_job_worker_refuses_a_second_job_and_reattaches(store, run_id):
     from studio import tab_run
     from studio.jobs import JobWorker
 
     jobs = JobWorker(store)
     started = threading.Event()
-    assert jobs.submit("next_stage", run_id, _blocking_job(started), user="alice") is None
+    job = blocking_job(started, done=1, total=4, eta_s=3.0, poll_s=0.02)
+    assert jobs.submit("next_stage", run_id, job, user="alice") is None
     assert started.wait(10)
     refused = jobs.start_loop("next_iteration", run_id, user="bob")
     assert refused and refused.startswith("Refused") and "alice" in refused

@@ -11,7 +11,6 @@ import time
 import pytest
 from playwright import sync_api
 from test_studio_browser import (  # noqa: F401  (browser is a fixture)
-    _free_port,
     _open,
     _press_moving,
     _shot,
@@ -20,6 +19,7 @@ from test_studio_browser import (  # noqa: F401  (browser is a fixture)
 )
 
 from engine.leases import LeaseBook
+from tests._studio import served_studio
 
 N = 20
 NAME = "keys-curator"
@@ -28,24 +28,11 @@ NAME = "keys-curator"
 @pytest.fixture(scope="module")
 def served_big(tmp_path_factory, tiny_agents_dir, demo_tasks):
     """The studio on a store with 24 pairs and 24 verdicts (more than one page of 20)."""
-    from test_studio_handlers import build_studio_store
-
-    from engine.store import Store
-    from studio.app import HEAD, build_app
-    from studio.auth import serve
-
-    path = tmp_path_factory.mktemp("studio_keys") / "studio.duckdb"
-    run_id = build_studio_store(path, tiny_agents_dir, demo_tasks, ("data.train_limit=24",))
-    store = Store(path)
-    assert len(store.effective_pairs(run_id, 1)) > N and len(store.verdict_rows(run_id, 1)) > N
-    demo = build_app(store, "examples/demo.toml")
-    port = _free_port()
-    serve(demo, port=port, prevent_thread_lock=True, quiet=True, head=HEAD)
-    yield f"http://127.0.0.1:{port}/", store, run_id, demo
-    demo.moat_jobs.stop()
-    demo.moat_jobs.wait(10)
-    demo.close()
-    store.close()
+    folder = tmp_path_factory.mktemp("studio_keys")
+    with served_studio(folder, tiny_agents_dir, demo_tasks, ("data.train_limit=24",)) as studio:
+        _, store, run_id, _ = studio
+        assert len(store.effective_pairs(run_id, 1)) > N and len(store.verdict_rows(run_id, 1)) > N
+        yield studio
 
 
 def _reviews(store, run_id: str, target: str) -> list[tuple]:

@@ -9,10 +9,11 @@ the reload test's log). Checked on the component and through a real served studi
 from __future__ import annotations
 
 import os
-import socket
 import warnings
 
 import pytest
+
+from tests._studio import served_studio
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -36,31 +37,12 @@ def test_a_stale_pick_of_the_choices_kind_passes_and_anything_else_reads_as_none
         assert Picker([("a question", "t-1|0|0")], value="t-2|0|1").postprocess("t-2|0|1") == "t-2|0|1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_agents_dir, demo_tasks):
-    from test_studio_handlers import build_studio_store
-
-    from engine.store import Store
-    from studio.app import HEAD, build_app
-    from studio.auth import serve
-
-    path = tmp_path_factory.mktemp("studio_picker") / "studio.duckdb"
-    run_id = build_studio_store(path, tiny_agents_dir, demo_tasks)
-    store = Store(path)
-    demo = build_app(store, "examples/demo.toml")
-    port = _free_port()
-    serve(demo, port=port, prevent_thread_lock=True, quiet=True, head=HEAD)
-    yield f"http://127.0.0.1:{port}/", store, run_id
-    demo.moat_jobs.stop()
-    demo.moat_jobs.wait(10)
-    demo.close()
-    store.close()
+    """(url, store, run_id): the studio on a tmp store, served in this process."""
+    with served_studio(tmp_path_factory.mktemp("studio_picker"), tiny_agents_dir, demo_tasks) as studio:
+        url, store, run_id, _ = studio
+        yield url, store, run_id
 
 
 def test_a_queue_reload_carrying_the_previous_pages_pick_succeeds_and_keeps_it(served):

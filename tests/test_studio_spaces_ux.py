@@ -8,7 +8,6 @@ No stage is computed here: the demo run's stages are marked in the store, so eac
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from pathlib import Path
 
@@ -17,10 +16,11 @@ import pytest
 from engine.config import load_config
 from engine.loop import create_run, stages_of
 from engine.store import Store
+from tests._studio import studio_run_id, studio_store  # noqa: F401  (fixtures: run_id, store)
 
 
 @pytest.fixture(scope="module")
-def demo_db(tmp_path_factory) -> tuple[Path, str]:
+def studio_db(tmp_path_factory) -> tuple[Path, str]:
     """A store holding one Spaces-capped demo run (demo agents, reference critic) with nothing run yet."""
     from studio.common import spaces_capped
 
@@ -30,19 +30,6 @@ def demo_db(tmp_path_factory) -> tuple[Path, str]:
     config.run.workdir = str(path.parent / "runs")
     with Store(path) as store:
         return path, create_run(store, config)
-
-
-@pytest.fixture
-def store(demo_db, tmp_path):
-    copy = tmp_path / "studio.duckdb"
-    shutil.copy(demo_db[0], copy)
-    with Store(copy) as s:
-        yield s
-
-
-@pytest.fixture
-def run_id(demo_db) -> str:
-    return demo_db[1]
 
 
 def _finish(store: Store, run_id: str, iterations: tuple[int, ...] = (0, 1)) -> None:
