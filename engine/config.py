@@ -32,6 +32,7 @@ from typing import Any
 from engine.config_checks import validate
 from engine.config_fields import SEED_MAX as SEED_MAX  # re-exported: callers read the bounds from here
 from engine.config_fields import setting as _f  # short: every field below is one
+from engine.config_source import file_line_source, override_source
 from engine.config_stages import CriticSection as CriticSection
 from engine.config_stages import EvaluateSection as EvaluateSection
 from engine.config_stages import GroundSection as GroundSection
@@ -328,15 +329,30 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
                 base: dict[str, Any] | None = None) -> RunConfig:
-    """A validated config from a file (or ``base``), with ``--set`` overrides applied on top."""
+    """A validated config from a file (or ``base``), with ``--set`` overrides applied on top.
+
+    An error about a field an override set names that override as its source (``--set sample.k=1: sample.k: ...``);
+    one about a field of a TOML file names the file and, when a scan finds it, the field's line
+    (``demo.toml:12: sample.k: ...``)."""
     data: dict[str, Any] = json.loads(json.dumps(base)) if base else {}
+    source = str(path) if path else None
     if path is not None:
         if not Path(path).exists():
-            raise ConfigError("<file>", "config file not found", str(path))
+            raise ConfigError("<file>", "config file not found", source)
         data = read_config_file(path)
-    for section, values in parse_overrides(overrides or []).items():
-        data.setdefault(section, {}).update(values)
-    return config_from_dict(data, str(path) if path else None)
+    merged = parse_overrides(overrides or [])
+    for section, values in merged.items():
+        if not isinstance(data.setdefault(section, {}), dict):
+            raise ConfigError(section, "expected a table of fields", source)
+        data[section].update(values)
+    try:
+        return config_from_dict(data, source)
+    except ConfigError as exc:
+        where = override_source(exc.field, merged) or (
+            file_line_source(Path(path), exc.field) if path is not None and exc.source == source else None)
+        if where is None:
+            raise
+        raise type(exc)(exc.field, exc.message, where) from None
 
 
 def field_help() -> dict[str, str]:

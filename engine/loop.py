@@ -25,7 +25,7 @@ from typing import Any
 
 from engine.config import ITERATION_STAGES, RunConfig, config_from_dict, config_to_dict, config_to_toml
 from engine.errors import StageStopped
-from engine.preflight import preflight
+from engine.preflight import check_stage_agents, preflight
 from engine.runtime import check_eval_splits, load_run_tasks
 from engine.schedule import iteration_config, phase_of, skip_reason
 from engine.stages import critique, evaluation, ground, pairs, sample, score, train, train_grpo, warm_start
@@ -242,6 +242,9 @@ def run_loop(store: Store, run_id: str, *, iterations: int | None = None, progre
             return "paused"
         if should_stop():
             return "stopped"
+        own = iteration_config(config, iteration)
+        if not is_skipped(stage, own, iteration):  # a checkpoint deleted since it was recorded: refused, not failed
+            check_stage_agents(store, run_id, iteration, stage, own)
         status = run_stage(store, run_id, iteration, stage, config=config, progress=progress,
                            should_stop=should_stop, context=ctx)
         if on_stage:

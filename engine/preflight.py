@@ -16,6 +16,12 @@ bad file raises its ``DataError`` now. Only configs, tokenizers and weight-file 
 on the meta device and no weight is loaded. A hub id that is not a local directory gets the config and tokenizer
 checks only (weights are not downloaded here). ``preflight`` returns nothing; a missing pad token is not an error
 (``engine.models.load_tokenizer`` pads with EOS and logs it).
+
+``check_stage_agents(store, run_id, iteration, stage, config)`` is the quick check before one stage of a stored run
+(``python -m engine step``): every model directory that stage would load -- a configured model, or a checkpoint an
+earlier iteration recorded in the store, with the chain of models a LoRA checkpoint applies to -- must still be there;
+otherwise ``CheckpointError`` names the directory and where it came from (``grounder.path``, or the iteration and
+role of the stored checkpoint). Only existence is checked (a checkpoint the run wrote was complete when recorded).
 """
 
 from __future__ import annotations
@@ -23,9 +29,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.config import RunConfig
 from engine.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from engine.store import Store
 
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+\Z")  # "org/name"; anything else that is not a directory is a local path
 _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -71,6 +81,105 @@ def check_model(path: str, adapter: str, device: str, role: str, path_field: str
     if len(tokenizer) > rows:
         raise CheckpointError(path_field, f"{path}: the tokenizer has {len(tokenizer)} tokens but the model has "
                                           f"{rows} embedding rows; this tokenizer does not belong to this model")
+
+
+# The agents each stage loads, by role: the ones its iteration starts from (offset 0) or, for evaluate, the ones it
+# ends with (offset 1, what the iteration's training left). A few stages load more by their settings
+# (``_stage_needs``); pairs and critique (a reference or remote critic) load none.
+STAGE_AGENTS: dict[str, tuple[tuple[str, int], ...]] = {
+    "sample": (("planner", 0),),
+    "score": (("grounder", 0),),
+    "train_planner": (("planner", 0),),
+    "ground": (("grounder", 0),),
+    "train_grounder": (("grounder", 0),),
+    "evaluate": (("planner", 1), ("grounder", 1)),
+    "warm_start_planner": (("planner", 0),),
+    "warm_start_grounder": (("grounder", 0),),
+}
+
+
+def _stage_needs(stage: str, iteration: int, config: RunConfig) -> list[tuple[str, int]]:
+    """``(role, iteration whose starting agent is loaded)`` for every agent ``stage`` of ``iteration`` loads."""
+    needs = [(role, iteration + offset) for role, offset in STAGE_AGENTS.get(stage, ())]
+    if stage == "train_planner" and config.stages.planner_objective == "grpo":
+        needs.append(("grounder", iteration))  # the gap reward scores rollouts with the grounder
+    if stage == "train_planner" and config.stages.planner_objective == "dpo" and config.dpo.reference == "initial" \
+            and iteration > 1:
+        needs.append(("planner", 1))  # the frozen DPO reference: the planner iteration 1 started from
+    return needs
+
+
+def check_stage_agents(store: Store, run_id: str, iteration: int, stage: str, config: RunConfig) -> None:
+    """Raise ``CheckpointError`` for the first model directory ``stage`` of ``iteration`` would load that is gone
+    (``config``: the iteration's own, phase settings applied). Nothing is loaded or written."""
+    from engine.stages.context import StageContext
+
+    run = store.get_run(run_id)
+    ctx = StageContext(store, run_id, iteration, config, Path(run["run_dir"]) / run_id, stage=stage)
+    what = f"{stage} of iteration {iteration}"
+    for role, at in _stage_needs(stage, iteration, config):
+        path = ctx.agent_path(role, at)
+        section = getattr(config, role)
+        if path == section.path:
+            if _gone(path):
+                raise CheckpointError(f"{role}.path", f"{path}: no such model directory ({what} loads the "
+                                                      f"configured {role})")
+            if section.adapter and not Path(section.adapter).expanduser().is_dir():
+                raise CheckpointError(f"{role}.adapter", f"{section.adapter}: no such adapter directory ({what} "
+                                                         f"loads the configured {role} with it)")
+            continue
+        t, writer = _recorded_by(store, run_id, path, at)
+        if t is None:  # not expected: agent_path returns the configured path or a recorded one
+            field, origin, again = f"{role} checkpoint", "a checkpoint the store records", "restore it"
+        else:
+            writer_stage = ("warm_start_" if t == 0 else "train_") + writer
+            field, origin = f"iteration {t} {writer} checkpoint", f"the {writer} iteration {t} recorded in the store"
+            again = (f"restore it, or run `python -m engine step {writer_stage} --run {run_id} --iteration {t}` "
+                     "again to write it anew")
+        if _gone(path):
+            raise CheckpointError(field, f"{path}: no such directory ({origin}; {what} loads it): {again}")
+        _check_adapter_chain(path, field, what, again)
+    if stage == "critique" and config.critic.backend == "hf" and _gone(config.critic.model):
+        raise CheckpointError("critic.model", f"{config.critic.model}: no such model directory ({what} loads the "
+                                              "hf critic)")
+
+
+def _gone(path: str) -> bool:
+    """Neither a local directory nor (not existing locally) a hub id: what ``check_model`` refuses first."""
+    local = Path(path).expanduser()
+    return not local.is_dir() and (local.exists() or not _HUB_ID.match(path))
+
+
+def _recorded_by(store: Store, run_id: str, path: str, last: int) -> tuple[int | None, str]:
+    """``(iteration, role)`` of the earliest checkpoint row of iterations up to ``last`` holding ``path``: the stage
+    that wrote it (a later skipped training records the same path again, as "unchanged")."""
+    for t in range(last + 1):
+        for role in ("planner", "grounder"):
+            found = store.checkpoint(run_id, t, role)
+            if found and found["path"] == path:
+                return t, role
+    return None, "agent"
+
+
+def _check_adapter_chain(path: str, field: str, what: str, again: str) -> None:
+    """A run's LoRA checkpoint applies to the model its ``moat_base.json`` names (perhaps an earlier checkpoint):
+    each one down to the full model must be there."""
+    from engine.models import adapter_chain, is_adapter_checkpoint
+
+    if not is_adapter_checkpoint(path):
+        return
+    try:
+        base, adapters = adapter_chain(path)
+    except (OSError, ValueError, KeyError) as exc:  # an unreadable or looping moat_base.json
+        raise CheckpointError(field, f"{path}: its chain of adapter checkpoints cannot be read: {_first_line(exc)}"
+                              f" ({what} loads it): {again}") from None
+    if _gone(base.path):
+        raise CheckpointError(field, f"{path}: the adapter checkpoint {adapters[0]} applies to {base.path}, which is "
+                                     f"no model directory any more ({what} loads it): restore that directory")
+    if base.adapter and not Path(base.adapter).expanduser().is_dir():
+        raise CheckpointError(field, f"{path}: the adapter checkpoint {adapters[0]} applies to {base.path} with the "
+                                     f"adapter {base.adapter}, which is gone ({what} loads it): restore that "
+                                     "directory")
 
 
 def _check_device(device: str, field: str) -> None:

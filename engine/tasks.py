@@ -117,6 +117,19 @@ def _decode_line(raw: bytes, path: str, number: int) -> str:
                                                     f"{exc.start + 1}); save the file as UTF-8") from None
 
 
+def _json_problem(exc: json.JSONDecodeError, line: str) -> str:
+    """Where one line's JSON broke, in that line's own columns. json's ``colno`` counts from the last newline before
+    the error, so an error at the very end of a line that still carried its newline came out as "column 1" (of the
+    next line); a record cut short (a truncated last line) is said to be one."""
+    end = len(line) + 1  # the column just past the last character
+    if exc.msg.startswith("Unterminated string"):
+        return (f"invalid JSON at column {end}: the line ends inside the string that starts at column {exc.colno} "
+                "(is the record cut short?)")
+    if exc.pos >= len(line):
+        return f"invalid JSON at column {end}: the line ends before the record does (is it cut short?)"
+    return f"invalid JSON at column {exc.colno}: {exc.msg}"
+
+
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_json)`` for each non-blank line of a UTF-8 JSONL file.
 
@@ -145,10 +158,11 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
             text = _decode_line(raw, path, number)
             if not text.strip():
                 continue
+            text = text.rstrip("\r\n")  # the line's own end: an error there is "the end of the line", not line+1
             try:
                 row = json.loads(text, parse_constant=_no_constants)
             except json.JSONDecodeError as exc:
-                raise DataError(path, number, "<json>", f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+                raise DataError(path, number, "<json>", _json_problem(exc, text)) from None
             except ValueError as exc:  # NaN / Infinity
                 raise DataError(path, number, "<json>", str(exc)) from None
             except RecursionError:
@@ -229,6 +243,11 @@ def _read_json_array(path: str) -> Iterator[tuple[ArrayLine, Any]]:
         try:
             row, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
+            end = len(text.rstrip(" \t\r\n"))
+            if exc.pos >= end:  # json locates the end of the text, past the file's last newline: name its last line
+                raise DataError(path, text.count("\n", 0, end) + 1, "<json>",
+                                f"invalid JSON at column {lines.column(end)}: the file ends before record {record} "
+                                "does (is it cut short?)") from None
             raise DataError(path, exc.lineno, "<json>",
                             f"invalid JSON at column {exc.colno}: {exc.msg} (in record {record})") from None
         except ValueError as exc:  # NaN / Infinity

@@ -52,7 +52,7 @@ def test_errors_name_the_field(override, message):
 def test_file_errors_name_the_file(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[sample]\nk = 'x'\n")
-    with pytest.raises(ConfigError, match=r"bad.toml: sample.k: expected an integer"):
+    with pytest.raises(ConfigError, match=r"bad.toml:2: sample.k: expected an integer"):
         load_config(bad)
     broken = tmp_path / "broken.toml"
     broken.write_text("[sample\n")
@@ -143,10 +143,10 @@ def test_impossible_values_and_typos(override, message):
 def test_file_typos_types_encodings(tmp_path):
     toml = tmp_path / "c.toml"
     toml.write_text("[sample]\ntop_k = 3\n")
-    with pytest.raises(ConfigError, match=r"c.toml: sample.top_k: unknown field; did you mean 'top_p'\?"):
+    with pytest.raises(ConfigError, match=r"c.toml:2: sample.top_k: unknown field; did you mean 'top_p'\?"):
         load_config(toml)
     toml.write_text("[pairs]\nmin_gap = nan\n")
-    with pytest.raises(ConfigError, match=r"c.toml: pairs.min_gap: expected a finite number"):
+    with pytest.raises(ConfigError, match=r"c.toml:2: pairs.min_gap: expected a finite number"):
         load_config(toml)
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text("sample:\n  k: [3]\ndata:\n  domains: [{a: 1}]\n")

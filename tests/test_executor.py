@@ -96,8 +96,8 @@ def test_cli_execute(capsys):
     assert out["ok"] and out["values"] == {"R1": "12", "R2": "17"} and out["answer"] == "17" and out["error"] is None
 
 
-def test_cli_failure_is_still_exit_zero(capsys):
-    assert main(["execute", "--domain", "maths", "--actions", "R1 = Calculator(R9)"]) == 0
+def test_cli_failure_prints_the_json_and_exits_one(capsys):
+    assert main(["execute", "--domain", "maths", "--actions", "R1 = Calculator(R9)"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert not out["ok"] and "undefined variable R9" in out["error"]
 

@@ -16,7 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="split to evaluate (repeatable; default: the config's evaluate.splits)")
     parser.add_argument("--limit", type=at_least(0), default=None,
                         help="tasks per split (default: data.eval_limit; 0: every task)")
-    parser.add_argument("--formulation", choices=("onetime", "iterative"), default=None)
+    parser.add_argument("--formulation", choices=("onetime", "iterative"), default=None,
+                        help="how the agents take turns: onetime = the planner writes the whole plan, then the "
+                             "grounder grounds all of it at once; iterative = subgoal by subgoal, the planner seeing "
+                             "each step's execution result before the next (default: the config's "
+                             "evaluate.formulation, onetime unless set)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override a config field (repeatable)")
     parser.add_argument("--traces", type=writable_file, default=None, help="write per-task traces to this JSONL file")

@@ -1,7 +1,8 @@
 """``python -m engine execute``: run a Lumos action string with the offline tools and print one JSON object.
 
-The JSON has ``ok``, ``values``, ``answer``, ``error`` and ``steps``; the exit code is 0 even when ``ok`` is false
-(the JSON says why) and 2 when a file named on the command line is missing or bad.
+The JSON has ``ok``, ``values``, ``answer``, ``error`` and ``steps``. Exit codes: 0 when ``ok`` is true, 1 when it is
+false (the actions did not parse or a step failed: the JSON is still printed and says why), 2 when a file named on the
+command line is missing or bad (nothing printed on stdout).
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from engine.commands._common import fail, print_json
 from engine.errors import DataError
 
 HELP = "Run Lumos actions (maths/qa tools offline) and print the result as JSON."
+EXIT_CODES = ("exit status: 0 when the JSON's ok is true; 1 when it is false (the actions did not parse or a step "
+              "failed: the JSON is still printed and its error says why); 2 when --context is missing or bad")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXIT_CODES
     parser.add_argument("--domain", choices=("maths", "qa", "web"), required=True, help="which tools to use")
     parser.add_argument("--actions", required=True, help='actions, e.g. "R1 = Calculator(3*4); R2 = Calculator(R1+5)"')
     parser.add_argument("--context", metavar="FILE", help='corpus JSONL of {"title", "text"} rows (qa)')
@@ -42,4 +46,4 @@ def run(args: argparse.Namespace) -> int:
     env = ToolEnv(corpus=corpus, qa_model=qa_model, time_limit_s=args.time_limit)
     result = execute(args.actions, args.domain, env)
     print_json(result.to_dict())
-    return 0
+    return 0 if result.ok else 1

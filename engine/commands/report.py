@@ -3,10 +3,11 @@
 Contract: opens the store read-only and prints ``engine.report.experiment_report`` as one JSON object (``--json``)
 or as markdown tables (``--markdown``, the default); exits 0. ``--by-template`` prints
 ``engine.breakdown.template_breakdown`` of ``--split`` instead (accuracy, sound plans and gold log-PPL per
-template); ``--against ID[:VARIANT]`` prints ``engine.report_compare.compare_report`` instead (every variant paired
-with one variant of another experiment in the store; two experiments evaluating different tasks exit 2 naming the
-fields). An unknown experiment id exits 2 with ``error: ...`` on stderr listing the experiments the store knows;
-a missing store, or one held by another process, exits 2 too.
+template); ``--split`` without ``--by-template`` exits 2 (the other reports cover every evaluated split).
+``--against ID[:VARIANT]`` prints ``engine.report_compare.compare_report`` instead (every variant paired with one
+variant of another experiment in the store; two experiments evaluating different tasks exit 2 naming the fields).
+An unknown experiment id exits 2 with ``error: ...`` on stderr listing the experiments the store knows; a missing
+store, or one held by another process, exits 2 too.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by-template", action="store_true",
                         help="one split's accuracy, sound-plan share and gold-action log-PPL per task template "
                              "(the task's meta template, else its source), first vs last iteration")
-    parser.add_argument("--split", default="held_out", choices=("held_in", "held_out", "dev"),
-                        help="--by-template: the split to break down (default: held_out)")
+    parser.add_argument("--split", default=None, choices=("held_in", "held_out", "dev"),
+                        help="with --by-template only: the split to break down (default: held_out); the other "
+                             "reports show every evaluated split")
     parser.add_argument("--against", default="", metavar="ID[:VARIANT]",
                         help="pair every variant with a variant of another experiment in the same store (its "
                              "baseline unless :VARIANT is given), over the seeds both ran: a tuning experiment "
@@ -44,10 +46,14 @@ def run(args: argparse.Namespace) -> int:
     if args.against and args.by_template:
         print("error: --against and --by-template are separate reports: give one", file=sys.stderr)
         return 2
+    if args.split and not args.by_template:  # it used to be ignored silently
+        print(f"error: --split {args.split} needs --by-template (the per-template breakdown of one split); the "
+              "experiment report and --against already show every evaluated split", file=sys.stderr)
+        return 2
     try:
         with Store(args.db, read_only=True) as store:
             if args.by_template:
-                report = template_breakdown(store, args.experiment, args.split)
+                report = template_breakdown(store, args.experiment, args.split or "held_out")
             elif args.against:
                 against, _, variant = args.against.partition(":")
                 report = compare_report(store, args.experiment, against, variant)

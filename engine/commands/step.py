@@ -2,7 +2,9 @@
 
 Refused with exit 2 and ``error: ...`` before anything runs: no store at ``--db`` (none is created), an unknown run,
 a stage out of order (``engine.loop.out_of_order``: an earlier stage not done yet, an iteration below 0 or a stage
-the iteration does not have), a critic override the config refuses.
+the iteration does not have), a critic override the config refuses, a model directory the stage would load that is
+gone (``engine.preflight.check_stage_agents``: a configured model, named by its field, or a checkpoint an earlier
+iteration recorded, named by that iteration and role). A refused stage is not recorded (not as failed either).
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ HELP = "Run one stage (sample, score, pairs, train_planner, ground, critique, tr
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from engine.loop import STAGES
+    from engine.config import ITERATION_STAGES  # the stage names, without importing the stages (torch)
 
-    parser.add_argument("stage", choices=list(STAGES))
+    parser.add_argument("stage", choices=list(ITERATION_STAGES))
     parser.add_argument("--run", required=True, help="run id (see `python -m engine status`)")
     parser.add_argument("--iteration", type=int, required=True, help="iteration (0 = the starting agents)")
     parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
@@ -34,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
     from engine.commands.run import progress_printer
     from engine.config import config_from_dict, config_to_dict
     from engine.errors import ConfigError, DataError
-    from engine.loop import out_of_order, run_config, run_stage
+    from engine.loop import is_skipped, out_of_order, run_config, run_stage
+    from engine.preflight import check_stage_agents
+    from engine.schedule import iteration_config
     from engine.store import Store, StoreError
 
     if not Path(args.db).exists():  # opening it would create an empty store
@@ -55,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
                 if value is not None:
                     data["critic"][key] = value
             config = config_from_dict(data, "--critic/--base-url/--model")
+            own = iteration_config(config, args.iteration)  # with its phase's settings, as run_stage applies them
+            if not is_skipped(args.stage, own, args.iteration):  # a skipped stage loads nothing
+                check_stage_agents(store, args.run, args.iteration, args.stage, own)
             status = run_stage(store, args.run, args.iteration, args.stage, config=config,
                                progress=progress_printer(args.quiet))
             print_json({"run_id": args.run, "iteration": args.iteration, "stage": args.stage, "status": status,
