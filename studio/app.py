@@ -80,7 +80,8 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             who = gr.Markdown(elem_id="curator-who")
         curator = gr.State("")
         pending = gr.State({})  # the saved run and iteration, until the run picker has taken them once
-        # {"run", "its"}: the run the iteration picker was last filled for and the choices it was sent; None until
+        # {"run", "its", "auto"}: the run the iteration picker was last filled for, the choices it was sent, and the
+        # value the studio chose itself (None: the curator's pick, or a place restored from the browser); None until
         # on_run has filled it once for this session.
         shown_iterations = gr.State(None)
 
@@ -93,7 +94,9 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             its = run_iterations(store, run_id)
             done = place.done_iterations(store, run_id, its)
             picked = place.pick_iteration(its, run_id, wanted, done)
-            return gr.update(choices=its, value=picked), {}, {"run": run_id, "its": its}
+            restored = place.pick_iteration(its, run_id, {}, done) != picked  # the saved place, not the default
+            return gr.update(choices=its, value=picked), {}, {"run": run_id, "its": its,
+                                                              "auto": None if restored else picked}
 
         # Registered before the tabs: the page dispatches a change's listeners in the order they were added, and every
         # tab's view waits on the iteration this one picks. Registered last, it came after every tab's run.change
@@ -133,11 +136,24 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             if not run_id or not isinstance(shown, dict) or shown.get("run") != run_id:
                 return gr.skip(), gr.skip()
             its = run_iterations(store, run_id)
-            if its == shown.get("its"):
+            # The studio's own pick of iteration 0 (no plans, pairs or verdicts) moves to the newest training
+            # iteration with a stage done as soon as there is one: a first visit's picker sat on 0 after the demo run
+            # had trained iteration 1. A curator's pick, a restored place and a training iteration (perhaps
+            # mid-review) stay; an iteration that has only started is not picked (its pages are still empty).
+            following = isinstance(current, int) and current < 1 and current == shown.get("auto")
+            if its == shown.get("its") and not following:
                 return gr.skip(), gr.skip()
-            value = current if current in its else place.pick_iteration(
-                its, run_id, {}, place.done_iterations(store, run_id, its))
-            return gr.update(choices=its, value=value), {"run": run_id, "its": its}
+            value, auto = current, shown.get("auto")
+            if current not in its or following:
+                done = place.done_iterations(store, run_id, its)
+                trained = [i for i in done if i >= 1]
+                if current not in its:
+                    value = auto = place.pick_iteration(its, run_id, {}, done)
+                elif trained:
+                    value = auto = max(trained)
+            if its == shown.get("its") and value == current:
+                return gr.skip(), gr.skip()
+            return gr.update(choices=its, value=value), {"run": run_id, "its": its, "auto": auto}
 
         def on_restore(saved):
             where = place.read(saved, TABS)

@@ -86,7 +86,7 @@ def test_a_new_browser_opens_on_the_newest_iteration_with_data(store, run_id):
     assert pick_iteration(its, run_id, {"run": run_id, "iteration": 2}, [0, 1]) == 2  # a saved place still wins
     assert pick_iteration([0, 1], run_id, {}, []) == 1  # nothing done yet: the newest training iteration
     update, _, shown = _endpoint(build_app(store, "examples/demo.toml"), "studio_pick_run")(run_id, {})
-    assert update["value"] == 1 and shown == {"run": run_id, "its": [0, 1, 2]}
+    assert update["value"] == 1 and shown == {"run": run_id, "its": [0, 1, 2], "auto": 1}
 
 
 def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
@@ -163,15 +163,43 @@ def test_the_iteration_picker_gains_a_running_runs_new_iterations(store, run_id)
     assert sync(run_id, None, filled) == (gr.skip(), gr.skip())
     store.set_stage(run_id, 0, "evaluate", "running")  # its first stage starts
     picker, shown = sync(run_id, None, filled)
-    assert picker["choices"] == [0] and picker["value"] == 0 and shown == {"run": run_id, "its": [0]}
+    assert picker["choices"] == [0] and picker["value"] == 0 and shown == {"run": run_id, "its": [0], "auto": 0}
     assert sync(run_id, 0, shown) == (gr.skip(), gr.skip())
     store.set_stage(run_id, 1, "sample", "running")  # the next iteration starts
-    picker, shown = sync(run_id, 0, shown)
+    picker, shown = sync(run_id, 0, {**shown, "auto": None})
     assert picker["choices"] == [0, 1] and picker["value"] == 0  # the curator's pick stays
-    assert shown == {"run": run_id, "its": [0, 1]}
+    assert shown == {"run": run_id, "its": [0, 1], "auto": None}
     picker, _ = sync(run_id, None, {"run": run_id, "its": [0]})  # nothing picked: the newest training iteration
     assert picker["value"] == 1
     assert sync(None, None, filled) == (gr.skip(), gr.skip())
+
+
+def test_the_studios_own_pick_of_iteration_0_moves_to_the_first_trained_iteration(store, run_id):
+    """A first visit's picker took iteration 0 (all the demo run had) and sat there after iteration 1 was trained, so
+    Pairs and Critic read "0 rows" (fresh-eyes review). The studio's own pick of 0 now moves to the newest training
+    iteration with a stage done; a curator's pick and a place restored from the browser stay."""
+    import gradio as gr
+
+    from studio.app import build_app
+
+    demo = build_app(store, "examples/demo.toml")
+    sync, pick_run = _endpoint(demo, "studio_sync_iterations"), _endpoint(demo, "studio_pick_run")
+    store.set_stage(run_id, 0, "evaluate", "done")
+    update, _, shown = pick_run(run_id, {}, None)
+    assert update["value"] == 0 and shown == {"run": run_id, "its": [0], "auto": 0}
+    assert sync(run_id, 0, shown) == (gr.skip(), gr.skip())  # nothing trained yet
+    store.set_stage(run_id, 1, "sample", "running")
+    picker, shown = sync(run_id, 0, shown)
+    assert picker["choices"] == [0, 1] and picker["value"] == 0  # only started: its pages are still empty
+    assert sync(run_id, 0, shown) == (gr.skip(), gr.skip())
+    store.set_stage(run_id, 1, "sample", "done")
+    picker, shown = sync(run_id, 0, shown)
+    assert picker["value"] == 1 and shown == {"run": run_id, "its": [0, 1], "auto": 1}
+    assert sync(run_id, 1, shown) == (gr.skip(), gr.skip())
+    assert sync(run_id, 0, shown) == (gr.skip(), gr.skip())  # the curator then picked 0: it stays
+    update, _, shown = pick_run(run_id, {"run": run_id, "iteration": 0}, None)  # a reload restores 0: it stays
+    assert update["value"] == 0 and shown["auto"] is None
+    assert sync(run_id, 0, shown) == (gr.skip(), gr.skip())
 
 
 def test_the_iteration_sync_leaves_the_picker_to_the_run_picker_until_it_has_filled_it(store, run_id):
@@ -203,10 +231,10 @@ def test_a_second_change_of_the_run_picker_for_the_same_run_keeps_the_iteration(
     pick_run = _endpoint(build_app(store, "examples/demo.toml"), "studio_pick_run")
     saved = {"tab": "pairs", "run": run_id, "iteration": 0}
     update, pending, shown = pick_run(run_id, saved, None)  # the first change: the saved iteration
-    assert update["value"] == 0 and pending == {} and shown == {"run": run_id, "its": [0, 1]}
+    assert update["value"] == 0 and pending == {} and shown == {"run": run_id, "its": [0, 1], "auto": None}
     assert pick_run(run_id, pending, shown) == (gr.skip(), gr.skip(), gr.skip())  # the duplicate
     update, _, shown = pick_run(run_id, {}, {"run": "another-run", "its": [0]})  # switched from another run
-    assert update["value"] == 1 and shown == {"run": run_id, "its": [0, 1]}
+    assert update["value"] == 1 and shown == {"run": run_id, "its": [0, 1], "auto": 1}
 
 
 def test_the_iteration_picker_is_the_run_pickers_first_listener(store):
