@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -36,6 +37,10 @@ from engine.config import DPOSettings, GRPOSettings, TrainSettings
 from engine.precision import use_bf16
 
 LogSink = Callable[[dict[str, Any]], None]
+
+# TRL 1.16 reads transformers' deprecated ``is_gradient_checkpointing`` alias around every generation and training
+# step: one FutureWarning per step in a run's log (and the studio's), about code that is not ours to change.
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
 class StepHooks(TrainerCallback):
