@@ -34,9 +34,14 @@ from studio.picker import Picker
 
 # Markdown tables (the curation, agreement, experiment and swap tables): whole words, and a table wider than the page
 # scrolls sideways. Gradio breaks a cell's words anywhere: headers read "iterat / ion", "pai / rs" even at 1400 px.
+# On a phone (a Spaces visitor), the run and iteration pickers, a pair's prompt and its two plans, and a verdict's
+# original and correction stack instead of sharing 390 px (three ways: about 100 px each, one word per line).
 TABLE_CSS = """<style>
 .md table { display: block; overflow-x: auto; max-width: 100%; }
 .md table th, .md table td { word-break: normal !important; overflow-wrap: normal !important; }
+@media (max-width: 640px) {
+  .row:has(> #pairs-prompt), .row:has(> #critic-original), .row:has(> #pick-run) { flex-direction: column; }
+}
 </style>"""
 HEAD = SHORTCUTS_JS + TABLE_CSS
 # Tab id -> label. The ids are what studio.place keeps in the browser, so a renamed label keeps saved places.
@@ -111,7 +116,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
                     "pairs": lambda: tab_pairs.build(ctx), "critic": lambda: tab_critic.build(ctx),
                     "metrics": lambda: tab_metrics.build(ctx), "export": lambda: tab_export.build(ctx)}
         tab_blocks = {}
-        with gr.Tabs() as tabs:
+        with gr.Tabs(overflow_behavior="wrap") as tabs:  # every tab in sight on a phone, not behind a "..." menu
             for tab_id, label in TABS.items():
                 with gr.Tab(label, id=tab_id) as tab_blocks[tab_id]:
                     builders[tab_id]()

@@ -212,6 +212,33 @@ def test_a_reload_comes_back_to_the_tab_and_iteration_it_left(served, browser):
     page.close()
 
 
+def test_a_phone_sees_every_tab_and_a_pair_a_screen_wide(served, browser):
+    """A Spaces visitor on a phone (390 px): the six tabs wrap instead of hiding behind a "..." menu (Pairs, Critic
+    and Metrics were hidden: the tabs the welcome points to), and a pair's prompt and plans stack a screen wide
+    instead of sharing it three ways (about 100 px each: one word per line). A desktop keeps them side by side."""
+    from studio.app import TABS
+
+    url, *_ = served
+    expect = sync_api.expect
+    widths = {}
+    for width in (390, 1400):
+        page = browser.new_page(viewport={"width": width, "height": 844})
+        page.set_default_timeout(30_000)
+        page.goto(url)
+        expect(page.get_by_text("MOAT Studio").first).to_be_visible()
+        for label in TABS.values():
+            expect(page.get_by_role("tab", name=label)).to_be_visible()
+        _tab(page, "Pairs")
+        prompt = page.locator("#pairs-prompt")
+        expect(prompt).to_be_attached()
+        widths[width] = prompt.evaluate("e => e.getBoundingClientRect().width")
+        if width == 390:
+            _shot(page, "phone-pairs")
+        page.close()
+    assert widths[390] > 300, widths  # stacked: the whole width of the phone's page
+    assert widths[1400] < 700, widths  # side by side on a desktop
+
+
 def test_artifacts_dir_is_ignored():
     assert "test-artifacts/" in (Path(__file__).resolve().parents[1] / ".gitignore").read_text()
 
