@@ -94,6 +94,17 @@ def test_report_by_template_cli(traced_store, capsys):
     assert "no experiment 'ex-nope'" in capsys.readouterr().err
 
 
+def test_report_split_without_by_template_is_refused(traced_store, capsys):
+    db = traced_store.path
+    traced_store.close()
+    assert main(["report", "--db", str(db), "--experiment", "ex-1", "--split", "held_in", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--split held_in needs --by-template" in captured.err
+    assert main(["report", "--db", str(db), "--experiment", "ex-1", "--by-template", "--split", "held_out",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["split"] == "held_out"
+
+
 def test_a_vague_wording_that_is_also_the_concrete_one_is_not_vague():
     from engine.breakdown import has_vague_step
 

@@ -26,7 +26,6 @@ from engine.config import load_config
 from engine.errors import ConfigError, DataError
 from engine.store import Store
 from engine.tasks import load_tasks, read_records
-from tests.test_breakdown import traced_store  # noqa: F401  (a fixture: a store holding experiment ex-1)
 
 GOOD_TASK = json.dumps({"id": "a", "domain": "maths", "split": "train", "question": "What is 2+2?"})
 
@@ -225,17 +224,6 @@ def test_eval_formulation_has_help_naming_the_choices_and_the_default():
     text = " ".join(_subcommand("eval").format_help().split())
     assert "onetime = the planner writes the whole plan" in text and "iterative = subgoal by subgoal" in text
     assert "default: the config's evaluate.formulation" in text
-
-
-def test_report_split_without_by_template_is_refused(traced_store, capsys):  # noqa: F811
-    db = traced_store.path
-    traced_store.close()
-    assert main(["report", "--db", str(db), "--experiment", "ex-1", "--split", "held_in", "--json"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == "" and "--split held_in needs --by-template" in captured.err
-    assert main(["report", "--db", str(db), "--experiment", "ex-1", "--by-template", "--split", "held_out",
-                 "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["split"] == "held_out"
 
 
 # -- the command line starts without the training stack -----------------------------------------------------------
