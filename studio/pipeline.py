@@ -6,7 +6,10 @@ agents; later iterations: the eight MOAT stages), each with its state, a progres
 wall time once done and the one-line summary of ``studio.stage_text``. Progress and ETA come from the job worker's
 events (``snapshot``); states, times and summaries from the store. A stage the store marks running while no job of
 this studio runs it is shown interrupted (``live`` is False), as the stage table does. In a curriculum
-(``[[schedule.phases]]``) the title names the iteration's phase and the stages it leaves out show as skipped.
+(``[[schedule.phases]]``) the title names the iteration's phase and the stages it leaves out show as skipped. The two
+training cards name how the iteration trains each role (``stages.planner_objective``: "4 · DPO planner" or
+"4 · GRPO planner"; ``stages.grounder_objective``: "7 · SFT grounder" or "7 · GRPO grounder"), from what the stage
+recorded it ran, else the run's config for that iteration (``studio.stage_text.objectives``).
 """
 
 from __future__ import annotations
@@ -16,14 +19,24 @@ from typing import Any
 
 from engine.loop import STAGES, WARM_START
 from engine.store import Store
-from studio.stage_text import shown_status, stage_seconds, stage_summary
+from studio.stage_text import OBJECTIVE_NAMES, objectives, shown_status, stage_seconds, stage_summary
 
 COLOURS = {"done": "#2e7d32", "running": "#1565c0", "failed": "#c62828", "stopped": "#ef6c00",
            "interrupted": "#ef6c00", "skipped": "#757575", "pending": "#9e9e9e"}
+# The training cards' labels take the objective: "4 · {planner} planner" -> "4 · GRPO planner" (see ``label``).
 LABELS = {"sample": "1 · sample plans", "score": "2 · score by grounder", "pairs": "3 · preference pairs",
-          "train_planner": "4 · DPO planner", "ground": "5 · ground plans", "critique": "6 · critic",
-          "train_grounder": "7 · SFT grounder", "evaluate": "8 · evaluate",
+          "train_planner": "4 · {planner} planner", "ground": "5 · ground plans", "critique": "6 · critic",
+          "train_grounder": "7 · {grounder} grounder", "evaluate": "8 · evaluate",
           "warm_start_planner": "warm start planner", "warm_start_grounder": "warm start grounder"}
+
+
+def label(name: str, trained_by: dict[str, str], counts: dict[str, Any] | None = None) -> str:
+    """The card's title: ``LABELS`` with each role's objective (``trained_by``, e.g. ``{"planner": "GRPO",
+    "grounder": "SFT"}``); a training stage's own record of what it ran (``counts["objective"]``) comes first."""
+    ran = OBJECTIVE_NAMES.get(str(counts.get("objective") or "")) if isinstance(counts, dict) else None
+    role = {"train_planner": "planner", "train_grounder": "grounder"}.get(name)
+    names = {**trained_by, **({role: ran} if role and ran else {})}
+    return LABELS.get(name, name).format(**names)
 
 
 def _iteration(store: Store, run_id: str, snapshot: dict[str, Any], live: bool) -> int | None:
@@ -42,12 +55,12 @@ def _progress(snapshot: dict[str, Any], iteration: int, stage: str) -> dict[str,
     return None
 
 
-def _card(name: str, status: str, fraction: float, detail: str, summary: str) -> str:
+def _card(name: str, title: str, status: str, fraction: float, detail: str, summary: str) -> str:
     colour = COLOURS.get(status, "#9e9e9e")
     return (f'<div class="moat-stage" data-stage="{html.escape(name)}" data-status="{html.escape(status)}" '
             f'style="flex:1 1 0;min-width:120px;border:1px solid #ddd;border-top:4px solid {colour};'
             f'border-radius:6px;padding:6px 8px;font-size:13px">'
-            f'<div style="font-weight:600">{html.escape(LABELS.get(name, name))}</div>'
+            f'<div style="font-weight:600">{html.escape(title)}</div>'
             f'<div style="color:{colour}">{html.escape(status)}{html.escape(detail)}</div>'
             f'<div role="progressbar" aria-valuenow="{round(100 * fraction)}" aria-valuemin="0" aria-valuemax="100" '
             f'style="height:6px;background:#eee;border-radius:3px;margin:4px 0">'
@@ -63,6 +76,7 @@ def pipeline_html(store: Store, run_id: str | None, snapshot: dict[str, Any], li
     if iteration is None:
         return "<p>Nothing has run yet: <b>Next iteration</b> evaluates the starting agents, then runs MOAT.</p>"
     statuses = store.stage_status(run_id, iteration)
+    trained_by = objectives(store, run_id, iteration)
     moat = iteration > 0 or any(name in statuses for name in STAGES if name != "evaluate")
     names = [name for name in WARM_START if name in statuses] + (list(STAGES) if moat else ["evaluate"])
     cards = []
@@ -79,7 +93,7 @@ def pipeline_html(store: Store, run_id: str | None, snapshot: dict[str, Any], li
         elif status == "done" and stage_seconds(row) is not None:
             detail = f" · {stage_seconds(row):.1f} s"
         summary = stage_summary(store, run_id, iteration, name, status, row.get("counts"))
-        cards.append(_card(name, status, fraction, detail, summary))
+        cards.append(_card(name, label(name, trained_by, row.get("counts")), status, fraction, detail, summary))
     phases = {(row.get("counts") or {}).get("phase") for row in statuses.values()
               if isinstance(row.get("counts"), dict)} - {None}
     title = f"<div style='font-weight:600;margin-bottom:4px'>Iteration {iteration}" + (

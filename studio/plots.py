@@ -50,14 +50,25 @@ def note_if_empty(fig: go.Figure, text: str) -> go.Figure:
 
 
 def line(fig: go.Figure, x: Sequence, y: Sequence, name: str, colour: str | None = None, dashed: bool = False,
-         lo: Sequence | None = None, hi: Sequence | None = None) -> None:
-    """A line with markers; ``lo``/``hi`` (same length as ``y``) draw asymmetric error bars."""
+         lo: Sequence | None = None, hi: Sequence | None = None, yaxis: str | None = None) -> None:
+    """A line with markers; ``lo``/``hi`` (same length as ``y``) draw asymmetric error bars; ``yaxis="y2"`` puts it
+    on a second y axis (see ``second_axis``)."""
     error = None
     if lo is not None and hi is not None:
         error = dict(type="data", symmetric=False, array=[h - v for h, v in zip(hi, y)],
                      arrayminus=[v - lo_ for v, lo_ in zip(y, lo)], thickness=1, width=4)
     fig.add_scatter(x=list(x), y=list(y), mode="lines+markers", name=name, error_y=error,
-                    line=dict(dash="dash" if dashed else "solid", color=colour))
+                    line=dict(dash="dash" if dashed else "solid", color=colour), **({"yaxis": yaxis} if yaxis else {}))
+
+
+def second_axis(fig: go.Figure, title: str, percent: bool = False) -> go.Figure:
+    """A right-hand y axis (``yaxis2``) for a quantity on another scale than the left one (a 0-1 rate beside a
+    count): traces drawn with ``line(..., yaxis="y2")`` use it; ``percent``: 0-100% of a fraction. The legend moves
+    past the axis' tick labels."""
+    fig.update_layout(yaxis2=dict(title=title, overlaying="y", side="right", showgrid=False, rangemode="tozero",
+                                  **(dict(tickformat=".0%") if percent else {})),
+                      legend=dict(x=1.12, xanchor="left"))
+    return fig
 
 
 def band_and_mean(fig: go.Figure, x: Sequence, mean: Sequence, lo: Sequence, hi: Sequence, name: str, colour: str,

@@ -1,12 +1,64 @@
 """One human line per stage of a run for the Run tab ("96 pairs from 96 tasks, median margin 0.31"), built from the
 stage's stored counts and, where a count alone says little, the rows the stage wrote (pair margins, verdict
-statuses, accuracies). Pure reads; a stage that has not finished says what it is doing or why it was skipped."""
+statuses, accuracies). Pure reads; a stage that has not finished says what it is doing or why it was skipped.
+
+How each role learns follows the run's config (``stages.planner_objective``: DPO or GRPO;
+``stages.grounder_objective``: SFT or GRPO; a curriculum phase may set either): ``objectives`` gives the names an
+iteration trains by, ``run_objectives`` those of every iteration of a run, for every label that names a trainer
+(the pipeline's cards, the Metrics charts, the Run tab's loss chart)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from engine.config import RunConfig, config_from_dict
+from engine.errors import ConfigError
+from engine.schedule import iteration_config
 from engine.store import Store
+
+# The shown name of each training objective (the config's values are lower case).
+OBJECTIVE_NAMES = {"dpo": "DPO", "grpo": "GRPO", "sft": "SFT"}
+DEFAULT_OBJECTIVES = {"planner": "DPO", "grounder": "SFT"}
+
+
+def _run_config(store: Store, run_id: str | None) -> RunConfig | None:
+    run = store.get_run(run_id) if run_id else None
+    if run is None:
+        return None
+    try:
+        return config_from_dict(run.get("config") or {})
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
+def _objectives_of(config: RunConfig | None, iteration: int) -> dict[str, str]:
+    if config is None:
+        return dict(DEFAULT_OBJECTIVES)
+    try:
+        stages = iteration_config(config, max(iteration, 1)).stages
+    except (ConfigError, TypeError, ValueError):
+        stages = config.stages
+    return {"planner": OBJECTIVE_NAMES.get(stages.planner_objective, stages.planner_objective.upper()),
+            "grounder": OBJECTIVE_NAMES.get(stages.grounder_objective, stages.grounder_objective.upper())}
+
+
+def objectives(store: Store, run_id: str | None, iteration: int) -> dict[str, str]:
+    """``{"planner": "DPO" | "GRPO", "grounder": "SFT" | "GRPO"}``: how the run's config (with the iteration's
+    curriculum phase applied) trains each role in ``iteration``; DPO / SFT for a run the store does not have."""
+    return _objectives_of(_run_config(store, run_id), iteration)
+
+
+def run_objectives(store: Store, run_id: str | None) -> dict[str, list[str]]:
+    """Each role's objectives over the run's MOAT iterations (one name unless a curriculum changes it), in the
+    order they first run; before any iteration, those iteration 1 will use."""
+    config = _run_config(store, run_id)
+    iterations = [it for it in (store.iterations(run_id) if config is not None else []) if it >= 1] or [1]
+    out: dict[str, list[str]] = {"planner": [], "grounder": []}
+    for it in iterations:
+        for role, name in _objectives_of(config, it).items():
+            if name not in out[role]:
+                out[role].append(name)
+    return out
 
 
 def _n(value: Any) -> str:
@@ -55,13 +107,13 @@ def _training(what: str, counts: dict[str, Any]) -> str:
     return f"{what} on {rows}{precision}"
 
 
-def _grpo(counts: dict[str, Any]) -> str:
+def _grpo(counts: dict[str, Any], unit: str = "tasks") -> str:
     """"GRPO on 96 tasks: 768 rollouts, mean reward -1.82 (gap, execution, format), 12 groups without signal"."""
     if counts.get("note"):
         return str(counts["note"])
     mean = counts.get("mean_reward")
     flat = counts.get("zero_advantage_groups")
-    return (f"GRPO on {_n(counts.get('rows'))} tasks: {_n(counts.get('rollouts'))} rollouts"
+    return (f"GRPO on {_n(counts.get('rows'))} {unit}: {_n(counts.get('rollouts'))} rollouts"
             + (f", mean reward {mean:.2f} ({', '.join(counts.get('rewards') or [])})" if mean is not None else "")
             + (f", {flat} groups without signal" if flat else "")
             + (f", {counts['precision']}" if counts.get("precision") else ""))
@@ -102,17 +154,23 @@ def _stage_line(store: Store, run_id: str, iteration: int, stage: str, status: s
     if stage == "score":
         return f"{_n(counts.get('rows'))} plans scored by the grounder"
     if stage == "pairs":
-        return _pairs(store, run_id, iteration, counts)
+        line, planner = _pairs(store, run_id, iteration, counts), objectives(store, run_id, iteration)["planner"]
+        # GRPO makes its own rollouts: the pairs are there to read and curate, not what the planner trains on
+        return line if planner == "DPO" else f"{line}; not trained on: the planner learns by {planner}"
     if stage == "ground":
         return f"{_n(counts.get('rows'))} plans grounded"
     if stage == "critique":
         return _critique(store, run_id, iteration, counts)
     if stage == "evaluate":
         return _evaluate(store, run_id, iteration, counts)
-    if stage == "train_planner" and counts.get("objective") == "grpo":
-        return _grpo(counts)
-    if stage in ("train_planner", "warm_start_planner"):
-        return _training("DPO" if stage == "train_planner" else "warm-start SFT", counts)
-    if stage in ("train_grounder", "warm_start_grounder"):
+    if stage in ("train_planner", "train_grounder"):  # what ran (its counts), else what the config says
+        role = "planner" if stage == "train_planner" else "grounder"
+        name = OBJECTIVE_NAMES.get(str(counts.get("objective") or ""), objectives(store, run_id, iteration)[role])
+        if name == "GRPO":
+            return _grpo(counts, "tasks" if role == "planner" else "grounded plans")
+        return _training(name, counts)
+    if stage == "warm_start_planner":
+        return _training("warm-start SFT", counts)
+    if stage == "warm_start_grounder":
         return _training("SFT", counts)
     return ", ".join(f"{k} {v}" for k, v in counts.items() if k != "agents")

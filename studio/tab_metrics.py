@@ -7,11 +7,18 @@ Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``F
 ticks; accuracy lines carry their 95% Wilson interval as error bars (``accuracy_lo``/``accuracy_hi``, when stored);
 each split/domain has one colour in the accuracy, gap-PPL and gap-log-PPL figures. The tables come from
 ``studio.metrics_swaps``. Every handler only reads.
+
+The training charts follow how the runs train (``studio.stage_text.run_objectives``): the planner's loss is titled
+and named DPO or GRPO, the grounder's SFT or GRPO; the rewards chart draws DPO's rewards / margins / accuracies or
+GRPO's mean reward and each reward's mean, and a GRPO run without reward logs says DPO rewards do not apply; the
+pairs chart says when the planner does not train on the pairs (GRPO), and draws the tie rate (a fraction) on its own
+right-hand percent axis beside the pair count. The keys of ``FIGURES`` stay as they are (element ids, the API).
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 import gradio as gr
 import pandas as pd
@@ -23,10 +30,13 @@ from studio import metrics_experiment as mexp
 from studio.common import Ctx
 from studio.metrics_swaps import changes_markdown, swap_markdown
 from studio.picker import Picker
-from studio.plots import colours, figure, line, note_if_empty
+from studio.plots import colours, figure, line, note_if_empty, second_axis
+from studio.stage_text import objectives, run_objectives
 
 FIGURES = ("accuracy", "gap_ppl", "gap_logppl", "dpo_rewards", "dpo_loss", "sft_loss", "pairs", "critic")
 DPO_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
+# What TRL's GRPOTrainer logs of its rewards: the weighted total's mean, and each reward function's mean.
+GRPO_KEY = re.compile(r"^(reward|rewards/[^/]+/mean)$")
 NO_EXPERIMENT = ("(none: the picked run)", "")
 
 
@@ -55,28 +65,59 @@ def _metric_lines(store: Store, run_id: str) -> pd.DataFrame:
     return wide.reset_index().sort_values(["split", "domain", "iteration"])
 
 
-# What writes each chart's data, for the note an empty chart of a picked run shows.
+# What writes each chart's data, for the note an empty chart of a picked run shows ({planner} / {grounder}: the
+# runs' objectives, e.g. "DPO" or "GRPO").
 EMPTY_BY_STAGE = {
     "accuracy": "evaluate stage writes accuracy", "gap_ppl": "evaluate stage writes the gap",
-    "gap_logppl": "evaluate stage writes the gap", "dpo_rewards": "planner's DPO stage logs these",
-    "dpo_loss": "planner's DPO stage logs its loss", "sft_loss": "grounder's SFT stage logs its loss",
+    "gap_logppl": "evaluate stage writes the gap", "dpo_rewards": "planner's {planner} stage logs these",
+    "dpo_loss": "planner's {planner} stage logs its loss", "sft_loss": "grounder's {grounder} stage logs its loss",
     "pairs": "pairs stage writes pairs", "critic": "critique stage writes verdicts",
 }
 
 
+def _union(lists) -> list[str]:
+    return list(dict.fromkeys(name for names in lists for name in names))
+
+
+def training_titles(planner: list[str], grounder: list[str]) -> dict[str, str]:
+    """The training charts' titles for the objectives shown (``["DPO"]``, ``["GRPO"]``, both when runs differ)."""
+    planner, grounder = planner or ["DPO"], grounder or ["SFT"]
+    p, g = " / ".join(planner), " / ".join(grounder)
+    rewards = {"DPO": "DPO rewards / margins / accuracies", "GRPO": "GRPO rewards (mean per logged step)"}
+    if "DPO" not in planner:
+        pairs = f"Preference pairs (not trained on: the planner learns by {p}) and tie rate"
+    elif len(planner) > 1:
+        pairs = f"Pairs (DPO trains on them, {' / '.join(n for n in planner if n != 'DPO')} does not) and tie rate"
+    else:
+        pairs = "Pairs in training and tie rate"
+    shown = rewards.get(planner[0], f"{p} rewards") if len(planner) == 1 else f"Planner rewards ({p})"
+    return {"dpo_rewards": shown,
+            "dpo_loss": f"Planner {p} loss", "sft_loss": f"Grounder {g} loss", "pairs": pairs}
+
+
+def _reward_keys(logs: list[dict]) -> list[str]:
+    """The rewards a planner's logs carry, DPO's first (in ``DPO_KEYS`` order), then GRPO's in logged order."""
+    seen = dict.fromkeys(key for lg in logs for key in lg)
+    return [k for k in DPO_KEYS if k in seen] + [k for k in seen if GRPO_KEY.match(k)]
+
+
 def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[str, go.Figure]:
     """Every metrics chart for run A (and run B overlaid when given and different)."""
+    runs = [r for r in dict.fromkeys([run_a, run_b]) if r]
+    trained_by = {run_id: run_objectives(store, run_id) for run_id in runs}
+    planner = _union(t["planner"] for t in trained_by.values()) or ["DPO"]
+    grounder = _union(t["grounder"] for t in trained_by.values()) or ["SFT"]
+    titles = training_titles(planner, grounder)
     figs = {
         "accuracy": figure("Accuracy per split/domain (95% Wilson interval)", "iteration", "accuracy", percent=True),
         "gap_ppl": figure("Capability gap: mean gold-action PPL", "iteration", "PPL"),
         "gap_logppl": figure("Capability gap: gold-action log-PPL", "iteration", "log-PPL"),
-        "dpo_rewards": figure("DPO rewards / margins / accuracies", "logged step", "value", iterations=False),
-        "dpo_loss": figure("DPO loss", "logged step", "loss", iterations=False),
-        "sft_loss": figure("Grounder SFT loss", "logged step", "loss", iterations=False),
-        "pairs": figure("Pairs in training and tie rate", "iteration", "count / rate"),
+        "dpo_rewards": figure(titles["dpo_rewards"], "logged step", "value", iterations=False),
+        "dpo_loss": figure(titles["dpo_loss"], "logged step", "loss", iterations=False),
+        "sft_loss": figure(titles["sft_loss"], "logged step", "loss", iterations=False),
+        "pairs": second_axis(figure(titles["pairs"], "iteration", "pairs"), "tie rate", percent=True),
         "critic": figure("Critic status rates", "iteration", "share of verdicts"),
     }
-    runs = [r for r in dict.fromkeys([run_a, run_b]) if r]
     wide = {run_id: _metric_lines(store, run_id) for run_id in runs}
     palette = colours(sorted({(s, d) for df in wide.values() for s, d in zip(df["split"], df["domain"])}))
     for n, run_id in enumerate(runs):
@@ -91,18 +132,25 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
                 bars = key == "accuracy" and set(bounds) <= set(part) and bool(part[bounds].notna().all(axis=None))
                 line(figs[key], part["iteration"], part[key], name, colour, dashed,
                      lo=part["accuracy_lo"] if bars else None, hi=part["accuracy_hi"] if bars else None)
-        dpo = _train_logs(store, run_id, "train_planner")
-        logs = [json.loads(t) for t in dpo["logs_json"]]
-        for key in DPO_KEYS:
-            points = [(x, lg[key]) for x, lg in zip(dpo["x"], logs) if isinstance(lg.get(key), (int, float))]
+        planner_logs = _train_logs(store, run_id, "train_planner")
+        logs = [json.loads(t) for t in planner_logs["logs_json"]]
+        for key in _reward_keys(logs):
+            points = [(x, lg[key]) for x, lg in zip(planner_logs["x"], logs) if isinstance(lg.get(key), (int, float))]
             if points:
                 line(figs["dpo_rewards"], *zip(*points), f"{tag}{key}", dashed=dashed)
-        for fig, df in ((figs["dpo_loss"], dpo), (figs["sft_loss"], _train_logs(store, run_id, "train_grounder"))):
+        for role, fig, df in (("planner", figs["dpo_loss"], planner_logs),
+                              ("grounder", figs["sft_loss"], _train_logs(store, run_id, "train_grounder"))):
             df = df[df["loss"].notna()]
-            line(fig, df["x"], df["loss"], f"{tag}loss", dashed=dashed)
+            # one line per objective (a curriculum may switch): its name on the line, never a GRPO loss as DPO's
+            by = df["iteration"].map({it: objectives(store, run_id, int(it))[role] for it in set(df["iteration"])})
+            for name in dict.fromkeys(by):
+                part = df[by == name]
+                line(fig, part["x"], part["loss"], f"{tag}{name} loss", dashed=dashed)
         pc = _pair_counts(store, run_id)
-        line(figs["pairs"], pc["iteration"], pc["pairs"], f"{tag}pairs", dashed=dashed)
-        line(figs["pairs"], pc["iteration"], pc["tie_rate"], f"{tag}tie rate", dashed=dashed)
+        trained = "DPO" in trained_by[run_id]["planner"]
+        line(figs["pairs"], pc["iteration"], pc["pairs"], f"{tag}pairs{' in training' if trained else ''}",
+             dashed=dashed)
+        line(figs["pairs"], pc["iteration"], pc["tie_rate"], f"{tag}tie rate (right axis)", dashed=dashed, yaxis="y2")
         v = store.verdict_status_counts(run_id)
         if len(v):
             v["rate"] = v["n"] / v.groupby("iteration")["n"].transform("sum")
@@ -113,8 +161,12 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
                 for name, fig in figs.items()}
     # A run is picked but this chart has nothing yet (a run still in its first stages, or one whose variant skips
     # the stage): say which stage writes it, not "pick a run" beside the picked run.
-    return {name: note_if_empty(fig, f"Nothing in this run yet: the {EMPTY_BY_STAGE[name]}")
-            for name, fig in figs.items()}
+    names = {"planner": " / ".join(planner), "grounder": " / ".join(grounder)}
+    notes = {name: f"Nothing in this run yet: the {EMPTY_BY_STAGE[name].format(**names)}" for name in figs}
+    if "DPO" not in planner:  # a GRPO run never logs DPO's rewards: say so, not "yet"
+        notes["dpo_rewards"] = (f"This run trains its planner by {names['planner']} (stages.planner_objective), not "
+                                "DPO: DPO rewards do not apply, and its trainer has logged no rewards yet")
+    return {name: note_if_empty(fig, notes[name]) for name, fig in figs.items()}
 
 
 def run_tables(store: Store, run_id: str | None, spaces: bool = False) -> tuple[str, str]:

@@ -1,9 +1,13 @@
 """Run tab: *Start a new run* (create a run from the config and run its first iteration), drive the shared
 ``JobWorker`` (next stage / rest of iteration / next iteration / stop) and watch it: the iteration as a pipeline of
 stage cards with progress bars, ETA and one human line each (``studio.pipeline``, ``studio.stage_text``), the job's
-log tail, every stage of the run in a table, TRL loss curves, refreshed by a ``gr.Timer``. Under *Advanced*: edit
-the config (TOML) in the page, validate it with field-level errors, see the equivalent CLI command, create a run
-without starting it.
+log tail beside TRL loss curves (one panel per role, each line named by its iteration and objective), every stage
+of the run in a full-width table (its summary column wraps), refreshed by a ``gr.Timer``; the same timer turns the
+line that announced a job into how it ended once it has (``settled_message``). Under *Advanced*: the config for a
+NEW run (the one *Start a new run* and *Create run* use; ``--config``, the demo's by default, or the picked run's
+config loaded with *Start from the picked run's config*: ``picked_config``), edited in the page, validated with
+field-level errors (``config_problem``: the field once, or a TOML syntax error's line and column; markdown in the
+page, plain text in the CLI box), the equivalent CLI command, and *Create run* without starting it.
 
 A config from the page is checked like a file (``engine.config``), then every path in it must lie inside the
 studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_policy``. Creating a run and every
@@ -11,14 +15,15 @@ job button are write endpoints: ``check_writable`` refuses them server side for 
 Spaces a job button also refuses a run that fails ``spaces_policy`` and a job that would start an iteration past the
 ``run.iterations`` cap (``start_job``: the server decides, whatever the page sends).
 
-Handlers: ``validate_config``, ``cli_command``, ``create_run_from_text``, ``start_job``, ``stage_table``,
-``job_markdown``, ``loss_figure``, ``config_toml``: plain functions of the store / worker / text, called by the
-Gradio wiring in ``build``.
+Handlers: ``config_problem``, ``validate_config``, ``cli_command``, ``create_run_from_text``, ``start_job``,
+``stage_table``, ``job_markdown``, ``settled_message``, ``loss_figure``, ``config_toml``, ``picked_config``: plain
+functions of the store / worker / text, called by the Gradio wiring in ``build``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 import tomllib
@@ -28,6 +33,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from engine.config import RunConfig, config_from_dict, config_to_dict, config_to_toml, load_config
 from engine.errors import ConfigError, DataError
@@ -37,21 +43,40 @@ from engine.workspace import config_paths_inside
 from studio.common import SPACES_CAPS, Ctx, check_writable, spaces_capped, spaces_policy, who_of
 from studio.jobs import JobWorker
 from studio.pipeline import pipeline_html
-from studio.plots import note_if_empty
-from studio.stage_text import shown_status, stage_seconds, stage_summary
+from studio.plots import colours, note_if_empty
+from studio.stage_text import objectives, shown_status, stage_seconds, stage_summary
 
-# The stage table's columns, also its headers before the run has any stage.
+# The stage table's columns, also its headers before the run has any stage; their widths (the summary, a sentence,
+# gets the room and wraps: it was cut off mid-word).
 STAGE_COLUMNS = ["iteration", "stage", "status", "summary", "seconds", "error"]
+STAGE_WIDTHS = ["8%", "12%", "8%", "56%", "7%", "9%"]
+# The line *Start a new run* ends with while its job runs (``settled_message`` replaces it once the job has ended).
+RUNNING_NOTE = "are running: the pipeline below follows them."
+_TOML_AT = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
 
 
-def validate_config(text: str, spaces: bool = False, workspace: str | Path | None = None) -> tuple[RunConfig | None,
-                                                                                                 str]:
-    """Parse and validate TOML text: ``(config, "")`` or ``(None, "**field**: message")``. With ``workspace`` every
-    path field must resolve inside it; with ``spaces`` the config must pass ``spaces_policy``."""
+def _toml_problem(exc: tomllib.TOMLDecodeError) -> tuple[str, str]:
+    """A TOML syntax error as ``("TOML syntax, line 76, column 7", "Expected ']' ...")``: where, then what."""
+    text = str(getattr(exc, "msg", None) or exc)
+    found = _TOML_AT.search(str(exc))
+    line, column = getattr(exc, "lineno", None), getattr(exc, "colno", None)
+    if found and line is None:
+        line, column = found.group(1), found.group(2)
+    text = _TOML_AT.sub("", text)
+    where = f"TOML syntax, line {line}, column {column}" if line else "TOML syntax, at the end of the config"
+    return where, text
+
+
+def config_problem(text: str, spaces: bool = False,
+                   workspace: str | Path | None = None) -> tuple[RunConfig | None, tuple[str, str] | None]:
+    """Parse and validate TOML text: ``(config, None)`` or ``(None, (where, message))``, where is the field
+    (``sample.k``) or a TOML syntax error's line and column, named once (a message that starts with its field, as a
+    workspace refusal does, loses that copy). With ``workspace`` every path field must resolve inside it; with
+    ``spaces`` the config must pass ``spaces_policy``."""
     try:
         data = tomllib.loads(text or "")
     except tomllib.TOMLDecodeError as exc:
-        return None, f"**<toml>**: {exc}"
+        return None, _toml_problem(exc)
     try:
         config = config_from_dict(data, "editor")
         if workspace is not None:
@@ -59,8 +84,33 @@ def validate_config(text: str, spaces: bool = False, workspace: str | Path | Non
         if spaces:
             config = spaces_policy(config)
     except ConfigError as exc:
-        return None, f"**{exc.field}**: {exc.message}"
-    return config, ""
+        return None, _field_problem(exc)
+    return config, None
+
+
+def _field_problem(exc: ConfigError) -> tuple[str, str]:
+    message = str(exc.message)
+    for sep in (": ", " "):
+        if exc.field and message.startswith(exc.field + sep):
+            return exc.field, message[len(exc.field) + len(sep):]
+    return exc.field, message
+
+
+def problem_markdown(problem: tuple[str, str]) -> str:
+    """``**where**: message`` for the page; a ``<`` is escaped (markdown drops ``<tokenizer>`` as a tag)."""
+    return f"**{problem[0].replace('<', '&lt;')}**: {problem[1].replace('<', '&lt;')}"
+
+
+def problem_text(problem: tuple[str, str]) -> str:
+    """``where: message`` for a plain-text box (no markdown)."""
+    return f"{problem[0]}: {problem[1]}"
+
+
+def validate_config(text: str, spaces: bool = False, workspace: str | Path | None = None) -> tuple[RunConfig | None,
+                                                                                                 str]:
+    """``config_problem`` for the page: ``(config, "")`` or ``(None, "**where**: message")`` (markdown)."""
+    config, problem = config_problem(text, spaces, workspace)
+    return config, problem_markdown(problem) if problem else ""
 
 
 def config_toml(config: RunConfig) -> str:
@@ -73,10 +123,11 @@ def _flat(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def cli_command(config_path: str, text: str, spaces: bool = False, workspace: str | Path | None = None) -> str:
-    """``python -m engine run --config FILE --set a.b=v ...`` for the fields the editor changed from the file."""
-    config, error = validate_config(text, spaces, workspace)
+    """``python -m engine run --config FILE --set a.b=v ...`` for the fields the editor changed from the file; a
+    config that does not validate gives one plain-text line naming the problem (the box shows no markdown)."""
+    config, problem = config_problem(text, spaces, workspace)
     if config is None:
-        return f"# fix the config first: {error}"
+        return f"# fix the config first: {problem_text(problem)}"
     try:
         base = _flat(config_to_dict(load_config(config_path)))
     except (ConfigError, OSError):
@@ -98,7 +149,9 @@ def create_run_from_text(store: Store, text: str, spaces: bool = False,
         return None, f"Not created: {error}"
     try:
         run_id = create_run(store, config)
-    except (ConfigError, DataError, OSError) as exc:  # ConfigError: a model path that fails the preflight
+    except ConfigError as exc:  # a model path that fails the preflight
+        return None, f"Not created: {problem_markdown(_field_problem(exc))}"
+    except (DataError, OSError) as exc:
         return None, f"Not created: {exc}"
     return run_id, f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks)."
 
@@ -172,17 +225,74 @@ def job_markdown(jobs: JobWorker) -> str:
     return "\n\n".join(lines)
 
 
+def settled_message(message: str | None, snap: dict[str, Any]) -> str | None:
+    """The Run tab's message once the job it announced has ended (``None``: leave it as it is). A job button says
+    "Started `kind` on `run`." and *Start a new run* "... are running: the pipeline below follows them."; once the
+    worker's job (``snap``, ``JobWorker.snapshot``) is that job and no longer runs, the line says how it ended
+    instead. Any other message (a refusal, a created run, a newer job's) stays."""
+    if not message or snap.get("running") or snap.get("status") in (None, "idle"):
+        return None
+    run, label = snap.get("run_id"), snap.get("label")
+    if message.startswith(f"Started `{label}` on `{run}`"):
+        head = ""
+    elif label == "start_new" and RUNNING_NOTE in message and f"`{run}`" in message:
+        head = message.split(" The starting agents'")[0].rstrip() + " "
+    else:
+        return None
+    took = (snap.get("finished_at") or time.time()) - (snap.get("started_at") or time.time())
+    status, result = snap.get("status"), snap.get("result")
+    ended = {"failed": "failed (the error is below)", "stopped": "was stopped"}.get(
+        status, "finished" if result in (None, "done", "paused") else f"ended: {result}")  # paused: its stages ran
+    return f"{head}The job `{label}` on `{run}` {ended} after {took:.0f} s."
+
+
+ROLES = (("planner", ("warm_start_planner", "train_planner")), ("grounder", ("warm_start_grounder", "train_grounder")))
+
+
 def loss_figure(store: Store, run_id: str | None) -> go.Figure:
-    """Training loss per logged step for each (iteration, training stage) of the run."""
-    fig = go.Figure()
-    if run_id:
-        logs = store.train_log_rows(run_id)
-        logs = logs[logs["loss"].notna()]
-        for (it, stage), df in logs.groupby(["iteration", "stage"]):
-            fig.add_scatter(x=df["step"], y=df["loss"], mode="lines+markers", name=f"it {it} {stage}")
-    fig.update_layout(title="TRL loss", xaxis_title="step", yaxis_title="loss", height=320,
-                      margin=dict(l=40, r=10, t=40, b=40))
-    return note_if_empty(fig, "No training logged yet: the loss appears here while a training stage runs")
+    """Training loss per logged step, one panel per role (planner above, grounder below: a GRPO loss around 0 and
+    an SFT loss are different quantities, never one curve), one line per iteration named by what trained it
+    ("it 2 · GRPO", "it 0 · warm-start SFT"), one colour per iteration in both panels."""
+    logs = store.train_log_rows(run_id) if run_id else None
+    logs = logs[logs["loss"].notna()] if logs is not None else None
+    roles = [(role, logs[logs["stage"].isin(stages)]) for role, stages in ROLES] if logs is not None else []
+    roles = [(role, df) for role, df in roles if len(df)]
+    if not roles:
+        fig = go.Figure()
+        fig.update_layout(title="TRL loss", xaxis_title="step", yaxis_title="loss", height=320,
+                          margin=dict(l=40, r=10, t=40, b=40))
+        return note_if_empty(fig, "No training logged yet: the loss appears here while a training stage runs")
+    fig = make_subplots(rows=len(roles), cols=1, vertical_spacing=0.16)
+    palette = colours(sorted(set(logs["iteration"])))
+    for row, (role, df) in enumerate(roles, start=1):
+        names = set()
+        for (it, stage), part in df.groupby(["iteration", "stage"]):
+            trained = ("warm-start SFT" if stage.startswith("warm_start") else
+                       objectives(store, run_id, int(it))[role])
+            names.add(trained)
+            fig.add_scatter(x=part["step"], y=part["loss"], mode="lines+markers", name=f"{role} · it {it} · {trained}",
+                            line=dict(color=palette[it]), marker=dict(size=4), legendgroup=role, row=row, col=1)
+        fig.update_yaxes(title_text=f"{role} loss ({' / '.join(sorted(names))})", row=row, col=1)
+        fig.update_xaxes(title_text="step" if row == len(roles) else None, row=row, col=1)
+    fig.update_layout(title="TRL loss by role", height=320 if len(roles) == 1 else 460,
+                      margin=dict(l=40, r=10, t=40, b=40), legend=dict(groupclick="toggleitem"))
+    return fig
+
+
+def picked_config(store: Store, run_id: str | None, spaces: bool = False) -> tuple[str | None, str]:
+    """*Start from the picked run's config*: ``(toml, message)`` to load into the new-run editor (``toml`` None:
+    nothing to load, the message says why). A read: the editor is the page's, nothing is stored. Not on Spaces,
+    where a new run starts from the demo's config (and a stored config may name server paths)."""
+    if spaces:
+        return None, "On this Space a new run starts from the demo's config."
+    if not run_id or store.get_run(run_id) is None:
+        return None, "Pick a run first."
+    try:
+        config = run_config(store, run_id)
+    except ConfigError as exc:
+        return None, f"The config of `{run_id}` no longer validates: {problem_markdown(_field_problem(exc))}"
+    return config_toml(config), (f"Loaded the config of `{run_id}` as the start of a **new** run: *Start a new run* "
+                                 "or *Create run* makes a new run from it (the picked run is not changed).")
 
 
 def build(ctx: Ctx, config_path: str) -> None:
@@ -201,21 +311,26 @@ def build(ctx: Ctx, config_path: str) -> None:
         buttons = {kind: gr.Button(label, interactive=not ctx.read_only, elem_id=f"run-{kind}", scale=0)
                    for kind, label in labels}
         stop_btn = gr.Button("Stop", variant="stop", interactive=not ctx.read_only, elem_id="run-stop", scale=0)
-    gr.Markdown("*Start a new run* creates a run from the config under **Advanced** (the demo's by default) and runs "
-                "its first iteration; the other buttons continue the run picked above, one stage, the rest of an "
-                "iteration or a whole next iteration at a time.")
+    gr.Markdown("*Start a new run* creates a run from the config for a new run under **Advanced** (the demo's by "
+                "default, or the picked run's once loaded there) and runs its first iteration; the other buttons "
+                "continue the run picked above, one stage, the rest of an iteration or a whole next iteration at a "
+                "time.")
     message = gr.Markdown(elem_id="run-message")
     pipeline = gr.HTML(elem_id="run-pipeline")
-    job = gr.Markdown(job_markdown(ctx.jobs), elem_id="run-job")
     with gr.Row():
-        # Headers and an empty frame from the start: without them Gradio draws "1 2 3" until a stage exists.
-        stages = gr.Dataframe(stage_table(ctx.store, None), headers=STAGE_COLUMNS, label="Every stage of the run",
-                              interactive=False, elem_id="run-stages")
+        job = gr.Markdown(job_markdown(ctx.jobs), elem_id="run-job")
         loss = gr.Plot(label="Loss")
-    with gr.Accordion("Advanced: the run's config (TOML)", open=False, elem_id="run-advanced"):
-        editor = gr.Code(value=text, label=f"Run config (TOML, from {config_path})", lines=18,
-                         elem_id="run-config")
+    # The page's width for the table, its summary wrapping (beside the chart, at ~1400 px, it was cut off).
+    # Headers and an empty frame from the start: without them Gradio draws "1 2 3" until a stage exists.
+    stages = gr.Dataframe(stage_table(ctx.store, None), headers=STAGE_COLUMNS, label="Every stage of the run",
+                          interactive=False, elem_id="run-stages", wrap=True, column_widths=STAGE_WIDTHS)
+    # This box is the config of the NEXT run (Start a new run / Create run read it), never the picked run's.
+    with gr.Accordion("Advanced: config for a new run (TOML)", open=False, elem_id="run-advanced"):
+        editor = gr.Code(value=text, label=f"Config for a new run (TOML; starts as {Path(config_path).name}, not the "
+                         "picked run's)", lines=18, elem_id="run-config")
         with gr.Row():
+            from_picked = gr.Button("Start from the picked run's config", elem_id="run-from-picked",
+                                    visible=not ctx.spaces)
             validate_btn = gr.Button("Validate", elem_id="run-validate")
             create_btn = gr.Button("Create run (without starting it)", interactive=not ctx.read_only,
                                    elem_id="run-create")
@@ -227,6 +342,16 @@ def build(ctx: Ctx, config_path: str) -> None:
     def on_validate(t: str) -> tuple[str, str]:
         _, error = validate_config(t, ctx.spaces, ws)
         return (error or "Config is valid."), cli_command(config_path, t, ctx.spaces, ws)
+
+    def on_from_picked(run_id: str | None):
+        toml, msg = picked_config(ctx.store, run_id, ctx.spaces)
+        if toml is None:
+            return gr.update(), msg
+        return gr.update(value=toml, label=f"Config for a new run (TOML; loaded from run {run_id}'s config)"), msg
+
+    def settle(msg: str | None):
+        settled = settled_message(msg, ctx.jobs.snapshot())
+        return gr.update() if settled is None else settled
 
     def on_create(t: str, request: gr.Request):
         check_writable(ctx, request)
@@ -262,6 +387,7 @@ def build(ctx: Ctx, config_path: str) -> None:
                 loss_figure(ctx.store, run_id))
 
     validate_btn.click(on_validate, editor, [verdict, command], api_name="run_validate")
+    from_picked.click(on_from_picked, ctx.run, [editor, verdict], api_name="run_config_from_picked")
     editor.change(lambda t: cli_command(config_path, t, ctx.spaces, ws), editor, command, show_progress="hidden",
                   api_name="run_cli_command", api_visibility="undocumented")
     create_btn.click(on_create, editor, [verdict, ctx.run], api_name="run_create")
@@ -272,3 +398,6 @@ def build(ctx: Ctx, config_path: str) -> None:
     # One event, in order per session (see studio.app.CONCURRENCY): an older snapshot never lands last.
     gr.on([timer.tick, ctx.run.change], refresh, ctx.run, [pipeline, job, stages, loss], show_progress="hidden",
           api_name="run_refresh", api_visibility="undocumented", trigger_mode="always_last")
+    # The job's announcement turns into how it ended (the line otherwise said "are running" long after).
+    timer.tick(settle, message, message, show_progress="hidden", api_name="run_message_settle",
+               api_visibility="undocumented", trigger_mode="always_last")

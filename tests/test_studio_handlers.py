@@ -215,7 +215,7 @@ def test_config_validation_names_the_field_and_cli_command():
     assert tab_run.validate_config(text)[1] == ""
     config, error = tab_run.validate_config(text.replace("k = 15", "k = 1"))
     assert config is None and error.startswith("**sample.k**")
-    assert tab_run.validate_config(text + "\n[sample]\nbogus = 1\n")[1].startswith("**<toml>**")
+    assert tab_run.validate_config(text + "\n[sample]\nbogus = 1\n")[1].startswith("**TOML syntax, line ")
     assert tab_run.validate_config(text.replace("top_p = 0.95", "top_p = 2", 1))[1].startswith("**sample.top_p**")
     cmd = tab_run.cli_command("examples/demo.toml", text.replace("k = 15", "k = 4"))
     assert cmd == "python -m engine run --config examples/demo.toml --set sample.k=4"

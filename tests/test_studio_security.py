@@ -332,6 +332,8 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "run_validate": ("read", (toml,)),
         "run_cli_command": ("read", (toml,)),
         "run_refresh": ("read", (run_id,)),
+        "run_message_settle": ("read", ("",)),  # the job's announcement -> how it ended (the worker's state only)
+        "run_config_from_picked": ("read", (run_id,)),  # the picked run's config into the new-run editor
         "plans_search": ("read", (run_id, 1, "", "", "", 1)),
         "plans_filters": ("read", (run_id, "", "")),  # the domain and split filters' choices for the run
         "plans_select_row": ("read", None),
