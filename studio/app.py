@@ -26,6 +26,7 @@ import gradio as gr
 
 from engine.store import Store
 from studio import place, tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
+from studio.browser_secret import browser_secret
 from studio.common import Ctx, run_iterations
 from studio.first_visit import start_showcase, welcome
 from studio.jobs import JobWorker
@@ -59,6 +60,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
               jobs: JobWorker | None = None, viewers: frozenset[str] = frozenset(),
               workspace: str | Path | None = None, first_visit: bool = False) -> gr.Blocks:
     jobs = jobs or JobWorker(store, read_only=read_only)
+    secret = browser_secret(store.path)  # curators' names, places and filters survive a restart
     showcase = start_showcase(store, jobs, config_path, spaces) if first_visit else None
     with gr.Blocks(title="MOAT Studio") as demo:
         mode = " · read-only" if read_only else ""
@@ -111,7 +113,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
                    api_name="studio_pick_run")
         ctx = Ctx(store=store, jobs=jobs, read_only=read_only, spaces=spaces, run=run, iteration=iteration,
                   curator=curator, viewers=frozenset(viewers),
-                  workspace=Path(workspace).resolve() if workspace else Path.cwd())
+                  workspace=Path(workspace).resolve() if workspace else Path.cwd(), browser_secret=secret)
         builders = {"run": lambda: tab_run.build(ctx, config_path), "plans": lambda: tab_plans.build(ctx),
                     "pairs": lambda: tab_pairs.build(ctx), "critic": lambda: tab_critic.build(ctx),
                     "metrics": lambda: tab_metrics.build(ctx), "export": lambda: tab_export.build(ctx)}
@@ -123,7 +125,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         # Where this browser was (tab, run, iteration), kept by studio.place: a reload comes back there. Saved by the
         # browser itself (js, no server call): a server-side save still queued when the page reloads would run
         # against the closed session and be lost.
-        saved_place = gr.BrowserState({}, storage_key="moat-studio-place")
+        saved_place = gr.BrowserState({}, storage_key="moat-studio-place", secret=secret)
 
         def on_load(wanted, request: gr.Request):
             runs = [r["run_id"] for r in store.list_runs()]
@@ -180,7 +182,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
                            show_progress="hidden", api_name="studio_sync_iterations", api_visibility="undocumented",
                            trigger_mode="always_last")
         # The name is kept in this browser too (studio.remember's way): typed once, it survives reloads.
-        saved_name = gr.BrowserState("", storage_key="moat-studio-curator")
+        saved_name = gr.BrowserState("", storage_key="moat-studio-curator", secret=secret)
         gr.on([name.submit, name.blur],
               lambda n: (n.strip(), f"Curating as **{n.strip()}**" if n.strip() else "", n.strip()),
               name, [curator, who, saved_name], api_name="studio_curator_name", api_visibility="undocumented",

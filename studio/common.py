@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import difflib
 import html
+import itertools
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -53,6 +55,8 @@ class Ctx:
     # Run by studio.app with the Blocks, at the page's top level (outside every tab) once the tabs are built: e.g.
     # studio.remember's browser-kept filters, which must not live inside a lazily mounted tab.
     load_hooks: list[Callable[[gr.Blocks], None]] = field(default_factory=list)
+    # The key of every gr.BrowserState (studio.browser_secret): None, Gradio's own per-server key.
+    browser_secret: str | None = None
 
 
 def user_error(message: str) -> gr.Error:
@@ -182,6 +186,65 @@ def word_diff_html(a: str, b: str) -> str:
     return f"<div class='moat-diff' style='white-space:pre-wrap'>{' '.join(out)}</div>"
 
 
+def action_parts(text: str | None) -> list[str]:
+    """An action text cut into its actions: at ``;`` and newlines outside brackets (as ``engine.actions`` splits
+    them), each stripped of blanks and a trailing ``.``; unbalanced brackets never raise (a ``)`` too many counts as
+    depth 0), so any text splits."""
+    parts, depth, start, text = [], 0, 0, text or ""
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(depth - 1, 0)
+        elif ch in ";\n" and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in (p.strip().rstrip(".").strip() for p in parts) if p]
+
+
+def action_diff_html(a: str | None, b: str | None) -> str:
+    """Action-by-action diff of two action texts as HTML (``action_parts``): an action only in ``a`` struck out
+    whole (<del>), one only in ``b`` added whole (<ins>), each replaced action right before its replacement, the
+    others as they are, joined by ``; ``. A word diff cut ``R3 = Calculator(R2 - 5)`` into ``Calculator(R2`` and
+    ``- 5);`` pieces that read as garbled text."""
+    pa, pb = action_parts(a), action_parts(b)
+    out: list[str] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=pa, b=pb, autojunk=False).get_opcodes():
+        if op == "equal":
+            out.extend(html.escape(p) for p in pa[i1:i2])
+            continue
+        for old, new in itertools.zip_longest(pa[i1:i2], pb[j1:j2]):
+            if old is not None:
+                out.append(f"<del style='background:#fdd'>{html.escape(old)}</del>")
+            if new is not None:
+                out.append(f"<ins style='background:#dfd'>{html.escape(new)}</ins>")
+    return f"<div class='moat-diff' style='white-space:pre-wrap'>{'; '.join(out)}</div>"
+
+
+def clamped_page(fetch: Callable[[int], tuple[Any, int]], page: Any, size: int) -> tuple[Any, int, int]:
+    """``(rows, total, page shown)`` of a queue read page by page (``fetch(page) -> (rows, total)``, total 0 on a
+    page past the end): a page past the last one (a typed 99, or filters that narrowed the queue under the curator)
+    shows the last page instead of an empty one that reads as "no rows at all"."""
+    page = max(int(page or 1), 1)
+    rows, total = fetch(page)
+    if total or page == 1:
+        return rows, total, page
+    _, total = fetch(1)
+    if not total:
+        return rows, 0, 1
+    last = max(1, -(-total // size))
+    rows, total = fetch(last)
+    return rows, total, last
+
+
+# The queue tables (Pairs, Critic) are read-only: a click picks the row. Gradio still frames the clicked cell and
+# hangs "select column" / "select row" handles on it, which looked like an edit box: both are hidden.
+def static_table_css(elem_id: str) -> str:
+    return (f"<style>#{elem_id} .selection-button {{ display: none !important; }} "
+            f"#{elem_id} .cell-selected, #{elem_id} .cell-selected * {{ box-shadow: none !important; }}</style>")
+
+
 def pre(text: Any) -> str:
     return f"<pre style='white-space:pre-wrap'>{html.escape('' if text is None else str(text))}</pre>"
 
@@ -189,6 +252,24 @@ def pre(text: Any) -> str:
 def page_info(total: int, page: int, size: int) -> str:
     pages = max(1, -(-total // size))
     return f"{total} row{'' if total == 1 else 's'} · page {min(page, pages)} of {pages}"
+
+
+def md_quote(text: Any, width: int = 60) -> str:
+    """User text (a search) quoted inside a Markdown line: on one line, cut to ``width``, with Markdown and HTML
+    characters escaped, so "*x*" or "<b>" show as typed."""
+    flat = " ".join(str(text or "").split())
+    flat = flat if len(flat) <= width else flat[:width - 1] + "…"
+    return "“" + re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~&])", r"\\\1", flat) + "”"
+
+
+def queue_info(total: int, asked: int, shown: int, size: int, empty: str = "") -> str:
+    """The line above a queue table (``page_info``): when the page asked for was past the last one, says so (the
+    last page is shown, see ``clamped_page``); with no row at all, ``0 rows · <empty>``, the reason (no pair matches
+    the filters, iteration 0 has none...) instead of "page 1 of 1"."""
+    if not total:
+        return f"0 rows · {empty}" if empty else page_info(0, 1, size)
+    line = page_info(total, shown, size)
+    return line + (f" (page {asked} is past the last page)" if asked != shown else "")
 
 
 def review_line(store: Store, run_id: str | None, iteration: int | None, target: str,

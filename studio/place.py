@@ -7,8 +7,8 @@ turns what the browser sent back into a place the page can take; ``pick_run`` an
 (the newest run; its newest training iteration with a stage done, ``done_iterations``, so a visitor does not land on
 an iteration that has only just started and shows empty pages; else its newest training iteration). A saved value
 is data from the browser: anything that is not a known tab, a string run id or an integer iteration is ignored.
-Like ``studio.remember``, the values are encrypted with a per-server secret, so a restarted studio starts from the
-defaults.
+Like ``studio.remember``'s, the values are encrypted with the studio's browser secret (``studio.browser_secret``),
+which outlives a restart.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ all the fields' values at once (in the browser, no server call); the page-load e
 by a hook in ``ctx.load_hooks`` that ``studio.app`` runs at the page's top level once every tab is built.
 A saved value is data from the browser: it is put back only when the component accepts it (a choice it offers,
 a string for a text box); anything else leaves the component at its default. Values are encrypted by
-``gr.BrowserState`` with a per-server secret, so a restart of the studio starts from the defaults.
+``gr.BrowserState`` with the studio's browser secret (``studio.browser_secret``: kept beside the store, so a restarted
+studio still reads them).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def remember(ctx: Ctx, name: str, fields: dict[str, tuple[gr.components.Componen
     def hook(demo: gr.Blocks) -> None:
         # Made here, at the page's top level: inside a tab, Gradio mounts the component only when the tab is first
         # shown, and the page-load event would read its default instead of what the browser kept.
-        box = gr.BrowserState({}, storage_key=f"moat-studio-{name}")
+        box = gr.BrowserState({}, storage_key=f"moat-studio-{name}", secret=ctx.browser_secret)
         # Saved in the browser itself (no server round trip): a reload right after a change still finds it.
         save = f"(...v) => Object.fromEntries({json.dumps(keys)}.map((k, i) => [k, v[i]]))"
         gr.on(triggers, None, components, box, js=save, show_progress="hidden", api_name=f"{name}_filters_save",

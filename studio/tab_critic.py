@@ -15,12 +15,17 @@ Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the butt
 ``/critic_queue`` (any filter change: one ``always_last`` event), ``/critic_detail``, ``/critic_preview_edit`` (reads),
 ``/critic_<action>`` (keep_original, accept_correction, drop, restore), ``/critic_undo`` and ``/critic_save_edit``
 (writes); the refreshes after an action (``/critic_<action>_reload``, ``/critic_<action>_detail``,
-``/critic_save_edit_reload``), ``/critic_next``, ``/critic_prev`` and ``/critic_select_row`` are undocumented.
+``/critic_save_edit_reload``), ``/critic_next``, ``/critic_prev``, ``/critic_select_row`` and ``/critic_page_clamp``
+(a page past the last one: the page box moves to the last page, which the queue shows) are undocumented. An empty
+queue says why (iteration 0 has no verdicts, or which filters match nothing); the buttons that need a verdict are off
+while none is picked; the table's grounding columns are "runs" (executes without an error) and "correct" (reaches
+the gold answer); the original -> correction diff goes action by action (``studio.common.action_diff_html``).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import gradio as gr
@@ -33,18 +38,20 @@ from engine.outcome import run_actions, toolbox_for_run
 from engine.store import Store
 from studio.common import (
     Ctx,
+    action_diff_html,
     check_writable,
+    clamped_page,
     curator_of,
     first_cell,
     lease_note,
-    page_info,
     pick_update,
     pre,
+    queue_info,
     review_line,
+    static_table_css,
     user_error,
     user_errors,
     who_of,
-    word_diff_html,
 )
 from studio.keys import QUEUE_PROGRESS, action_words, undo_handler, wire_walk
 from studio.picker import Picker
@@ -52,11 +59,16 @@ from studio.remember import remember
 from studio.tab_pairs import excerpt
 
 PAGE = 20
-STATUSES = ["", "accepted", "corrected", "unfixable", "unparsed", "truncated", "error"]
+# (label, value): the status filter's "no filter" is the value "" (what the endpoint and the saved filters carry),
+# labelled "any" (it was a blank entry).
+STATUSES = [("any", ""), *((s, s) for s in ("accepted", "corrected", "unfixable", "unparsed", "truncated", "error"))]
 # The key first (a row click reads the first cell), then the short columns a curator decides by, then the question in
 # a capped width (WIDTHS): at ~1400 px an uncapped question pushed status, override and curator off-screen.
-COLUMNS = ["key", "domain", "status", "grounding_ok", "override_action", "curator", "question"]
-WIDTHS = ["150px", "80px", "105px", "115px", "150px", "100px", "480px"]
+# "runs": the grounded actions executed without an error (groundings.ok); "correct": they reach the gold answer
+# (groundings.correct). One "grounding_ok" column (clipped to "groundin…") read "true" on wrong answers.
+COLUMNS = ["key", "domain", "status", "runs", "correct", "override_action", "curator", "question"]
+WIDTHS = ["150px", "80px", "105px", "70px", "85px", "150px", "100px", "440px"]
+GROUNDING_COLUMNS = {"grounding_ok": "runs", "grounding_correct": "correct"}
 
 
 def verdict_key(task_id: str, step: int, k: int) -> str:
@@ -80,8 +92,29 @@ def verdict_table(store: Store, run_id: str | None, iteration: int | None, statu
                              reviewed={"yes": True, "no": False}.get(reviewed), order=order or "task",
                              overruled=True if reviewed == "overruled" else None)
     total = int(df["total"].iloc[0]) if len(df) else 0
-    df = df.assign(key=[verdict_key(*r) for r in zip(df["task_id"], df["step"], df["k"])])
+    df = df.assign(key=[verdict_key(*r) for r in zip(df["task_id"], df["step"], df["k"])],
+                   **{name: [_yes_no(v) for v in df[column]] for column, name in GROUNDING_COLUMNS.items()})
     return df[COLUMNS], total
+
+
+def _yes_no(value: Any) -> str:
+    """A grounding flag as a word: no grounding (NULL) reads "—", not "None" or "nan"."""
+    return "—" if value is None or pd.isna(value) else ("yes" if bool(value) else "no")
+
+
+def empty_note(iteration: int | None, status: str = "", reviewed: str = "any", unfiltered: int = 0) -> str:
+    """Why the critic queue shows no row: the iteration has no verdict at all (``unfiltered``, its count without
+    filters, is 0: iteration 0 samples no plans, a later one may not have reached its critique), or the filters set
+    (named)."""
+    if iteration is None:
+        return "pick a run and an iteration above"
+    if not unfiltered:
+        return ("iteration 0 evaluates the starting agents and samples no plans: verdicts start at iteration 1 "
+                "(pick it above)" if int(iteration) == 0 else f"iteration {int(iteration)} has no verdicts yet")
+    words = ([f"critic status {status}"] if status else []) + (
+        [{"overruled": "reviewed = overruled the critic"}.get(reviewed, f"reviewed = {reviewed}")]
+        if reviewed in ("yes", "no", "overruled") else [])
+    return "no verdict matches these filters: " + (", ".join(words) or "none set")
 
 
 def verdict_label(question: str, key: str, status: str) -> str:
@@ -140,7 +173,9 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
                     if v["corrected_subgoals_json"] else
                     "<p><i>Only the actions are corrected: the plan's own subgoals are kept.</i></p>")
         corrected = subgoals + "<b>Corrected actions</b>" + pre(v["corrected_actions"]) + says
-        diff = word_diff_html(v["grounding_actions"] or "", v["corrected_actions"])
+        diff = ("<p><i>Grounded actions → corrected actions, action by action (struck out: the original's; "
+                "added: the correction's):</i></p>" + action_diff_html(v["grounding_actions"] or "",
+                                                                        v["corrected_actions"]))
     else:
         # No correction: one line instead of two empty headings; a diff against nothing would strike it all out.
         line = ("The critic accepted the grounding as it is: no correction." if v["status"] == "accepted" else
@@ -223,7 +258,7 @@ def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) 
 
 def build(ctx: Ctx) -> None:
     with gr.Row():
-        status = gr.Dropdown(STATUSES, value="", label="Critic status")
+        status = gr.Dropdown(STATUSES, value="", label="Critic status", elem_id="critic-status")
         reviewed = gr.Radio(["any", "yes", "no", ("overruled the critic", "overruled")], value="any",
                             label="Reviewed", elem_id="critic-reviewed-filter")
         order = gr.Dropdown([("task", "task"), ("critic vs execution disagreement first", "disagreement"),
@@ -235,6 +270,7 @@ def build(ctx: Ctx) -> None:
         overruled_btn = gr.Button("Open the overruled ones", elem_id="critic-overruled", size="sm", scale=0)
     info = gr.Markdown(elem_id="critic-info")
     table = gr.Dataframe(interactive=False, elem_id="critic-table", max_height=300, column_widths=WIDTHS)
+    gr.HTML(static_table_css("critic-table"), visible="hidden", js_on_load=None)  # a click picks: no edit-box look
     total_rows = gr.State(0)
     with gr.Row():
         prev_btn = gr.Button("◀ Previous (k)", elem_id="critic-prev", size="sm", scale=0)
@@ -243,7 +279,7 @@ def build(ctx: Ctx) -> None:
     lease = gr.Markdown(elem_id="critic-lease")
     with gr.Row():
         original, corrected = gr.HTML(elem_id="critic-original"), gr.HTML(elem_id="critic-corrected")
-    diff = gr.HTML()
+    diff = gr.HTML(elem_id="critic-diff")
     with gr.Row():
         acts = {a: gr.Button(label, elem_id=f"critic-{a}", interactive=not ctx.read_only) for a, label in (
             ("keep_original", "Accept original (a)"), ("accept_correction", "Accept correction (c)"),
@@ -257,13 +293,19 @@ def build(ctx: Ctx) -> None:
     result = gr.Markdown(elem_id="critic-result")
 
     def load(run_id, it, st, rv, od, pg, current, name, request: gr.Request):
-        df, total = verdict_table(ctx.store, run_id, it, st, rv, int(pg or 1), order=od)
+        asked = max(int(pg or 1), 1)
+        # A page past the last one (typed, or filters that narrowed the queue) shows the last page, and says so.
+        df, total, shown = clamped_page(lambda p: verdict_table(ctx.store, run_id, it, st, rv, p, order=od), asked,
+                                        PAGE)
         keys = list(df["key"])
         labels = [(verdict_label(q, k, st_), k) for q, k, st_ in zip(df["question"], keys, df["status"])]
-        return (page_info(total, int(pg or 1), PAGE) + review_line(ctx.store, run_id, it, "verdict",
-                                                                   who_of(name, request)), df,
-                pick_update(labels, keys, current),
-                agreement_markdown(ctx.store, run_id, it), total)
+        # With no row: why (the iteration has none at all, or the filters; one count without filters tells).
+        unfiltered = total or (verdict_table(ctx.store, run_id, it, size=1)[1] if run_id and it is not None else 0)
+        line = queue_info(total, asked, shown, PAGE, "" if total else empty_note(it, st, rv, unfiltered))
+        if unfiltered:  # an iteration without verdicts has nothing to review: no "reviewed 0 of 0"
+            line += review_line(ctx.store, run_id, it, "verdict", who_of(name, request))
+        return (line, df, pick_update(labels, keys, current), agreement_markdown(ctx.store, run_id, it), total,
+                [shown, time.monotonic_ns()] if shown != asked else gr.update())
 
     def act(action):
         def handler(run_id, it, key, name, why, request: gr.Request):
@@ -283,12 +325,21 @@ def build(ctx: Ctx) -> None:
     filters = [ctx.run, ctx.iteration, status, reviewed, order, page, pick, ctx.curator]  # the curator: "by you"
     remember(ctx, "critic", {"status": (status, [status.change]), "reviewed": (reviewed, [reviewed.change]),
                              "order": (order, [order.change])})
-    outputs = [info, table, pick, agreement, total_rows]
-    # the detail switches *Accept correction* off for a verdict without a correction (its key c keeps its toast)
-    detail = [original, corrected, diff, edit, acts["accept_correction"]]
+    # A clamped page reaches the page box through a State (clamped_page): /critic_queue keeps the four outputs a
+    # client reads (tests/test_studio_load.py unpacks them). [page, nonce]: the same clamp twice still moves the box.
+    clamped = gr.State(None)
+    clamped.change(lambda c: c[0] if c else gr.update(), clamped, page, api_name="critic_page_clamp",
+                   api_visibility="undocumented", show_progress="hidden")
+    outputs = [info, table, pick, agreement, total_rows, clamped]
+    # the detail switches *Accept correction* off for a verdict without a correction (its key c keeps its toast), and
+    # the other buttons that need a verdict off while none is shown (with the detail: no extra event)
+    needs_verdict = [acts[a] for a in ("keep_original", "drop", "restore", "reviewed")] + [preview_btn, save_btn]
+    detail = [original, corrected, diff, edit, acts["accept_correction"], *needs_verdict]
 
     def view(run_id, it, key):
-        return verdict_view(ctx.store, run_id, it, key, read_only=ctx.read_only)
+        on = gr.update(interactive=bool(key) and not ctx.read_only)
+        preview = gr.update(interactive=bool(key))  # a read: a read-only studio may run an edit too
+        return (*verdict_view(ctx.store, run_id, it, key, read_only=ctx.read_only), *[on] * 4, preview, on)
 
     # A write's refusal (gr.Error) is a toast; with its progress shown, Gradio's status tracker would also stamp a
     # bare "Error" over the result line and leave it there above the previous message: writes hide their progress.
@@ -312,28 +363,29 @@ def build(ctx: Ctx) -> None:
 
     def reload(run_id, it, st, rv, od, pg, current, name, request: gr.Request):
         """After an action: refresh everything but the picked verdict."""
-        info_md, df, _, agree, _total = load(run_id, it, st, rv, od, pg, current, name, request)
-        return info_md, df, agree
+        info_md, df, _, agree, _total, pg_update = load(run_id, it, st, rv, od, pg, current, name, request)
+        return info_md, df, agree, pg_update
 
+    after_action = [info, table, agreement, clamped]
     wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE)
 
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
                api_name="critic_undo", show_progress=quiet).success(
-        reload, filters, [info, table, agreement], api_name="critic_undo_reload", api_visibility="undocumented",
+        reload, filters, after_action, api_name="critic_undo_reload", api_visibility="undocumented",
         show_progress=QUEUE_PROGRESS).then(
         view, [ctx.run, ctx.iteration, pick], detail, api_name="critic_undo_detail", api_visibility="undocumented")
 
     for action, btn in acts.items():
         btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result,
                   api_name=f"critic_{action}", show_progress=quiet).success(
-            reload, filters, [info, table, agreement], api_name=f"critic_{action}_reload",
+            reload, filters, after_action, api_name=f"critic_{action}_reload",
             api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
             view, [ctx.run, ctx.iteration, pick], detail, api_name=f"critic_{action}_detail",
             api_visibility="undocumented")
     preview_btn.click(lambda r, k, a: preview_edit(ctx.store, r, k, a) if r and k else "", [ctx.run, pick, edit],
                       result, api_name="critic_preview_edit")
     save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result,
-                   api_name="critic_save_edit", show_progress=quiet).success(reload, filters, [info, table, agreement],
+                   api_name="critic_save_edit", show_progress=quiet).success(reload, filters, after_action,
                                                         api_name="critic_save_edit_reload",
                                                         api_visibility="undocumented",
                                                         show_progress=QUEUE_PROGRESS)

@@ -246,3 +246,15 @@ def test_the_stage_tables_summary_wraps(app):
     widths = dict(zip(STAGE_COLUMNS, props["column_widths"]))
     assert widths["summary"] == max(widths.values(), key=lambda w: float(w.rstrip("%")))
 
+
+
+def test_the_curation_table_says_a_grpo_planners_pairs_trained_nothing(world):
+    """The Pairs tab's "Curation per iteration" table: a DPO iteration not trained yet reads "not trained"; an
+    iteration whose planner learns by GRPO says so instead (its pairs will never train it)."""
+    from studio.tab_pairs import curation_markdown
+
+    rows = [line for line in curation_markdown(world, RUN).splitlines() if line.startswith(f"| {IT} |")]
+    assert rows and rows[0].rstrip(" |").endswith("not trained")
+    _objectives(world, "grpo")
+    rows = [line for line in curation_markdown(world, RUN).splitlines() if line.startswith(f"| {IT} |")]
+    assert rows[0].rstrip(" |").endswith("no DPO: the planner learns by GRPO")

@@ -329,6 +329,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "pairs_filters_restore": ("read", ({"order": "margin", "text": "x' OR 1=1 --"},)),  # validated, then shown
         "critic_filters_restore": ("read", ({"reviewed": "overruled", "status": "no-such"},)),
         "critic_show_overruled": ("read", ()),  # sets the Reviewed filter
+        "critic_page_clamp": ("read", ()),  # a page past the last: the page box moves to the page shown
         "run_validate": ("read", (toml,)),
         "run_cli_command": ("read", (toml,)),
         "run_refresh": ("read", (run_id,)),

@@ -1,0 +1,75 @@
+"""The Pairs tab's charts and its curation table, read from the store (no Gradio): the effective pairs' margin
+histogram (``margin_figure``), the chosen-vs-rejected length bias (``length_figure``) and, per iteration, what the
+curators did to the pairs and what the planner's training made of them (``curation_markdown``; an iteration whose
+planner learns by GRPO says its pairs trained nothing, rather than "not trained" yet).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from engine.curation_summary import pair_curation_summary
+from engine.store import Store
+from studio.stage_text import objectives
+
+
+def _pair_stats(store: Store, run_id: str, iteration: int) -> pd.DataFrame:
+    return store.pair_stats(run_id, int(iteration))  # read from the materialised pairs (engine.pair_view)
+
+
+def margin_figure(store: Store, run_id: str | None, iteration: int | None,
+                  stats: pd.DataFrame | None = None) -> go.Figure:
+    """Histogram of the effective pairs' margins; ``stats`` (``_pair_stats``) when the caller already has them."""
+    fig = go.Figure()
+    if run_id and iteration is not None:
+        fig.add_histogram(x=(_pair_stats(store, run_id, iteration) if stats is None else stats)["margin"], nbinsx=30)
+    fig.update_layout(title="Margin (rejected − chosen log-PPL)", height=300, margin=dict(l=40, r=10, t=40, b=40))
+    return fig
+
+
+def length_figure(store: Store, run_id: str | None, iteration: int | None,
+                  stats: pd.DataFrame | None = None) -> go.Figure:
+    """Chosen vs rejected plan length (characters): points above the diagonal = the rule prefers longer plans."""
+    fig = go.Figure()
+    if run_id and iteration is not None:
+        df = _pair_stats(store, run_id, iteration) if stats is None else stats
+        fig.add_scatter(x=df["rejected_len"], y=df["chosen_len"], mode="markers", name="pairs")
+        top = float(max(df["chosen_len"].max(), df["rejected_len"].max())) if len(df) else 1.0
+        fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="equal", line=dict(dash="dot"))
+        bias = (df["chosen_len"] - df["rejected_len"]).mean() if len(df) else 0.0
+        fig.update_layout(title=f"Length bias: chosen − rejected = {bias:+.1f} chars on average")
+    fig.update_layout(xaxis_title="rejected length", yaxis_title="chosen length", height=300,
+                      margin=dict(l=40, r=10, t=40, b=40))
+    return fig
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:+.{digits}f}"
+
+
+def curation_markdown(store: Store, run_id: str | None) -> str:
+    """Per iteration: the curators' pair actions, which of them the planner's checkpoint was trained with, how many
+    pairs a re-training would change (``pending``), the log-PPL margins before/after curation and TRL's DPO reward
+    margins (``engine.curation_summary``)."""
+    rows = pair_curation_summary(store, run_id) if run_id else []
+    if not rows:
+        return ""
+    lines = ["**Curation per iteration** (DPO reward margin: TRL's implicit reward of chosen over rejected, first → "
+             "last logged step, and the share of pairs it ranks right at the end)", "",
+             "| iteration | pairs | reviewed | swaps | excludes | ties | chosen by hand | in the checkpoint | "
+             "pairs changed since (re-train to use) | mean log-PPL margin: rule → trained | DPO reward margin |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        o, t, d = r["overrides"], r["trained_with"], r["dpo"]
+        trained = "—" if t is None else f"{sum(t.values())} action(s)"
+        if d is not None:
+            dpo = f"{d['first_margin']:+.3f} → {d['last_margin']:+.3f} ({100 * d['last_accuracy']:.0f}% right)"
+        elif objectives(store, run_id, int(r["iteration"]))["planner"] != "DPO":  # the pairs trained nothing
+            dpo = "no DPO: the planner learns by " + objectives(store, run_id, int(r["iteration"]))["planner"]
+        else:
+            dpo = "not trained"
+        lines.append(f"| {r['iteration']} | {r['pairs']} | {r['reviewed']} | {o['swap']} | {o['exclude']} | "
+                     f"{o['tie']} | {o['choose']} | {trained} | {'—' if r['pending'] is None else r['pending']} | "
+                     f"{_fmt(r['margin_auto'])} → {_fmt(r['margin_trained'])} | {dpo} |")
+    return "\n".join(lines)

@@ -1,0 +1,181 @@
+"""The Pairs tab's queue, read from the store (no Gradio events): a page of effective pairs as a table
+(``pairs_table``), a pair's key (``task|step|pair_idx``) and the label the picker shows for it (``pair_label``,
+``page_labels``), the side-by-side view (``pair_detail``), the plans *Choose these plans* offers and the shown pair's
+own (``plan_choices``, ``choose_fields``), and why a queue is empty (``empty_note``). ``studio.tab_pairs`` wires them
+to the page.
+"""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+import pandas as pd
+
+from engine.store import Store
+from studio.common import md_quote, pre, tri, user_error, word_diff_html
+
+PAGE = 20
+# The key (task|step|pair_idx) stays first, narrow (clipped on screen, whole in the cell): a row click reads the first
+# cell (studio.common.first_cell). The short columns a curator decides by come next, each wide enough for its header,
+# then the question in a capped width (WIDTHS; one line per row): at ~1400 px an uncapped question pushed margin and
+# override off the screen. The two log-PPLs (also in the pair's view) come last.
+COLUMNS = ["key", "chosen_k", "rejected_k", "margin", "override_action", "curator", "domain", "question",
+           "chosen_logppl", "rejected_logppl"]
+WIDTHS = ["150px", "105px", "125px", "85px", "180px", "100px", "90px", "320px", "160px", "175px"]
+
+
+
+def pair_key(task_id: str, step: int, pair_idx: int) -> str:
+    return f"{task_id}|{int(step)}|{int(pair_idx)}"
+
+
+def parse_key(key: str) -> tuple[str, int, int]:
+    task_id, step, idx = key.rsplit("|", 2)
+    return task_id, int(step), int(idx)
+
+
+def excerpt(text: str | None, width: int = 70) -> str:
+    """The start of a question on one line."""
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= width else flat[:width - 1] + "…"
+
+
+def pair_label(question: str, key: str, chosen_k: int, rejected_k: int, width: int = 70, quoted: bool = False) -> str:
+    """What the pair picker shows: the question's start, the step (iterative plans), the two plan numbers and the
+    task id (two questions can start alike; the label must still tell the pairs apart). ``quoted``: the question in
+    quotes, for a sentence."""
+    task_id, step, idx = parse_key(key)
+    where = f" · step {step}" if step else ""
+    extra = f" · pair {idx + 1}" if idx else ""
+    start = f"“{excerpt(question, width)}”" if quoted else excerpt(question, width)
+    return f"{start}{where} · plan {int(chosen_k)} over {int(rejected_k)}{extra} · {task_id}"
+
+
+def number(text: str | float | None) -> float | None:
+    """A margin filter box: blank means no bound; anything else must be a number."""
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise user_error(f"margin bounds must be numbers, got {text!r}") from None
+
+
+def pairs_table(store: Store, run_id: str | None, iteration: int | None, *, min_margin: float | None = None,
+                max_margin: float | None = None, text: str = "", overridden: str = "any", excluded: str = "any",
+                ties: str = "any", order: str = "task", page: int = 1, size: int = PAGE) -> tuple[pd.DataFrame, int]:
+    """One page of effective pairs as display rows (``key`` = task|step|pair_idx) and the matching total."""
+    if not run_id or iteration is None:
+        return pd.DataFrame(columns=COLUMNS), 0
+    df = store.pairs_page(run_id, int(iteration), min_margin=min_margin, max_margin=max_margin, text=text or None,
+                          overridden=tri(overridden), excluded=tri(excluded), ties=tri(ties), order=order,
+                          limit=size, offset=(max(int(page), 1) - 1) * size)
+    total = int(df["total"].iloc[0]) if len(df) else 0
+    df = df.assign(key=[pair_key(*r) for r in zip(df["task_id"], df["step"], df["pair_idx"])])
+    return df[COLUMNS].round({"chosen_logppl": 4, "rejected_logppl": 4, "margin": 4}), total
+
+
+def _effective_pair(store: Store, run_id: str, iteration: int, key: str) -> pd.Series | None:
+    """The pair ``key`` as it trains now (``Store.effective_pairs`` of its task), None when it no longer exists."""
+    task_id, step, idx = parse_key(key)
+    eff = store.effective_pairs(run_id, int(iteration), task_id=task_id)
+    eff = eff[(eff["step"] == step) & (eff["pair_idx"] == idx)]
+    return eff.iloc[0] if len(eff) else None
+
+
+def pair_name(store: Store, run_id: str, iteration: int, key: str) -> str:
+    """The pair as the picker names it (``pair_label``: question, step, plan numbers as they are now), for status
+    lines; the question alone when the pair is gone."""
+    task_id = parse_key(key)[0]
+    question = store.get_task(run_id, task_id).question
+    pair = _effective_pair(store, run_id, iteration, key)
+    if pair is None:
+        return f"“{excerpt(question)}”"
+    return pair_label(question, key, pair["chosen_k"], pair["rejected_k"], quoted=True)
+
+
+def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> tuple[str, str, str]:
+    """``(prompt, chosen, rejected)`` HTML of one pair, each plan with its log-PPL."""
+    if not (run_id and key) or iteration is None:
+        return "", "", ""
+    task_id, step, _ = parse_key(key)
+    pair = _effective_pair(store, run_id, int(iteration), key)
+    if pair is None:
+        return "<p>This pair no longer exists.</p>", "", ""
+    plans = store.plan_texts(run_id, int(iteration), task_id, step)
+    by_k = {int(r.k): r for r in plans.itertuples(index=False)}
+    flags = ", ".join(f for f in ("excluded", "tie") if bool(pair[f])) or "in training"
+    chosen, rejected = by_k.get(int(pair["chosen_k"])), by_k.get(int(pair["rejected_k"]))
+    label = pair_label(store.get_task(run_id, task_id).question, key, pair["chosen_k"], pair["rejected_k"])
+    head = (f"<p>{html.escape(label)} · margin {pair['margin']:.4f} · {flags}"
+            f"{' · ' + str(pair['override_action']) if pair['overridden'] else ''}</p>")
+    diff = (word_diff_html(chosen.text, rejected.text) if chosen is not None and rejected is not None else "")
+    return (head + pre(chosen.prompt if chosen else ""),
+            f"<b>chosen k={pair['chosen_k']} · log-PPL {pair['chosen_logppl']:.4f}</b>" + pre(chosen and chosen.text),
+            f"<b>rejected k={pair['rejected_k']} · log-PPL {pair['rejected_logppl']:.4f}</b>"
+            + pre(rejected and rejected.text) + "<p><i>chosen → rejected, word by word:</i></p>" + diff)
+
+
+def plan_choices(store: Store, run_id: str, iteration: int, key: str) -> list[tuple[str, int]]:
+    """The *Choose these plans* pickers' choices: every plan of the pair's task-step by k, with its log-PPL ("not
+    scored": the engine refuses it) and, when its text repeats an earlier plan's, "same text as k=0" (a pair of two
+    identical texts is refused too)."""
+    task_id, step, _ = parse_key(key)
+    plans = store.task_plans(run_id, int(iteration), task_id, step).sort_values("k")
+    first_of: dict[str, int] = {}
+    out = []
+    for k, text, logppl in zip(plans["k"], plans["text"], plans["logppl"]):
+        k = int(k)
+        label = f"k={k} · " + ("not scored" if pd.isna(logppl) else f"log-PPL {float(logppl):.4f}")
+        same = first_of.setdefault(str(text), k)
+        out.append((label + (f" · same text as k={same}" if same != k else ""), k))
+    return out
+
+
+def choose_fields(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> tuple[dict, dict]:
+    """The two *Choose* pickers for a newly shown pair: its plans (``plan_choices``) with the pair's own chosen and
+    rejected k picked, so the button starts from the pair as it is; both empty when no pair is shown."""
+    pair = _effective_pair(store, run_id, int(iteration), key) if run_id and key and iteration is not None else None
+    if pair is None:
+        return gr.update(choices=[], value=None), gr.update(choices=[], value=None)
+    choices = plan_choices(store, run_id, int(iteration), key)
+    return (gr.update(choices=choices, value=int(pair["chosen_k"])),
+            gr.update(choices=choices, value=int(pair["rejected_k"])))
+
+
+def page_labels(store: Store, run_id: str | None, iteration: int | None, df: pd.DataFrame,
+                current: str | None = None) -> list[tuple[str, str]]:
+    """The pair picker's choices for a page of ``pairs_table`` (``pair_label``, so plan numbers as they are now); with
+    ``current`` not on the page (an action took it off the filtered queue), its own label is kept among them, so the
+    picked pair still reads as a pair rather than as its key."""
+    labels = [(pair_label(q, k, c, r), k) for q, k, c, r in zip(df["question"], df["key"], df["chosen_k"],
+                                                               df["rejected_k"])]
+    if current and run_id and iteration is not None and current not in set(df["key"]):
+        try:
+            question = store.get_task(run_id, parse_key(current)[0]).question
+            pair = _effective_pair(store, run_id, int(iteration), current)
+        except (ValueError, KeyError, LookupError):  # an odd pick (studio.picker passes stale ones): leave it out
+            return labels
+        labels.append((excerpt(question) if pair is None else
+                       pair_label(question, current, pair["chosen_k"], pair["rejected_k"]), current))
+    return labels
+
+
+def empty_note(iteration: int | None, lo: float | None = None, hi: float | None = None, text: str = "",
+               overridden: str = "any", excluded: str = "any", ties: str = "any", unfiltered: int = 0) -> str:
+    """Why the pairs queue shows no row: the iteration has none at all (``unfiltered``, its count without filters, is
+    0: iteration 0 samples no plans, a later one may not have reached its pairs stage), an empty margin range, or
+    the filters set (named)."""
+    if iteration is None:
+        return "pick a run and an iteration above"
+    if not unfiltered:
+        return ("iteration 0 evaluates the starting agents and samples no plans: pairs start at iteration 1 "
+                "(pick it above)" if int(iteration) == 0 else f"iteration {int(iteration)} has no pairs yet")
+    if lo is not None and hi is not None and lo > hi:
+        return f"the margin range is empty: min margin {lo:g} is above max margin {hi:g}"
+    words = ([f"search {md_quote(text)}"] if text else []) + [f"{name} {v:g}" for name, v in (
+        ("min margin", lo), ("max margin", hi)) if v is not None] + [
+        f"{name} = {v}" for name, v in (("overridden", overridden), ("excluded", excluded), ("ties", ties))
+        if v in ("yes", "no")]
+    return "no pair matches these filters: " + (", ".join(words) or "none set")

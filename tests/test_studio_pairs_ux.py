@@ -1,0 +1,335 @@
+"""What a curator meets on the Pairs and Critic tabs, from a fresh-eyes review: *Choose these plans* starts from the
+shown pair's own plans (and lists which texts repeat), the pair picker's label follows a swap / choose / undo, an
+empty queue says why (iteration 0, filters that match nothing, an empty margin range, a page past the last), the
+buttons that need a pick are off without one, the Critic status filter's "no filter" reads "any", the grounding
+columns say "runs" and "correct" apart, and the original -> correction diff is labelled and goes action by action.
+
+Handlers are called as the page's events call them (``build_app``'s functions by endpoint name) on the hand-made
+store of ``tests/_store_world.py`` (no models); the one browser test checks what only the page shows (the read-only
+tables' look and the status filter's label)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from engine import curation
+from engine.actions import parse_actions
+from engine.store import Store
+from tests._store_world import IT, RUN, build_world
+
+CURATOR = "rita"
+# min margin, max margin, text, overridden, excluded, ties, order
+NO_FILTERS = ("", "", "", "any", "any", "any", "task")
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "ws.duckdb") as s:
+        build_world(s)
+        yield s
+
+
+@pytest.fixture
+def fns(store):
+    from studio.app import build_app
+
+    demo = build_app(store, "examples/demo.toml")
+    return {f.api_name: f for f in demo.fns.values() if f.api_name}
+
+
+def _outputs(fns, name: str) -> list[str | None]:
+    return [getattr(o, "elem_id", None) for o in fns[name].outputs]
+
+
+def _by_id(fns, name: str, values) -> dict:
+    """An event's return values by the elem_id of its outputs."""
+    return {eid: v for eid, v in zip(_outputs(fns, name), values) if eid}
+
+
+def _search(fns, it=IT, filters=NO_FILTERS, page=1, current=None, endpoint="pairs_search"):
+    return fns[endpoint].fn(RUN, it, *filters, page, current, CURATOR, None)
+
+
+# -- 1. Choose these plans starts from the shown pair ----------------------------------------------------------------
+
+
+def test_choose_starts_from_the_shown_pairs_plans_and_follows_every_pair_change(store, fns):
+    """The two pickers were number boxes left at 0/0 (a press: "both are k=0") and kept the previous pair's numbers
+    after `j`; now every shown pair fills them with its own chosen/rejected k, and no pair empties them."""
+    detail = fns["pairs_detail"]
+    m1 = _by_id(fns, "pairs_detail", detail.fn(RUN, IT, "m1|0|0"))
+    assert m1["pairs-choose-chosen"]["value"] == 0 and m1["pairs-choose-rejected"]["value"] == 3
+    labels = dict((k, label) for label, k in m1["pairs-choose-chosen"]["choices"])
+    assert sorted(labels) == [0, 1, 2, 3] and m1["pairs-choose-rejected"]["choices"] == m1["pairs-choose-chosen"][
+        "choices"]
+    assert "same text as k=0" in labels[2] and "same text" not in labels[1] and "log-PPL 2.0000" in labels[3]
+    m2 = _by_id(fns, "pairs_detail", detail.fn(RUN, IT, "m2|0|0"))  # the next pair (j): its own plans, not m1's
+    assert (m2["pairs-choose-chosen"]["value"], m2["pairs-choose-rejected"]["value"]) == (0, 1)
+    assert [k for _, k in m2["pairs-choose-chosen"]["choices"]] == [0, 1]
+    none = _by_id(fns, "pairs_detail", detail.fn(RUN, IT, None))
+    assert none["pairs-choose-chosen"]["value"] is None and none["pairs-choose-rejected"]["choices"] == []
+    # In the browser, the pick's change empties both at once (no server call), before the detail refills them: a press
+    # in between asks for the plans instead of pairing the new task's plans by the old pair's numbers.
+    clear = fns["pairs_evidence_clear"]
+    assert {"pairs-choose-chosen", "pairs-choose-rejected"} <= set(_outputs(fns, "pairs_evidence_clear"))
+    assert clear.fn is None and "null, null" in clear.js
+    with pytest.raises(Exception, match="Pick the chosen and the rejected plan"):
+        fns["pairs_choose"].fn(RUN, IT, "m2|0|0", CURATOR, None, None, "", None)
+
+
+def test_choose_with_the_prefilled_plans_after_a_swap_records_the_pair_as_shown(store, fns):
+    """After a swap the detail refills the pickers with the swapped numbers: a press then keeps the pair as shown
+    (a different-plan error was the old first press)."""
+    assert "swap recorded" in fns["pairs_swap"].fn(RUN, IT, "m2|0|0", CURATOR, None, None, "", None)
+    after = _by_id(fns, "pairs_swap_detail", fns["pairs_swap_detail"].fn(RUN, IT, "m2|0|0"))
+    c, r = after["pairs-choose-chosen"]["value"], after["pairs-choose-rejected"]["value"]
+    assert (c, r) == (1, 0)
+    assert "choose recorded" in fns["pairs_choose"].fn(RUN, IT, "m2|0|0", CURATOR, c, r, "", None)
+    pair = store.effective_pairs(RUN, IT, task_id="m2").iloc[0]
+    assert (int(pair["chosen_k"]), int(pair["rejected_k"])) == (1, 0)
+
+
+# -- 2. the pair picker's label follows the overrides ----------------------------------------------------------------
+
+
+def _label_of(update: dict, key: str) -> str:
+    return next(label for label, k in update["choices"] if k == key)
+
+
+@pytest.mark.parametrize("action", ["swap", "choose", "undo"])
+def test_the_pair_pickers_label_follows_a_swap_a_choose_and_an_undo(store, fns, action):
+    """The picker read "plan 0 over 3" while the panel showed chosen k=3 after a swap: each action's reload now sends
+    the page's labels (choices only: the value stays the curator's)."""
+    key = "m1|0|0"
+    if action == "undo":
+        curation.swap_pair(store, RUN, IT, "m1", 0, curator=CURATOR)
+        fns["pairs_undo"].fn(RUN, IT, CURATOR, None)
+        want = "plan 0 over 3"
+    elif action == "swap":
+        fns["pairs_swap"].fn(RUN, IT, key, CURATOR, None, None, "", None)
+        want = "plan 3 over 0"
+    else:
+        fns["pairs_choose"].fn(RUN, IT, key, CURATOR, 1, 3, "", None)
+        want = "plan 1 over 3"
+    out = _by_id(fns, f"pairs_{action}_reload", _search(fns, current=key, endpoint=f"pairs_{action}_reload"))
+    picker = out["pairs-pick"]
+    assert "value" not in picker  # a `j` pressed meanwhile keeps its pick
+    assert want in _label_of(picker, key)
+
+
+def test_a_pair_an_action_takes_off_the_filtered_page_keeps_its_fresh_label(store, fns):
+    """With *Overridden = no*, a swapped pair leaves the page; the picker still names it (swapped), not by its key."""
+    filters = ("", "", "", "no", "any", "any", "task")
+    fns["pairs_swap"].fn(RUN, IT, "m1|0|0", CURATOR, None, None, "", None)
+    picker = _by_id(fns, "pairs_swap_reload", _search(fns, filters=filters, current="m1|0|0",
+                                                      endpoint="pairs_swap_reload"))["pairs-pick"]
+    assert "plan 3 over 0" in _label_of(picker, "m1|0|0") and len(picker["choices"]) == 3
+
+
+# -- 3. empty states and the buttons that need a pick ----------------------------------------------------------------
+
+
+def test_iteration_0_says_pairs_and_verdicts_start_at_iteration_1(store, fns):
+    store.write("runs", [{"run_id": "fresh", "name": "fresh", "config_json": {}, "run_dir": "runs/fresh"}])
+    info = fns["pairs_search"].fn("fresh", 0, *NO_FILTERS, 1, None, CURATOR, None)[0]
+    assert info.startswith("0 rows · ") and "pairs start at iteration 1" in info and "iteration 0" in info
+    assert "0 of 0" not in info and "page" not in info
+    info = fns["critic_queue"].fn("fresh", 0, "", "any", "task", 1, None, CURATOR, None)[0]
+    assert "verdicts start at iteration 1" in info and "0 of 0" not in info
+    assert "has no pairs yet" in fns["pairs_search"].fn("fresh", 1, *NO_FILTERS, 1, None, CURATOR, None)[0]
+
+
+def test_a_filter_that_matches_nothing_says_which_filters_are_set(store, fns):
+    info = _search(fns, filters=("0.1", "", "zzz*q", "yes", "any", "no", "margin"))[0]
+    assert re.match(r"0 rows · no pair matches these filters: ", info), info  # "N rows" first (test_studio_security)
+    assert "search “zzz\\*q”" in info and "min margin 0.1" in info and "overridden = yes" in info
+    assert "ties = no" in info and "excluded" not in info and "max margin" not in info
+    info = fns["critic_queue"].fn(RUN, IT, "truncated", "no", "task", 1, None, CURATOR, None)[0]
+    assert "no verdict matches these filters: critic status truncated, reviewed = no" in info
+    info = fns["critic_queue"].fn(RUN, IT, "", "overruled", "task", 1, None, CURATOR, None)[0]
+    assert "reviewed = overruled the critic" in info
+
+
+def test_the_buttons_that_need_a_pick_are_off_without_one(store, fns):
+    """They said "Pick a pair first." on a press; now the detail event (no extra round trip) switches them."""
+    pair_buttons = ["pairs-swap", "pairs-exclude", "pairs-tie", "pairs-restore", "pairs-reviewed", "pairs-choose",
+                    "pairs-evidence"]
+    off = _by_id(fns, "pairs_detail", fns["pairs_detail"].fn(RUN, IT, None))
+    on = _by_id(fns, "pairs_detail", fns["pairs_detail"].fn(RUN, IT, "m1|0|0"))
+    assert [off[b]["interactive"] for b in pair_buttons] == [False] * 7
+    assert [on[b]["interactive"] for b in pair_buttons] == [True] * 7
+    assert "pairs-undo" not in off  # undo needs no pick
+    verdict_buttons = ["critic-keep_original", "critic-drop", "critic-restore", "critic-reviewed", "critic-preview",
+                       "critic-save"]
+    off = _by_id(fns, "critic_detail", fns["critic_detail"].fn(RUN, IT, None))
+    on = _by_id(fns, "critic_detail", fns["critic_detail"].fn(RUN, IT, "m1|0|0"))
+    assert [off[b]["interactive"] for b in verdict_buttons] == [False] * 6
+    assert [on[b]["interactive"] for b in verdict_buttons] == [True] * 6
+    assert on["critic-accept_correction"]["interactive"] is False  # m1 was accepted: nothing to accept
+
+
+def test_a_read_only_studio_keeps_the_write_buttons_off_with_a_pick(store):
+    from studio.app import build_app
+
+    demo = build_app(store, "examples/demo.toml", read_only=True)
+    detail = next(f for f in demo.fns.values() if f.api_name == "pairs_detail")
+    out = {o.elem_id: v for o, v in zip(detail.outputs, detail.fn(RUN, IT, "m1|0|0")) if o.elem_id}
+    assert out["pairs-swap"]["interactive"] is False and out["pairs-choose"]["interactive"] is False
+
+
+# -- 4. paging and the margin range ----------------------------------------------------------------------------------
+
+
+def test_a_page_past_the_last_shows_the_last_page_and_says_so(store, fns):
+    """Page 99 showed "0 rows · page 1 of 1", which read as "no pairs"."""
+    info, rows, *_, page = _search(fns, page=99)
+    assert info.startswith("3 rows · page 1 of 1 (page 99 is past the last page)") and len(rows) == 3
+    assert page == 1  # the page box is put on the page shown
+    assert _search(fns, page=1)[-1] == {"__type__": "update"}  # within range: the box is left alone
+    critic = fns["critic_queue"].fn(RUN, IT, "", "any", "task", 99, None, CURATOR, None)
+    assert critic[0].startswith("3 rows · page 1 of 1 (page 99 is past the last page)") and critic[-1][0] == 1
+    # The Critic's page box follows through a State (its endpoint keeps the four outputs a client unpacks).
+    assert fns["critic_page_clamp"].fn(critic[-1]) == 1
+    assert fns["critic_queue"].fn(RUN, IT, "", "any", "task", 1, None, CURATOR, None)[-1] == {"__type__": "update"}
+
+
+def test_clamped_page_goes_to_the_last_page_of_many():
+    from studio.common import clamped_page, queue_info
+
+    rows = list(range(70))
+
+    def fetch(page: int, size: int = 20):
+        part = rows[(page - 1) * size: page * size]
+        return part, (len(rows) if part else 0)
+
+    assert clamped_page(fetch, 99, 20) == (rows[60:], 70, 4)
+    assert clamped_page(fetch, 2, 20) == (rows[20:40], 70, 2)
+    assert clamped_page(lambda p: ([], 0), 5, 20) == ([], 0, 1)
+    assert queue_info(70, 99, 4, 20) == "70 rows · page 4 of 4 (page 99 is past the last page)"
+
+
+def test_an_empty_margin_range_says_so(store, fns):
+    info = _search(fns, filters=("0.8", "0.5", "", "any", "any", "any", "task"))[0]
+    assert "0 rows · the margin range is empty: min margin 0.8 is above max margin 0.5" in info
+
+
+# -- 5. the Critic table ---------------------------------------------------------------------------------------------
+
+
+def test_the_critic_status_filter_labels_no_filter_any(store, fns):
+    from studio.tab_critic import STATUSES
+
+    assert STATUSES[0] == ("any", "")
+    status = next(i for i in fns["critic_queue"].inputs if getattr(i, "elem_id", None) == "critic-status")
+    assert status.choices[0] == ("any", "") and status.value == ""
+
+
+def test_the_grounding_columns_say_runs_and_correct_apart(store):
+    """One "grounding_ok" column (clipped to "groundin…") read "true" on m2, whose actions run but answer wrongly."""
+    from studio.tab_critic import COLUMNS, WIDTHS, verdict_table
+
+    df, _ = verdict_table(store, RUN, IT)
+    assert "grounding_ok" not in COLUMNS and len(WIDTHS) == len(COLUMNS)
+    got = {k.split("|")[0]: (r, c) for k, r, c in zip(df["key"], df["runs"], df["correct"])}
+    assert got == {"m1": ("yes", "yes"), "m2": ("yes", "no"), "q1": ("no", "no")}
+
+
+def test_the_critic_tables_never_look_editable(store, fns):
+    """Both queue tables are read-only (a click picks the row); Gradio's frame and select handles on the clicked cell
+    looked like an edit box, so the page hides them (the browser test sees it)."""
+    from gradio.components import HTML, Dataframe
+
+    from studio.app import build_app
+
+    demo = build_app(store, "examples/demo.toml")
+    blocks = list(demo.blocks.values())
+    for table_id in ("critic-table", "pairs-table"):
+        table = next(b for b in blocks if getattr(b, "elem_id", None) == table_id)
+        assert isinstance(table, Dataframe) and table.interactive is False
+        assert any(isinstance(b, HTML) and f"#{table_id} .selection-button" in str(b.value) for b in blocks)
+
+
+# -- 6. the original -> correction diff ------------------------------------------------------------------------------
+
+
+def test_the_correction_diff_is_labelled_and_goes_action_by_action(store):
+    """The diff had no label and split at blanks: "Calculator(9 Calculator(R1 + R1); 3)" read as garbage."""
+    from studio.common import action_diff_html
+    from studio.tab_critic import verdict_view
+
+    diff = verdict_view(store, RUN, IT, "m2|0|0")[2]
+    assert "Grounded actions → corrected actions" in diff
+    original = "R1 = Calculator(9 - 2); R2 = Calculator(R1 + R1); R3 = Calculator(R2 / 3)"
+    corrected = "R1 = Calculator(9 * 3); R2 = Calculator(R1 + 2); R3 = Calculator(R2 / 3); R4 = Calculator(R3 - 1)"
+    html = action_diff_html(original, corrected)
+    changed = re.findall(r"<(del|ins)[^>]*>(.*?)</\1>", html)
+    assert [(tag, text) for tag, text in changed] == [  # each replaced action next to its replacement
+        ("del", "R1 = Calculator(9 - 2)"), ("ins", "R1 = Calculator(9 * 3)"),
+        ("del", "R2 = Calculator(R1 + R1)"), ("ins", "R2 = Calculator(R1 + 2)"), ("ins", "R4 = Calculator(R3 - 1)")]
+    assert all(len(parse_actions(text).actions) == 1 for _, text in changed)  # each a whole action
+    assert "R3 = Calculator(R2 / 3)" in re.sub(r"<(del|ins)[^>]*>.*?</\1>", "", html)  # kept as it is
+    assert action_diff_html("", "R1 = f(a; b)").count("<ins") == 1  # a ";" inside brackets does not split
+
+
+# -- the page itself -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.browser
+def test_in_the_page_choose_follows_the_pair_and_a_critic_click_shows_no_edit_box(tmp_path):
+    """In chromium. Pairs: the Choose pickers show the pair's own plans (a js-only listener registered after the
+    detail ran once the detail had answered and emptied them), follow `j`, and a swap turns the picker's label and
+    both pickers. Critic: clicking a cell picks its verdict with no text box and no select handles (the cell frame is
+    gone too), the status filter reads "any" and the diff is labelled."""
+    from tests._studio import serve_studio
+    from tests.test_studio_browser import ARGS, CHROMIUM, sync_api
+
+    expect = sync_api.expect
+    with Store(tmp_path / "ws.duckdb") as store:
+        build_world(store)
+        url, demo = serve_studio(store)
+        try:
+            expect.set_options(timeout=30_000)
+            with sync_api.sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.set_default_timeout(30_000)
+                page.goto(url)
+                name = page.locator("#curator-name textarea, #curator-name input").first
+                name.fill(CURATOR)
+                name.press("Enter")
+                expect(page.locator("#curator-who")).to_contain_text(CURATOR)
+                page.get_by_role("tab", name="Pairs").click()
+                pick = page.locator("#pairs-pick input")
+                chosen = page.locator("#pairs-choose-chosen input")
+                rejected = page.locator("#pairs-choose-rejected input")
+                expect(pick).to_have_value(re.compile("plan 0 over 3 · m1"))
+                expect(chosen).to_have_value("k=0 · log-PPL 0.5000")
+                expect(rejected).to_have_value("k=3 · log-PPL 2.0000")
+                page.locator("#pairs-swap").click()
+                expect(pick).to_have_value(re.compile("plan 3 over 0 · m1"))
+                expect(chosen).to_have_value("k=3 · log-PPL 2.0000")
+                page.locator("body").press("j")
+                expect(pick).to_have_value(re.compile("plan 0 over 1 · m2"))
+                expect(chosen).to_have_value("k=0 · log-PPL 0.8000")
+                expect(rejected).to_have_value("k=1 · log-PPL 1.1000")
+
+                page.get_by_role("tab", name="Critic").click()
+                expect(page.locator("#critic-info")).to_contain_text("3 rows")
+                expect(page.locator("#critic-status input")).to_have_value("any")
+                cell = page.locator("#critic-table [data-testid='cell-1-2']")
+                expect(cell).to_have_text("corrected")
+                cell.click()
+                expect(page.locator("#critic-pick input")).to_have_value(re.compile("corrected"))
+                cell.dblclick()
+                page.keyboard.press("Enter")
+                assert page.locator("#critic-table textarea").count() == 0
+                assert page.locator("#critic-table .selection-button").count() >= 1  # Gradio draws them ...
+                assert not page.locator("#critic-table .selection-button").first.is_visible()  # ... hidden
+                framed = cell.evaluate("e => [e, ...e.querySelectorAll('*')].map(x => getComputedStyle(x).boxShadow)")
+                assert set(framed) == {"none"}, framed  # the cell and its text had an orange frame
+                expect(page.locator("#critic-diff")).to_contain_text("action by action")
+                browser.close()
+        finally:
+            demo.close()
