@@ -345,14 +345,26 @@ def build(ctx: Ctx) -> None:
     # bare "Error" over the result line and leave it there above the previous message: writes hide their progress.
     quiet = "hidden"
     # in order: see studio.app.CONCURRENCY
-    gr.on([status.change, reviewed.change, order.change, page.change, ctx.iteration.change, ctx.run.change,
-           ctx.curator.change], load,
+    search = gr.on([status.change, reviewed.change, order.change, page.change, ctx.iteration.change, ctx.run.change,
+                    ctx.curator.change], load,
           filters, outputs, api_name="critic_queue", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pick, api_name="critic_select_row", api_visibility="undocumented")
     # One click from the agreement line to the disagreements: the queue filtered to them (its change reloads it).
     overruled_btn.click(lambda: "overruled", None, reviewed, api_name="critic_show_overruled",
                         api_visibility="undocumented")
-    pick.change(view, [ctx.run, ctx.iteration, pick], detail, api_name="critic_detail")
+    drawn = gr.State(None)  # [run, iteration, key] the verdict's view was last drawn for
+    pick.change(lambda r, i, k: (*view(r, i, k), [r, i, k]), [ctx.run, ctx.iteration, pick], [*detail, drawn],
+                api_name="critic_detail")
+
+    def redraw(run_id, it, key, was):
+        """After the queue reloads: the same key (task|step|k) in another iteration or run changes no picker value,
+        so no pick change drew it (the view kept the previous iteration's verdict): drawn here."""
+        if not key or was == [run_id, it, key]:
+            return (gr.skip(),) * (len(detail) + 1)
+        return (*view(run_id, it, key), [run_id, it, key])
+
+    search.then(redraw, [ctx.run, ctx.iteration, pick, drawn], [*detail, drawn], api_name="critic_detail_redraw",
+                api_visibility="undocumented", show_progress="hidden")
 
     def opened(run_id, it, key, name, request: gr.Request):  # the curator takes the verdict's lease
         return lease_note(ctx.leases.claim(("verdict", run_id, it), key, who_of(name, request)) if key else None,

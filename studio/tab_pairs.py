@@ -254,10 +254,10 @@ def build(ctx: Ctx) -> None:
 
     outputs = [info, table, pair, hist, bias, total_rows, page]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
-    gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change, ties.change,
-           page.change, ctx.iteration.change, ctx.run.change, ctx.curator.change], load, [*filters, pair, ctx.curator],
-          outputs,
-          api_name="pairs_search", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
+    search = gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change,
+                    ties.change, page.change, ctx.iteration.change, ctx.run.change, ctx.curator.change], load,
+                   [*filters, pair, ctx.curator], outputs,
+                   api_name="pairs_search", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")
     # Every load and reload of the queue redraws the table: the summary follows each action without its own wiring.
     table.change(lambda run_id: curation_markdown(ctx.store, run_id), ctx.run, summary, show_progress="hidden",
@@ -274,13 +274,26 @@ def build(ctx: Ctx) -> None:
     # none is shown (no extra event: they come with the detail).
     needs_pair = [*acts.values(), choose, evidence_btn]
 
+    drawn = gr.State(None)  # [run, iteration, key] the pair's view was last drawn for
+
     def detail(run_id, it, key):
         on = gr.update(interactive=bool(key) and not ctx.read_only)
         return (*pair_detail(ctx.store, run_id, it, key), pair_group(ctx.store, run_id, it, key),
-                *choose_fields(ctx.store, run_id, it, key), *[on] * len(needs_pair))
+                *choose_fields(ctx.store, run_id, it, key), *[on] * len(needs_pair), [run_id, it, key])
 
-    pair.change(detail, [ctx.run, ctx.iteration, pair], [prompt, chosen, rejected, group, ck, rk, *needs_pair],
-                api_name="pairs_detail")
+    shown_outputs = [prompt, chosen, rejected, group, ck, rk, *needs_pair, drawn]
+    pair.change(detail, [ctx.run, ctx.iteration, pair], shown_outputs, api_name="pairs_detail")
+
+    def redraw(run_id, it, key, was):
+        """After the queue reloads: the same key in another iteration or run (task|step|pair_idx recurs in every
+        iteration) changes no picker value, so no pair change drew it: the view showed the previous iteration's
+        plans while the buttons acted on this one's. Drawn here when what is shown is not what is picked."""
+        if not key or was == [run_id, it, key]:
+            return (gr.skip(),) * (len(shown_outputs) + 1)
+        return ("", *detail(run_id, it, key))
+
+    search.then(redraw, [ctx.run, ctx.iteration, pair, drawn], [evidence, *shown_outputs],
+                api_name="pairs_detail_redraw", api_visibility="undocumented", show_progress="hidden")
     # A new pick: the curator takes the pair's lease.
     def opened(run_id, it, key, name, request: gr.Request):
         return lease_note(ctx.leases.claim(("pair", run_id, it), key, who_of(name, request)) if key else None, "pair")

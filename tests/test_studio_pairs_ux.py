@@ -333,3 +333,76 @@ def test_in_the_page_choose_follows_the_pair_and_a_critic_click_shows_no_edit_bo
                 browser.close()
         finally:
             demo.close()
+
+
+# -- 7. the same key in another iteration is drawn anew --------------------------------------------------------------
+
+
+def _second_iteration(store: Store) -> None:
+    """Iteration IT + 1 with the same tasks, keys and verdict keys as IT, and other plan texts and actions."""
+    for table in ("plans", "scores", "pairs", "groundings", "verdicts"):
+        rows = store.frame(table, RUN, IT).to_dict("records")
+        for row in rows:
+            row["iteration"] = IT + 1
+            if table == "plans":
+                row["text"] = "NEXT ITERATION " + row["text"]
+            if table == "groundings":
+                row["actions"] = "R1 = Calculator(99*99)"
+        store.write(table, rows)
+
+
+@pytest.mark.parametrize("tab", ["pairs", "critic"])
+def test_switching_iteration_redraws_a_picked_key_the_new_iteration_also_has(store, fns, tab):
+    """task|step|pair_idx (and task|step|k) recur in every iteration, so a switch left the picker's value as it was:
+    no pick change fired, and the view kept the previous iteration's plans (or verdict) while the buttons acted on the
+    new one's. The queue's reload now redraws the view when what is shown is not what is picked."""
+    _second_iteration(store)
+    key = "m1|0|0"
+    detail, redraw = fns[f"{tab}_detail"], fns[f"{tab}_detail_redraw"]
+    first = detail.fn(RUN, IT, key)
+    drawn = first[-1]
+    assert drawn == [RUN, IT, key]
+    import gradio as gr
+
+    assert redraw.fn(RUN, IT, key, drawn) == (gr.skip(),) * len(redraw.outputs)  # shown is picked: nothing sent
+    again = redraw.fn(RUN, IT + 1, key, drawn)  # the iteration picker moved; the key stayed
+    assert again[-1] == [RUN, IT + 1, key]
+    text = " ".join(str(v) for v in again if isinstance(v, str))
+    marker = "NEXT ITERATION" if tab == "pairs" else "99*99"
+    assert marker in text and marker not in " ".join(str(v) for v in first if isinstance(v, str))
+    # wired after the queue's reload, which is what runs on an iteration or run switch
+    search = fns[f"{tab}_search" if tab == "pairs" else "critic_queue"]
+    assert redraw.trigger_after == search._id
+
+
+def test_in_the_page_an_iteration_switch_redraws_the_picked_pair(tmp_path):
+    """In chromium: the pair picked on iteration 1 also exists on iteration 0; after the switch the view shows
+    iteration 0's plans (it kept iteration 1's)."""
+    from tests._studio import serve_studio
+    from tests.test_studio_browser import ARGS, CHROMIUM, sync_api
+
+    expect = sync_api.expect
+    with Store(tmp_path / "ws.duckdb") as store:
+        build_world(store)
+        _second_iteration(store)
+        url, demo = serve_studio(store)
+        try:
+            expect.set_options(timeout=30_000)
+            with sync_api.sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.set_default_timeout(30_000)
+                page.goto(url)
+                iteration = page.locator("#pick-iteration input")
+                expect(iteration).to_have_value(str(IT + 1))
+                page.get_by_role("tab", name="Pairs").click()
+                expect(page.locator("#pairs-pick input")).to_have_value(re.compile("m1"))
+                expect(page.locator("#pairs-chosen")).to_contain_text("NEXT ITERATION")
+                iteration.click()
+                page.get_by_role("option", name=str(IT), exact=True).click()
+                expect(iteration).to_have_value(str(IT))
+                expect(page.locator("#pairs-pick input")).to_have_value(re.compile("m1"))
+                expect(page.locator("#pairs-chosen")).not_to_contain_text("NEXT ITERATION")
+                browser.close()
+        finally:
+            demo.close()

@@ -343,6 +343,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "pairs_search": ("read", pairs_filters),
         "pairs_select_row": ("read", None),
         "pairs_detail": ("read", (run_id, 1, pair)),
+        "pairs_detail_redraw": ("read", (run_id, 1, pair, None)),  # the same key in another iteration: redrawn
         "pairs_evidence": ("read", (run_id, 1, pair)),  # computes with the grounder, stores nothing
         "pairs_claim": ("read", (run_id, 1, pair)),  # the pair's lease, in memory
         "pairs_evidence_clear": ("read", None),  # runs in the browser only (js): no server function
@@ -361,6 +362,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "pairs_curation": ("read", (run_id,)),
         "critic_select_row": ("read", None),
         "critic_detail": ("read", (run_id, 1, verdict)),
+        "critic_detail_redraw": ("read", (run_id, 1, verdict, None)),
         "critic_preview_edit": ("read", (run_id, verdict, EDIT)),  # executes the edit in memory, stores nothing
         "metrics_runs": ("read", (run_id,)),
         "metrics_figures": ("read", (run_id, None)),
