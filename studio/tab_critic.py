@@ -20,32 +20,28 @@ Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the butt
 queue says why (iteration 0 has no verdicts, or which filters match nothing); the buttons that need a verdict are off
 while none is picked; the table's grounding columns are "runs" (executes without an error) and "correct" (reaches
 the gold answer); the original -> correction diff goes action by action (``studio.common.action_diff_html``).
+
+The queue's reads live in ``studio.critic_queue`` (re-exported here: this module is the tab's handler surface).
 """
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
 
 import gradio as gr
-import pandas as pd
 
 from engine import curation
-from engine.dbutil import records
 from engine.executor import ExecutionResult
 from engine.outcome import run_actions, toolbox_for_run
 from engine.store import Store
 from studio.common import (
     Ctx,
-    action_diff_html,
     check_writable,
     clamped_page,
     curator_of,
     first_cell,
     lease_note,
     pick_update,
-    pre,
     queue_info,
     review_line,
     static_table_css,
@@ -53,75 +49,55 @@ from studio.common import (
     user_errors,
     who_of,
 )
+from studio.critic_queue import (
+    COLUMNS as COLUMNS,
+)
+from studio.critic_queue import (
+    GROUNDING_COLUMNS as GROUNDING_COLUMNS,
+)
+from studio.critic_queue import (
+    PAGE as PAGE,
+)
+from studio.critic_queue import (
+    STATUSES as STATUSES,
+)
+from studio.critic_queue import (
+    WIDTHS as WIDTHS,
+)
+from studio.critic_queue import (
+    _row as _row,
+)
+from studio.critic_queue import (
+    _subgoals as _subgoals,
+)
+from studio.critic_queue import (
+    _yes_no as _yes_no,
+)
+from studio.critic_queue import (
+    empty_note as empty_note,
+)
+from studio.critic_queue import (
+    parse_key as parse_key,
+)
+from studio.critic_queue import (
+    verdict_detail as verdict_detail,
+)
+from studio.critic_queue import (
+    verdict_key as verdict_key,
+)
+from studio.critic_queue import (
+    verdict_label as verdict_label,
+)
+from studio.critic_queue import (
+    verdict_table as verdict_table,
+)
+from studio.critic_queue import (
+    verdict_view as verdict_view,
+)
 from studio.keys import QUEUE_PROGRESS, action_words, undo_handler, wire_walk
 from studio.picker import Picker
 from studio.remember import remember
 from studio.tab_pairs import excerpt
-
-PAGE = 20
-# (label, value): the status filter's "no filter" is the value "" (what the endpoint and the saved filters carry),
-# labelled "any" (it was a blank entry).
-STATUSES = [("any", ""), *((s, s) for s in ("accepted", "corrected", "unfixable", "unparsed", "truncated", "error"))]
-# The key first (a row click reads the first cell), then the short columns a curator decides by, then the question in
-# a capped width (WIDTHS): at ~1400 px an uncapped question pushed status, override and curator off-screen.
-# "runs": the grounded actions executed without an error (groundings.ok); "correct": they reach the gold answer
-# (groundings.correct). One "grounding_ok" column (clipped to "groundin…") read "true" on wrong answers.
-COLUMNS = ["key", "domain", "status", "runs", "correct", "override_action", "curator", "question"]
-WIDTHS = ["150px", "80px", "105px", "70px", "85px", "150px", "100px", "440px"]
-GROUNDING_COLUMNS = {"grounding_ok": "runs", "grounding_correct": "correct"}
-
-
-def verdict_key(task_id: str, step: int, k: int) -> str:
-    return f"{task_id}|{int(step)}|{int(k)}"
-
-
-def parse_key(key: str) -> tuple[str, int, int]:
-    task_id, step, k = key.rsplit("|", 2)
-    return task_id, int(step), int(k)
-
-
-def verdict_table(store: Store, run_id: str | None, iteration: int | None, status: str = "",
-                  reviewed: str = "any", page: int = 1, size: int = PAGE, order: str = "task"
-                  ) -> tuple[pd.DataFrame, int]:
-    """A page of the critic queue; ``reviewed``: any | yes | no (acted on or marked "looks right" by anybody) |
-    overruled (the curators' live decision went against the critic: ``engine.verdict_views.AGREES_WITH_CRITIC``)."""
-    if not run_id or iteration is None:
-        return pd.DataFrame(columns=COLUMNS), 0
-    df = store.verdict_queue(run_id, int(iteration), status=status or None, limit=size,
-                             offset=(max(int(page), 1) - 1) * size,
-                             reviewed={"yes": True, "no": False}.get(reviewed), order=order or "task",
-                             overruled=True if reviewed == "overruled" else None)
-    total = int(df["total"].iloc[0]) if len(df) else 0
-    df = df.assign(key=[verdict_key(*r) for r in zip(df["task_id"], df["step"], df["k"])],
-                   **{name: [_yes_no(v) for v in df[column]] for column, name in GROUNDING_COLUMNS.items()})
-    return df[COLUMNS], total
-
-
-def _yes_no(value: Any) -> str:
-    """A grounding flag as a word: no grounding (NULL) reads "—", not "None" or "nan"."""
-    return "—" if value is None or pd.isna(value) else ("yes" if bool(value) else "no")
-
-
-def empty_note(iteration: int | None, status: str = "", reviewed: str = "any", unfiltered: int = 0) -> str:
-    """Why the critic queue shows no row: the iteration has no verdict at all (``unfiltered``, its count without
-    filters, is 0: iteration 0 samples no plans, a later one may not have reached its critique), or the filters set
-    (named)."""
-    if iteration is None:
-        return "pick a run and an iteration above"
-    if not unfiltered:
-        return ("iteration 0 evaluates the starting agents and samples no plans: verdicts start at iteration 1 "
-                "(pick it above)" if int(iteration) == 0 else f"iteration {int(iteration)} has no verdicts yet")
-    words = ([f"critic status {status}"] if status else []) + (
-        [{"overruled": "reviewed = overruled the critic"}.get(reviewed, f"reviewed = {reviewed}")]
-        if reviewed in ("yes", "no", "overruled") else [])
-    return "no verdict matches these filters: " + (", ".join(words) or "none set")
-
-
-def verdict_label(question: str, key: str, status: str) -> str:
-    """What the verdict picker shows: the question's start, the step (iterative plans), the plan, the status and the
-    task id (two questions can start alike)."""
-    task_id, step, k = parse_key(key)
-    return f"{excerpt(question)}{f' · step {step}' if step else ''} · plan {k} · {status} · {task_id}"
 
 
 def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:
@@ -132,58 +108,6 @@ def undo_message(store: Store, run_id: str | None, iteration: int | None, curato
     question = excerpt(store.get_task(run_id, row["task_id"]).question)
     return (f"Undid your {action_words(row['action'])} of plan {int(row['k'])} for “{question}” "
             f"(override #{int(row['override_id'])}).")
-
-
-def _row(store: Store, run_id: str, iteration: int, key: str) -> dict[str, Any] | None:
-    task_id, step, k = parse_key(key)
-    df = store.verdict_rows(run_id, int(iteration))
-    df = df[(df["task_id"] == task_id) & (df["step"] == step) & (df["k"] == k)]
-    return records(df.iloc[:1])[0] if len(df) else None
-
-
-def _subgoals(text: Any) -> str:
-    return "\n".join(f"{i}. {s}" for i, s in enumerate(json.loads(text) if text else [], 1))
-
-
-def verdict_detail(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> tuple[str, str, str,
-                                                                                                       str]:
-    """``(original HTML, corrected HTML, diff HTML, actions to start an edit from)``."""
-    return verdict_view(store, run_id, iteration, key)[:4]
-
-
-def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: str | None, read_only: bool = False
-                 ) -> tuple[str, str, str, str, dict[str, Any]]:
-    """``verdict_detail`` and the *Accept correction* button's update: interactive only when the critic made a
-    correction to accept (and the studio is writable)."""
-    if not (run_id and key) or iteration is None:
-        return "", "", "", "", gr.update(interactive=False)
-    v = _row(store, run_id, iteration, key)
-    if v is None:
-        return "<p>No such verdict.</p>", "", "", "", gr.update(interactive=False)
-    head = f"<p><b>{v['status']}</b> ({v['backend']}) · {v['question']}</p>"
-    decided = f"<p>Curator: <b>{v['override_action']}</b> by {v['curator']}</p>" if v["override_action"] else ""
-    original = (head + decided + "<b>Plan subgoals</b>" + pre(_subgoals(v["plan_subgoals_json"]) or v["plan_text"])
-                + "<b>Grounded actions</b>" + pre(v["grounding_actions"])
-                + "<details><summary>What the grounder saw (its prompt, as rendered)</summary>"
-                + pre(v.get("grounding_prompt") or "") + "</details>")
-    says = "<b>Critic says</b>" + pre(v["raw"])
-    if v["corrected_actions"]:
-        # A sound plan keeps its subgoals (only the actions are corrected): say so rather than show an empty block.
-        subgoals = ("<b>Corrected subgoals</b>" + pre(_subgoals(v["corrected_subgoals_json"]))
-                    if v["corrected_subgoals_json"] else
-                    "<p><i>Only the actions are corrected: the plan's own subgoals are kept.</i></p>")
-        corrected = subgoals + "<b>Corrected actions</b>" + pre(v["corrected_actions"]) + says
-        diff = ("<p><i>Grounded actions → corrected actions, action by action (struck out: the original's; "
-                "added: the correction's):</i></p>" + action_diff_html(v["grounding_actions"] or "",
-                                                                        v["corrected_actions"]))
-    else:
-        # No correction: one line instead of two empty headings; a diff against nothing would strike it all out.
-        line = ("The critic accepted the grounding as it is: no correction." if v["status"] == "accepted" else
-                f"No correction: the critic's verdict is <b>{v['status']}</b>.")
-        corrected = f"<p><i>{line}</i></p>" + says
-        diff = ""
-    button = gr.update(interactive=bool(v["corrected_actions"]) and not read_only)
-    return original, corrected, diff, v["corrected_actions"] or v["grounding_actions"] or "", button
 
 
 def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: str, curator: str,
