@@ -11,6 +11,7 @@ tables' look and the status filter's label)."""
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 import pytest
 
@@ -277,62 +278,73 @@ def test_the_correction_diff_is_labelled_and_goes_action_by_action(store):
 
 
 @pytest.mark.browser
-def test_in_the_page_choose_follows_the_pair_and_a_critic_click_shows_no_edit_box(tmp_path):
-    """In chromium. Pairs: the Choose pickers show the pair's own plans (a js-only listener registered after the
-    detail ran once the detail had answered and emptied them), follow `j`, and a swap turns the picker's label and
-    both pickers. Critic: clicking a cell picks its verdict with no text box and no select handles (the cell frame is
-    gone too), the status filter reads "any" and the diff is labelled."""
+@contextmanager
+def _world_page(tmp_path, *extra):
+    """A Chromium page (1400x1000) on the hand-made world served in this process (``extra``: functions that add to the
+    store first), closed with its browser and server."""
     from tests._studio import serve_studio
     from tests.test_studio_browser import ARGS, CHROMIUM, sync_api
 
-    expect = sync_api.expect
     with Store(tmp_path / "ws.duckdb") as store:
         build_world(store)
+        for add in extra:
+            add(store)
         url, demo = serve_studio(store)
         try:
-            expect.set_options(timeout=30_000)
+            sync_api.expect.set_options(timeout=30_000)
             with sync_api.sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.set_default_timeout(30_000)
                 page.goto(url)
-                name = page.locator("#curator-name textarea, #curator-name input").first
-                name.fill(CURATOR)
-                name.press("Enter")
-                expect(page.locator("#curator-who")).to_contain_text(CURATOR)
-                page.get_by_role("tab", name="Pairs").click()
-                pick = page.locator("#pairs-pick input")
-                chosen = page.locator("#pairs-choose-chosen input")
-                rejected = page.locator("#pairs-choose-rejected input")
-                expect(pick).to_have_value(re.compile("plan 0 over 3 · m1"))
-                expect(chosen).to_have_value("k=0 · log-PPL 0.5000")
-                expect(rejected).to_have_value("k=3 · log-PPL 2.0000")
-                page.locator("#pairs-swap").click()
-                expect(pick).to_have_value(re.compile("plan 3 over 0 · m1"))
-                expect(chosen).to_have_value("k=3 · log-PPL 2.0000")
-                page.locator("body").press("j")
-                expect(pick).to_have_value(re.compile("plan 0 over 1 · m2"))
-                expect(chosen).to_have_value("k=0 · log-PPL 0.8000")
-                expect(rejected).to_have_value("k=1 · log-PPL 1.1000")
-
-                page.get_by_role("tab", name="Critic").click()
-                expect(page.locator("#critic-info")).to_contain_text("3 rows")
-                expect(page.locator("#critic-status input")).to_have_value("any")
-                cell = page.locator("#critic-table [data-testid='cell-1-2']")
-                expect(cell).to_have_text("corrected")
-                cell.click()
-                expect(page.locator("#critic-pick input")).to_have_value(re.compile("corrected"))
-                cell.dblclick()
-                page.keyboard.press("Enter")
-                assert page.locator("#critic-table textarea").count() == 0
-                assert page.locator("#critic-table .selection-button").count() >= 1  # Gradio draws them ...
-                assert not page.locator("#critic-table .selection-button").first.is_visible()  # ... hidden
-                framed = cell.evaluate("e => [e, ...e.querySelectorAll('*')].map(x => getComputedStyle(x).boxShadow)")
-                assert set(framed) == {"none"}, framed  # the cell and its text had an orange frame
-                expect(page.locator("#critic-diff")).to_contain_text("action by action")
-                browser.close()
+                try:
+                    yield page, sync_api.expect
+                finally:
+                    browser.close()
         finally:
             demo.close()
+
+
+def test_in_the_page_choose_follows_the_pair_and_a_critic_click_shows_no_edit_box(tmp_path):
+    """In chromium. Pairs: the Choose pickers show the pair's own plans (a js-only listener registered after the
+    detail ran once the detail had answered and emptied them), follow `j`, and a swap turns the picker's label and
+    both pickers. Critic: clicking a cell picks its verdict with no text box and no select handles (the cell frame is
+    gone too), the status filter reads "any" and the diff is labelled."""
+    with _world_page(tmp_path) as (page, expect):
+        name = page.locator("#curator-name textarea, #curator-name input").first
+        name.fill(CURATOR)
+        name.press("Enter")
+        expect(page.locator("#curator-who")).to_contain_text(CURATOR)
+        page.get_by_role("tab", name="Pairs").click()
+        pick = page.locator("#pairs-pick input")
+        chosen = page.locator("#pairs-choose-chosen input")
+        rejected = page.locator("#pairs-choose-rejected input")
+        expect(pick).to_have_value(re.compile("plan 0 over 3 · m1"))
+        expect(chosen).to_have_value("k=0 · log-PPL 0.5000")
+        expect(rejected).to_have_value("k=3 · log-PPL 2.0000")
+        page.locator("#pairs-swap").click()
+        expect(pick).to_have_value(re.compile("plan 3 over 0 · m1"))
+        expect(chosen).to_have_value("k=3 · log-PPL 2.0000")
+        page.locator("body").press("j")
+        expect(pick).to_have_value(re.compile("plan 0 over 1 · m2"))
+        expect(chosen).to_have_value("k=0 · log-PPL 0.8000")
+        expect(rejected).to_have_value("k=1 · log-PPL 1.1000")
+
+        page.get_by_role("tab", name="Critic").click()
+        expect(page.locator("#critic-info")).to_contain_text("3 rows")
+        expect(page.locator("#critic-status input")).to_have_value("any")
+        cell = page.locator("#critic-table [data-testid='cell-1-2']")
+        expect(cell).to_have_text("corrected")
+        cell.click()
+        expect(page.locator("#critic-pick input")).to_have_value(re.compile("corrected"))
+        cell.dblclick()
+        page.keyboard.press("Enter")
+        assert page.locator("#critic-table textarea").count() == 0
+        assert page.locator("#critic-table .selection-button").count() >= 1  # Gradio draws them ...
+        assert not page.locator("#critic-table .selection-button").first.is_visible()  # ... hidden
+        framed = cell.evaluate("e => [e, ...e.querySelectorAll('*')].map(x => getComputedStyle(x).boxShadow)")
+        assert set(framed) == {"none"}, framed  # the cell and its text had an orange frame
+        expect(page.locator("#critic-diff")).to_contain_text("action by action")
 
 
 # -- 7. the same key in another iteration is drawn anew --------------------------------------------------------------
@@ -378,31 +390,14 @@ def test_switching_iteration_redraws_a_picked_key_the_new_iteration_also_has(sto
 def test_in_the_page_an_iteration_switch_redraws_the_picked_pair(tmp_path):
     """In chromium: the pair picked on iteration 1 also exists on iteration 0; after the switch the view shows
     iteration 0's plans (it kept iteration 1's)."""
-    from tests._studio import serve_studio
-    from tests.test_studio_browser import ARGS, CHROMIUM, sync_api
-
-    expect = sync_api.expect
-    with Store(tmp_path / "ws.duckdb") as store:
-        build_world(store)
-        _second_iteration(store)
-        url, demo = serve_studio(store)
-        try:
-            expect.set_options(timeout=30_000)
-            with sync_api.sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.set_default_timeout(30_000)
-                page.goto(url)
-                iteration = page.locator("#pick-iteration input")
-                expect(iteration).to_have_value(str(IT + 1))
-                page.get_by_role("tab", name="Pairs").click()
-                expect(page.locator("#pairs-pick input")).to_have_value(re.compile("m1"))
-                expect(page.locator("#pairs-chosen")).to_contain_text("NEXT ITERATION")
-                iteration.click()
-                page.get_by_role("option", name=str(IT), exact=True).click()
-                expect(iteration).to_have_value(str(IT))
-                expect(page.locator("#pairs-pick input")).to_have_value(re.compile("m1"))
-                expect(page.locator("#pairs-chosen")).not_to_contain_text("NEXT ITERATION")
-                browser.close()
-        finally:
-            demo.close()
+    with _world_page(tmp_path, _second_iteration) as (page, expect):
+        iteration = page.locator("#pick-iteration input")
+        expect(iteration).to_have_value(str(IT + 1))
+        page.get_by_role("tab", name="Pairs").click()
+        expect(page.locator("#pairs-pick input")).to_have_value(re.compile("m1"))
+        expect(page.locator("#pairs-chosen")).to_contain_text("NEXT ITERATION")
+        iteration.click()
+        page.get_by_role("option", name=str(IT), exact=True).click()
+        expect(iteration).to_have_value(str(IT))
+        expect(page.locator("#pairs-pick input")).to_have_value(re.compile("m1"))
+        expect(page.locator("#pairs-chosen")).not_to_contain_text("NEXT ITERATION")
