@@ -459,17 +459,6 @@ class Store(RunLedger, StudioViews, VerdictViews):
         df = self.frame("checkpoints", run_id, iteration, role=role)
         return records(df)[0] if len(df) else None
 
-    def set_run_config(self, run_id: str, config: dict[str, Any]) -> None:
-        """Replace run ``run_id``'s config snapshot (``engine.loop.set_iterations``: an explicit ``run --iterations``
-        re-targets the run, the one field that may change after it was created); ``KeyError`` for an unknown run."""
-        text = json.dumps(config, ensure_ascii=False, default=str)
-        with self._cursor() as cur:
-            found = self._transaction(cur, lambda c: c.execute(
-                "UPDATE runs SET config_json = ? WHERE run_id = ? RETURNING run_id", [text, run_id]).fetchall())
-        self._touched(["runs"])
-        if not found:
-            raise KeyError(f"no run {run_id!r} in this store")
-
 
 def status_summary(db: str | Path) -> dict[str, Any]:
     """Open ``db`` read-only and summarise it (``python -m engine status --json``).
