@@ -151,6 +151,10 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
             store.put_checkpoint(run_id, iteration, role, ctx.agent_path(role, iteration), "unchanged")
         store.set_stage(run_id, iteration, stage, "skipped", counts={"note": reason, **labels})
         return "skipped"
+    # A model directory deleted since it was recorded is refused before the stage is marked running: bad input
+    # (CheckpointError), not a failed stage, so restoring it and resuming just works. Every caller is covered: step,
+    # run_loop (CLI runs, experiments, the studio's jobs) and the benchmarks.
+    check_stage_agents(store, run_id, iteration, stage, config)
     store.set_stage(run_id, iteration, stage, "running")
     weights = ctx.agent_path("planner", iteration) if one_set_of_weights(config) else None
     crash_point(iteration, stage, "start")  # test hook: killed before the stage did anything (e.g. between phases)
@@ -242,9 +246,6 @@ def run_loop(store: Store, run_id: str, *, iterations: int | None = None, progre
             return "paused"
         if should_stop():
             return "stopped"
-        own = iteration_config(config, iteration)
-        if not is_skipped(stage, own, iteration):  # a checkpoint deleted since it was recorded: refused, not failed
-            check_stage_agents(store, run_id, iteration, stage, own)
         status = run_stage(store, run_id, iteration, stage, config=config, progress=progress,
                            should_stop=should_stop, context=ctx)
         if on_stage:

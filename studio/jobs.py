@@ -14,6 +14,9 @@ Contract:
 * Progress events from the engine are kept in memory (the last ``max_events``) next to the job's state;
   ``snapshot()`` returns a plain dict any session (or a reloaded page) renders, so a reload re-attaches. The
   durable record is the store's ``stages`` and ``train_logs`` tables.
+* A job that ends on bad input (``ConfigError``: a model directory or recorded checkpoint that has gone, refused by
+  ``engine.loop.run_stage`` before the stage is marked running) keeps the message alone as its error; any other
+  exception keeps the message and a short traceback (the stage is recorded ``failed`` in the store).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from engine.errors import ConfigError
 from engine.loop import pending, run_config, run_loop
 from engine.store import Store
 
@@ -103,6 +107,8 @@ class JobWorker:
     def _main(self, fn: JobFn) -> None:
         try:
             result, error = fn(self._progress, self._stop.is_set), None
+        except ConfigError as exc:  # bad input, e.g. a checkpoint deleted since it was recorded (refused before the
+            result, error = "failed", str(exc)  # stage ran): the message says what to do; a traceback would bury it
         except Exception as exc:  # the stage is already recorded "failed" in the store by engine.loop
             result, error = "failed", f"{exc}\n{traceback.format_exc(limit=4)}"
         with self._lock:

@@ -6,6 +6,7 @@ traceback and nothing half-written:
 * ``step`` on a stage whose model directory has gone (the configured ``grounder.path``, or the checkpoint an earlier
   iteration recorded in the store, or the model a LoRA checkpoint applies to) raised a traceback and recorded the
   stage failed; it is now refused up front, naming the directory and where it came from, and nothing is recorded.
+  The check is in ``engine.loop.run_stage``, so resumed runs, experiments and the studio's jobs refuse the same way.
 * A JSONL task file whose last line is truncated reported "column 1" (json counts columns from the newline that ends
   the line); the error now names that line and the column where the line ends, and says the record is cut short.
 * A bad ``--set`` value was reported as coming from the config file; it now names ``--set section.field=value``,
@@ -126,6 +127,41 @@ def test_a_resumed_run_with_a_recorded_checkpoint_gone_is_refused_before_the_sta
     err = capsys.readouterr().err
     assert err.startswith("error: iteration 1 grounder checkpoint: ") and str(gone) in err and "Traceback" not in err
     assert "score" not in _stage_states(db, run_id, 2)
+
+
+def test_run_stage_itself_refuses_a_gone_model_so_every_caller_is_covered(moved_grounder_run):
+    """The check lives in ``engine.loop.run_stage`` (not in each command): a direct call, as the benchmarks and the
+    studio's jobs make, raises the same ``CheckpointError`` and records nothing."""
+    from engine.errors import CheckpointError
+    from engine.loop import run_stage
+
+    db, run_id, grounder = moved_grounder_run
+    shutil.rmtree(grounder)
+    with Store(db) as store:
+        store.set_stage(run_id, 1, "sample", "done")
+        with pytest.raises(CheckpointError, match=r"^grounder.path: .*no such model directory"):
+            run_stage(store, run_id, 1, "score")
+        assert "score" not in store.stage_status(run_id, 1)
+
+
+def test_a_studio_job_on_a_gone_model_ends_with_the_message_alone(moved_grounder_run):
+    """A studio job (``studio.jobs.JobWorker``) that meets a deleted model directory ends "failed" with the message
+    naming the field and the directory, no traceback, and the stage is not recorded (restore it and start again)."""
+    from studio.jobs import JobWorker
+
+    db, run_id, grounder = moved_grounder_run
+    shutil.rmtree(grounder)
+    with Store(db) as store:
+        store.set_stage(run_id, 1, "sample", "done")
+        jobs = JobWorker(store)
+        assert jobs.start_loop("next_stage", run_id) is None
+        assert jobs.wait(120)
+        snap = jobs.snapshot()
+        assert snap["status"] == "failed"
+        assert snap["error"].startswith("grounder.path: ") and str(grounder) in snap["error"]
+        assert "Traceback" not in snap["error"]
+        states = [state["status"] for t in (0, 1) for state in store.stage_status(run_id, t).values()]
+        assert states and set(states) == {"done"}  # only the stage marked done above: none running or failed
 
 
 # -- a truncated last line of a JSONL file: the right line and column ---------------------------------------------

@@ -36,9 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.commands.run import progress_printer
     from engine.config import config_from_dict, config_to_dict
     from engine.errors import ConfigError, DataError
-    from engine.loop import is_skipped, out_of_order, run_config, run_stage
-    from engine.preflight import check_stage_agents
-    from engine.schedule import iteration_config
+    from engine.loop import out_of_order, run_config, run_stage
     from engine.store import Store, StoreError
 
     if not Path(args.db).exists():  # opening it would create an empty store
@@ -59,9 +57,6 @@ def run(args: argparse.Namespace) -> int:
                 if value is not None:
                     data["critic"][key] = value
             config = config_from_dict(data, "--critic/--base-url/--model")
-            own = iteration_config(config, args.iteration)  # with its phase's settings, as run_stage applies them
-            if not is_skipped(args.stage, own, args.iteration):  # a skipped stage loads nothing
-                check_stage_agents(store, args.run, args.iteration, args.stage, own)
             status = run_stage(store, args.run, args.iteration, args.stage, config=config,
                                progress=progress_printer(args.quiet))
             print_json({"run_id": args.run, "iteration": args.iteration, "stage": args.stage, "status": status,
