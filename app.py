@@ -1,11 +1,11 @@
 """Launch MOAT Studio: ``python app.py [--db FILE] [--config FILE] [--host H] [--port P] [--auth U:P|FILE]
-[--viewers U:P|FILE] [--read-only] [--workspace DIR]``.
+[--viewers U:P|FILE] [--read-only] [--workspace DIR] [--[no-]first-visit-demo]``.
 
 Thin by design: parse flags (env: MOAT_DB, MOAT_CONFIG, GRADIO_SERVER_NAME, GRADIO_SERVER_PORT, MOAT_AUTH,
-MOAT_VIEWERS, MOAT_READ_ONLY, MOAT_WORKSPACE), open the one DuckDB store this process owns, build the studio
-(``studio.app.build_app``) and serve it behind the login gate (``studio.auth.serve``). Nothing is trained at
-start-up. Spaces mode (env ``SPACE_ID`` set) caps run sizes and allows only the demo
-agents. Flags are parsed in ``main`` only, never at import (Spaces imports this file).
+MOAT_VIEWERS, MOAT_READ_ONLY, MOAT_WORKSPACE, MOAT_FIRST_VISIT_DEMO), open the one DuckDB store this process owns,
+build the studio (``studio.app.build_app``) and serve it behind the login gate (``studio.auth.serve``). Nothing is
+trained at start-up. Spaces mode (env ``SPACE_ID`` set) caps run sizes and allows only the demo agents. Flags are
+parsed in ``main`` only, never at import (Spaces imports this file).
 """
 
 from __future__ import annotations

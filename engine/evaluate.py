@@ -1,6 +1,7 @@
 """End-to-end evaluation: plan -> ground -> execute -> answer -> metric, batched, with per-task traces.
 
-``run_agents(planner, grounder, tasks, settings)`` returns one ``Trace`` per task (plan text, subgoals, actions,
+``run_onetime(planner, grounder, tasks, settings)`` and ``run_iterative(...)`` (the planner and grounder taking turns
+per subgoal) return one ``Trace`` per task (plan text, subgoals, actions,
 execution values, answer, correctness). ``evaluate(...)`` adds the metrics per split and domain and the
 *capability gap*: the grounder's mean log-perplexity of the gold actions given the planner's own greedy plan (the
 paper's Table 4 quantity; lower means the two agents fit each other better). The loop's ``evaluate`` stage and

@@ -1,4 +1,5 @@
-"""Named, composable rewards for online group RL of the planner (GRPO), and the book that records every rollout.
+"""Named, composable rewards for online group RL of the planner or the grounder (GRPO), and the book that records
+every rollout.
 
 A reward is a callable TRL's ``GRPOTrainer`` calls once per generation batch:
 ``reward(prompts, completions, task_id=[...], **kwargs) -> list[float]`` (one value per completion; its

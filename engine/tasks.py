@@ -2,7 +2,8 @@
 
 A task is a question (plus optional context passages) with, when known, its gold subgoals, its gold actions and
 its gold answer. ``gold_actions`` holds one action string per subgoal (``"R2 = Calculator(R1 - 7)"``, or several
-actions joined by ``"; "``), so ``"; ".join(task.gold_actions)`` is the onetime grounding.
+actions joined by ``"; "``), or, read from a Lumos onetime grounder file, one string for the whole plan; either way
+``"; ".join(task.gold_actions)`` is the onetime grounding.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class Task:
     question: str
     context: list[str] = field(default_factory=list)  # optional passages (HotpotQA context, demo corpus)
     gold_subgoals: list[str] = field(default_factory=list)  # without the "Subgoal k: " prefix
-    gold_actions: list[str] = field(default_factory=list)  # one action string per subgoal
+    gold_actions: list[str] = field(default_factory=list)  # one per subgoal (a Lumos onetime file: one in all)
     answer: str = ""  # gold answer as text ("18", "yes", "Chief of Protocol")
     meta: dict[str, Any] = field(default_factory=dict)
 

@@ -1,4 +1,4 @@
-"""Run TRL's SFT and DPO trainers on in-memory models; return the trained model and every logged step.
+"""Run TRL's SFT, DPO and GRPO trainers on in-memory models; return the trained model and every logged step.
 
 The loss is always TRL's (``SFTTrainer`` completion-only loss, ``DPOTrainer`` sigmoid loss by default); this module
 only builds their configs, datasets and callbacks:

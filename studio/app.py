@@ -1,5 +1,5 @@
-"""``build_app(store, config_path, read_only, spaces, workspace) -> gr.Blocks``: one Blocks app of small per-tab
-builders.
+"""``build_app(store, config_path, read_only, spaces, jobs, viewers, workspace, first_visit) -> gr.Blocks``: one
+Blocks app of small per-tab builders.
 
 The app owns no state of its own: the store is passed in (one owning process per DuckDB file), one ``JobWorker``
 per store is created here (or passed in) and shared by every session, and everything per session (picked run and

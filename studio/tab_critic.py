@@ -7,8 +7,9 @@ domain, per tool the grounding calls, per decision, per curator) with the verdic
 critic one click away (the *Reviewed = overruled* filter). No ``nan`` or ``None`` reaches a sentence on the page.
 The filters are kept in the browser across reloads (``studio.remember``).
 
-Keyboard (``studio.keys``): j/k next/previous verdict, a accept the original, c accept the correction, d drop,
-r restore, e edit, u undo this curator's last decision. The picker names a verdict by its question, plan and status.
+Keyboard (``studio.keys``): j/k next/previous verdict, y looks right (``reviewed``), a accept the original, c accept
+the correction, d drop, r restore, e edit, u undo this curator's last decision. The picker names a verdict by its
+question, plan and status.
 
 Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the button's state), ``verdict_action``,
 ``preview_edit``, ``save_edit``, ``agreement_markdown``, ``undo_message``. API endpoints (``gradio_client``):

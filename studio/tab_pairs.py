@@ -2,8 +2,8 @@
 side-by-side view of prompt / chosen / rejected with both log-PPLs; curator actions (swap, exclude, tie, choose two
 other plans, restore) through ``engine.curation``; a margin histogram and the chosen-vs-rejected length bias.
 
-Keyboard (``studio.keys``): j/k next/previous pair (across pages), s swap, x exclude, t tie, r restore, v evidence,
-u undo this curator's last action. The pair picker names a pair by
+Keyboard (``studio.keys``): j/k next/previous pair (across pages), y looks right (recorded as ``reviewed``), s swap,
+x exclude, t tie, r restore, v evidence, u undo this curator's last action. The pair picker names a pair by
 its question, step and plan numbers; the evidence (``studio.evidence``) shades the gold actions by the grounder's
 per-token surprisal under each plan, computed on demand and cached.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-HELP = "Write the seeded demo task suite (maths + QA, train/held_in/held_out) as Task JSONL."
+HELP = "Write the seeded demo task suite (maths + QA, train/dev/held_in/held_out) as Task JSONL."
 SUITE = "examples/demo/tasks.jsonl"
 POOL = "examples/demo/pool.jsonl"
 

@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a config field (repeatable)")
     parser.add_argument("--traces", type=writable_file, default=None, help="write per-task traces to this JSONL file")
     parser.add_argument("--plan-styles", action="store_true",
-                        help="demo world: also measure the grounder on concrete vs vague plans of the same tasks")
+                        help="demo world: also measure the grounder on each plan style (concrete, explicit, vague, "
+                             "paraphrased) of the same tasks")
     parser.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
 
 

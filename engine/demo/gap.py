@@ -1,7 +1,7 @@
 """The demo's built-in capability gap, measured: the grounder given each plan rendering of the same tasks.
 
 ``plan_style_gap(grounder, tasks)`` scores the gold actions under each task's concrete plan (``gold_subgoals``, the
-gold plan), its explicit rendering and its vague rendering (``meta["explicit_subgoals"]``/``["vague_subgoals"]``),
+gold plan), its explicit, vague and paraphrased renderings (``meta["explicit_subgoals"]`` and the like),
 and grounds each greedily: per style and per domain, the mean log-PPL of the gold actions and the accuracy (with
 correct and n). ``logppl_gap`` (vague - concrete log-PPL) and ``accuracy_gap`` (concrete - vague accuracy) sum it
 up: positive differences are the gap. The concrete row is "the grounder on gold plans": the ceiling a perfect
