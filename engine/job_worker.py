@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(int(os.environ[THREADS_ENV]))
-    from engine.loop import run_loop
+    from engine.loop import extend_iterations, run_loop
     from engine.store import Store
 
     def emit(event: dict) -> None:
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         return stop["flag"] or os.getppid() != parent  # a killed parent: stop, so a re-run can resume the file
 
     with Store(args.db) as store:
+        if args.iterations >= 1:  # a job file seeded before the experiment was extended: the merged runs row says N
+            extend_iterations(store, args.run, args.iterations)
         status = "stopped" if should_stop() else run_loop(
             store, args.run, iterations=args.iterations, should_stop=should_stop,
             on_stage=lambda t, s, st: emit({"event": "stage", "iteration": t, "stage": s, "status": st}))

@@ -12,8 +12,9 @@ before any stage writes anything.
 ``{run_id, iteration, stage, done, total, eta_s, ...}``.
 A run goes to its config's ``run.iterations`` unless ``run_loop`` is given ``iterations``; an explicit target (the
 CLI's ``run --iterations N``) is recorded with ``record_iterations`` (``set_iterations``: the store's snapshot and
-the run directory's config.toml), so a later resume without it goes as far. The studio's jobs and an experiment's
-runs pass per-call targets and record nothing.
+the run directory's config.toml), so a later resume without it goes as far. The studio's jobs pass per-call targets and
+record nothing; an experiment raises its runs' ``run.iterations`` to its own N, never lowers it
+(``extend_iterations``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,17 @@ def set_iterations(store: Store, run_id: str, iterations: int) -> RunConfig:
     config = config_from_dict(snapshot)
     write_run_config(run_directory(store, run_id), config)
     return config
+
+
+def extend_iterations(store: Store, run_id: str, iterations: int) -> None:
+    """Raise the run's ``run.iterations`` to ``iterations`` when it records fewer (``set_iterations``); never lower
+    it. An experiment run again with a larger ``--iterations`` extends its runs this way, so each run's own record
+    (store, config.toml, the studio) says how far it goes."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise KeyError(f"no run {run_id!r} in this store")
+    if iterations > int(run["config"].get("run", {}).get("iterations") or 0):
+        set_iterations(store, run_id, iterations)
 
 
 def run_config(store: Store, run_id: str) -> RunConfig:

@@ -14,7 +14,7 @@ Contract:
   ``(iteration, stage)`` units it still has to run for iterations 0..N (from the run's job file when
   ``engine.jobs`` left one). A run with no units left is skipped; an interrupted one resumes with ``run_loop``
   (which resumes from the store); a missing one is created when its turn comes (``ensure_run``); a larger N
-  extends finished runs.
+  extends finished runs and becomes their ``run.iterations`` (``engine.loop.extend_iterations``; never lowered).
 * ``run_inprocess`` runs the plans one after the other in this process, directly in the store (the studio's way of
   running: every row is live). A failed run is reported and the next one runs; the stop flag ends the run in flight
   as ``run_loop`` does (resumable) and starts no other.
@@ -39,7 +39,7 @@ from engine.config import RunConfig, config_from_dict, config_to_dict
 from engine.dbutil import loads, records
 from engine.errors import ConfigError
 from engine.experiment import Experiment
-from engine.loop import create_run, pending, run_config, run_loop, stages_of
+from engine.loop import create_run, extend_iterations, pending, run_config, run_loop, stages_of
 from engine.store import Store
 
 OnRun = Callable[[str], None]  # called with a run name
@@ -178,6 +178,8 @@ def ensure_run(store: Store, exp: Experiment, plan: PlannedRun, iterations: int)
     """The plan's run id, creating the run (``engine.loop.create_run``) and recording its link as needed."""
     if plan.run_id is None:
         plan.run_id = create_run(store, exp.run_config(plan.variant, plan.seed, iterations))
+    else:  # an experiment extended with a larger --iterations: the run records how far it now goes
+        extend_iterations(store, plan.run_id, iterations)
     if not plan.linked:
         store.write("experiment_runs", [{"experiment_id": exp.experiment_id, "variant": plan.variant,
                                           "seed": plan.seed, "run_id": plan.run_id}])

@@ -611,6 +611,32 @@ def test_more_iterations_extend_the_chosen_runs_of_the_same_experiment(inprocess
     assert report["variants"]["no_stage2"]["iterations"]["2"]["seeds"] == [2]
     status = {(r["variant"], r["seed"]): r["status"] for r in report["runs"]}
     assert status[("no_stage2", 2)] == "done" and status[("full", 1)] == "incomplete"
+    # each run records how far it goes: the extended one 2 (store and config.toml), the others still 1
+    assert recorded_iterations(db) == {("full", 1): 1, ("full", 2): 1, ("no_stage2", 1): 1, ("no_stage2", 2): 2}
+    # the same through a worker process (--jobs 2): its job file's runs row is merged back with the new count
+    code = main(["experiment", "--config", str(inprocess_run["config"]), "--db", str(db), "--quiet",
+                 "--variants", "full", "--seeds", "1", "--iterations", "2", "--jobs", "2"])
+    assert code == 0 and last_json(capsys.readouterr().out)["runs"][0]["status"] == "done"
+    assert recorded_iterations(db) == {("full", 1): 2, ("full", 2): 1, ("no_stage2", 1): 1, ("no_stage2", 2): 2}
+    # a smaller --iterations later never lowers what a run records
+    assert main(["experiment", "--config", str(inprocess_run["config"]), "--db", str(db), "--quiet",
+                 "--variants", "full", "--seeds", "1", "--iterations", "1"]) == 0
+    assert recorded_iterations(db)[("full", 1)] == 2
+
+
+def recorded_iterations(db: Path) -> dict:
+    """Per (variant, seed): the run's ``run.iterations`` in the store, checked equal to its config.toml's."""
+    import tomllib
+
+    found = {}
+    with Store(db, read_only=True) as store:
+        for _, variant, seed, run_id in store.query(
+                "SELECT experiment_id, variant, seed, run_id FROM experiment_runs").itertuples(index=False):
+            run = store.get_run(run_id)
+            on_disk = tomllib.loads((Path(run["run_dir"]) / run_id / "config.toml").read_text())
+            assert on_disk["run"]["iterations"] == run["config"]["run"]["iterations"], run_id
+            found[(variant, int(seed))] = run["config"]["run"]["iterations"]
+    return found
 
 
 @pytest.mark.slow
