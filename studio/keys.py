@@ -69,6 +69,17 @@ def neighbour(current: str | None, keys: list[str], page: int, total: int, delta
     return current, page
 
 
+BUTTON_WORDS = {"swap": "Swap", "exclude": "Exclude", "tie": "Tie", "restore": "Restore",
+                "choose": "Choose these plans", "reviewed": "Looks right", "keep_original": "Accept original",
+                "accept_correction": "Accept correction", "drop": "Drop"}
+
+
+def button_words(action: str) -> str:
+    """A curator action as its button reads, quoted, for the line that says it was recorded ("“Accept original”
+    recorded for ..."): the stored name (``keep_original``) is not what the curator clicked."""
+    return f"“{BUTTON_WORDS.get(action, action.replace('_', ' ').capitalize())}”"
+
+
 def action_words(action: str) -> str:
     """A stored override action as words for a message ("keep_original" -> "accept original")."""
     return {"reviewed": "review", "keep_original": "accept original"}.get(action, action.replace("_", " "))

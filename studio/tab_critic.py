@@ -95,7 +95,7 @@ from studio.critic_queue import (
 from studio.critic_queue import (
     verdict_view as verdict_view,
 )
-from studio.keys import QUEUE_PROGRESS, action_words, undo_handler, wire_walk
+from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler, wire_walk
 from studio.picker import Picker
 from studio.remember import remember
 from studio.tab_pairs import excerpt
@@ -126,7 +126,7 @@ def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: 
     row = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=step, k=k)
     question = store.get_task(run_id, task_id).question
     label = verdict_label(question, key, str(row["status"].iloc[0]) if len(row) else "gone")
-    return f"{action} recorded for “{label}” by {curator} (override #{oid})."
+    return f"{button_words(action)} recorded for “{label}” by {curator} (override #{oid})."
 
 
 def _result_markdown(result: ExecutionResult) -> str:

@@ -56,7 +56,7 @@ from studio.common import (
     who_of,
 )
 from studio.evidence import pair_evidence_html
-from studio.keys import QUEUE_PROGRESS, action_words, undo_handler, wire_walk
+from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler, wire_walk
 from studio.pairs_charts import _pair_stats, curation_markdown, length_figure, margin_figure
 from studio.pairs_queue import (
     COLUMNS as COLUMNS,
@@ -156,8 +156,7 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
     else:
         oid = fns[action](store, run_id, int(iteration), task_id, step, **kw)
     # Named by the state after the action: a swap reads "plan 3 over 0" where the picker said "plan 0 over 3".
-    what = "looks right (reviewed)" if action == "reviewed" else action  # the button's words
-    return (f"{what} recorded for {pair_name(store, run_id, int(iteration), key)} "
+    return (f"{button_words(action)} recorded for {pair_name(store, run_id, int(iteration), key)} "
             f"(by {curator}, override #{oid}).")
 
 

@@ -163,6 +163,7 @@ def test_a_verdict_status_line_names_it_as_the_picker_does(store):
     line = verdict_action(store, RUN, IT, "m2|0|0", "keep_original", "ann")
     question = store.get_task(RUN, "m2").question
     assert "m2|0|0" not in line and f"“{verdict_label(question, 'm2|0|0', 'corrected')}” by ann" in line
+    assert line.startswith("“Accept original” recorded for") and "keep_original" not in line  # the button's words
     df, _ = verdict_table(store, RUN, IT)
     assert list(df.columns) == COLUMNS and COLUMNS[0] == "key" and COLUMNS[-1] == "question"
     assert len(WIDTHS) == len(COLUMNS)

@@ -119,12 +119,12 @@ def test_every_tab_and_overrides_through_the_ui(served, browser):
         "th => [getComputedStyle(th).wordBreak, getComputedStyle(th).overflowWrap, "
         "getComputedStyle(th.closest('table')).overflowX]") == ["normal", "normal", "auto"]
     page.locator("#pairs-swap").click()
-    expect(page.locator("#pairs-status")).to_contain_text("swap recorded")
+    expect(page.locator("#pairs-status")).to_contain_text("“Swap” recorded")
     swapped = store.pairs_page(run_id, 1, overridden=True)
     assert list(swapped["curator"]) == ["ui-curator"] and list(swapped["override_action"]) == ["swap"]
     expect(page.locator("#pairs-prompt")).to_contain_text("· swap")  # the action's refresh chain has finished
     page.locator("body").press("x")  # keyboard shortcut: exclude
-    expect(page.locator("#pairs-status")).to_contain_text("exclude recorded")
+    expect(page.locator("#pairs-status")).to_contain_text("“Exclude” recorded")
     excluded = store.pairs_page(run_id, 1, excluded=True)
     assert excluded["total"][0] == 1
     # The picker's labels follow the pair's latest override (the exclusion replaced the swap): wait for that name, or
@@ -148,7 +148,7 @@ def test_every_tab_and_overrides_through_the_ui(served, browser):
     expect(page.locator("#critic-original")).to_contain_text("Grounded actions")
     _shot(page, "Critic")
     page.locator("#critic-drop").click()
-    expect(page.locator("#critic-result")).to_contain_text("drop recorded")
+    expect(page.locator("#critic-result")).to_contain_text("“Drop” recorded")
     dropped = store.verdict_queue(run_id, 1, overridden=True)
     assert list(dropped["override_action"]) == ["drop"] and list(dropped["curator"]) == ["ui-curator"]
     expect(page.locator("#critic-agreement")).to_contain_text("Agreement")

@@ -60,7 +60,7 @@ def test_pairs_filters_and_override_changes_the_store(store, run_id):
     prompt, chosen, rejected = tab_pairs.pair_detail(store, run_id, 1, key)
     assert "log-PPL" in chosen and "log-PPL" in rejected and "&lt;|user|&gt;" in prompt
 
-    assert "swap recorded" in tab_pairs.pair_action(store, run_id, 1, key, "swap", "alice")
+    assert "“Swap” recorded" in tab_pairs.pair_action(store, run_id, 1, key, "swap", "alice")
     after = store.pairs_page(run_id, 1, overridden=True)
     assert list(after["curator"]) == ["alice"] and after["chosen_k"][0] == df["rejected_k"][0]
     tab_pairs.pair_action(store, run_id, 1, key, "exclude", "alice", reason="noise")
@@ -166,7 +166,7 @@ def test_critic_queue_edit_validates_and_executes(store, run_id):
     assert "Edit saved" in saved and "R1" in saved
     row = store.verdict_queue(run_id, 1, overridden=True)
     assert list(row["override_action"]) == ["edit"] and list(row["curator"]) == ["carol"]
-    assert tab_critic.verdict_action(store, run_id, 1, key, "drop", "dave").startswith("drop")
+    assert tab_critic.verdict_action(store, run_id, 1, key, "drop", "dave").startswith("“Drop”")
     assert "Agreement" in tab_critic.agreement_markdown(store, run_id, 1)
     # "overruled" lists exactly the agreement's disagreements (a drop overrules an accepted or corrected verdict)
     agreement = curation.agreement(store, run_id, 1)
@@ -493,10 +493,10 @@ def test_pages_count_what_the_team_has_reviewed(tmp_path):
     with Store(tmp_path / "ws.duckdb") as s:
         build_world(s)
         assert review_line(s, RUN, IT, "pair") == " · reviewed 0 of 3 by the team"
-        assert "reviewed" in tab_pairs.pair_action(s, RUN, IT, "m2|0|0", "reviewed", "ann")
+        assert "“Looks right” recorded" in tab_pairs.pair_action(s, RUN, IT, "m2|0|0", "reviewed", "ann")
         tab_pairs.pair_action(s, RUN, IT, "m1|0|0", "swap", "bob")
         assert review_line(s, RUN, IT, "pair") == " · reviewed 2 of 3 by the team"
-        assert "reviewed" in tab_critic.verdict_action(s, RUN, IT, "q1|0|0", "reviewed", "ann")
+        assert "“Looks right” recorded" in tab_critic.verdict_action(s, RUN, IT, "q1|0|0", "reviewed", "ann")
         assert review_line(s, RUN, IT, "verdict") == " · reviewed 1 of 3 by the team"
         assert review_line(s, None, None, "pair") == ""
 
@@ -549,7 +549,7 @@ def test_pair_status_lines_name_the_pair_as_the_picker_does(store, run_id):
     key, question, c, r = df["key"][0], df["question"][0], int(df["chosen_k"][0]), int(df["rejected_k"][0])
     line = tab_pairs.pair_action(store, run_id, 1, key, "swap", "alice")
     assert key not in line and "|" not in line
-    assert line.startswith("swap recorded for “" + tab_pairs.excerpt(question)[:30])
+    assert line.startswith("“Swap” recorded for “" + tab_pairs.excerpt(question)[:30])
     assert f"plan {r} over {c}" in line and "alice" in line  # swapped: the rejected plan now wins
     assert f"plan {r} over {c}" in tab_pairs.pair_action(store, run_id, 1, key, "reviewed", "alice")  # swap stands
     columns = list(df.columns)

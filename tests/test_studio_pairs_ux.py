@@ -83,11 +83,11 @@ def test_choose_starts_from_the_shown_pairs_plans_and_follows_every_pair_change(
 def test_choose_with_the_prefilled_plans_after_a_swap_records_the_pair_as_shown(store, fns):
     """After a swap the detail refills the pickers with the swapped numbers: a press then keeps the pair as shown
     (a different-plan error was the old first press)."""
-    assert "swap recorded" in fns["pairs_swap"].fn(RUN, IT, "m2|0|0", CURATOR, None, None, "", None)
+    assert "“Swap” recorded" in fns["pairs_swap"].fn(RUN, IT, "m2|0|0", CURATOR, None, None, "", None)
     after = _by_id(fns, "pairs_swap_detail", fns["pairs_swap_detail"].fn(RUN, IT, "m2|0|0"))
     c, r = after["pairs-choose-chosen"]["value"], after["pairs-choose-rejected"]["value"]
     assert (c, r) == (1, 0)
-    assert "choose recorded" in fns["pairs_choose"].fn(RUN, IT, "m2|0|0", CURATOR, c, r, "", None)
+    assert "“Choose these plans” recorded" in fns["pairs_choose"].fn(RUN, IT, "m2|0|0", CURATOR, c, r, "", None)
     pair = store.effective_pairs(RUN, IT, task_id="m2").iloc[0]
     assert (int(pair["chosen_k"]), int(pair["rejected_k"])) == (1, 0)
 
