@@ -49,15 +49,20 @@ def note_if_empty(fig: go.Figure, text: str) -> go.Figure:
     return fig
 
 
+MARKER_LIMIT = 60  # points per series up to which each point gets a marker
+
+
 def line(fig: go.Figure, x: Sequence, y: Sequence, name: str, colour: str | None = None, dashed: bool = False,
          lo: Sequence | None = None, hi: Sequence | None = None, yaxis: str | None = None) -> None:
-    """A line with markers; ``lo``/``hi`` (same length as ``y``) draw asymmetric error bars; ``yaxis="y2"`` puts it
-    on a second y axis (see ``second_axis``)."""
+    """A line with markers (up to ``MARKER_LIMIT`` points; a longer series, a training log of hundreds of steps, is
+    drawn as a plain line: hundreds of markers per series hid the lines under them); ``lo``/``hi`` (same length as
+    ``y``) draw asymmetric error bars; ``yaxis="y2"`` puts it on a second y axis (see ``second_axis``)."""
+    x, y = list(x), list(y)
     error = None
     if lo is not None and hi is not None:
         error = dict(type="data", symmetric=False, array=[h - v for h, v in zip(hi, y)],
                      arrayminus=[v - lo_ for v, lo_ in zip(y, lo)], thickness=1, width=4)
-    fig.add_scatter(x=list(x), y=list(y), mode="lines+markers", name=name, error_y=error,
+    fig.add_scatter(x=x, y=y, mode="lines+markers" if len(y) <= MARKER_LIMIT else "lines", name=name, error_y=error,
                     line=dict(dash="dash" if dashed else "solid", color=colour), **({"yaxis": yaxis} if yaxis else {}))
 
 

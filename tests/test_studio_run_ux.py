@@ -106,6 +106,24 @@ def test_metrics_charts_of_a_grpo_run_never_say_dpo(world):
         assert "DPO" not in shown and "SFT" not in shown, (name, shown)
 
 
+def test_a_long_training_log_is_drawn_as_a_line_and_a_short_series_keeps_its_markers(world):
+    """A GRPO run logs a reward per step: about 290 markers per series hid the lines. A series longer than
+    ``MARKER_LIMIT`` points is a plain line; the per-iteration charts (a few points) keep their markers."""
+    from studio.plots import MARKER_LIMIT
+    from studio.tab_metrics import figures
+
+    _objectives(world, "grpo", "grpo")
+    steps = MARKER_LIMIT + 40
+    world.add_train_logs(RUN, 1, "train_planner", [{"step": i, "loss": 1.0 / i, "reward": 0.01 * i,
+                                                    "rewards/gap/mean": -0.01 * i} for i in range(1, steps + 1)])
+    figs = figures(world, RUN)
+    rewards = figs["dpo_rewards"]
+    assert {t.name for t in rewards.data} == {"reward", "rewards/gap/mean"}
+    assert all(len(t.y) == steps and t.mode == "lines" for t in rewards.data)
+    assert [t.mode for t in figs["dpo_loss"].data] == ["lines"]
+    assert figs["pairs"].data and all(t.mode == "lines+markers" for t in figs["pairs"].data)  # per iteration
+
+
 def test_a_grpo_run_without_reward_logs_says_dpo_rewards_do_not_apply(world):
     from studio.tab_metrics import figures
 
