@@ -1,7 +1,8 @@
 """The ``python -m engine`` command line: one subcommand per module in ``engine/commands``.
 
 Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``; modules import
-heavy dependencies (torch, transformers) inside ``run`` so ``--help`` stays instant.
+heavy dependencies (torch, transformers) inside ``run`` so ``--help`` stays instant. A reader that goes away
+(``| head``) ends a command quietly with status 141, as a shell reports SIGPIPE.
 """
 
 from __future__ import annotations
@@ -53,9 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader went away
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    try:
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a closed pipe found at exit is printed as an ignored exception
+        return code
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted; a traceback would only be noise
+        import os
+
+        # Python flushes stdout once more at exit and would print the same error: point it at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

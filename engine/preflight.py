@@ -58,7 +58,7 @@ def preflight(config: RunConfig) -> None:
 def check_model(path: str, adapter: str, device: str, role: str, path_field: str | None = None) -> None:
     """Check one model directory (or hub id), its optional adapter, its tokenizer and its device."""
     path_field = path_field or f"{role}.path"
-    _check_device(device, f"{role}.device")
+    check_device(device, f"{role}.device")
     local = Path(path).expanduser()
     if not local.is_dir() and (local.exists() or not _HUB_ID.match(path)):
         raise CheckpointError(path_field, f"{path}: no such model directory")
@@ -182,7 +182,8 @@ def _check_adapter_chain(path: str, field: str, what: str, again: str) -> None:
                                      "directory")
 
 
-def _check_device(device: str, field: str) -> None:
+def check_device(device: str, field: str) -> None:
+    """Raise ``CheckpointError`` (named ``field``) for a CUDA device this machine does not have."""
     import torch
 
     if not device.startswith("cuda"):

@@ -135,7 +135,9 @@ def test_engine_run_refuses_a_newer_store_with_a_message_not_a_traceback(tmp_pat
         assert run_command.run(parser.parse_args(["--db", str(path), "--run", "any", "--quiet"])) == 3
     finally:
         signal.signal(signal.SIGINT, sigint)
-    assert f"error: {path} has schema version 7, newer than this engine's" in capsys.readouterr().out
+    captured = capsys.readouterr()  # on stderr, as every command says it: stdout ends with the run's JSON line
+    assert f"error: {path} has schema version 7, newer than this engine's" in captured.err
+    assert "error" not in captured.out
 
 
 def test_a_file_that_is_not_a_duckdb_database_is_refused_untouched(tmp_path):

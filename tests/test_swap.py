@@ -198,8 +198,9 @@ def test_cli_errors_exit_2_and_a_held_store_exits_3(scripted_run, capsys):
         out = subprocess.run([sys.executable, "-m", "engine", "swap", "--db", db, "--run", run_id],
                              capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 3, out.stderr
-    lines = out.stdout.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "open in another process" in lines[0]
+    lines = out.stderr.strip().splitlines()  # on stderr: stdout is for the table or its JSON
+    assert out.stdout == "" and len(lines) == 1 and lines[0].startswith("error: ")
+    assert "open in another process" in lines[0]
 
 
 # -- a real one-iteration run on the tiny agents ---------------------------------------------------------------------

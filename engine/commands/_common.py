@@ -1,4 +1,5 @@
-"""Helpers shared by command modules: JSON printing and turning engine errors into exit codes."""
+"""Helpers shared by command modules: JSON printing and turning engine errors into exit codes (2 bad input,
+``fail``; 3 a store that cannot be used, ``store_unusable``)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,16 @@ def fail(exc: Exception) -> int:
     raise exc
 
 
+STORE_UNUSABLE = 3  # every command's exit status for a store it cannot use (held, newer schema, not a store)
+
+
+def store_unusable(exc: Exception) -> int:
+    """A ``StoreError`` (held by another process, a newer schema, not a DuckDB file) as one line on stderr -- stdout
+    stays for the command's JSON -- and ``STORE_UNUSABLE``, the same status from every command."""
+    print(f"error: {exc}", file=sys.stderr)
+    return STORE_UNUSABLE
+
+
 def quiet_libraries() -> None:
     """Silence the progress bars ``datasets`` draws while TRL's trainers tokenize their rows and the "Loading
     weights" bar transformers draws for every model load (``--quiet``): in this process, and through the
@@ -49,6 +60,19 @@ def at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be {low} or more, not {value}")
         return value
     return parse
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds above 0 (``nan``, ``inf`` and negatives were accepted)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
+    return value
 
 
 def torch_device(text: str) -> str:

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=at_least(1), default=3,
                         help="timed rounds per variant, median reported (default: 3)")
     parser.add_argument("--device", type=torch_device, default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
-    parser.add_argument("--contention", type=int, default=0, metavar="N",
+    parser.add_argument("--contention", type=at_least(0), default=0, metavar="N",
                         help="measure quiet, then again while N competing CPU-bound processes run (started and "
                              "stopped by the benchmark); reports both and each timing's slowdown")
     parser.add_argument("--json", action="store_true", help="print one compact JSON object")
@@ -36,7 +36,14 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from engine import bench
+    from engine.errors import CheckpointError
+    from engine.preflight import check_device
 
+    try:  # a CUDA device this machine lacks was an AssertionError traceback from inside torch
+        check_device(args.device, "--device")
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     # Trainers print their logs on stdout; keep stdout for the one JSON object.
     with contextlib.redirect_stdout(sys.stderr):
         def measure() -> dict:

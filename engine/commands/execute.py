@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.commands._common import fail, print_json
+from engine.commands._common import fail, positive_seconds, print_json
 from engine.errors import DataError
 
 HELP = "Run Lumos actions (maths/qa tools offline) and print the result as JSON."
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--domain", choices=("maths", "qa", "web"), required=True, help="which tools to use")
     parser.add_argument("--actions", required=True, help='actions, e.g. "R1 = Calculator(3*4); R2 = Calculator(R1+5)"')
     parser.add_argument("--context", metavar="FILE", help='corpus JSONL of {"title", "text"} rows (qa)')
-    parser.add_argument("--time-limit", type=float, default=2.0, help="seconds per tool call (default 2)")
+    parser.add_argument("--time-limit", type=positive_seconds, default=2.0, help="seconds per tool call (default 2)")
     parser.add_argument("--qa-base-url", help="OpenAI-compatible endpoint for QA(...) actions (default: extractive)")
     parser.add_argument("--qa-model", help="model name at --qa-base-url")
 

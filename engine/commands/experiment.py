@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import time
 
-    from engine.commands._common import fail, print_json
+    from engine.commands._common import fail, print_json, store_unusable
     from engine.errors import ConfigError, DataError, StoreError
     from engine.experiment import load_experiment
 
@@ -155,8 +155,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # the model or task files changed under a recorded experiment
         return fail(exc)
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
-        print(f"error: {exc}", file=sys.stderr)
-        return 3
+        return store_unusable(exc)
     finally:
         signal.signal(signal.SIGINT, previous)
     wall = time.perf_counter() - started

@@ -3,8 +3,10 @@
 Contract: ``merge --out DIR (PATH | --run R --iteration T --role planner|grounder [--db D])`` loads the checkpoint,
 a LoRA run's adapter checkpoint included (its chain back to the full model, merged in order:
 ``engine.models.load_model``), and saves the merged weights and the tokenizer to ``DIR``, which must not exist yet;
-prints ``{"out": DIR, "from": PATH, "adapters": N}``. A missing checkpoint, run or iteration, or an existing ``DIR``,
-prints ``error: ...`` on stderr and exits 2; nothing is written then. The merged directory is what vLLM and other
+prints ``{"out": DIR, "from": PATH, "adapters": N}``. A missing checkpoint, run or iteration, a directory that is not
+a model checkpoint transformers can load, or an existing ``DIR``, prints ``error: ...`` on stderr and exits 2; a store
+that cannot be used (held by another process, not a store) exits 3; nothing is written then (the weights are saved
+to ``DIR.partial`` and renamed into place). The merged directory is what vLLM and other
 tools load.
 """
 
@@ -30,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _checkpoint_path(args: argparse.Namespace) -> str | None:
+    """The checkpoint directory to merge: PATH, or the one the store records (``StoreError`` propagates)."""
     if args.path:
         return args.path
     from engine.store import Store
@@ -49,10 +52,16 @@ def _checkpoint_path(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.commands._common import print_json
-    from engine.models import ModelSpec, adapter_chain, load_model
+    import shutil
 
-    path = _checkpoint_path(args)
+    from engine.commands._common import print_json, store_unusable
+    from engine.models import ModelSpec, adapter_chain, load_model
+    from engine.store import StoreError
+
+    try:
+        path = _checkpoint_path(args)
+    except StoreError as exc:  # held by a running job, a newer schema, not a store
+        return store_unusable(exc)
     if path is None:
         return 2
     out = Path(args.out)
@@ -62,11 +71,20 @@ def run(args: argparse.Namespace) -> int:
     if not Path(path).is_dir():
         print(f"error: {path} is not a checkpoint directory", file=sys.stderr)
         return 2
-    _, adapters = adapter_chain(path)
-    model, tokenizer = load_model(ModelSpec(path, dtype=args.dtype, device="cpu"))
+    try:
+        _, adapters = adapter_chain(path)
+        model, tokenizer = load_model(ModelSpec(path, dtype=args.dtype, device="cpu"))
+    except (OSError, ValueError, KeyError) as exc:  # no config.json, an unknown model type, a broken adapter chain
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"error: {path} is not a model checkpoint this engine can load: {first}", file=sys.stderr)
+        return 2
     partial = out.with_name(out.name + ".partial")
-    model.save_pretrained(partial, safe_serialization=True)
-    tokenizer.save_pretrained(partial)
-    partial.rename(out)  # the directory appears whole or not at all
+    try:
+        model.save_pretrained(partial, safe_serialization=True)
+        tokenizer.save_pretrained(partial)
+        partial.rename(out)  # the directory appears whole or not at all
+    except BaseException:  # a full disk or Ctrl-C: no half-written directory is left behind
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     print_json({"out": str(out), "from": str(path), "adapters": len(adapters)})
     return 0

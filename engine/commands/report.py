@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.breakdown import breakdown_markdown, template_breakdown
-    from engine.commands._common import print_json
+    from engine.commands._common import print_json, store_unusable
     from engine.report import UnknownExperiment, experiment_report, report_markdown
     from engine.report_compare import IncomparableExperiments, compare_markdown, compare_report
     from engine.store import Store, StoreError
@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
                 report = compare_report(store, args.experiment, against, variant)
             else:
                 report = experiment_report(store, args.experiment)
-    except (StoreError, IncomparableExperiments) as exc:
+    except StoreError as exc:  # held by another process, a newer schema, not a store
+        return store_unusable(exc)
+    except IncomparableExperiments as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except UnknownExperiment as exc:

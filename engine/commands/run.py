@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import sys
 
-    from engine.commands._common import fail, print_json
+    from engine.commands._common import fail, print_json, store_unusable
     from engine.config import load_config
     from engine.errors import ConfigError, DataError
     from engine.loop import create_run, run_loop
@@ -138,6 +138,5 @@ def run(args: argparse.Namespace) -> int:
         _remove_new(made, db)
         return fail(exc)
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
-        print(f"error: {exc}")
-        return 3
+        return store_unusable(exc)
     return EXIT_STATUS.get(status, 1)

@@ -9,10 +9,9 @@ studio or a running job) prints ``error: ...`` on stderr and exits 2.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from engine.commands._common import print_json
+from engine.commands._common import print_json, store_unusable
 
 HELP = "Show the runs, iterations, stage states and row counts in a workspace DuckDB file."
 
@@ -28,8 +27,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = status_summary(args.db)
     except StoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return store_unusable(exc)
     if args.json:
         print_json(summary)
     else:

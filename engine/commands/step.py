@@ -1,10 +1,12 @@
 """``python -m engine step STAGE --run R --iteration T``: run one stage of one iteration.
 
-Refused with exit 2 and ``error: ...`` before anything runs: no store at ``--db`` (none is created), an unknown run,
-a stage out of order (``engine.loop.out_of_order``: an earlier stage not done yet, an iteration below 0 or a stage
-the iteration does not have), a critic override the config refuses, a model directory the stage would load that is
-gone (``engine.preflight.check_stage_agents``: a configured model, named by its field, or a checkpoint an earlier
-iteration recorded, named by that iteration and role). A refused stage is not recorded (not as failed either).
+Refused with exit 2 and ``error: ...`` before anything runs: no store at ``--db`` (none is created), an unknown run, a
+stage out of order (``engine.loop.out_of_order``: an earlier stage not done yet, an iteration below 0 or a stage the
+iteration does not have), a critic override (``--critic``/``--base-url``/``--model``) the config refuses, given for a
+stage other than critique, or for a critique that is done already (it would judge nothing), a model directory the
+stage would load that is gone (``engine.preflight.check_stage_agents``: a configured model, named by its field, or a
+checkpoint an earlier iteration recorded, named by that iteration and role). A refused stage is not recorded (not as
+failed either).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from engine.commands._common import fail, print_json
+    from engine.commands._common import fail, print_json, store_unusable
     from engine.commands.run import progress_printer
     from engine.config import config_from_dict, config_to_dict
     from engine.errors import ConfigError, DataError
@@ -52,6 +54,20 @@ def run(args: argparse.Namespace) -> int:
             if problem := out_of_order(store, args.run, args.iteration, args.stage, config):
                 print(f"error: {problem}", file=sys.stderr)
                 return 2
+            overrides = [flag for flag, value in (("--critic", args.critic), ("--base-url", args.base_url),
+                                                  ("--model", args.model)) if value is not None]
+            if overrides and args.stage != "critique":
+                print(f"error: {'/'.join(overrides)} apply to the critique stage only, not {args.stage}",
+                      file=sys.stderr)
+                return 2
+            state = store.stage_status(args.run, args.iteration).get(args.stage) or {}
+            if overrides and state.get("status") == "done":  # it would judge nothing: every grounding has a verdict
+                print(f"error: critique of iteration {args.iteration} is done already (its verdicts came from "
+                      f"critic.backend = {config.critic.backend}); {'/'.join(overrides)} would judge nothing. "
+                      "They apply to a critique that has not run or did not finish; to compare critics, start a "
+                      "run with `--set critic.backend=...` (or an experiment with one variant per critic)",
+                      file=sys.stderr)
+                return 2
             data = config_to_dict(config)
             for key, value in (("backend", args.critic), ("base_url", args.base_url), ("model", args.model)):
                 if value is not None:
@@ -64,6 +80,5 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, DataError) as exc:  # e.g. --critic openai without --model
         return fail(exc)
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
-        print(f"error: {exc}")
-        return 3
+        return store_unusable(exc)
     return 0 if status in ("done", "skipped") else 1

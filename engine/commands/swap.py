@@ -6,7 +6,7 @@ per planner/grounder combination with correct/n and % per split x domain and the
 paired McNemar tests of which stage moved what, and the capability gap; ``--json`` prints the table as one JSON
 object. A missing store file, an unknown run, an ``--after`` whose evaluate stage is not done, or ``--base`` not
 below ``--after`` prints ``error: ...`` on stderr and exits 2; a store that cannot be opened (held by another process,
-newer schema) prints the one-line ``error: ...`` of ``engine run`` (on stdout, as there) and exits 3.
+newer schema) prints one ``error: ...`` line on stderr and exits 3, as every command does.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.commands._common import print_json
+    from engine.commands._common import print_json, store_unusable
     from engine.store import Store, StoreError
     from engine.swap import SwapError, swap_table
 
@@ -45,8 +45,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
-        print(f"error: {exc}")
-        return 3
+        return store_unusable(exc)
     if args.json:
         print_json(table)
     else:
