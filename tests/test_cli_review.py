@@ -112,3 +112,10 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     ok = subprocess.run([sys.executable, "-m", "engine", "execute", "--domain", "maths", "--actions",
                          "R1 = Calculator(3*4)"], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert ok.returncode == 0 and json.loads(ok.stdout)["ok"] is True
+
+
+@pytest.mark.parametrize("command", [["status"], ["report", "--experiment", "x"]])
+def test_a_missing_store_is_bad_input_exit_2_and_is_not_created(command, tmp_path, capsys):
+    missing = tmp_path / "none.duckdb"
+    assert main([*command, "--db", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: no store at {missing}") and not missing.exists()

@@ -7,13 +7,14 @@ template); ``--split`` without ``--by-template`` exits 2 (the other reports cove
 ``--against ID[:VARIANT]`` prints ``engine.report_compare.compare_report`` instead (every variant paired with one
 variant of another experiment in the store; two experiments evaluating different tasks exit 2 naming the fields).
 An unknown experiment id exits 2 with ``error: ...`` on stderr listing the experiments the store knows; a missing
-store, or one held by another process, exits 2 too.
+store exits 2 too; a store that cannot be used (held by another process, a newer schema, not a store) exits 3.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 HELP = "Report an experiment over seeds: means with t intervals, paired tests, wall times (--json | --markdown)."
 
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     if args.split and not args.by_template:  # it used to be ignored silently
         print(f"error: --split {args.split} needs --by-template (the per-template breakdown of one split); the "
               "experiment report and --against already show every evaluated split", file=sys.stderr)
+        return 2
+    if not Path(args.db).exists():  # bad input (2); a file that cannot be used as a store is 3
+        print(f"error: no store at {args.db} (use --db to pick one)", file=sys.stderr)
         return 2
     try:
         with Store(args.db, read_only=True) as store:

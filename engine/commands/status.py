@@ -2,13 +2,15 @@
 
 Contract: ``status --db D [--json]`` opens the store read-only and prints ``Store.status_summary()`` as one JSON
 object (``--json``) or as a short human listing (a stage a killed process left ``running`` reads ``interrupted``);
-exits 0. A missing file or one held by another process (the
-studio or a running job) prints ``error: ...`` on stderr and exits 2.
+exits 0. A missing file prints ``error: ...`` on stderr and exits 2; a file held by another process (the studio or a
+running job), of a newer schema or not a store exits 3.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 from engine.commands._common import print_json, store_unusable
@@ -24,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from engine.store import StoreError, status_summary
 
+    if not Path(args.db).exists():  # bad input (2), as in every command; opening it would create an empty store
+        print(f"error: no store at {args.db} (use --db to pick one)", file=sys.stderr)
+        return 2
     try:
         summary = status_summary(args.db)
     except StoreError as exc:

@@ -61,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 2
             state = store.stage_status(args.run, args.iteration).get(args.stage) or {}
-            if overrides and state.get("status") == "done":  # it would judge nothing: every grounding has a verdict
+            unjudged = store.count("groundings", args.run, args.iteration) - store.count("verdicts", args.run,
+                                                                                          args.iteration)
+            if overrides and state.get("status") == "done" and unjudged <= 0:  # every grounding has its verdict
                 print(f"error: critique of iteration {args.iteration} is done already (its verdicts came from "
                       f"critic.backend = {config.critic.backend}); {'/'.join(overrides)} would judge nothing. "
                       "They apply to a critique that has not run or did not finish; to compare critics, start a "
