@@ -116,7 +116,16 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
                 + "<details><summary>What the grounder saw (its prompt, as rendered)</summary>"
                 + pre(v.get("grounding_prompt") or "") + "</details>")
     says = "<b>Critic says</b>" + pre(v["raw"])
-    if v["corrected_actions"]:
+    edited = _curator_edit(v)
+    if edited is not None:
+        # The curator's edit is what trains (engine.curation): show it, diff against it and start the next edit from
+        # it. Showing the critic's correction here after a save read as if the edit had been lost.
+        critic = ("<details><summary>The critic's correction, replaced by this edit</summary>"
+                  + pre(v["corrected_actions"]) + "</details>") if v["corrected_actions"] else ""
+        corrected = (f"<b>Curator's actions</b> (edit by {v['curator']})" + pre(edited) + critic + says)
+        diff = ("<p><i>Grounded actions → the curator's actions, action by action (struck out: the original's; "
+                "added: the edit's):</i></p>" + action_diff_html(v["grounding_actions"] or "", edited))
+    elif v["corrected_actions"]:
         # A sound plan keeps its subgoals (only the actions are corrected): say so rather than show an empty block.
         subgoals = ("<b>Corrected subgoals</b>" + pre(_subgoals(v["corrected_subgoals_json"]))
                     if v["corrected_subgoals_json"] else
@@ -132,4 +141,13 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
         corrected = f"<p><i>{line}</i></p>" + says
         diff = ""
     button = gr.update(interactive=bool(v["corrected_actions"]) and not read_only)
-    return original, corrected, diff, v["corrected_actions"] or v["grounding_actions"] or "", button
+    return original, corrected, diff, edited or v["corrected_actions"] or v["grounding_actions"] or "", button
+
+
+def _curator_edit(v: dict[str, Any]) -> str | None:
+    """The actions of the verdict's live curator edit (``override_action == "edit"``), else None."""
+    if v.get("override_action") != "edit" or not v.get("override_after_json"):
+        return None
+    after = v["override_after_json"]
+    after = json.loads(after) if isinstance(after, str) else after
+    return str(after.get("actions") or "") or None

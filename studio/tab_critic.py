@@ -322,7 +322,8 @@ def build(ctx: Ctx) -> None:
     preview_btn.click(lambda r, k, a: preview_edit(ctx.store, r, k, a) if r and k else "", [ctx.run, pick, edit],
                       result, api_name="critic_preview_edit")
     save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result,
-                   api_name="critic_save_edit", show_progress=quiet).success(reload, filters, after_action,
-                                                        api_name="critic_save_edit_reload",
-                                                        api_visibility="undocumented",
-                                                        show_progress=QUEUE_PROGRESS)
+                   api_name="critic_save_edit", show_progress=quiet).success(
+        reload, filters, after_action, api_name="critic_save_edit_reload", api_visibility="undocumented",
+        show_progress=QUEUE_PROGRESS).then(  # the saved edit is drawn, as every other decision's outcome is
+        view, [ctx.run, ctx.iteration, pick], detail, api_name="critic_save_edit_detail",
+        api_visibility="undocumented")

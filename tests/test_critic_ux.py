@@ -167,3 +167,25 @@ def test_a_verdict_status_line_names_it_as_the_picker_does(store):
     df, _ = verdict_table(store, RUN, IT)
     assert list(df.columns) == COLUMNS and COLUMNS[0] == "key" and COLUMNS[-1] == "question"
     assert len(WIDTHS) == len(COLUMNS)
+
+
+def test_a_saved_edit_is_what_the_verdict_shows_and_the_next_edit_starts_from(store):
+    """After *Save edit* the view showed the critic's correction (and refilled the editor with it) while saying
+    "Curator: edit by ann": the curator's actions, which are what trains, looked lost."""
+    from studio.critic_queue import verdict_view
+    from studio.tab_critic import save_edit
+
+    build_world(store)
+    _, corrected_before, _, start, _ = verdict_view(store, RUN, IT, "m2|0|0")
+    critic = store.frame("verdicts", RUN, IT, task_id="m2")["corrected_actions"].iloc[0]
+    assert critic and critic in corrected_before and start == critic
+    mine = "R1 = Calculator(10-4); R2 = Calculator(R1*2)"
+    assert save_edit(store, RUN, IT, "m2|0|0", mine, "ann").startswith("Edit saved")
+    original, corrected, diff, start, _ = verdict_view(store, RUN, IT, "m2|0|0")
+    assert "edit</b> by ann" in original
+    assert corrected.index("Curator's actions") < corrected.index("Calculator(R1*2)")
+    assert "The critic's correction, replaced by this edit" in corrected  # still there, folded away
+    assert start == mine and "the curator's actions" in diff and "R1*2" in diff
+    # undone, the critic's correction is what shows (and trains) again
+    curation.undo_last(store, RUN, IT, "ann", "verdict")
+    assert verdict_view(store, RUN, IT, "m2|0|0")[3] == critic

@@ -377,6 +377,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "run_stop": ("write", ()),
         "critic_save_edit": ("write", (run_id, 1, verdict, EDIT, "why")),
         "critic_save_edit_reload": ("read", critic_filters),
+        "critic_save_edit_detail": ("read", (run_id, 1, verdict)),
         "export_file": ("write", (run_id, 1, "pairs", "jsonl")),  # writes a file on the server
         "export_push_hub": ("write", (run_id, 1, "pairs", "me/data")),  # writes to the Hub
     }
