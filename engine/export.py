@@ -12,16 +12,22 @@ Contract:
   ``stages.planner_objective = grpo`` iteration: ``{"prompt", "completion", "task_id", "batch", "n", "rewards",
   "reward", "advantage"}`` (``rewards``: each named reward as a JSON object text; ``prompt``: the planner prompt).
 * ``fmt`` is ``"jsonl"`` or ``"parquet"``; files are written to a temp file and renamed into place, so a reader
-  never sees half a file. Both return the number of rows written and load with
+  never sees half a file. Each returns the number of rows written; the files load with
   ``datasets.load_dataset("json" | "parquet", data_files=path)``.
+* A written file has the mode ``open(path, "w")`` would give it: the replaced file's, else ``0o666`` less the umask
+  (not the ``0o600`` of a private temp file). A folder that takes no new file raises ``OSError`` before anything is
+  written; ``probe_folder(path)`` asks the same up front, for callers with long work before the write.
+* ``ROWS[what](store, run_id, iteration)`` and ``write_rows(what, rows, path, fmt)`` split each export in two (what
+  ``python -m engine export`` does, to look at the rows before it writes them).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Iterable
+import secrets
+import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -79,27 +85,22 @@ def sft_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]:
     return rows
 
 
-def export_pairs(store: Store, run_id: str, iteration: int, path: str | Path, fmt: str = "jsonl") -> int:
-    rows = pair_rows(store, run_id, iteration)
-    schema = pa.schema(
-        [
-            ("prompt", pa.string()),
-            ("chosen", pa.string()),
-            ("rejected", pa.string()),
-            ("chosen_logppl", pa.float64()),
-            ("rejected_logppl", pa.float64()),
-            ("task_id", pa.string()),
-            ("step", pa.int64()),
-        ]
-    )
-    return _write(rows, path, fmt, schema)
-
-
-def export_sft(store: Store, run_id: str, iteration: int, path: str | Path, fmt: str = "jsonl") -> int:
-    rows = sft_rows(store, run_id, iteration)
-    message = pa.struct([("role", pa.string()), ("content", pa.string())])
-    schema = pa.schema([("messages", pa.list_(message)), ("task_id", pa.string())])
-    return _write(rows, path, fmt, schema)
+PAIRS_SCHEMA = pa.schema(
+    [
+        ("prompt", pa.string()),
+        ("chosen", pa.string()),
+        ("rejected", pa.string()),
+        ("chosen_logppl", pa.float64()),
+        ("rejected_logppl", pa.float64()),
+        ("task_id", pa.string()),
+        ("step", pa.int64()),
+    ]
+)
+_MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+SFT_SCHEMA = pa.schema([("messages", pa.list_(_MESSAGE)), ("task_id", pa.string())])
+ROLLOUTS_SCHEMA = pa.schema([("prompt", pa.string()), ("completion", pa.string()), ("task_id", pa.string()),
+                             ("role", pa.string()), ("batch", pa.int64()), ("n", pa.int64()),
+                             ("rewards", pa.string()), ("reward", pa.float64()), ("advantage", pa.float64())])
 
 
 def rollout_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]:
@@ -111,12 +112,65 @@ def rollout_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, An
              "advantage": float(r.advantage)} for r in frame.itertuples(index=False)]
 
 
+ROWS: dict[str, Callable[[Store, str, int], list[dict[str, Any]]]] = {
+    "pairs": pair_rows, "sft": sft_rows, "rollouts": rollout_rows}
+SCHEMAS: dict[str, pa.Schema] = {"pairs": PAIRS_SCHEMA, "sft": SFT_SCHEMA, "rollouts": ROLLOUTS_SCHEMA}
+
+
+def write_rows(what: str, rows: list[dict[str, Any]], path: str | Path, fmt: str = "jsonl") -> int:
+    """Write ``rows`` of ``ROWS[what]`` to ``path`` (atomically, see the module docstring); returns their number."""
+    return _write(rows, path, fmt, SCHEMAS[what])
+
+
+def export_pairs(store: Store, run_id: str, iteration: int, path: str | Path, fmt: str = "jsonl") -> int:
+    return write_rows("pairs", pair_rows(store, run_id, iteration), path, fmt)
+
+
+def export_sft(store: Store, run_id: str, iteration: int, path: str | Path, fmt: str = "jsonl") -> int:
+    return write_rows("sft", sft_rows(store, run_id, iteration), path, fmt)
+
+
 def export_rollouts(store: Store, run_id: str, iteration: int, path: str | Path, fmt: str = "jsonl") -> int:
-    schema = pa.schema([("prompt", pa.string()), ("completion", pa.string()), ("task_id", pa.string()),
-                        ("role", pa.string()), ("batch", pa.int64()), ("n", pa.int64()), ("rewards", pa.string()),
-                        ("reward", pa.float64()),
-                        ("advantage", pa.float64())])
-    return _write(rollout_rows(store, run_id, iteration), path, fmt, schema)
+    return write_rows("rollouts", rollout_rows(store, run_id, iteration), path, fmt)
+
+
+def probe_folder(path: str | Path) -> None:
+    """Raise the ``OSError`` writing ``path`` would meet at its first step (the folder takes no new file), leaving
+    nothing behind: a command that works for minutes before it writes asks first."""
+    fd, tmp = _create_temp(Path(path))
+    os.close(fd)
+    tmp.unlink(missing_ok=True)
+
+
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """An empty temp file beside ``path`` (same filesystem, so the rename is atomic), opened for writing.
+
+    Not ``tempfile.mkstemp``: it makes ``0o600`` files, which the rename then handed to the user as the export's own
+    mode. Created with ``0o666`` the kernel applies the umask, exactly as ``open()`` does (reading the umask means
+    setting it, which races the studio's other threads); a file being replaced lends its mode, as it keeps it under
+    ``open(path, "w")``. ``OSError`` when the folder takes no new file, its message naming the folder (the raw one
+    names the temp file, which the user never asked for)."""
+    try:
+        mode: int | None = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot create a file in {path.parent} ({exc.strerror})") from None
+        if mode is not None:
+            try:
+                os.chmod(tmp, mode)
+            except BaseException:
+                os.close(fd)
+                tmp.unlink(missing_ok=True)
+                raise
+        return fd, tmp
+    raise FileExistsError(f"no free temp file name beside {path}")
 
 
 def _write(rows: list[dict[str, Any]], path: str | Path, fmt: str, schema: pa.Schema) -> int:
@@ -124,21 +178,31 @@ def _write(rows: list[dict[str, Any]], path: str | Path, fmt: str, schema: pa.Sc
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Temp file in the same folder so the rename is atomic (same filesystem).
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    tmp = Path(tmp_name)
+    if fmt == "jsonl":
+        _replace(path, "w", lambda out: _write_jsonl(rows, out))
+    else:
+        _replace(path, "wb", lambda out: pq.write_table(pa.Table.from_pylist(rows, schema=schema), out))
+    return len(rows)
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
+    """Write ``rows`` as JSONL to ``path`` as the exports are written (temp file, rename, ``open()``'s mode)."""
+    rows = list(rows)
+    _replace(Path(path), "w", lambda out: _write_jsonl(rows, out))
+    return len(rows)
+
+
+def _replace(path: Path, mode: str, fill: Callable[[Any], object]) -> None:
+    """Run ``fill`` on a temp file beside ``path`` opened with ``mode``, then rename it over ``path``; on any error
+    the temp file is removed and ``path`` is untouched."""
+    fd, tmp = _create_temp(path)
     try:
-        if fmt == "jsonl":
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                _write_jsonl(rows, out)
-        else:
-            os.close(fd)
-            pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+        with os.fdopen(fd, mode, encoding="utf-8" if "b" not in mode else None) as out:
+            fill(out)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return len(rows)
 
 
 def _write_jsonl(rows: Iterable[dict[str, Any]], out: Any) -> None:

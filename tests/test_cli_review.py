@@ -37,6 +37,7 @@ def not_a_store(tmp_path) -> Path:
     ["status"], ["report", "--experiment", "x"], ["run", "--run", "x", "--quiet"],
     ["step", "sample", "--run", "x", "--iteration", "1", "--quiet"], ["swap", "--run", "x"],
     ["merge", "--run", "x", "--iteration", "1", "--role", "planner", "--out", "{tmp}/merged"],
+    ["export", "--run", "x", "--iteration", "1", "--what", "pairs", "--out", "{tmp}/merged"],
 ])
 def test_every_command_says_a_store_cannot_be_used_on_stderr_with_exit_3(command, not_a_store, tmp_path, capsys):
     argv = [part.replace("{tmp}", str(tmp_path)) for part in command] + ["--db", str(not_a_store)]
@@ -114,7 +115,9 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     assert ok.returncode == 0 and json.loads(ok.stdout)["ok"] is True
 
 
-@pytest.mark.parametrize("command", [["status"], ["report", "--experiment", "x"]])
+@pytest.mark.parametrize("command", [["status"], ["report", "--experiment", "x"],
+                                     ["export", "--run", "x", "--iteration", "1", "--what", "pairs",
+                                      "--out", "p.jsonl"]])
 def test_a_missing_store_is_bad_input_exit_2_and_is_not_created(command, tmp_path, capsys):
     missing = tmp_path / "none.duckdb"
     assert main([*command, "--db", str(missing)]) == 2

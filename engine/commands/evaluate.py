@@ -1,8 +1,17 @@
-"""``python -m engine eval``: run the planner and grounder of a config end to end on a split and print metrics."""
+"""``python -m engine eval``: run the planner and grounder of a config end to end on a split and print metrics.
+
+Contract: prints one JSON object ``{"config", "formulation", "splits", "counts", "metrics", "seconds"}`` and exits 0.
+Bad input exits 2 with ``error: ...`` on stderr before any model is loaded: a bad config or data file, a split
+(``--split``, else the config's ``evaluate.splits``) the data files have no task of (as ``run`` refuses it through
+``engine.runtime.check_eval_splits``; it printed ``"counts": {"held_out": 0}, "metrics": {}``), and a ``--traces``
+file whose folder takes no new file. ``--traces`` is written atomically once the evaluation is done (temp file,
+rename), with the mode ``open()`` would give it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from engine.commands._common import at_least, writable_file
 from engine.tasks import SPLITS
@@ -31,25 +40,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
     import time
 
     from engine.commands._common import fail, print_json
     from engine.config import load_config
     from engine.errors import ConfigError, DataError
     from engine.evaluate import evaluate
+    from engine.export import probe_folder, write_jsonl
     from engine.preflight import preflight
-    from engine.runtime import load_agent, load_run_tasks, pick_eval_tasks
+    from engine.runtime import check_eval_splits, load_agent, load_run_tasks, pick_eval_tasks
 
     try:
         config = load_config(args.config, args.set)
         if args.formulation:
             config.evaluate.formulation = args.formulation
         tasks = load_run_tasks(config)
+        if args.split:  # a split named twice was evaluated, and counted, twice
+            config.evaluate.splits = list(dict.fromkeys(args.split))
+        try:
+            check_eval_splits(config, tasks)
+        except ConfigError as exc:  # the same refusal as `run`'s, naming the flag when the split came from it
+            raise (ConfigError("--split", exc.message) if args.split else exc) from None
         preflight(config)
     except (ConfigError, DataError) as exc:
         return fail(exc)
-    splits = args.split or config.evaluate.splits
+    if args.traces:
+        try:  # before the models load: a folder that takes no file failed with a traceback after the whole evaluation
+            probe_folder(args.traces)
+        except OSError as exc:
+            print(f"error: --traces: cannot write {args.traces}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    splits = config.evaluate.splits
     limit = args.limit if args.limit is not None else config.data.eval_limit
     chosen = pick_eval_tasks(tasks, splits, limit, config.data.eval_seed)
     started = time.perf_counter()
@@ -61,9 +82,11 @@ def run(args: argparse.Namespace) -> int:
 
         extra["plan_style_gap"] = {s: plan_style_gap(grounder, [t for t in chosen if t.split == s]) for s in splits}
     if args.traces:
-        with open(args.traces, "w", encoding="utf-8") as out:
-            for trace in traces:
-                out.write(json.dumps(trace.to_dict(), ensure_ascii=False) + "\n")
+        try:
+            write_jsonl((trace.to_dict() for trace in traces), args.traces)
+        except OSError as exc:  # the folder changed since the probe, a full disk: the old file is left as it was
+            print(f"error: --traces: cannot write {args.traces}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     print_json({"config": args.config, "formulation": config.evaluate.formulation, "splits": splits,
                 "counts": {s: sum(t.split == s for t in chosen) for s in splits}, "metrics": metrics, **extra,
                 "seconds": round(time.perf_counter() - started, 1)})

@@ -2,21 +2,38 @@
 
 Contract: ``export --db D --run R --iteration T --what pairs|sft|rollouts --format jsonl|parquet --out FILE [--json]``
 writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides applied) / ``export_rollouts`` (a GRPO
-iteration's rollouts) atomically and prints
-``{"what", "format", "path", "rows"}`` (``--json``) or a one-line summary; exits 0. An unknown run, a missing or
-locked DuckDB file prints ``error: ...`` on stderr and exits 2. ``--out`` may be any path: the caller owns the shell
-and its files, so the CLI is not confined to a workspace (the studio, which takes requests from browsers, is; see
-``engine.workspace``).
+iteration's rollouts) atomically, with the mode ``open()`` would give the file, and prints
+``{"what", "format", "path", "rows"}`` (``--json``) or a one-line summary; exits 0. An unknown run, a missing DuckDB
+file, an iteration the run does not have, or a ``--out`` whose folder takes no new file prints
+``error: ...`` on stderr and exits 2, writing nothing. So does an iteration that cannot hold the rows asked for:
+iteration 0 samples and grounds no plans (no pairs, no SFT records), an iteration that trained neither agent by GRPO
+has no rollouts, and one whose pairs / ground / GRPO training stage is not done has none yet (the message says
+which). When that stage is done but kept nothing (every pair filtered, or excluded by curation), the empty file is
+the data: it is written, exit 0, and a ``note: 0 ... rows`` line on stderr says why. A store that cannot be used
+(held by another process, a newer schema, not a store) exits 3, as in every command. ``--out`` may be any path: the
+caller owns the shell and its files, so the CLI is not confined to a workspace (the studio, which takes requests from
+browsers, is; see ``engine.workspace``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.commands._common import print_json, writable_file
 
+if TYPE_CHECKING:
+    from engine.store import Store
+
 HELP = "Export an iteration's curated DPO pairs, grounder SFT records or GRPO rollouts as JSONL or Parquet."
+
+# The table each export reads and the stage that fills it: rows in the table mean the data exists, so an empty export
+# is curation's doing (every pair excluded or tied); no rows and the stage done means it kept nothing. Either way the
+# empty file is the honest answer. Without them, ``empty_reason`` says why the iteration has no such rows.
+SOURCES = {"pairs": ("pairs", "pairs"), "sft": ("groundings", "ground")}
+NOUNS = {"pairs": "pairs", "sft": "SFT records", "rollouts": "GRPO rollouts"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,12 +49,76 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _stage_state(store: Store, run_id: str, iteration: int, stage: str) -> tuple[str, str]:
+    """``(status, note)`` of one stage's record; ``("not run", "")`` when it has none."""
+    state = store.stage_status(run_id, iteration).get(stage)
+    if state is None:
+        return "not run", ""
+    return state["status"], str((state.get("counts") or {}).get("note") or "")
+
+
+def _not_done(run_id: str, iteration: int, stage: str, status: str, note: str) -> str:
+    if status == "skipped":
+        return f"its {stage} stage was skipped ({note or 'no reason recorded'})"
+    says = {"not run": "has not run", "pending": "has not run", "running": "is still running"}.get(status, status)
+    return f"its {stage} stage {says} (`python -m engine step {stage} --run {run_id} --iteration {iteration}`)"
+
+
+def _objectives(store: Store, run_id: str, iteration: int) -> dict[str, str] | None:
+    """``{"train_planner": objective, "train_grounder": objective}`` under the run's config with the iteration's
+    curriculum phase applied; None when the stored config no longer loads (then only stage records decide)."""
+    from engine.config import config_from_dict
+    from engine.errors import ConfigError
+    from engine.schedule import iteration_config
+
+    run = store.get_run(run_id) or {}
+    try:
+        config = iteration_config(config_from_dict(run.get("config") or {}), iteration)
+    except ConfigError:
+        return None
+    return {"train_planner": config.stages.planner_objective, "train_grounder": config.stages.grounder_objective}
+
+
+def empty_reason(store: Store, run_id: str, iteration: int, what: str) -> str | None:
+    """Why ``iteration`` of ``run_id`` cannot hold ``what`` rows, for an export that found none; None when the
+    stage that makes them is done, so the empty export is the data (see ``SOURCES``)."""
+    noun = NOUNS[what]
+    if what in SOURCES and store.count(SOURCES[what][0], run_id, iteration):
+        return None
+    if iteration == 0:  # stages_of(0): the warm start (SFT on gold data) and the baseline evaluation, nothing else
+        does = {"pairs": "samples no plans", "sft": "grounds no plans", "rollouts": "trains nothing by GRPO"}[what]
+        return f"iteration 0 {does} (it only warm-starts and evaluates the agents), so it has no {noun}"
+    if what in SOURCES:
+        stage = SOURCES[what][1]
+        status, note = _stage_state(store, run_id, iteration, stage)
+        if status == "done":
+            return None
+        return f"iteration {iteration} has no {noun}: {_not_done(run_id, iteration, stage, status, note)}"
+    objectives = _objectives(store, run_id, iteration)
+    stages = [s for s in ("train_planner", "train_grounder") if objectives is None or objectives[s] == "grpo"]
+    if not stages:
+        assert objectives is not None
+        return (f"iteration {iteration} trained its planner by {objectives['train_planner'].upper()} and its grounder "
+                f"by {objectives['train_grounder'].upper()} (stages.planner_objective, stages.grounder_objective), "
+                f"so it has no {noun}")
+    states = {stage: _stage_state(store, run_id, iteration, stage) for stage in stages}
+    if any(status == "done" for status, _ in states.values()):
+        return None
+    return f"iteration {iteration} has no {noun}: " + "; ".join(
+        _not_done(run_id, iteration, stage, status, note) for stage, (status, note) in states.items())
+
+
 def run(args: argparse.Namespace) -> int:
-    from engine.export import export_pairs, export_rollouts, export_sft
+    from engine.commands._common import store_unusable
+    from engine.export import ROWS, write_rows
     from engine.store import Store, StoreError
 
+    if not Path(args.db).exists():  # bad input (2); a file that cannot be used as a store is 3
+        print(f"error: no store at {args.db} (use --db to pick one)", file=sys.stderr)
+        return 2
     # From the file's name when not given: "--out pairs.parquet" wrote JSONL into a .parquet file.
     args.format = args.format or ("parquet" if args.out.lower().endswith(".parquet") else "jsonl")
+    note = None
     try:
         with Store(args.db, read_only=True) as store:
             if store.get_run(args.run) is None:
@@ -47,14 +128,29 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: run {args.run!r} has no iteration {args.iteration} (its iterations: "
                       f"{', '.join(map(str, store.iterations(args.run))) or 'none yet'})", file=sys.stderr)
                 return 2
-            export = {"pairs": export_pairs, "sft": export_sft, "rollouts": export_rollouts}[args.what]
-            rows = export(store, args.run, args.iteration, args.out, args.format)
-    except StoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+            rows = ROWS[args.what](store, args.run, args.iteration)
+            if not rows:
+                # An empty file with exit 0 read as "exported, nothing to train on" for data the iteration can
+                # never have (iteration 0's pairs, a DPO iteration's rollouts) or does not have yet.
+                reason = empty_reason(store, args.run, args.iteration, args.what)
+                if reason is not None:
+                    print(f"error: --iteration {args.iteration} --what {args.what}: {reason}; nothing written",
+                          file=sys.stderr)
+                    return 2
+                note = (f"note: 0 {args.what} rows: iteration {args.iteration} made its {NOUNS[args.what]} and none "
+                        "is left to export (filtered out by the stage, or excluded or tied by curation)")
+    except StoreError as exc:  # held by another process, a newer schema, not a store
+        return store_unusable(exc)
+    try:
+        write_rows(args.what, rows, args.out, args.format)
+    except OSError as exc:  # a folder that takes no new file (/proc, read-only), a full disk: nothing is left behind
+        print(f"error: --out: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    result = {"what": args.what, "format": args.format, "path": args.out, "rows": rows}
+    if note:
+        print(note, file=sys.stderr)
+    result = {"what": args.what, "format": args.format, "path": args.out, "rows": len(rows)}
     if args.json:
         print_json(result)
     else:
-        print(f"wrote {rows} {args.what} rows to {args.out} ({args.format})")
+        print(f"wrote {len(rows)} {args.what} rows to {args.out} ({args.format})")
     return 0
