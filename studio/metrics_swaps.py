@@ -30,8 +30,12 @@ def swap_hint(store: Store, run_id: str, spaces: bool | None = None) -> str:
         return (f"No swap table stored for run `{run_id}`. It evaluates every pairing of the run's planners and "
                 "grounders, which this demo Space does not do: it is computed with the command-line tool "
                 "(`python -m engine swap`) on a local copy of MOAT Studio.")
-    return (f"No swap table stored for run `{run_id}`. Compute it (it evaluates the swapped agents) with "
-            f"`python -m engine swap --db {store.path} --run {run_id}`, then press Refresh.")
+    # DuckDB lets one process open the store and this studio holds it: the command cannot run beside the studio,
+    # so the hint says how to run it rather than suggesting a command that fails with "open in another process".
+    return (f"No swap table stored for run `{run_id}`. It evaluates the swapped agents, which the command-line tool "
+            "does: this studio holds the store (DuckDB admits one process per file), so stop the studio, run "
+            f"`python -m engine swap --db {store.path} --run {run_id}`, and start the studio again. An experiment "
+            "(`python -m engine experiment`) computes it for the variants its file lists under `swap`.")
 
 
 def _columns(cells: list[dict[str, dict[str, Any]]]) -> list[tuple[str, str]]:
