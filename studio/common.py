@@ -285,6 +285,23 @@ def review_line(store: Store, run_id: str | None, iteration: int | None, target:
     return f" · reviewed {done['reviewed']} of {done['total']} by the team{mine}"
 
 
+def trained_line(store: Store, run_id: str | None, iteration: int | None, target: str) -> str:
+    """A queue's warning when the iteration's training on it is done (``train_planner`` for pairs,
+    ``train_grounder`` for verdicts): a curator landing on a finished iteration (the studio's default pick) read
+    "press Next stage to train on them" and changed data that no stage would read again."""
+    if not run_id or iteration is None:
+        return ""
+    stage, role, data = (("train_planner", "planner", "pairs") if target == "pair" else
+                         ("train_grounder", "grounder", "verdicts"))
+    state = store.stage_status(run_id, int(iteration)).get(stage) or {}
+    if state.get("status") != "done":
+        return ""
+    return (f"\n\n**Iteration {int(iteration)}'s {role} has trained on these {data} already** ({stage} done): "
+            "a change here is recorded and exported, and the Pairs tab's curation table counts it as changed since, "
+            "but no training reads it unless that stage runs again. To steer the next training, curate the newest "
+            "iteration before its training stage runs.")
+
+
 def tri(value: str) -> bool | None:
     """A "any / yes / no" radio as None / True / False."""
     return {"yes": True, "no": False}.get(value)

@@ -46,6 +46,7 @@ from studio.common import (
     queue_info,
     review_line,
     static_table_css,
+    trained_line,
     user_error,
     user_errors,
     who_of,
@@ -229,6 +230,7 @@ def build(ctx: Ctx) -> None:
         line = queue_info(total, asked, shown, PAGE, "" if total else empty_note(it, st, rv, unfiltered))
         if unfiltered:  # an iteration without verdicts has nothing to review: no "reviewed 0 of 0"
             line += review_line(ctx.store, run_id, it, "verdict", who_of(name, request))
+            line += trained_line(ctx.store, run_id, it, "verdict")
         return (line, df, pick_update(labels, keys, current), agreement_markdown(ctx.store, run_id, it), total,
                 [shown, time.monotonic_ns()] if shown != asked else gr.update())
 

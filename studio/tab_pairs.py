@@ -51,6 +51,7 @@ from studio.common import (
     queue_info,
     review_line,
     static_table_css,
+    trained_line,
     user_error,
     user_errors,
     who_of,
@@ -247,6 +248,7 @@ def build(ctx: Ctx) -> None:
                           "" if total else empty_note(it, lo, hi, txt, ov, ex, ti, unfiltered))
         if unfiltered:  # an iteration without pairs has nothing to review: no "reviewed 0 of 0"
             line += review_line(ctx.store, run_id, it, "pair", who_of(name, request))
+            line += trained_line(ctx.store, run_id, it, "pair")
         return (line, df, pick_update(labels, keys, current),
                 margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats), total,
                 shown if shown != asked else gr.update())

@@ -189,3 +189,20 @@ def test_a_saved_edit_is_what_the_verdict_shows_and_the_next_edit_starts_from(st
     # undone, the critic's correction is what shows (and trains) again
     curation.undo_last(store, RUN, IT, "ann", "verdict")
     assert verdict_view(store, RUN, IT, "m2|0|0")[3] == critic
+
+
+def test_a_queue_of_an_iteration_whose_training_is_done_says_so(store):
+    """The studio picks the newest trained iteration by default; curating it changed data no stage would read again,
+    and nothing said so. The Pairs and Critic info lines now do, each for its own training stage."""
+    from studio.common import trained_line
+
+    build_world(store)
+    assert trained_line(store, RUN, IT, "pair") == trained_line(store, RUN, IT, "verdict") == ""
+    store.set_stage(RUN, IT, "train_planner", "done")
+    line = trained_line(store, RUN, IT, "pair")
+    assert f"Iteration {IT}'s planner has trained on these pairs already" in line and "train_planner done" in line
+    assert trained_line(store, RUN, IT, "verdict") == ""  # the grounder has not trained yet
+    store.set_stage(RUN, IT, "train_grounder", "done")
+    line = trained_line(store, RUN, IT, "verdict")
+    assert f"Iteration {IT}'s grounder has trained on these verdicts already" in line
+    assert trained_line(store, RUN, None, "pair") == trained_line(None, None, IT, "pair") == ""
