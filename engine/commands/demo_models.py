@@ -1,11 +1,40 @@
-"""``python -m engine demo-models``: build the tiny demo planner and grounder (14.5 min on 2 cores, fp32)."""
+"""``python -m engine demo-models``: build the tiny demo planner and grounder (14.5 min on 2 cores, fp32).
+
+Every flag is checked before any work (``engine.demo.agents.check_build_config``: each number's range, ``--roles``,
+``--planner-styles``, ``--tokenizer-from``; and ``--out``, ``--joint-from``, ``--tasks`` here): a bad one is one line
+``error: --flag: what is wrong`` on stderr and exit status 2 (a ``UsageError``, a ``SystemExit`` whose text is that
+line), with nothing written. The build goes into ``<out>.partial-<pid>`` and is moved into ``--out`` only when
+complete (``engine.demo.agents``), so Ctrl-C removes the partial directory, leaves ``--out`` as it was, prints one
+line on stderr and exits 130.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 HELP = "Train the demo tokenizer and the tiny warm-started planner and grounder into --out."
+STOPPED = 130  # 128 + SIGINT, the shell's convention (as ``engine run``)
+
+
+class UsageError(SystemExit):
+    """Exit status 2 for a bad flag. Its text is the line printed on stderr, so a caller that catches it (a test, a
+    script around ``main``) reads why, where a plain ``SystemExit(2)`` says only "2"."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def usage_error(flag: str, problem: str) -> UsageError:
+    """Print ``error: FLAG: PROBLEM`` on stderr and return the exit to raise."""
+    message = f"error: {flag}: {problem}"
+    print(message, file=sys.stderr)
+    return UsageError(message)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,23 +58,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        # The builder has already removed its partial directory; a traceback would only bury this line.
+        print(f"demo-models: stopped by Ctrl-C; {args.out} left as it was", file=sys.stderr)
+        return STOPPED
+
+
+def _flag(field: str) -> str:
+    return f"--{field.replace('_', '-')}"
+
+
+def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from engine.demo import world
-    from engine.demo.agents import AgentBuildConfig, build_demo_agents, build_joint_agent, check_build_config
+    from engine.demo.agents import (
+        AgentBuildConfig,
+        BuildConfigError,
+        build_demo_agents,
+        build_joint_agent,
+        check_build_config,
+    )
     from engine.demo.world import generate_suite
+    from engine.errors import DataError
     from engine.tasks import load_tasks
 
     config = AgentBuildConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(AgentBuildConfig)})
     try:
-        world.parse_plan_styles(config.planner_styles)
-    except ValueError as err:
-        raise SystemExit(f"demo-models: --planner-styles: {err}") from None
+        check_build_config(config, joint=bool(args.joint_from))
+    except BuildConfigError as err:
+        raise usage_error(_flag(err.field), str(err)) from None
+    # The builders check these too, but only after the task suite is loaded (~20 s): here they cost nothing.
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise usage_error("--out", f"{args.out} is a file, not a directory")
+    if args.joint_from and not Path(args.joint_from).is_dir():
+        raise usage_error("--joint-from", f"{args.joint_from} is not a directory (an agent, e.g. "
+                                          "assets/demo/grounder)")
+    tasks_path = Path(args.tasks)
+    if tasks_path.exists() and not tasks_path.is_file():
+        raise usage_error("--tasks", f"{args.tasks} is not a file")
     try:
-        check_build_config(config)
-    except ValueError as err:
-        raise SystemExit(f"demo-models: {err}") from None
-    tasks = list(load_tasks(args.tasks)) if Path(args.tasks).exists() else generate_suite()
+        tasks = list(load_tasks(tasks_path)) if tasks_path.exists() else generate_suite()
+    except DataError as err:
+        raise usage_error("--tasks", str(err)) from None
+    if not any(t.split == "train" for t in tasks):
+        raise usage_error("--tasks", f"{args.tasks} has no task of split train to warm-start on")
     if args.joint_from:
         build_joint_agent(tasks, args.out, args.joint_from, config)
     else:

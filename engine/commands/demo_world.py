@@ -1,13 +1,34 @@
-"""``python -m engine demo-world``: regenerate the demo task suite (examples/demo/tasks.jsonl) from its seed."""
+"""``python -m engine demo-world``: regenerate the demo task suite (examples/demo/tasks.jsonl) from its seed.
+
+Prints one JSON line (the file written, its counts) and exits 0. Bad input is refused before any work with
+``error: --flag: what is wrong`` on stderr and exit status 2 (argparse's own usage errors exit 2 too): a negative
+count, a percentage outside 0-100, ``--pool-only`` without a pool size, an ``--out`` that is a directory. The file is
+written through a temporary file renamed into place (``engine.tasks.write_tasks``); Ctrl-C removes that temporary
+file, leaves ``--out`` as it was, prints one line on stderr and exits 130.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 HELP = "Write the seeded demo task suite (maths + QA, train/dev/held_in/held_out) as Task JSONL."
 SUITE = "examples/demo/tasks.jsonl"
 POOL = "examples/demo/pool.jsonl"
+STOPPED = 130  # 128 + SIGINT, the shell's convention (as ``engine run``)
+
+
+def percent(text: str) -> int:
+    """An argparse ``type``: a whole percentage, 0 to 100 (150 made every maths problem carry a distractor without
+    a word)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be 0 to 100, not {value}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         flag = f"--{f.name.replace('_', '-')}"
         if f.name == "qa_world":
             parser.add_argument(flag, choices=sorted(WORLDS), default=f.default, help=f"(default: {f.default})")
+        elif f.name == "distractor_percent":
+            parser.add_argument(flag, type=percent, default=f.default, help=f"(default: {f.default})")
         else:  # task counts and the seed: a negative count silently wrote no tasks of that kind
             parser.add_argument(flag, type=at_least(0), default=f.default, help=f"(default: {f.default})")
     parser.add_argument("--pool-only", action="store_true",
@@ -29,7 +52,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "beside the suite's file, e.g. examples/demo/pool.jsonl")
 
 
+def usage_error(flag: str, problem: str) -> int:
+    print(f"error: {flag}: {problem}", file=sys.stderr)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    # Checked before the suite is generated (seconds of work), and with exit status 2 like argparse's own errors.
+    if args.pool_only and not args.pool_maths and not args.pool_qa:
+        return usage_error("--pool-only", "needs --pool-maths or --pool-qa (the pool's size; both are 0)")
+    # The pool's default is its own file: written over the suite, it replaced 4,200 tasks by 600 without a word.
+    out = args.out or (POOL if args.pool_only else SUITE)
+    if Path(out).is_dir():
+        return usage_error("--out", f"{out} is a directory; give a file name")
+    try:
+        return _write(args, out)
+    except KeyboardInterrupt:
+        # write_tasks renames its OUT.tmp into place only when complete: a Ctrl-C while writing leaves that file.
+        Path(out).with_suffix(Path(out).suffix + ".tmp").unlink(missing_ok=True)
+        print(f"demo-world: stopped by Ctrl-C; {out} left as it was", file=sys.stderr)
+        return STOPPED
+
+
+def _write(args: argparse.Namespace, out: str) -> int:
     from collections import Counter
 
     from engine.commands._common import print_json
@@ -39,11 +86,7 @@ def run(args: argparse.Namespace) -> int:
     config = WorldConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WorldConfig)})
     tasks = generate_suite(config)
     if args.pool_only:
-        if not config.pool_maths and not config.pool_qa:
-            raise SystemExit("demo-world: --pool-only needs --pool-maths or --pool-qa")
         tasks = [t for t in tasks if is_pool_task(t)]
-    # The pool's default is its own file: written over the suite, it replaced 4,200 tasks by 600 without a word.
-    out = args.out or (POOL if args.pool_only else SUITE)
     write_tasks(tasks, out)
     counts = Counter(f"{t.domain}/{t.split}" for t in tasks)
     print_json({"out": out, "count": len(tasks), "by_domain_split": dict(sorted(counts.items()))})

@@ -15,12 +15,24 @@ gives.
 ``build_joint_agent(tasks, out_dir, start)`` makes *one* model for both roles (``agents.topology = shared`` without
 LoRA): the given agent (the committed grounder) trained further by SFT on the planner's and the grounder's
 warm-start rows together, with that agent's tokenizer; ``out_dir/build.json`` records it.
+
+Both check the whole config first (``check_build_config``: every number's range, the roles, the style mix, the
+tokenizer directory; a ``BuildConfigError`` names the field) and write nothing when it is refused. Both build into
+``<out_dir>.partial-<pid>`` beside ``out_dir`` and move the result into place only once everything (the agents, their
+tokenizer, ``build.json``, ``warm_start_tasks.txt``) is written: an error or Ctrl-C (``KeyboardInterrupt``) partway
+removes that directory and leaves ``out_dir`` as it was, so an interrupted rebuild of ``assets/demo`` never leaves a
+new planner beside an old grounder and an old ``build.json``. Moving into place replaces only what was built: a
+role ``roles`` did not ask for, and any other file in ``out_dir``, stays.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+import os
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,31 +40,53 @@ from pathlib import Path
 from engine import prompts
 from engine.config_fields import BF16
 from engine.config_fields import setting as _f
+from engine.config_values import range_text
 from engine.demo import qa_world, world
 from engine.demo.tokenizer import train_tokenizer
 from engine.tasks import Task
 
 WARM_START_TASKS = "warm_start_tasks.txt"  # beside build.json: the train task ids the warm start used
+ROLES = ("planner", "grounder")
+# transformers seeds numpy with the training seed, and numpy takes 0 .. 2**32 - 1 only (a traceback after the
+# tokenizer was trained).
+MAX_SEED = 2**32 - 1
+# TrainSettings reads max_steps <= 0 as "train by epochs": a 0-step build trained a whole epoch instead of none.
+STEPS_WHY = "0 or less would train by epochs instead"
+
+
+class BuildConfigError(ValueError):
+    """A bad ``AgentBuildConfig`` value; ``field`` names it, so ``demo-models`` can name the flag."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
 
 
 @dataclass
 class AgentBuildConfig:
     """How ``demo-models`` builds the demo agents (each field is a ``demo-models --flag`` with this help)."""
 
-    seed: int = _f(0, "seed of the model initialisation, the warm-start style draws and the training order")
-    hidden_size: int = _f(256, "Llama width; 256 x 4 layers is ~3.9M parameters with this vocabulary")
-    layers: int = _f(4, "decoder layers")
-    heads: int = _f(4, "attention heads (as many key/value heads)")
-    intermediate_size: int = _f(768, "MLP width")
-    max_positions: int = _f(512, "longest prompt + completion, in tokens")
-    vocab_size: int = _f(2048, "BPE vocabulary target; merges stop earlier when the demo text runs out of pairs")
-    planner_steps: int = _f(400, "planner warm-start SFT optimizer steps (two plan draws per task: ~1.8 epochs)")
+    seed: int = _f(0, "seed of the model initialisation, the warm-start style draws and the training order",
+                   ge=0, le=MAX_SEED)
+    hidden_size: int = _f(256, "Llama width; 256 x 4 layers is ~3.9M parameters with this vocabulary", ge=1)
+    layers: int = _f(4, "decoder layers", ge=1)
+    heads: int = _f(4, "attention heads (as many key/value heads); hidden_size / heads must be a whole, even number",
+                   ge=1)
+    intermediate_size: int = _f(768, "MLP width", ge=1)
+    max_positions: int = _f(512, "longest prompt + completion, in tokens", ge=1)
+    vocab_size: int = _f(2048, "BPE vocabulary target; merges stop earlier when the demo text runs out of pairs",
+                       ge=1)
+    planner_steps: int = _f(400, "planner warm-start SFT optimizer steps (two plan draws per task: ~1.8 epochs)",
+                          ge=1, why=STEPS_WHY)
     grounder_steps: int = _f(800, "grounder warm-start SFT steps (~7 epochs of its concrete-plan data: the tiny "
-                                  "grounder learns to copy numbers and names only after ~600)")
-    batch_size: int = _f(32, "warm-start SFT batch size")
-    learning_rate: float = _f(2e-3, "warm-start SFT learning rate (tiny models from scratch want a large one)")
-    max_train_tasks: int = _f(0, "train on a random sample of this many train tasks (0: every train task)")
-    joint_steps: int = _f(600, "--joint-from: SFT steps on both roles' rows (~1.8 epochs of the mix)")
+                                  "grounder learns to copy numbers and names only after ~600)", ge=1, why=STEPS_WHY)
+    batch_size: int = _f(32, "warm-start SFT batch size", ge=1)
+    learning_rate: float = _f(2e-3, "warm-start SFT learning rate (tiny models from scratch want a large one)",
+                               gt=0, le=1)
+    max_train_tasks: int = _f(0, "train on a random sample of this many train tasks (0: every train task)",
+                          ge=0)
+    joint_steps: int = _f(600, "--joint-from: SFT steps on both roles' rows (~1.8 epochs of the mix)", ge=1,
+                        why=STEPS_WHY)
     planner_styles: str = _f(world.format_plan_styles(),
                              "the planner's warm-start plan styles as style=weight,... (concrete, explicit, vague, "
                              "paraphrased, mixed, flawed; mixed and flawed are built from the renderings named). "
@@ -113,15 +147,55 @@ def grounder_rows(tasks: list[Task]) -> list[dict[str, str]]:
     return rows
 
 
-def check_build_config(config: AgentBuildConfig) -> None:
-    """Refuse a build config the trainer would reject halfway, before anything is written."""
+def build_roles(config: AgentBuildConfig) -> list[str]:
+    """The roles ``config.roles`` names, in build order (planner first, each once): ``grounder,planner`` is a full
+    build, not a one-role one, and ``planner,planner`` trains the planner once."""
+    named = {r.strip() for r in config.roles.split(",") if r.strip()}
+    if not named or named - set(ROLES):
+        raise BuildConfigError("roles", f"roles {config.roles!r}: expected planner, grounder or both, comma-separated")
+    return [r for r in ROLES if r in named]
+
+
+def check_build_config(config: AgentBuildConfig, *, joint: bool = False) -> None:
+    """Refuse a build config the builder would reject partway (or silently misread: 0 steps trained by epochs),
+    before anything is written. ``joint``: for ``build_joint_agent``, which builds no role alone. Raises
+    ``BuildConfigError`` naming the field."""
     if config.bf16 not in BF16:
-        raise ValueError(f"bf16 {config.bf16!r}: expected one of {', '.join(BF16)}")
-    if config.micro_batches < 1 or config.batch_size % config.micro_batches:
-        raise ValueError(f"micro_batches {config.micro_batches}: expected a divisor of batch_size {config.batch_size}")
+        raise BuildConfigError("bf16", f"bf16 {config.bf16!r}: expected one of {', '.join(BF16)}")
+    for f in dataclasses.fields(config):
+        value, meta = getattr(config, f.name), f.metadata
+        bounds = {k: meta.get(k) for k in ("ge", "gt", "le", "lt")}
+        if all(b is None for b in bounds.values()):
+            continue
+        ok = (not (isinstance(value, float) and math.isnan(value))
+              and (bounds["ge"] is None or value >= bounds["ge"]) and (bounds["gt"] is None or value > bounds["gt"])
+              and (bounds["le"] is None or value <= bounds["le"]) and (bounds["lt"] is None or value < bounds["lt"]))
+        if not ok:
+            why = f" ({meta['why']})" if meta.get("why") else ""
+            raise BuildConfigError(f.name, f"{f.name} {value!r}: must be {range_text(bounds)}{why}")
+    head_dim, rest = divmod(config.hidden_size, config.heads)
+    if rest or head_dim % 2:  # Llama splits the width evenly across heads; rotary embeddings rotate pairs of dims
+        raise BuildConfigError("heads", f"heads {config.heads}: hidden_size {config.hidden_size} must split into "
+                                        "that many heads of an even width (e.g. 256 / 4 = 64)")
+    if config.batch_size % config.micro_batches:
+        raise BuildConfigError("micro_batches", f"micro_batches {config.micro_batches}: expected a divisor of "
+                                                f"batch_size {config.batch_size}")
     if config.group_by_length and config.micro_batches > 1:
-        raise ValueError(f"group_by_length draws batches of similar length, micro_batches {config.micro_batches} "
-                         "cuts random batches: set micro_batches to 1 to group by length")
+        raise BuildConfigError("group_by_length", "group_by_length draws batches of similar length, micro_batches "
+                                                  f"{config.micro_batches} cuts random batches: set micro_batches to "
+                                                  "1 to group by length")
+    try:
+        world.parse_plan_styles(config.planner_styles)
+    except ValueError as err:
+        raise BuildConfigError("planner_styles", str(err)) from None
+    roles = build_roles(config)
+    if config.tokenizer_from and not Path(config.tokenizer_from).is_dir():
+        raise BuildConfigError("tokenizer_from", f"tokenizer_from {config.tokenizer_from!r}: not a directory (an "
+                                                 "agent directory with its tokenizer, e.g. assets/demo/grounder)")
+    if not joint and roles != list(ROLES) and not config.tokenizer_from:
+        # A new tokenizer would give the agent token ids its partner was never trained on.
+        raise BuildConfigError("tokenizer_from", f"roles {config.roles!r}: building one agent needs tokenizer_from "
+                                                 "(its partner's directory)")
 
 
 def _sampling(config: AgentBuildConfig) -> dict:
@@ -158,24 +232,75 @@ def _save(model, tokenizer, path: Path) -> None:
     tokenizer.save_pretrained(path)
 
 
+def staging_dir(out: Path) -> Path:
+    """Where a build of ``out`` is written before it is moved into place: a sibling (so the final moves are renames
+    on one filesystem), named for this process (two builds of one --out never share it)."""
+    out = out.resolve()  # "." or "assets/demo/" have no usable name of their own
+    return out.parent / f"{out.name}.partial-{os.getpid()}"
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise BuildConfigError("out", f"{out} is a file, not a directory")
+
+
+def _train_split(tasks: list[Task], config: AgentBuildConfig) -> list[Task]:
+    train = [t for t in tasks if t.split == "train"]
+    if not train:  # an empty corpus fails deep inside the tokenizer or the trainer
+        raise ValueError("no task of split train to warm-start on")
+    if config.max_train_tasks:
+        train = random.Random(config.seed).sample(train, min(config.max_train_tasks, len(train)))
+    return train
+
+
+def _move_into_place(staging: Path, out: Path) -> None:
+    """Put each entry of the finished ``staging`` at its place in ``out`` and remove ``staging``. A new ``out`` is one
+    rename. Otherwise an agent directory is swapped by two renames (the old one into ``staging``, removed with it)
+    and a file by one atomic ``os.replace``, agents first, ``build.json`` last; what ``staging`` lacks (a role not
+    rebuilt, other files) stays."""
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(out)
+        return
+    entries = sorted(staging.iterdir(), key=lambda e: (not e.is_dir(), e.name == "build.json", e.name))
+    for entry in entries:
+        target = out / entry.name
+        if target.is_dir() and not target.is_symlink():
+            target.rename(staging / f"{entry.name}.replaced")
+            entry.rename(target)
+        else:
+            os.replace(entry, target)
+    shutil.rmtree(staging)
+
+
 def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuildConfig = AgentBuildConfig(),
                       log=print) -> dict:
+    check_build_config(config)
+    out = Path(out_dir)
+    _check_out(out)
+    styles = world.parse_plan_styles(config.planner_styles)
+    roles = build_roles(config)
+    train = _train_split(tasks, config)
+    staging = staging_dir(out)
+    shutil.rmtree(staging, ignore_errors=True)  # left by a killed process that had this pid
+    try:
+        report = _build_agents(train, staging, out, roles, styles, config, log)
+    except BaseException:  # KeyboardInterrupt included: out stays as it was
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    # Outside the try: interrupted between its renames, the partial directory (holding any agent already swapped
+    # out) must stay for a person to look at, not be removed with what it holds.
+    _move_into_place(staging, out)
+    return report
+
+
+def _build_agents(train: list[Task], staging: Path, out: Path, roles: list[str],
+                  styles: tuple[tuple[str, float], ...], config: AgentBuildConfig, log) -> dict:
+    """The build itself, every file into ``staging``; ``out`` is only read (the kept role's record)."""
     from engine.config import TrainSettings
     from engine.training import sft_train
 
-    check_build_config(config)
-    styles = world.parse_plan_styles(config.planner_styles)
-    roles = [r.strip() for r in config.roles.split(",") if r.strip()]
-    if not roles or set(roles) - {"planner", "grounder"}:
-        raise ValueError(f"roles {config.roles!r}: expected planner, grounder or both, comma-separated")
-    if roles != ["planner", "grounder"] and not config.tokenizer_from:
-        # A new tokenizer would give the agent token ids its partner was never trained on.
-        raise ValueError(f"roles {config.roles!r}: building one agent needs tokenizer_from (its partner's directory)")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    train = [t for t in tasks if t.split == "train"]
-    if config.max_train_tasks:
-        train = random.Random(config.seed).sample(train, min(config.max_train_tasks, len(train)))
+    staging.mkdir(parents=True)
     p_rows, g_rows = planner_rows(train, config.seed, styles), grounder_rows(train)
     if config.tokenizer_from:
         from transformers import AutoTokenizer
@@ -197,7 +322,7 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
                     "precision": describe(config.bf16, torch.device("cpu"))}
     # Rebuilding one agent in place keeps the other's record (with the config it was built with).
     earlier = json.loads((out / "build.json").read_text()) if (out / "build.json").is_file() else {}
-    kept = [r for r in ("planner", "grounder") if r not in roles and r in earlier and (out / r).is_dir()]
+    kept = [r for r in ROLES if r not in roles and r in earlier and (out / r).is_dir()]
     for role in kept:
         report[role] = {**earlier[role], "kept": True, "config": earlier[role].get("config", earlier.get("config"))}
     builds = {"planner": (p_rows, config.planner_steps), "grounder": (g_rows, config.grounder_steps)}
@@ -211,7 +336,7 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
                                                       for r in rows], settings,
                                    on_log=lambda logs, role=role: log(f"{role} {json.dumps(logs)}"),
                                    **_sampling(config))
-        _save(model, tokenizer, out / role)
+        _save(model, tokenizer, staging / role)
         losses = [h["loss"] for h in history if "loss" in h]
         report[role] = {"rows": len(rows), "steps": steps, "parameters": sum(p.numel() for p in model.parameters()),
                         "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
@@ -219,8 +344,8 @@ def build_demo_agents(tasks: list[Task], out_dir: str | Path, config: AgentBuild
         if kept:  # two configs in one file: each role names its own
             report[role]["config"] = asdict(config)
         log(f"{role}: {report[role]}")
-    (out / "build.json").write_text(json.dumps(report, indent=2) + "\n")
-    _write_task_ids(out, train)
+    (staging / "build.json").write_text(json.dumps(report, indent=2) + "\n")
+    _write_task_ids(staging, train)
     return report
 
 
@@ -232,7 +357,29 @@ def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
                       config: AgentBuildConfig = AgentBuildConfig(), log=print) -> dict:
     """One agent in both roles: ``start`` trained ``config.joint_steps`` SFT steps on the planner and grounder
     warm-start rows of the train split, shuffled together (the grounder's third of them keeps what ``start``
-    grounds while the planner's teach it to plan), saved to ``out_dir`` with ``start``'s tokenizer."""
+    grounds while the planner's teach it to plan), saved to ``out_dir`` with ``start``'s tokenizer (through
+    ``<out_dir>.partial-<pid>``, as ``build_demo_agents``; ``start`` may be ``out_dir`` itself)."""
+    check_build_config(config, joint=True)
+    out = Path(out_dir)
+    _check_out(out)
+    train = _train_split(tasks, config)
+    styles = world.parse_plan_styles(config.planner_styles)
+    staging = staging_dir(out)
+    shutil.rmtree(staging, ignore_errors=True)  # left by a killed process that had this pid
+    try:
+        report = _build_joint(train, staging, start, styles, config, log)
+    except BaseException:  # KeyboardInterrupt included: out stays as it was
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    # Outside the try: interrupted between its renames, the partial directory (holding any agent already swapped
+    # out) must stay for a person to look at, not be removed with what it holds.
+    _move_into_place(staging, out)
+    log(f"joint: {report}")
+    return report
+
+
+def _build_joint(train: list[Task], staging: Path, start: str | Path, styles: tuple[tuple[str, float], ...],
+                 config: AgentBuildConfig, log) -> dict:
     import torch
 
     from engine.config import TrainSettings
@@ -240,12 +387,6 @@ def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
     from engine.precision import describe
     from engine.training import sft_train
 
-    check_build_config(config)
-    out = Path(out_dir)
-    train = [t for t in tasks if t.split == "train"]
-    if config.max_train_tasks:
-        train = random.Random(config.seed).sample(train, min(config.max_train_tasks, len(train)))
-    styles = world.parse_plan_styles(config.planner_styles)
     rows = [{"prompt": r["prompt"], "completion": r["completion"]}
             for r in planner_rows(train, config.seed, styles) + grounder_rows(train)]
     random.Random(config.seed).shuffle(rows)
@@ -258,14 +399,12 @@ def build_joint_agent(tasks: list[Task], out_dir: str | Path, start: str | Path,
     model.train()
     model, history = sft_train(model, tokenizer, rows, settings, on_log=lambda logs: log(f"joint {json.dumps(logs)}"),
                                **_sampling(config))
-    out.mkdir(parents=True, exist_ok=True)
-    _save(model, tokenizer, out)
+    _save(model, tokenizer, staging)
     losses = [h["loss"] for h in history if "loss" in h]
     report = {"config": asdict(config), "start": str(start), "train_tasks": len(train), "rows": len(rows),
               "steps": config.joint_steps, "precision": describe(config.bf16, torch.device("cpu")),
               "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
               "seconds": round(time.perf_counter() - started, 1)}
-    (out / "build.json").write_text(json.dumps(report, indent=2) + "\n")
-    _write_task_ids(out, train)
-    log(f"joint: {report}")
+    (staging / "build.json").write_text(json.dumps(report, indent=2) + "\n")
+    _write_task_ids(staging, train)
     return report
