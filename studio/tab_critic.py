@@ -218,7 +218,10 @@ def build(ctx: Ctx) -> None:
         save_btn = gr.Button("Save edit", variant="primary", elem_id="critic-save", interactive=not ctx.read_only)
     result = gr.Markdown(elem_id="critic-result")
 
-    def load(run_id, it, st, rv, od, pg, current, name, request: gr.Request):
+    def load(run_id, it, st, rv, od, pg, current, name, request: gr.Request, evt: gr.EventData = None):
+        reordered = getattr(getattr(evt, "target", None), "elem_id", None) == order.elem_id  # (as in tab_pairs)
+        if reordered:
+            pg, current = 1, None  # a new order starts at its head (see the Pairs tab's load)
         asked = max(int(pg or 1), 1)
         # A page past the last one (typed, or filters that narrowed the queue) shows the last page, and says so.
         df, total, shown = clamped_page(lambda p: verdict_table(ctx.store, run_id, it, st, rv, p, order=od), asked,
@@ -232,7 +235,7 @@ def build(ctx: Ctx) -> None:
             line += review_line(ctx.store, run_id, it, "verdict", who_of(name, request))
             line += trained_line(ctx.store, run_id, it, "verdict")
         return (line, df, pick_update(labels, keys, current), agreement_markdown(ctx.store, run_id, it), total,
-                [shown, time.monotonic_ns()] if shown != asked else gr.update())
+                [shown, time.monotonic_ns()] if shown != asked or reordered else gr.update())
 
     def act(action):
         def handler(run_id, it, key, name, why, request: gr.Request):

@@ -232,7 +232,14 @@ def build(ctx: Ctx) -> None:
                             "overridden": (overridden, [overridden.change]), "excluded": (excluded, [excluded.change]),
                             "ties": (ties, [ties.change])})
 
-    def load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request):
+    def load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request,
+             evt: gr.EventData = None):
+        # By elem_id, not identity: the served app's event names a copy of the component built here.
+        reordered = getattr(getattr(evt, "target", None), "elem_id", None) == order.elem_id
+        if reordered:
+            # A new order starts at its head: the pick stayed where it was, often last in the new order, where `j`
+            # had nowhere to go and said nothing.
+            pg, current = 1, None
         lo, hi, asked = number(lo), number(hi), max(int(pg or 1), 1)
         # A page past the last one (typed, or filters that narrowed the queue) shows the last page, and says so.
         df, total, shown = clamped_page(
@@ -251,7 +258,7 @@ def build(ctx: Ctx) -> None:
             line += trained_line(ctx.store, run_id, it, "pair")
         return (line, df, pick_update(labels, keys, current),
                 margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats), total,
-                shown if shown != asked else gr.update())
+                shown if shown != asked or reordered else gr.update())
 
     outputs = [info, table, pair, hist, bias, total_rows, page]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.

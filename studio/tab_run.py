@@ -261,7 +261,8 @@ def loss_figure(store: Store, run_id: str | None) -> go.Figure:
         fig = go.Figure()
         fig.update_layout(title="TRL loss", xaxis_title="step", yaxis_title="loss", height=320,
                           margin=dict(l=40, r=10, t=40, b=40))
-        return note_if_empty(fig, "No training logged yet: the loss appears here while a training stage runs")
+        # In short lines: one line was wider than a phone's chart (cut off at both ends at 390 px).
+        return note_if_empty(fig, "No training logged yet:<br>the loss appears here<br>while a training stage runs")
     fig = make_subplots(rows=len(roles), cols=1, vertical_spacing=0.16)
     palette = colours(sorted(set(logs["iteration"])))
     for row, (role, df) in enumerate(roles, start=1):
@@ -317,9 +318,9 @@ def build(ctx: Ctx, config_path: str) -> None:
                 "time.")
     message = gr.Markdown(elem_id="run-message")
     pipeline = gr.HTML(elem_id="run-pipeline")
-    with gr.Row():
+    with gr.Row(elem_id="run-job-row"):  # stacked on a phone (studio.app.TABLE_CSS)
         job = gr.Markdown(job_markdown(ctx.jobs), elem_id="run-job")
-        loss = gr.Plot(label="Loss")
+        loss = gr.Plot(label="Loss", elem_id="run-loss")
     # The page's width for the table, its summary wrapping (beside the chart, at ~1400 px, it was cut off).
     # Headers and an empty frame from the start: without them Gradio draws "1 2 3" until a stage exists.
     stages = gr.Dataframe(stage_table(ctx.store, None), headers=STAGE_COLUMNS, label="Every stage of the run",

@@ -401,3 +401,44 @@ def test_in_the_page_an_iteration_switch_redraws_the_picked_pair(tmp_path):
         expect(iteration).to_have_value(str(IT))
         expect(page.locator("#pairs-pick input")).to_have_value(re.compile("m1"))
         expect(page.locator("#pairs-chosen")).not_to_contain_text("NEXT ITERATION")
+
+
+# -- 8. a new order starts at its head -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("tab", "endpoint", "values"), [
+    ("pairs", "pairs_search", [RUN, IT, "", "", "", "any", "any", "any", "-margin", 1]),
+    ("critic", "critic_queue", [RUN, IT, "", "any", "disagreement", 1]),
+])
+def test_a_new_order_starts_at_its_head(fns, tab, endpoint, values):
+    """The pick stayed where it was after the order changed, often last in the new order, where `j` silently did
+    nothing. An order change (and only that: a reload keeps a pick that is on the page) now picks the new order's
+    first item, on page 1."""
+    import gradio as gr
+
+    search = fns[endpoint]
+    order = next(c for c in search.inputs if getattr(c, "elem_id", None) == f"{tab}-order")
+    assert search.inputs.index(order) == len(values) - 2  # the order is the value before the page
+    pick_at = [getattr(o, "elem_id", None) for o in search.outputs].index(f"{tab}-pick")
+    keys = search.fn(*values, None, CURATOR, None)[1]["key"].tolist()
+    assert len(keys) >= 2
+    kept = search.fn(*values, keys[-1], CURATOR, None)  # a reload: the pick is on the page, so it stays
+    assert "value" not in kept[pick_at]
+    moved = search.fn(*values, keys[-1], CURATOR, None, gr.EventData(order, None))  # the order's own change
+    assert moved[pick_at]["value"] == keys[0] and moved[-1] not in (None, {}) and not isinstance(moved[-1], dict)
+
+
+def test_in_the_page_a_new_order_picks_its_head(tmp_path):
+    """In chromium: on the third pair, "largest margin first" moves the pick to that order's first pair (the served
+    app's event names a copy of the order component, so the handler matches it by elem_id)."""
+    with _world_page(tmp_path) as (page, expect):
+        page.get_by_role("tab", name="Pairs").click()
+        pick = page.locator("#pairs-pick input")
+        expect(pick).to_have_value(re.compile("m1"))
+        page.locator("body").press("j")
+        expect(pick).to_have_value(re.compile("m2"))
+        page.locator("body").press("j")
+        expect(pick).to_have_value(re.compile("q1"))
+        page.locator("#pairs-order input").click()
+        page.get_by_role("option", name="largest margin first").click()
+        expect(pick).to_have_value(re.compile("plan 0 over 3 · m1"))  # margin 1.5, the largest

@@ -138,6 +138,7 @@ def test_spaces_pages_show_no_server_path_and_no_command_a_visitor_cannot_run(st
 
     local = swap_markdown(store, run_id, spaces=False)
     assert f"python -m engine swap --db {store.path} --run {run_id}" in local
+    assert "stop the studio" in local  # the command cannot open the store this studio holds: it said "then Refresh"
     monkeypatch.setenv("SPACE_ID", "someone/moat-studio")
     for text in (swap_markdown(store, run_id), swap_markdown(store, run_id, spaces=True)):
         assert str(store.path) not in text and "--db" not in text, text
@@ -262,3 +263,57 @@ def test_start_a_new_run_runs_through_the_first_moat_iteration(store, run_id, mo
     assert tab_run.start_first_iteration(store, jobs, run_id, "ann") is None
     jobs._thread.join(timeout=30)
     assert calls == [(run_id, 1)] and jobs.snapshot()["status"] == "finished", jobs.snapshot()
+
+
+@pytest.mark.browser
+def test_a_phone_sees_the_run_tab_stacked_and_its_stage_table_readable(store, run_id):
+    """In Chromium at 390x844 (a Spaces visitor's first screen): the job panel sat beside the loss chart (~170 px
+    each, the log lines clipped), the stage table squeezed its columns to one letter per line ("i/t/e/r/a/t/i/o/n")
+    and the run picker cut its value ("demo-first-visit-20…"). Now the panel is above the chart, each the page's
+    width, the table keeps readable columns and scrolls sideways inside its box (the page itself does not), and the
+    picker shows the whole run id. At 1400 px the panel and the chart stay side by side."""
+    from tests._studio import serve_studio
+    from tests.test_studio_browser import ARGS, CHROMIUM, sync_api
+
+    _finish(store, run_id)
+    url, demo = serve_studio(store)
+    box = "e => { const r = e.getBoundingClientRect(); return {x: r.left, y: r.top, w: r.width, h: r.height}; }"
+    seen = {}
+    try:
+        expect = sync_api.expect
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                for width in (390, 1400):
+                    page = browser.new_page(viewport={"width": width, "height": 844})
+                    page.set_default_timeout(30_000)
+                    page.goto(url, wait_until="load")
+                    expect(page.locator("#pick-run input")).to_have_value(run_id, timeout=30_000)
+                    header = page.locator("#run-stages th[data-heading='0']")
+                    expect(page.locator("#run-stages [data-testid='cell-0-1']")).to_have_text("evaluate",
+                                                                                               timeout=30_000)
+                    picker = page.locator("#pick-run input")
+                    seen[width] = {
+                        "job": page.locator("#run-job").evaluate(box), "loss": page.locator("#run-loss").evaluate(box),
+                        "header": header.evaluate(box),
+                        # lines of the header "iteration": 1 unless its word is broken
+                        "header_lines": header.locator("span").first.evaluate(
+                            "e => { const r = document.createRange(); r.selectNodeContents(e); "
+                            "return r.getClientRects().length; }"),
+                        "picker_cut": picker.evaluate("e => e.scrollWidth > e.clientWidth"),
+                        "page_width": page.evaluate("document.documentElement.scrollWidth")}
+                    page.close()
+            finally:
+                browser.close()
+    finally:
+        demo.close()
+    phone, desktop = seen[390], seen[1400]
+    job, loss = phone["job"], phone["loss"]
+    assert job["w"] >= 300 and loss["w"] >= 300, seen  # each the phone's width, not ~170 px side by side
+    assert job["y"] + job["h"] <= loss["y"] + 1, seen  # the job panel above the chart
+    assert phone["header"]["w"] > 60 and phone["header_lines"] == 1, seen  # "iteration", not one letter per line
+    assert not phone["picker_cut"], seen
+    assert phone["page_width"] <= 390, seen  # the table scrolls in its box, the page does not
+    job, loss = desktop["job"], desktop["loss"]
+    assert loss["x"] >= job["x"] + job["w"] - 1 and abs(loss["y"] - job["y"]) < 5, seen  # side by side
+    assert desktop["header_lines"] == 1 and not desktop["picker_cut"] and desktop["page_width"] <= 1400, seen
