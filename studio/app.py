@@ -31,6 +31,7 @@ from studio.common import Ctx, run_iterations
 from studio.first_visit import start_showcase, welcome
 from studio.jobs import JobWorker
 from studio.keys import SHORTCUTS_JS
+from studio.pace import SYNC_BUSY_S, poll_seconds
 from studio.picker import Picker
 
 # Markdown tables (the curation, agreement, experiment and swap tables): whole words, and a table wider than the page
@@ -187,9 +188,16 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
               show_progress="hidden", api_name="studio_place_save", api_visibility="undocumented")
         for hook in ctx.load_hooks:
             hook(demo)
-        gr.Timer(3.0).tick(sync_iterations, [run, iteration, shown_iterations], [iteration, shown_iterations],
-                           show_progress="hidden", api_name="studio_sync_iterations", api_visibility="undocumented",
-                           trigger_mode="always_last")
+        # Paced by the job worker (studio.pace): every 3 s while a job runs, every 10 s otherwise.
+        sync_timer, sync_pace = gr.Timer(poll_seconds(jobs, SYNC_BUSY_S)), gr.State(None)
+
+        def paced_sync(run_id, current, shown, paced=None):
+            pace = poll_seconds(jobs, SYNC_BUSY_S)
+            return (*sync_iterations(run_id, current, shown), gr.skip() if pace == paced else gr.Timer(pace), pace)
+
+        sync_timer.tick(paced_sync, [run, iteration, shown_iterations, sync_pace],
+                        [iteration, shown_iterations, sync_timer, sync_pace], show_progress="hidden",
+                        api_name="studio_sync_iterations", api_visibility="undocumented", trigger_mode="always_last")
         # The name is kept in this browser too (studio.remember's way): typed once, it survives reloads.
         saved_name = gr.BrowserState("", storage_key="moat-studio-curator", secret=secret)
         gr.on([name.submit, name.blur],

@@ -42,8 +42,10 @@ from engine.store import Store
 from engine.workspace import config_paths_inside
 from studio.common import SPACES_CAPS, Ctx, check_writable, spaces_capped, spaces_policy, who_of
 from studio.jobs import JobWorker
+from studio.pace import RUN_TAB_BUSY_S, poll_seconds
 from studio.pipeline import pipeline_html
 from studio.plots import colours, note_if_empty
+from studio.redraw import computed, only_changed, signature
 from studio.stage_text import objectives, shown_status, stage_seconds, stage_summary
 
 # The stage table's columns, also its headers before the run has any stage; their widths (the summary, a sentence,
@@ -249,11 +251,13 @@ def settled_message(message: str | None, snap: dict[str, Any]) -> str | None:
 ROLES = (("planner", ("warm_start_planner", "train_planner")), ("grounder", ("warm_start_grounder", "train_grounder")))
 
 
-def loss_figure(store: Store, run_id: str | None) -> go.Figure:
+def loss_figure(store: Store, run_id: str | None, logs: pd.DataFrame | None = None) -> go.Figure:
     """Training loss per logged step, one panel per role (planner above, grounder below: a GRPO loss around 0 and
     an SFT loss are different quantities, never one curve), one line per iteration named by what trained it
-    ("it 2 · GRPO", "it 0 · warm-start SFT"), one colour per iteration in both panels."""
-    logs = store.train_log_rows(run_id) if run_id else None
+    ("it 2 · GRPO", "it 0 · warm-start SFT"), one colour per iteration in both panels. ``logs``: the run's
+    ``train_log_rows`` when the caller has read them already."""
+    if logs is None:
+        logs = store.train_log_rows(run_id) if run_id else None
     logs = logs[logs["loss"].notna()] if logs is not None else None
     roles = [(role, logs[logs["stage"].isin(stages)]) for role, stages in ROLES] if logs is not None else []
     roles = [(role, df) for role, df in roles if len(df)]
@@ -338,7 +342,7 @@ def build(ctx: Ctx, config_path: str) -> None:
         verdict = gr.Markdown(elem_id="run-validation")
         command = gr.Textbox(label="Equivalent CLI command", interactive=False, elem_id="run-cli",
                              value=cli_command(config_path, text, ctx.spaces, ws))
-    timer = gr.Timer(2.0)
+    timer = gr.Timer(poll_seconds(ctx.jobs, RUN_TAB_BUSY_S))  # re-paced by each refresh (studio.pace)
 
     def on_validate(t: str) -> tuple[str, str]:
         _, error = validate_config(t, ctx.spaces, ws)
@@ -349,10 +353,6 @@ def build(ctx: Ctx, config_path: str) -> None:
         if toml is None:
             return gr.update(), msg
         return gr.update(value=toml, label=f"Config for a new run (TOML; loaded from run {run_id}'s config)"), msg
-
-    def settle(msg: str | None):
-        settled = settled_message(msg, ctx.jobs.snapshot())
-        return gr.update() if settled is None else settled
 
     def on_create(t: str, request: gr.Request):
         check_writable(ctx, request)
@@ -380,25 +380,40 @@ def build(ctx: Ctx, config_path: str) -> None:
         check_writable(ctx, request)
         return ctx.jobs.stop()
 
-    def refresh(run_id: str | None):
+    def refresh(run_id: str | None, drawn: list[str] | None, msg: str | None = None):
+        # Only what changed since this session last drew it (studio.redraw): an unchanged chart or table re-sent
+        # every 2 s was drawn again by the browser each time, on every open page.
         snap = ctx.jobs.snapshot()
         live = bool(snap["running"] and snap.get("run_id") == run_id)
-        return (pipeline_html(ctx.store, run_id, snap, live), job_markdown(ctx.jobs), stage_table(ctx.store, run_id,
-                                                                                                   live),
-                loss_figure(ctx.store, run_id))
+        logs = ctx.store.train_log_rows(run_id) if run_id else None
+        pace = poll_seconds(ctx.jobs, RUN_TAB_BUSY_S)
+        outputs, signatures = only_changed(drawn, [
+            computed(pipeline_html(ctx.store, run_id, snap, live)), computed(job_markdown(ctx.jobs)),
+            computed(stage_table(ctx.store, run_id, live)),
+            (signature((run_id, logs)), lambda: loss_figure(ctx.store, run_id, logs)),
+            (signature(("pace", pace)), lambda: gr.Timer(pace))])
+        # The job's announcement turns into how it ended (the line otherwise said "are running" long after). In the
+        # same event as the rest: each event costs the page a pass over every component (studio.pace).
+        settled = settled_message(msg, snap)
+        return (*outputs, gr.skip() if settled is None else settled, signatures)
 
     validate_btn.click(on_validate, editor, [verdict, command], api_name="run_validate")
     from_picked.click(on_from_picked, ctx.run, [editor, verdict], api_name="run_config_from_picked")
     editor.change(lambda t: cli_command(config_path, t, ctx.spaces, ws), editor, command, show_progress="hidden",
                   api_name="run_cli_command", api_visibility="undocumented")
     create_btn.click(on_create, editor, [verdict, ctx.run], api_name="run_create")
-    start_btn.click(on_start_new, [editor, ctx.curator], [message, ctx.run], api_name="run_start_new")
+    # A job started here: the Run tab follows it at the busy pace from the next tick (studio.pace).
+    busy = {"fn": lambda: gr.Timer(poll_seconds(ctx.jobs, RUN_TAB_BUSY_S)), "inputs": None, "outputs": timer,
+            "show_progress": "hidden", "api_visibility": "undocumented"}
+    start_btn.click(on_start_new, [editor, ctx.curator], [message, ctx.run], api_name="run_start_new").then(
+        **busy, api_name="run_start_new_pace")
     for kind, btn in buttons.items():
-        btn.click(starter(kind), [ctx.run, ctx.curator], message, api_name=f"run_{kind}")
+        btn.click(starter(kind), [ctx.run, ctx.curator], message, api_name=f"run_{kind}").then(
+            **busy, api_name=f"run_{kind}_pace")
     stop_btn.click(on_stop, None, message, api_name="run_stop")
     # One event, in order per session (see studio.app.CONCURRENCY): an older snapshot never lands last.
-    gr.on([timer.tick, ctx.run.change], refresh, ctx.run, [pipeline, job, stages, loss], show_progress="hidden",
+    drawn = gr.State(None)  # signatures of what this session's Run tab last drew (studio.redraw)
+    gr.on([timer.tick, ctx.run.change], refresh, [ctx.run, drawn, message],
+          [pipeline, job, stages, loss, timer, message, drawn],
+          show_progress="hidden",
           api_name="run_refresh", api_visibility="undocumented", trigger_mode="always_last")
-    # The job's announcement turns into how it ended (the line otherwise said "are running" long after).
-    timer.tick(settle, message, message, show_progress="hidden", api_name="run_message_settle",
-               api_visibility="undocumented", trigger_mode="always_last")

@@ -94,6 +94,29 @@ def _press_moving(page, key: str, picker, before: str, tries: int = 3) -> None:
                 raise
 
 
+def test_an_idle_page_asks_the_server_at_the_idle_pace(served, browser):
+    """With no job running, the page's timers (the Run tab's refresh, the iteration sync) tick every IDLE_S: in a
+    window shorter than that, each asks at most once. Every event costs the browser a pass over every component (an
+    idle Pairs tab at the 2 s and 3 s of before: 9.9 s of renderer main thread per 10 s, 0.35 s without the timers),
+    which on a 2-core CI machine delayed a curator's key presses by more than 15 s."""
+    from studio.pace import IDLE_S
+
+    url, store, run_id, _ = served
+    page = _open(browser, url)
+    expect = sync_api.expect
+    expect(page.locator("#pick-run input")).to_have_value(run_id)
+    expect(page.locator("#run-stages")).to_contain_text("critique")
+    _tab(page, "Pairs")
+    page.locator("#pairs-table").wait_for()
+    page.wait_for_timeout(3000)  # the load's and the tab's own events settle
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.post_data) if "/queue/join" in r.url else None)
+    window_s = IDLE_S - 1.0
+    page.wait_for_timeout(window_s * 1000)
+    page.close()
+    assert len(asked) <= 2, f"{len(asked)} events in {window_s:.0f} s of an idle page (two timers at {IDLE_S} s)"
+
+
 def test_every_tab_and_overrides_through_the_ui(served, browser):
     url, store, run_id, _ = served
     page = _open(browser, url)

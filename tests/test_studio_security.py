@@ -332,8 +332,8 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "critic_page_clamp": ("read", ()),  # a page past the last: the page box moves to the page shown
         "run_validate": ("read", (toml,)),
         "run_cli_command": ("read", (toml,)),
-        "run_refresh": ("read", (run_id,)),
-        "run_message_settle": ("read", ("",)),  # the job's announcement -> how it ended (the worker's state only)
+        # Also turns the job's announcement into how it ended (the worker's state only).
+        "run_refresh": ("read", (run_id, "")),
         "run_config_from_picked": ("read", (run_id,)),  # the picked run's config into the new-run editor
         "plans_search": ("read", (run_id, 1, "", "", "", 1)),
         "plans_filters": ("read", (run_id, "", "")),  # the domain and split filters' choices for the run
@@ -375,6 +375,9 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "run_rest_of_iteration": ("write", (run_id,)),
         "run_next_iteration": ("write", (run_id,)),
         "run_stop": ("write", ()),
+        # After a job button: the Run tab's timer to the busy pace (studio.pace; the worker's state only).
+        **{f"run_{kind}_pace": ("read", ()) for kind in ("start_new", "next_stage", "rest_of_iteration",
+                                                         "next_iteration")},
         "critic_save_edit": ("write", (run_id, 1, verdict, EDIT, "why")),
         "critic_save_edit_reload": ("read", critic_filters),
         "critic_save_edit_detail": ("read", (run_id, 1, verdict)),
@@ -560,7 +563,7 @@ def test_api_key_never_reaches_store_logs_exports_or_page(secret_run, server_a):
     pair, verdict, task = _keys(store, run_id)
     rendered = [client.predict(run_id, 1, "", "any", "task", 1, None, api_name="/critic_queue"),
                 client.predict(run_id, 1, verdict, api_name="/critic_detail"),
-                client.predict(run_id, api_name="/run_refresh"),
+                client.predict(run_id, "", api_name="/run_refresh"),
                 client.predict(run_id, None, api_name="/metrics_figures")]
     assert SECRET not in json.dumps(rendered, default=str)
 

@@ -44,7 +44,10 @@ def _finish(store: Store, run_id: str, iterations: tuple[int, ...] = (0, 1)) -> 
 
 
 def _endpoint(demo, api_name: str):
-    return next(f.fn for f in demo.fns.values() if f.api_name == api_name)
+    fn = next(f.fn for f in demo.fns.values() if f.api_name == api_name)
+    if api_name == "studio_sync_iterations":  # the picker and its state; the timer's pace is test_studio_pace's
+        return lambda *args: fn(*args)[:2]
+    return fn
 
 
 def test_spaces_refuses_a_job_past_the_iteration_cap(store, run_id, monkeypatch):
