@@ -88,6 +88,9 @@ def writable_file(text: str) -> str:
     path = os.path.abspath(text)
     if os.path.isdir(path):
         raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name")
-    if not os.path.isdir(os.path.dirname(path)):
+    folder = os.path.dirname(path)
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"the directory of {text} is a file, not a folder")
+    if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"the directory of {text} does not exist")
     return text
