@@ -9,7 +9,12 @@ directory
 endpoints refused by ``check_writable`` for ``--read-only`` and viewers. The token is read from the environment at
 push time and never rendered.
 
-Handlers: ``export_file(store, run_id, iteration, kind, fmt, out_dir) -> (path, rows)``, ``push_to_hub``.
+An iteration that cannot hold the rows asked for (iteration 0's pairs) or not yet (its stage has not run) is refused
+with the reason and nothing is written (``NothingToExport``, as ``python -m engine export`` refuses it); an empty
+export of a stage that ran and kept nothing is written and said to be so.
+
+Handlers: ``export_path``, ``export_file(store, run_id, iteration, kind, fmt, out_dir) -> (path, rows)``,
+``push_to_hub``.
 """
 
 from __future__ import annotations
@@ -24,24 +29,42 @@ from pathlib import Path
 import gradio as gr
 
 from engine import export
+from engine.export_empty import NOUNS, empty_reason
 from engine.store import Store
 from engine.workspace import inside
 from studio.common import Ctx, check_writable, user_error, user_errors
 
-KINDS = {"pairs": export.export_pairs, "sft": export.export_sft}
+KINDS = ("pairs", "sft")  # engine.export.ROWS keys the tab offers (a GRPO iteration's rollouts: the CLI's)
 
 
-def export_file(store: Store, run_id: str, iteration: int, kind: str, fmt: str, out_dir: str | Path) -> tuple[Path,
-                                                                                                             int]:
-    """Write the export into ``out_dir`` (never elsewhere: ``ValueError`` for a bad kind/format or an escaping
-    name) and return ``(path, rows)``."""
+class NothingToExport(ValueError):
+    """The iteration cannot hold the rows asked for, or not yet (``engine.export_empty.empty_reason``)."""
+
+
+def export_path(run_id: str, iteration: int, kind: str, fmt: str, out_dir: str | Path) -> Path:
+    """The export's file in ``out_dir`` (never elsewhere: ``ValueError`` for a bad kind/format or an escaping
+    name)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}")
     if fmt not in export.FORMATS:
         raise ValueError(f"format must be one of {', '.join(export.FORMATS)}")
     name = re.sub(r"[^A-Za-z0-9._-]", "_", str(run_id))  # run ids are slugs; anything else cannot name a folder
-    path = inside(out_dir, Path(out_dir) / f"{name}-it{int(iteration)}-{kind}.{fmt}", "the export file")
-    return path, KINDS[kind](store, run_id, int(iteration), path, fmt)
+    return inside(out_dir, Path(out_dir) / f"{name}-it{int(iteration)}-{kind}.{fmt}", "the export file")
+
+
+def export_file(store: Store, run_id: str, iteration: int, kind: str, fmt: str, out_dir: str | Path) -> tuple[Path,
+                                                                                                             int]:
+    """Write the export into ``export_path(...)`` and return ``(path, rows)``. An export with no rows is written only
+    when the stage that makes them is done (it kept none: the empty file is the data); otherwise
+    ``NothingToExport`` says why (iteration 0's pairs, a stage not run yet) and nothing is written, as the CLI
+    refuses it. A download of an empty file read as "nothing to train on"."""
+    path = export_path(run_id, iteration, kind, fmt, out_dir)
+    rows = export.ROWS[kind](store, run_id, int(iteration))
+    if not rows:
+        reason = empty_reason(store, run_id, int(iteration), kind, studio=True)
+        if reason is not None:
+            raise NothingToExport(f"Nothing exported: {reason}.")
+    return path, export.write_rows(kind, rows, path, fmt)
 
 
 def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: str, token: str | None) -> str:
@@ -53,7 +76,10 @@ def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: s
     import datasets
 
     with tempfile.TemporaryDirectory() as tmp:
-        path, rows = export_file(store, run_id, iteration, kind, "parquet", tmp)
+        try:
+            path, rows = export_file(store, run_id, iteration, kind, "parquet", tmp)
+        except NothingToExport as exc:
+            return str(exc)
         datasets.Dataset.from_parquet(str(path)).push_to_hub(repo_id, token=token, split=f"iteration_{iteration}")
     return f"Pushed {rows} {kind} rows to https://huggingface.co/datasets/{repo_id} (split iteration_{iteration})."
 
@@ -80,6 +106,9 @@ def build(ctx: Ctx) -> None:
             raise user_error("Pick a run and an iteration first.")
         with user_errors():
             path, rows = export_file(ctx.store, run_id, it, k, f, out_dir)
+        if not rows:  # the stage ran and kept nothing: say so beside the (empty) file
+            return (f"Exported 0 {k} rows to `{path.name}`: iteration {int(it)} made its {NOUNS[k]} and none is "
+                    "left to export (filtered out by the stage, or excluded or tied by curation).", str(path))
         return f"Exported {rows} {k} rows to `{path.name}`.", str(path)
 
     def on_push(run_id, it, k, repo_id, request: gr.Request) -> str:

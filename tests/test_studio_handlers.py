@@ -207,6 +207,26 @@ def test_export_writes_files(store, run_id, tmp_path):
     assert "No HF_TOKEN" in tab_export.push_to_hub(store, run_id, 1, "pairs", "me/data", None)
 
 
+def test_the_export_tab_refuses_what_the_iteration_cannot_hold_and_writes_nothing(store, run_id, tmp_path):
+    """Iteration 0's pairs, or SFT records of an iteration whose ground stage has not run, gave a download of an empty
+    file (the CLI already refused them): now the reason, nothing written; a stage that ran and kept nothing still
+    exports its empty file, which the tab says is the data."""
+    from studio import tab_export
+
+    out = tmp_path / "exports"
+    out.mkdir()
+    with pytest.raises(tab_export.NothingToExport, match="iteration 0 samples no plans"):
+        tab_export.export_file(store, run_id, 0, "pairs", "jsonl", out)
+    store.set_stage(run_id, 2, "sample", "running")  # iteration 2 has started: no ground stage yet
+    with pytest.raises(tab_export.NothingToExport, match=r"its ground stage has not run \(the Run tab's"):
+        tab_export.export_file(store, run_id, 2, "sft", "jsonl", out)
+    assert list(out.iterdir()) == []
+    assert "Nothing exported" in tab_export.push_to_hub(store, run_id, 0, "pairs", "me/data", "hf_token")
+    store.set_stage(run_id, 2, "pairs", "done")  # the stage ran and kept no pair: the empty file is the data
+    path, rows = tab_export.export_file(store, run_id, 2, "pairs", "jsonl", out)
+    assert rows == 0 and path.exists() and path.read_text() == ""
+
+
 def test_config_validation_names_the_field_and_cli_command():
     from studio import tab_run
     from studio.common import spaces_capped

@@ -60,7 +60,7 @@ def test_config_paths_name_the_field(root):
 
 def test_studio_export_file_never_leaves_its_directory(tmp_path):
     from engine.store import Store
-    from studio.tab_export import export_file
+    from studio.tab_export import export_file, export_path
     from tests._store_world import RUN, build_world
 
     out = tmp_path / "exports"
@@ -68,8 +68,10 @@ def test_studio_export_file_never_leaves_its_directory(tmp_path):
     with Store(tmp_path / "ws.duckdb") as store:
         build_world(store)
         for run_id in ("../../escape", "/etc/x", "a/../../b", RUN):
-            path, _ = export_file(store, run_id, 0, "pairs", "jsonl", out)
+            path = export_path(run_id, 0, "pairs", "jsonl", out)
             assert path.parent == out.resolve() and "/" not in path.name
+        path, _ = export_file(store, RUN, 0, "pairs", "jsonl", out)
+        assert path.parent == out.resolve()
         for kind, fmt in (("pairs", "../../x"), ("../x", "jsonl"), ("pairs", "jsonl/../../x")):
             with pytest.raises(ValueError):
                 export_file(store, RUN, 0, kind, fmt, out)

@@ -20,20 +20,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from engine.commands._common import print_json, writable_file
-
-if TYPE_CHECKING:
-    from engine.store import Store
+from engine.export_empty import NOUNS, empty_reason
 
 HELP = "Export an iteration's curated DPO pairs, grounder SFT records or GRPO rollouts as JSONL or Parquet."
 
-# The table each export reads and the stage that fills it: rows in the table mean the data exists, so an empty export
-# is curation's doing (every pair excluded or tied); no rows and the stage done means it kept nothing. Either way the
-# empty file is the honest answer. Without them, ``empty_reason`` says why the iteration has no such rows.
-SOURCES = {"pairs": ("pairs", "pairs"), "sft": ("groundings", "ground")}
-NOUNS = {"pairs": "pairs", "sft": "SFT records", "rollouts": "GRPO rollouts"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,65 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="FILE", type=writable_file,
                         help="output file (written atomically)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def _stage_state(store: Store, run_id: str, iteration: int, stage: str) -> tuple[str, str]:
-    """``(status, note)`` of one stage's record; ``("not run", "")`` when it has none."""
-    state = store.stage_status(run_id, iteration).get(stage)
-    if state is None:
-        return "not run", ""
-    return state["status"], str((state.get("counts") or {}).get("note") or "")
-
-
-def _not_done(run_id: str, iteration: int, stage: str, status: str, note: str) -> str:
-    if status == "skipped":
-        return f"its {stage} stage was skipped ({note or 'no reason recorded'})"
-    says = {"not run": "has not run", "pending": "has not run", "running": "is still running"}.get(status, status)
-    return f"its {stage} stage {says} (`python -m engine step {stage} --run {run_id} --iteration {iteration}`)"
-
-
-def _objectives(store: Store, run_id: str, iteration: int) -> dict[str, str] | None:
-    """``{"train_planner": objective, "train_grounder": objective}`` under the run's config with the iteration's
-    curriculum phase applied; None when the stored config no longer loads (then only stage records decide)."""
-    from engine.config import config_from_dict
-    from engine.errors import ConfigError
-    from engine.schedule import iteration_config
-
-    run = store.get_run(run_id) or {}
-    try:
-        config = iteration_config(config_from_dict(run.get("config") or {}), iteration)
-    except ConfigError:
-        return None
-    return {"train_planner": config.stages.planner_objective, "train_grounder": config.stages.grounder_objective}
-
-
-def empty_reason(store: Store, run_id: str, iteration: int, what: str) -> str | None:
-    """Why ``iteration`` of ``run_id`` cannot hold ``what`` rows, for an export that found none; None when the
-    stage that makes them is done, so the empty export is the data (see ``SOURCES``)."""
-    noun = NOUNS[what]
-    if what in SOURCES and store.count(SOURCES[what][0], run_id, iteration):
-        return None
-    if iteration == 0:  # stages_of(0): the warm start (SFT on gold data) and the baseline evaluation, nothing else
-        does = {"pairs": "samples no plans", "sft": "grounds no plans", "rollouts": "trains nothing by GRPO"}[what]
-        return f"iteration 0 {does} (it only warm-starts and evaluates the agents), so it has no {noun}"
-    if what in SOURCES:
-        stage = SOURCES[what][1]
-        status, note = _stage_state(store, run_id, iteration, stage)
-        if status == "done":
-            return None
-        return f"iteration {iteration} has no {noun}: {_not_done(run_id, iteration, stage, status, note)}"
-    objectives = _objectives(store, run_id, iteration)
-    stages = [s for s in ("train_planner", "train_grounder") if objectives is None or objectives[s] == "grpo"]
-    if not stages:
-        assert objectives is not None
-        return (f"iteration {iteration} trained its planner by {objectives['train_planner'].upper()} and its grounder "
-                f"by {objectives['train_grounder'].upper()} (stages.planner_objective, stages.grounder_objective), "
-                f"so it has no {noun}")
-    states = {stage: _stage_state(store, run_id, iteration, stage) for stage in stages}
-    if any(status == "done" for status, _ in states.values()):
-        return None
-    return f"iteration {iteration} has no {noun}: " + "; ".join(
-        _not_done(run_id, iteration, stage, status, note) for stage, (status, note) in states.items())
 
 
 def run(args: argparse.Namespace) -> int:
