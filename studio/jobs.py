@@ -17,6 +17,8 @@ Contract:
 * A job that ends on bad input (``ConfigError``: a model directory or recorded checkpoint that has gone, refused by
   ``engine.loop.run_stage`` before the stage is marked running) keeps the message alone as its error; any other
   exception keeps the message and a short traceback (the stage is recorded ``failed`` in the store).
+* ``swap_job``: the Metrics tab's *Compute the swap table* (``engine.swap.swap_table`` on the worker: the CLI's
+  ``swap`` cannot open the store while the studio holds it); ``swap_unavailable`` says why it cannot run yet.
 """
 
 from __future__ import annotations
@@ -168,3 +170,33 @@ def loop_job(store: Store, run_id: str, kind: str, progress: Callable[[dict[str,
         return refused
     return run_loop(store, run_id, iterations=iterations, progress=progress, should_stop=should_stop,
                     max_stages=max_stages)
+
+
+def swap_unavailable(store: Store, run_id: str | None) -> str | None:
+    """Why the swap table of ``run_id`` cannot be computed now (None: it can): it pairs iteration 0's agents with
+    the last evaluated iteration's, so it needs an iteration after 0 whose evaluate stage is done."""
+    from engine.swap import evaluated_iterations
+
+    if not run_id or store.get_run(run_id) is None:
+        return "Pick a run first."
+    evaluated = [t for t in evaluated_iterations(store, run_id) if t > 0]
+    if not evaluated:
+        return (f"Run `{run_id}` has no iteration after 0 whose evaluate stage is done: the swap table pairs "
+                "iteration 0's agents with a later iteration's, so it needs one.")
+    return None
+
+
+def swap_job(store: Store, run_id: str) -> Callable[[Callable[[dict[str, Any]], None], Callable[[], bool]], str]:
+    """A job computing and storing ``engine.swap.swap_table`` of ``run_id`` (base 0, after: the last evaluated
+    iteration), as ``python -m engine swap`` does: that command cannot run beside the studio, which holds the store.
+    Stopping it keeps nothing (the table is written whole at the end)."""
+    from engine.errors import StageStopped
+    from engine.swap import swap_table
+
+    def job(progress: Callable[[dict[str, Any]], None], should_stop: Callable[[], bool]) -> str:
+        try:
+            swap_table(store, run_id, progress=progress, should_stop=should_stop)
+        except StageStopped:
+            return "stopped"
+        return "done"
+    return job

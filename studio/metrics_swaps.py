@@ -1,8 +1,9 @@
 """The Metrics tab's tables of one run, as markdown: the stored planner x grounder swap table
 (``engine.swap.stored_swaps``) and the iteration-to-iteration McNemar tests (``engine.changes.iteration_changes``).
 
-Only renders: nothing here computes a swap (that evaluates models and writes ``swaps``: ``python -m engine swap``,
-which the hint names) or a statistic.
+Only renders: nothing here computes a swap (that evaluates models and writes ``swaps``: the Metrics tab's button
+starts ``studio.jobs.swap_job``, or ``python -m engine swap`` with the studio stopped, as the hint says) or a
+statistic.
 
 * ``swap_markdown(store, run_id)``: rows ``P{a}G{b}`` and the grounders on gold plans (``G{b}``), one column per split
   x domain (``"all"`` last when a split has several domains) holding ``correct/n (xx.x%)``; then the McNemar rows
@@ -32,10 +33,10 @@ def swap_hint(store: Store, run_id: str, spaces: bool | None = None) -> str:
                 "(`python -m engine swap`) on a local copy of MOAT Studio.")
     # DuckDB lets one process open the store and this studio holds it: the command cannot run beside the studio,
     # so the hint says how to run it rather than suggesting a command that fails with "open in another process".
-    return (f"No swap table stored for run `{run_id}`. It evaluates the swapped agents, which the command-line tool "
-            "does: this studio holds the store (DuckDB admits one process per file), so stop the studio, run "
-            f"`python -m engine swap --db {store.path} --run {run_id}`, and start the studio again. An experiment "
-            "(`python -m engine experiment`) computes it for the variants its file lists under `swap`.")
+    return (f"No swap table stored for run `{run_id}`. It evaluates the swapped agents: press *Compute the swap "
+            "table* below (a job on this studio's worker), or, with the studio stopped (it holds the store: DuckDB "
+            f"admits one process per file), run `python -m engine swap --db {store.path} --run {run_id}`. An "
+            "experiment (`python -m engine experiment`) computes it for the variants its file lists under `swap`.")
 
 
 def _columns(cells: list[dict[str, dict[str, Any]]]) -> list[tuple[str, str]]:

@@ -6,7 +6,10 @@ experiment view (``studio.metrics_experiment``: figures, table, the per-template
 Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``FIGURES``). Iteration axes have integer
 ticks; accuracy lines carry their 95% Wilson interval as error bars (``accuracy_lo``/``accuracy_hi``, when stored);
 each split/domain has one colour in the accuracy, gap-PPL and gap-log-PPL figures. The tables come from
-``studio.metrics_swaps``. Every handler only reads.
+``studio.metrics_swaps``. Every handler only reads, except *Compute the swap table*: a write endpoint (refused by
+``check_writable`` for ``--read-only`` and viewers, and on Spaces, where the button is hidden) that starts
+``studio.jobs.swap_job`` on the shared worker, since ``python -m engine swap`` cannot open the store beside the
+studio.
 
 The training charts follow how the runs train (``studio.stage_text.run_objectives``): the planner's loss is titled
 and named DPO or GRPO, the grounder's SFT or GRPO; the rewards chart draws DPO's rewards / margins / accuracies or
@@ -27,7 +30,8 @@ import plotly.graph_objects as go
 from engine.report import UnknownExperiment, experiment_report
 from engine.store import Store
 from studio import metrics_experiment as mexp
-from studio.common import Ctx
+from studio.common import Ctx, check_writable, who_of
+from studio.jobs import swap_job, swap_unavailable
 from studio.metrics_swaps import changes_markdown, swap_markdown
 from studio.picker import Picker
 from studio.plots import colours, figure, line, note_if_empty, second_axis
@@ -192,6 +196,10 @@ def build(ctx: Ctx) -> None:
                     plots[name] = gr.Plot(elem_id=f"metrics-{name}", min_width=420)
         changes = gr.Markdown(elem_id="metrics-changes")
         swaps = gr.Markdown(elem_id="metrics-swaps")
+        with gr.Row(visible=not ctx.spaces):  # a Space does not evaluate swapped agents (studio.metrics_swaps)
+            swap_go = gr.Button("Compute the swap table (a job)", elem_id="metrics-swap-compute", scale=1,
+                                interactive=not ctx.read_only)
+            swap_message = gr.Markdown(elem_id="metrics-swap-message")
     with gr.Column(visible=False, elem_id="metrics-experiment-view") as exp_view:
         for i in range(0, len(mexp.FIGURES), 2):
             with gr.Row():
@@ -235,6 +243,16 @@ def build(ctx: Ctx) -> None:
     def show_breakdown(experiment_id, split_name):
         return mexp.experiment_breakdown(ctx.store, experiment_id, split_name) if experiment_id else ""
 
+    def on_swap(run_id, name, request: gr.Request) -> str:
+        check_writable(ctx, request)
+        if ctx.spaces:
+            return "Refused on Spaces: the swap table evaluates every pairing of the run's agents."
+        refused = swap_unavailable(ctx.store, run_id) or ctx.jobs.submit("swap", run_id, swap_job(ctx.store, run_id),
+                                                                          user=who_of(name, request) or "")
+        return refused or (f"Started `swap` on `{run_id}`: the Run tab follows the job; press Refresh here once it "
+                           "has finished.")
+
+    swap_go.click(on_swap, [ctx.run, ctx.curator], swap_message, api_name="metrics_swap_compute")
     ctx.run.change(runs, ctx.run, compare, api_name="metrics_runs", api_visibility="undocumented")
     gr.on([ctx.run.change, refresh.click], experiments, experiment, experiment, api_name="metrics_experiments",
           api_visibility="undocumented", trigger_mode="always_last")

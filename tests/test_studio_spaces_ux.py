@@ -141,7 +141,7 @@ def test_spaces_pages_show_no_server_path_and_no_command_a_visitor_cannot_run(st
 
     local = swap_markdown(store, run_id, spaces=False)
     assert f"python -m engine swap --db {store.path} --run {run_id}" in local
-    assert "stop the studio" in local  # the command cannot open the store this studio holds: it said "then Refresh"
+    assert "studio stopped" in local and "Compute the swap table" in local  # the CLI cannot open the held store
     monkeypatch.setenv("SPACE_ID", "someone/moat-studio")
     for text in (swap_markdown(store, run_id), swap_markdown(store, run_id, spaces=True)):
         assert str(store.path) not in text and "--db" not in text, text

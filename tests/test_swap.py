@@ -339,3 +339,31 @@ def test_ground_plans_grounds_gold_plans_one_subgoal_per_turn_when_iterative(tin
         assert [t.task_id for t in traces] == [t.id for t in tasks]
         assert [t.plan for t in traces] == [format_subgoals(t.gold_subgoals) for t in tasks]
         assert len(prompts) == turns, formulation
+
+
+def test_the_studio_computes_the_swap_table_as_a_job(scripted_run):
+    """The Metrics tab's *Compute the swap table*: ``python -m engine swap`` cannot open the store the studio holds,
+    so the studio runs ``swap_table`` as a job on its worker; the Metrics table then shows it. A run with no
+    iteration evaluated after 0 is refused with the reason, and no job starts."""
+    from studio.app import build_app
+    from studio.jobs import swap_unavailable
+    from studio.metrics_swaps import swap_markdown
+
+    store, run_id, calls = scripted_run
+    assert "No swap table stored" in swap_markdown(store, run_id, spaces=False)
+    demo = build_app(store, "examples/demo.toml")
+    try:
+        compute = next(f.fn for f in demo.fns.values() if f.api_name == "metrics_swap_compute")
+        assert compute(run_id, "ann", None).startswith(f"Started `swap` on `{run_id}`")
+        assert demo.moat_jobs.wait(60)
+        snap = demo.moat_jobs.snapshot()
+        assert (snap["status"], snap["result"], snap["label"]) == ("finished", "done", "swap"), snap
+        assert calls and store.count("swaps", run_id) > 0
+        table = swap_markdown(store, run_id, spaces=False)
+        assert "No swap table stored" not in table and "P1G0" in table
+        store.set_stage(run_id, 1, "evaluate", "running")  # iteration 1 no longer evaluated: nothing to pair
+        assert "no iteration after 0 whose evaluate stage is done" in swap_unavailable(store, run_id)
+        assert "no iteration after 0" in compute(run_id, "ann", None)
+        assert compute(None, "ann", None) == "Pick a run first."
+    finally:
+        demo.close()
