@@ -19,7 +19,7 @@ import pytest
 from engine.__main__ import main
 
 # The smallest build the checks allow: a tokenizer on 4 tasks and a 1-layer model, saved in well under a second.
-TINY = ["--hidden-size", "8", "--heads", "2", "--layers", "1", "--intermediate-size", "8", "--max-positions", "64",
+TINY = ["--hidden-size", "8", "--heads", "2", "--layers", "1", "--intermediate-size", "8", "--max-positions", "512",
         "--batch-size", "2", "--micro-batches", "1", "--max-train-tasks", "4", "--planner-steps", "1",
         "--grounder-steps", "1", "--joint-steps", "1", "--bf16", "false"]
 
@@ -255,3 +255,14 @@ def test_ctrl_c_while_loading_the_tasks_exits_130(tmp_path, monkeypatch, capsys)
     assert interrupted_status(["demo-models", "--out", str(tmp_path / "out"), "--tasks",
                                str(tmp_path / "none.jsonl")]) == 130
     assert "Traceback" not in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_max_positions_shorter_than_the_longest_row_is_refused_before_training(tmp_path, capsys):
+    """``--max-positions 64`` trained agents on rows TRL cut at 64 tokens (the grounder's run to ~200): they never saw
+    an answer's end. Refused once the tokenizer exists, naming the flag and the length needed; nothing is written."""
+    out = tmp_path / "agents"
+    argv = [a if a != "512" else "64" for a in TINY]
+    assert exit_status(["demo-models", "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert "--max-positions" in err and "max_positions 64: the longest warm-start row is" in err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []

@@ -104,8 +104,11 @@ def _run(args: argparse.Namespace) -> int:
         raise usage_error("--tasks", str(err)) from None
     if not any(t.split == "train" for t in tasks):
         raise usage_error("--tasks", f"{args.tasks} has no task of split train to warm-start on")
-    if args.joint_from:
-        build_joint_agent(tasks, args.out, args.joint_from, config)
-    else:
-        build_demo_agents(tasks, args.out, config)
+    try:
+        if args.joint_from:
+            build_joint_agent(tasks, args.out, args.joint_from, config)
+        else:
+            build_demo_agents(tasks, args.out, config)
+    except BuildConfigError as err:  # --max-positions, known once the tokenizer exists: nothing was trained yet
+        raise usage_error(_flag(err.field), str(err)) from None
     return 0

@@ -145,6 +145,8 @@ def _build_agents(train: list[Task], staging: Path, out: Path, roles: list[str],
         corpus = [r["prompt"] + r["completion"] for r in tokenizer_rows]
         pieces = qa_world.NAME_SYLLABLES if config.name_pieces else ()
         tokenizer = train_tokenizer(corpus, instruction_phrases(), config.vocab_size, pieces=pieces)
+    _check_fits(tokenizer, [r for role in roles for r in (p_rows if role == "planner" else g_rows)],
+                config.max_positions)
     import torch
 
     from engine.precision import describe
@@ -180,6 +182,16 @@ def _build_agents(train: list[Task], staging: Path, out: Path, roles: list[str],
     return report
 
 
+def _check_fits(tokenizer, rows: list[dict[str, str]], max_positions: int) -> None:
+    """Refuse ``max_positions`` shorter than the longest warm-start row (prompt + completion + EOS, in tokens):
+    TRL would cut those rows at ``max_length`` and the agent would never learn to end its answer. Checked once the
+    tokenizer exists, before any training step."""
+    longest = max((len(tokenizer(r["prompt"] + r["completion"])["input_ids"]) + 1 for r in rows), default=0)
+    if longest > max_positions:
+        raise BuildConfigError("max_positions", f"max_positions {max_positions}: the longest warm-start row is "
+                                                f"{longest} tokens (prompt + completion + EOS); give at least that")
+
+
 def _write_task_ids(out: Path, train: list[Task]) -> None:
     (out / WARM_START_TASKS).write_text("".join(f"{t.id}\n" for t in train), encoding="utf-8")
 
@@ -213,6 +225,7 @@ def _build_joint(train: list[Task], staging: Path, start: str | Path, styles: tu
     random.Random(config.seed).shuffle(rows)
     started = time.perf_counter()
     model, tokenizer = load_model(ModelSpec(str(start), dtype="float32"))
+    _check_fits(tokenizer, rows, config.max_positions)
     settings = TrainSettings(learning_rate=config.learning_rate, max_steps=config.joint_steps,
                              batch_size=config.batch_size, max_length=config.max_positions, seed=config.seed,
                              logging_steps=25, warmup_steps=0.05, bf16=config.bf16,
