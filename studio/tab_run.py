@@ -1,13 +1,15 @@
 """Run tab: *Start a new run* (create a run from the config and run its first iteration), drive the shared
 ``JobWorker`` (next stage / rest of iteration / next iteration / stop) and watch it: the iteration as a pipeline of
 stage cards with progress bars, ETA and one human line each (``studio.pipeline``, ``studio.stage_text``), the job's
-log tail beside TRL loss curves (one panel per role, each line named by its iteration and objective), every stage
-of the run in a full-width table (its summary column wraps), refreshed by a ``gr.Timer``; the same timer turns the
-line that announced a job into how it ended once it has (``settled_message``). Under *Advanced*: the config for a
-NEW run (the one *Start a new run* and *Create run* use; ``--config``, the demo's by default, or the picked run's
-config loaded with *Start from the picked run's config*: ``picked_config``), edited in the page, validated with
-field-level errors (``config_problem``: the field once, or a TOML syntax error's line and column; markdown in the
-page, plain text in the CLI box), the equivalent CLI command, and *Create run* without starting it.
+log tail beside TRL loss curves (one panel per role, each line named by its iteration and objective), every stage of
+the run in a full-width table (its summary column wraps), refreshed by a ``gr.Timer`` (every 2 s while a job runs,
+10 s otherwise: ``studio.pace``; only what changed since the session last drew it is sent: ``studio.redraw``); the
+same refresh turns the line that announced a job into how it ended once it has (``settled_message``). Under
+*Advanced*: the config for a NEW run (the one *Start a new run* and *Create run* use; ``--config``, the demo's by
+default, or the picked run's config loaded with *Start from the picked run's config*: ``picked_config``), edited in
+the page, validated with field-level errors (``config_problem``: the field once, or a TOML syntax error's line and
+column; markdown in the page, plain text in the CLI box), the equivalent CLI command, and *Create run* without
+starting it.
 
 A config from the page is checked like a file (``engine.config``), then every path in it must lie inside the
 studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_policy``. Creating a run and every
