@@ -34,8 +34,6 @@ from typing import Any
 
 import gradio as gr
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from engine.config import RunConfig, config_from_dict, config_to_dict, config_to_toml, load_config
 from engine.errors import ConfigError, DataError
@@ -46,9 +44,9 @@ from studio.common import SPACES_CAPS, Ctx, check_writable, spaces_capped, space
 from studio.jobs import JobWorker
 from studio.pace import RUN_TAB_BUSY_S, poll_seconds
 from studio.pipeline import pipeline_html
-from studio.plots import colours, note_if_empty
 from studio.redraw import computed, only_changed, signature
-from studio.stage_text import objectives, shown_status, stage_seconds, stage_summary
+from studio.run_loss import loss_figure as loss_figure  # the Run tab's loss chart, importable from here as before
+from studio.stage_text import shown_status, stage_seconds, stage_summary
 
 # The stage table's columns, also its headers before the run has any stage; their widths (the summary, a sentence,
 # gets the room and wraps: it was cut off mid-word).
@@ -248,42 +246,6 @@ def settled_message(message: str | None, snap: dict[str, Any]) -> str | None:
     ended = {"failed": "failed (the error is below)", "stopped": "was stopped"}.get(
         status, "finished" if result in (None, "done", "paused") else f"ended: {result}")  # paused: its stages ran
     return f"{head}The job `{label}` on `{run}` {ended} after {took:.0f} s."
-
-
-ROLES = (("planner", ("warm_start_planner", "train_planner")), ("grounder", ("warm_start_grounder", "train_grounder")))
-
-
-def loss_figure(store: Store, run_id: str | None, logs: pd.DataFrame | None = None) -> go.Figure:
-    """Training loss per logged step, one panel per role (planner above, grounder below: a GRPO loss around 0 and
-    an SFT loss are different quantities, never one curve), one line per iteration named by what trained it
-    ("it 2 · GRPO", "it 0 · warm-start SFT"), one colour per iteration in both panels. ``logs``: the run's
-    ``train_log_rows`` when the caller has read them already."""
-    if logs is None:
-        logs = store.train_log_rows(run_id) if run_id else None
-    logs = logs[logs["loss"].notna()] if logs is not None else None
-    roles = [(role, logs[logs["stage"].isin(stages)]) for role, stages in ROLES] if logs is not None else []
-    roles = [(role, df) for role, df in roles if len(df)]
-    if not roles:
-        fig = go.Figure()
-        fig.update_layout(title="TRL loss", xaxis_title="step", yaxis_title="loss", height=320,
-                          margin=dict(l=40, r=10, t=40, b=40))
-        # In short lines: one line was wider than a phone's chart (cut off at both ends at 390 px).
-        return note_if_empty(fig, "No training logged yet:<br>the loss appears here<br>while a training stage runs")
-    fig = make_subplots(rows=len(roles), cols=1, vertical_spacing=0.16)
-    palette = colours(sorted(set(logs["iteration"])))
-    for row, (role, df) in enumerate(roles, start=1):
-        names = set()
-        for (it, stage), part in df.groupby(["iteration", "stage"]):
-            trained = ("warm-start SFT" if stage.startswith("warm_start") else
-                       objectives(store, run_id, int(it))[role])
-            names.add(trained)
-            fig.add_scatter(x=part["step"], y=part["loss"], mode="lines+markers", name=f"{role} · it {it} · {trained}",
-                            line=dict(color=palette[it]), marker=dict(size=4), legendgroup=role, row=row, col=1)
-        fig.update_yaxes(title_text=f"{role} loss ({' / '.join(sorted(names))})", row=row, col=1)
-        fig.update_xaxes(title_text="step" if row == len(roles) else None, row=row, col=1)
-    fig.update_layout(title="TRL loss by role", height=320 if len(roles) == 1 else 460,
-                      margin=dict(l=40, r=10, t=40, b=40), legend=dict(groupclick="toggleitem"))
-    return fig
 
 
 def picked_config(store: Store, run_id: str | None, spaces: bool = False) -> tuple[str | None, str]:
