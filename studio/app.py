@@ -101,26 +101,33 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         # value the studio chose itself (None: the curator's pick, or a place restored from the browser); None until
         # on_run has filled it once for this session.
         shown_iterations = gr.State(None)
+        # The same "auto" in the page, for the place's save (js cannot read a gr.State): a place saved while the
+        # picker shows the studio's own pick keeps no iteration, so a reload lands on the default of that moment (a
+        # first visit shown iteration 0 came back to 0 after the run had trained iteration 1). A pick of the curator's
+        # clears it.
+        auto_pick = gr.Number(None, visible="hidden", precision=0, elem_id="iteration-auto")
 
         def on_run(run_id, wanted, shown=None):
             if run_id and isinstance(shown, dict) and shown.get("run") == run_id:
                 # The picker was filled for this run already: on a loaded machine the page fires the run picker's
                 # change twice for one load, and the second call (the saved place already spent) put the picker back
                 # on the default after a curator's pick or a reload's restore. New iterations are sync's.
-                return gr.skip(), gr.skip(), gr.skip()
+                return gr.skip(), gr.skip(), gr.skip(), gr.skip()
             its = run_iterations(store, run_id)
             done = place.done_iterations(store, run_id, its)
             picked = place.pick_iteration(its, run_id, wanted, done)
             restored = place.pick_iteration(its, run_id, {}, done) != picked  # the saved place, not the default
-            return gr.update(choices=its, value=picked), {}, {"run": run_id, "its": its,
-                                                              "auto": None if restored else picked}
+            auto = None if restored else picked
+            return gr.update(choices=its, value=picked), {}, {"run": run_id, "its": its, "auto": auto}, auto
 
         # Registered before the tabs: the page dispatches a change's listeners in the order they were added, and every
         # tab's view waits on the iteration this one picks. Registered last, it came after every tab's run.change
         # call: on a one-iteration store the picker filled 3.7 s after the page was asked for, now 1.2 s (and ~11
         # calls per load instead of ~29, the tabs no longer drawn once for the run and again for its iteration).
-        run.change(on_run, [run, pending, shown_iterations], [iteration, pending, shown_iterations],
+        run.change(on_run, [run, pending, shown_iterations], [iteration, pending, shown_iterations, auto_pick],
                    api_name="studio_pick_run")
+        iteration.input(None, None, auto_pick, js="() => null", show_progress="hidden",
+                        api_name="studio_iteration_picked", api_visibility="undocumented")
         ctx = Ctx(store=store, jobs=jobs, read_only=read_only, spaces=spaces, run=run, iteration=iteration,
                   curator=curator, viewers=frozenset(viewers),
                   workspace=Path(workspace).resolve() if workspace else Path.cwd(), browser_secret=secret)
@@ -151,7 +158,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             or another run's), the picker is on_run's: a tick racing a reload's restore used to replace the saved
             iteration by the default, and one racing a run switch fought on_run over the value."""
             if not run_id or not isinstance(shown, dict) or shown.get("run") != run_id:
-                return gr.skip(), gr.skip()
+                return gr.skip(), gr.skip(), gr.skip()
             its = run_iterations(store, run_id)
             # The studio's own pick of iteration 0 (no plans, pairs or verdicts) moves to the newest training
             # iteration with a stage done as soon as there is one: a first visit's picker sat on 0 after the demo run
@@ -159,7 +166,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             # mid-review) stay; an iteration that has only started is not picked (its pages are still empty).
             following = isinstance(current, int) and current < 1 and current == shown.get("auto")
             if its == shown.get("its") and not following:
-                return gr.skip(), gr.skip()
+                return gr.skip(), gr.skip(), gr.skip()
             value, auto = current, shown.get("auto")
             if current not in its or following:
                 done = place.done_iterations(store, run_id, its)
@@ -169,8 +176,9 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
                 elif trained:
                     value = auto = max(trained)
             if its == shown.get("its") and value == current:
-                return gr.skip(), gr.skip()
-            return gr.update(choices=its, value=value), {"run": run_id, "its": its, "auto": auto}
+                return gr.skip(), gr.skip(), gr.skip()
+            return (gr.update(choices=its, value=value), {"run": run_id, "its": its, "auto": auto},
+                    gr.skip() if auto == shown.get("auto") else auto)
 
         def on_restore(saved):
             where = place.read(saved, TABS)
@@ -182,9 +190,10 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
                   api_name="studio_restore_place", api_visibility="undocumented").then(
             on_load, pending, [run, who], api_name="studio_load")
         for tab_id, block in tab_blocks.items():
-            block.select(None, [run, iteration, saved_place], saved_place, js=place.save_js(tab_id),
+            block.select(None, [run, iteration, auto_pick, saved_place], saved_place, js=place.save_js(tab_id),
                          show_progress="hidden", api_name=f"studio_tab_{tab_id}", api_visibility="undocumented")
-        gr.on([run.change, iteration.change], None, [run, iteration, saved_place], saved_place, js=place.save_js(),
+        gr.on([run.change, iteration.change, auto_pick.change], None, [run, iteration, auto_pick, saved_place],
+              saved_place, js=place.save_js(),
               show_progress="hidden", api_name="studio_place_save", api_visibility="undocumented")
         for hook in ctx.load_hooks:
             hook(demo)
@@ -196,7 +205,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             return (*sync_iterations(run_id, current, shown), gr.skip() if pace == paced else gr.Timer(pace), pace)
 
         sync_timer.tick(paced_sync, [run, iteration, shown_iterations, sync_pace],
-                        [iteration, shown_iterations, sync_timer, sync_pace], show_progress="hidden",
+                        [iteration, shown_iterations, auto_pick, sync_timer, sync_pace], show_progress="hidden",
                         api_name="studio_sync_iterations", api_visibility="undocumented", trigger_mode="always_last")
         # The name is kept in this browser too (studio.remember's way): typed once, it survives reloads.
         saved_name = gr.BrowserState("", storage_key="moat-studio-curator", secret=secret)

@@ -6,7 +6,9 @@ turns what the browser sent back into a place the page can take; ``pick_run`` an
 ``pick_iteration`` then choose the picker values: the saved ones where this store still has them, else the defaults
 (the newest run; its newest training iteration with a stage done, ``done_iterations``, so a visitor does not land on
 an iteration that has only just started and shows empty pages; else its newest training iteration). A saved value
-is data from the browser: anything that is not a known tab, a string run id or an integer iteration is ignored.
+is data from the browser: anything that is not a known tab, a string run id or an integer iteration is ignored. The
+iteration is kept only when the curator picked it: while the picker shows the studio's own pick the place saves none
+(``save_js``), so a reload takes the default of that moment (the run may have trained further meanwhile).
 Like ``studio.remember``'s, the values are encrypted with the studio's browser secret (``studio.browser_secret``),
 which outlives a restart.
 """
@@ -22,14 +24,17 @@ from studio.common import default_iteration
 
 
 def save_js(tab: str | None = None) -> str:
-    """The browser-side function ``(run, iteration, saved) -> place`` that builds the place from the pickers: for
-    ``tab``, or (None) for the tab the page shows now, read from the selected tab button's ``data-tab-id``. With no run
-    picked it returns ``saved`` unchanged: while a page loads, Gradio fires change and select events before the
-    page-load restore has read what the browser kept, and those must not overwrite it."""
+    """The browser-side function ``(run, iteration, auto, saved) -> place`` that builds the place from the pickers:
+    for ``tab``, or (None) for the tab the page shows now, read from the selected tab button's ``data-tab-id``. With
+    no run picked it returns ``saved`` unchanged: while a page loads, Gradio fires change and select events before the
+    page-load restore has read what the browser kept, and those must not overwrite it. ``auto`` is the iteration the
+    studio picked itself (null once the curator picks): while the picker shows it, the place keeps no iteration
+    (``null``, which ``read`` drops), so a reload takes the default again instead of pinning the studio's old pick."""
     shown = ("(() => { const b = document.querySelector('button[role=\"tab\"][aria-selected=\"true\"][data-tab-id]');"
              " return b ? b.dataset.tabId : 'run'; })()")
     which = json.dumps(tab) if tab is not None else shown
-    return f"(run, iteration, saved) => (run == null ? saved : {{tab: {which}, run, iteration}})"
+    kept = "(auto != null && iteration === auto ? null : iteration)"
+    return f"(run, iteration, auto, saved) => (run == null ? saved : {{tab: {which}, run, iteration: {kept}}})"
 
 
 def read(saved: Any, tabs: Mapping[str, str]) -> dict[str, Any]:

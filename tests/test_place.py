@@ -28,5 +28,6 @@ def test_the_saved_run_and_iteration_win_only_where_the_store_has_them():
 
 
 def test_the_browser_side_save_names_the_tab_it_is_for_or_reads_the_shown_one():
-    assert save_js("pairs") == '(run, iteration, saved) => (run == null ? saved : {tab: "pairs", run, iteration})'
+    assert save_js("pairs") == ('(run, iteration, auto, saved) => (run == null ? saved : {tab: "pairs", run, '
+                                'iteration: (auto != null && iteration === auto ? null : iteration)})')
     assert "aria-selected" in save_js() and "dataset.tabId" in save_js()

@@ -235,6 +235,29 @@ def test_a_reload_comes_back_to_the_tab_and_iteration_it_left(served, browser):
     page.close()
 
 
+def test_a_reload_after_the_studios_own_pick_takes_the_default_again(served, browser):
+    """A place saved while the picker shows the iteration the studio picked itself keeps no iteration, so a reload
+    after the run has done another iteration lands on that one: a first visit shown iteration 0 came back to 0 after
+    the run had trained iteration 1. A curator's own pick still comes back (the test above)."""
+    url, store, run_id, _ = served
+    expect = sync_api.expect
+    newest = store.iterations(run_id)[-1]
+    page = _open(browser, url)
+    picker = page.locator("#pick-iteration input")
+    expect(picker).to_have_value(str(newest))
+    _tab(page, "Pairs")  # the place is saved (tab, run and the studio's pick)
+    expect(page.get_by_role("tab", name="Pairs")).to_have_attribute("aria-selected", "true")
+    try:
+        store.set_stage(run_id, newest + 1, "sample", "running")  # the run goes on while the page is away
+        store.set_stage(run_id, newest + 1, "sample", "done")
+        page.reload()
+        expect(page.get_by_role("tab", name="Pairs")).to_have_attribute("aria-selected", "true")
+        expect(page.locator("#pick-iteration input")).to_have_value(str(newest + 1))
+    finally:
+        store.delete("stages", run_id, newest + 1)
+        page.close()
+
+
 def test_a_phone_sees_every_tab_and_a_pair_a_screen_wide(served, browser):
     """A Spaces visitor on a phone (390 px): the six tabs wrap instead of hiding behind a "..." menu (Pairs, Critic
     and Metrics were hidden: the tabs the welcome points to), and a pair's prompt and plans stack a screen wide

@@ -323,6 +323,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         # Where this browser was (studio.place): session state only, validated before it is shown.
         "studio_restore_place": ("read", ({"tab": "pairs", "run": "x' OR 1=1 --", "iteration": "1; DROP"},)),
         "studio_place_save": ("read", None),  # runs in the browser only (js): the place into localStorage
+        "studio_iteration_picked": ("read", None),  # runs in the browser only (js): the curator's pick is not auto
         **{f"studio_tab_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
         "pairs_filters_save": ("read", None),  # runs in the browser only (js): the filters into localStorage
         "critic_filters_save": ("read", None),
