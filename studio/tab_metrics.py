@@ -9,7 +9,8 @@ each split/domain has one colour in the accuracy, gap-PPL and gap-log-PPL figure
 ``studio.metrics_swaps``. Every handler only reads, except *Compute the swap table*: a write endpoint (refused by
 ``check_writable`` for ``--read-only`` and viewers, and on Spaces, where the button is hidden) that starts
 ``studio.jobs.swap_job`` on the shared worker, since ``python -m engine swap`` cannot open the store beside the
-studio.
+studio. While a swap job this page started runs, a timer (every ``SWAP_WATCH_S``, off otherwise) watches the worker;
+when the job ends it redraws the run's tables and says how it ended (``swap_ended``), so nobody has to press Refresh.
 
 The training charts follow how the runs train (``studio.stage_text.run_objectives``): the planner's loss is titled
 and named DPO or GRPO, the grounder's SFT or GRPO; the rewards chart draws DPO's rewards / margins / accuracies or
@@ -36,6 +37,23 @@ from studio.metrics_swaps import changes_markdown, swap_markdown
 from studio.picker import Picker
 from studio.plots import colours, figure, line, note_if_empty, second_axis
 from studio.stage_text import objectives, run_objectives
+
+SWAP_WATCH_S = 3  # the busy pace of studio.pace: only while this page's swap job runs
+
+
+def swap_ended(snapshot: dict) -> str | None:
+    """None while the worker's job is a running swap; else the line that says how the swap job ended (a job of
+    another kind in the snapshot means the swap ended before it started, as it would have to)."""
+    if snapshot.get("label") == "swap" and snapshot.get("running"):
+        return None
+    if snapshot.get("label") != "swap" or snapshot.get("status") == "finished":
+        return f"The swap job of `{snapshot.get('run_id') if snapshot.get('label') == 'swap' else 'this run'}` " \
+               "has finished: the table below is the new one."
+    if snapshot.get("status") == "stopped":
+        return "The swap job was stopped: nothing was kept, the table below is the one stored before."
+    error = str(snapshot.get("error") or "").strip().splitlines()
+    return f"The swap job failed: {error[0] if error else 'see the Run tab'}"
+
 
 FIGURES = ("accuracy", "gap_ppl", "gap_logppl", "dpo_rewards", "dpo_loss", "sft_loss", "pairs", "critic")
 DPO_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
@@ -200,6 +218,7 @@ def build(ctx: Ctx) -> None:
             swap_go = gr.Button("Compute the swap table (a job)", elem_id="metrics-swap-compute", scale=1,
                                 interactive=not ctx.read_only)
             swap_message = gr.Markdown(elem_id="metrics-swap-message")
+        swap_watch = gr.Timer(SWAP_WATCH_S, active=False)
     with gr.Column(visible=False, elem_id="metrics-experiment-view") as exp_view:
         for i in range(0, len(mexp.FIGURES), 2):
             with gr.Row():
@@ -243,16 +262,26 @@ def build(ctx: Ctx) -> None:
     def show_breakdown(experiment_id, split_name):
         return mexp.experiment_breakdown(ctx.store, experiment_id, split_name) if experiment_id else ""
 
-    def on_swap(run_id, name, request: gr.Request) -> str:
+    def on_swap(run_id, name, request: gr.Request):
         check_writable(ctx, request)
         if ctx.spaces:
-            return "Refused on Spaces: the swap table evaluates every pairing of the run's agents."
+            return "Refused on Spaces: the swap table evaluates every pairing of the run's agents.", gr.skip()
         refused = swap_unavailable(ctx.store, run_id) or ctx.jobs.submit("swap", run_id, swap_job(ctx.store, run_id),
                                                                           user=who_of(name, request) or "")
-        return refused or (f"Started `swap` on `{run_id}`: the Run tab follows the job; press Refresh here once it "
-                           "has finished.")
+        if refused:
+            return refused, gr.skip()
+        return (f"Started `swap` on `{run_id}`: the Run tab follows the job; the table below is redrawn when it "
+                "ends."), gr.Timer(active=True)
 
-    swap_go.click(on_swap, [ctx.run, ctx.curator], swap_message, api_name="metrics_swap_compute")
+    def watch_swap(run_id):
+        ended = swap_ended(ctx.jobs.snapshot())
+        if ended is None:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        return (*run_tables(ctx.store, run_id, ctx.spaces), ended, gr.Timer(active=False))
+
+    swap_go.click(on_swap, [ctx.run, ctx.curator], [swap_message, swap_watch], api_name="metrics_swap_compute")
+    swap_watch.tick(watch_swap, ctx.run, [changes, swaps, swap_message, swap_watch], show_progress="hidden",
+                    api_name="metrics_swap_watch", api_visibility="undocumented", trigger_mode="always_last")
     ctx.run.change(runs, ctx.run, compare, api_name="metrics_runs", api_visibility="undocumented")
     gr.on([ctx.run.change, refresh.click], experiments, experiment, experiment, api_name="metrics_experiments",
           api_visibility="undocumented", trigger_mode="always_last")

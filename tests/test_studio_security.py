@@ -377,6 +377,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "run_next_iteration": ("write", (run_id,)),
         "run_stop": ("write", ()),
         "metrics_swap_compute": ("write", (run_id, "")),  # a swap-table job on the worker (evaluates models)
+        "metrics_swap_watch": ("read", (run_id,)),  # the tables redrawn once that job has ended
         # After a job button: the Run tab's timer to the busy pace (studio.pace; the worker's state only).
         **{f"run_{kind}_pace": ("read", ()) for kind in ("start_new", "next_stage", "rest_of_iteration",
                                                          "next_iteration")},

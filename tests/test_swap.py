@@ -341,6 +341,23 @@ def test_ground_plans_grounds_gold_plans_one_subgoal_per_turn_when_iterative(tin
         assert len(prompts) == turns, formulation
 
 
+def _skipped(update) -> bool:
+    import gradio as gr
+
+    return update == gr.skip()
+
+
+def test_a_swap_watch_says_how_the_swap_job_ended():
+    from studio.tab_metrics import swap_ended
+
+    assert swap_ended({"label": "swap", "running": True, "status": "running"}) is None  # still running: nothing sent
+    assert "has finished" in swap_ended({"label": "swap", "running": False, "status": "finished", "run_id": "r"})
+    assert "stopped" in swap_ended({"label": "swap", "running": False, "status": "stopped"})
+    assert swap_ended({"label": "swap", "running": False, "status": "failed",
+                       "error": "disk full\nTraceback ..."}) == "The swap job failed: disk full"
+    assert "has finished" in swap_ended({"label": "next_stage", "running": True})  # the swap ended before it
+
+
 def test_the_studio_computes_the_swap_table_as_a_job(scripted_run):
     """The Metrics tab's *Compute the swap table*: ``python -m engine swap`` cannot open the store the studio holds,
     so the studio runs ``swap_table`` as a job on its worker; the Metrics table then shows it. A run with no
@@ -353,17 +370,22 @@ def test_the_studio_computes_the_swap_table_as_a_job(scripted_run):
     assert "No swap table stored" in swap_markdown(store, run_id, spaces=False)
     demo = build_app(store, "examples/demo.toml")
     try:
-        compute = next(f.fn for f in demo.fns.values() if f.api_name == "metrics_swap_compute")
-        assert compute(run_id, "ann", None).startswith(f"Started `swap` on `{run_id}`")
+        endpoint = {f.api_name: f.fn for f in demo.fns.values()}
+        compute, watch = endpoint["metrics_swap_compute"], endpoint["metrics_swap_watch"]
+        message, timer = compute(run_id, "ann", None)
+        assert message.startswith(f"Started `swap` on `{run_id}`") and timer.active  # the page starts watching
         assert demo.moat_jobs.wait(60)
         snap = demo.moat_jobs.snapshot()
         assert (snap["status"], snap["result"], snap["label"]) == ("finished", "done", "swap"), snap
         assert calls and store.count("swaps", run_id) > 0
         table = swap_markdown(store, run_id, spaces=False)
         assert "No swap table stored" not in table and "P1G0" in table
+        _, swaps, ended, timer = watch(run_id)  # the watch's next tick: the new table, how it ended, and it stops
+        assert swaps == table and "has finished" in ended and timer.active is False
         store.set_stage(run_id, 1, "evaluate", "running")  # iteration 1 no longer evaluated: nothing to pair
         assert "no iteration after 0 whose evaluate stage is done" in swap_unavailable(store, run_id)
-        assert "no iteration after 0" in compute(run_id, "ann", None)
-        assert compute(None, "ann", None) == "Pick a run first."
+        message, timer = compute(run_id, "ann", None)
+        assert "no iteration after 0" in message and _skipped(timer)  # refused: nothing to watch
+        assert compute(None, "ann", None)[0] == "Pick a run first."
     finally:
         demo.close()
