@@ -39,9 +39,10 @@ from studio.picker import Picker
 # On a phone (a Spaces visitor), the run and iteration pickers, a pair's prompt and its two plans, and a verdict's
 # original and correction stack instead of sharing 390 px (three ways: about 100 px each, one word per line); the
 # pickers sit in Gradio's form box, not straight in the row. The Run tab's job panel and loss chart stack too (side
-# by side each had ~170 px, the log lines clipped; its log lines wrap), and its stage table keeps a desktop's width
-# and scrolls sideways: Gradio sizes the columns as shares of the table's viewport (tab_run.STAGE_WIDTHS), which
-# squeezed them to one letter per line at 390 px.
+# by side each had ~170 px, the log lines clipped; its log lines wrap). At any width the stage table is at least
+# 1000 px wide and scrolls sideways below that: Gradio sizes the columns as shares of the table's viewport
+# (tab_run.STAGE_WIDTHS), which squeezed them to one letter per line at 390 px and broke "iter/atio/n" over three
+# lines on a laptop (Gradio's layout gives it ~700 px of a 1000 px window).
 TABLE_CSS = """<style>
 .md table { display: block; overflow-x: auto; max-width: 100%; }
 .md table th, .md table td { word-break: normal !important; overflow-wrap: normal !important; }
@@ -50,9 +51,9 @@ TABLE_CSS = """<style>
   .form:has(> #pick-run) { flex-direction: column; }
   #run-job-row { flex-direction: column; align-items: stretch; }
   #run-job pre, #run-job pre code { white-space: pre-wrap; overflow-wrap: anywhere; }
-  #run-stages .upload-container { overflow-x: auto; }
-  #run-stages .virtual-table-viewport { min-width: 1200px; max-width: none; }
 }
+#run-stages .upload-container { overflow-x: auto; }
+#run-stages .virtual-table-viewport { min-width: 1000px; max-width: none; }
 </style>"""
 HEAD = SHORTCUTS_JS + TABLE_CSS
 # Tab id -> label. The ids are what studio.place keeps in the browser, so a renamed label keeps saved places.

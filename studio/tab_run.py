@@ -51,7 +51,7 @@ from studio.stage_text import shown_status, stage_seconds, stage_summary
 # The stage table's columns, also its headers before the run has any stage; their widths (the summary, a sentence,
 # gets the room and wraps: it was cut off mid-word).
 STAGE_COLUMNS = ["iteration", "stage", "status", "summary", "seconds", "error"]
-STAGE_WIDTHS = ["8%", "12%", "8%", "56%", "7%", "9%"]
+STAGE_WIDTHS = ["10%", "12%", "8%", "52%", "8%", "10%"]
 # The line *Start a new run* ends with while its job runs (``settled_message`` replaces it once the job has ended).
 RUNNING_NOTE = "are running: the pipeline below follows them."
 _TOML_AT = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
