@@ -65,6 +65,12 @@ TABS = {"run": "Run", "plans": "Plans", "pairs": "Pairs", "critic": "Critic", "m
 # painted over a fresh one), so every view that several triggers refresh is ONE event with
 # trigger_mode="always_last": a session's next call of it waits for the one in flight.
 CONCURRENCY = 8
+# The page's view key (Ctx.view) of a run and an iteration; the js builds the same string in the browser.
+VIEW_KEY_JS = "(run, iteration) => `${run ?? ''}\\n${iteration ?? ''}`"
+
+
+def view_key(run_id: str | None, iteration: int | None) -> str:
+    return f"{run_id or ''}\n{'' if iteration is None else iteration}"
 
 
 def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: bool = False, spaces: bool = False,
@@ -107,31 +113,39 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         # first visit shown iteration 0 came back to 0 after the run had trained iteration 1). A pick of the curator's
         # clears it.
         auto_pick = gr.Number(None, visible="hidden", precision=0, elem_id="iteration-auto")
+        view = gr.Textbox("", visible="hidden", elem_id="view-key")  # see Ctx.view
 
         def on_run(run_id, wanted, shown=None):
             if run_id and isinstance(shown, dict) and shown.get("run") == run_id:
                 # The picker was filled for this run already: on a loaded machine the page fires the run picker's
                 # change twice for one load, and the second call (the saved place already spent) put the picker back
                 # on the default after a curator's pick or a reload's restore. New iterations are sync's.
-                return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             its = run_iterations(store, run_id)
             done = place.done_iterations(store, run_id, its)
             picked = place.pick_iteration(its, run_id, wanted, done)
             restored = place.pick_iteration(its, run_id, {}, done) != picked  # the saved place, not the default
             auto = None if restored else picked
-            return gr.update(choices=its, value=picked), {}, {"run": run_id, "its": its, "auto": auto}, auto
+            return (gr.update(choices=its, value=picked), {}, {"run": run_id, "its": its, "auto": auto}, auto,
+                    view_key(run_id, picked))
 
         # Registered before the tabs: the page dispatches a change's listeners in the order they were added, and every
         # tab's view waits on the iteration this one picks. Registered last, it came after every tab's run.change
-        # call: on a one-iteration store the picker filled 3.7 s after the page was asked for, now 1.2 s (and ~11
-        # calls per load instead of ~29, the tabs no longer drawn once for the run and again for its iteration).
-        run.change(on_run, [run, pending, shown_iterations], [iteration, pending, shown_iterations, auto_pick],
+        # call: on a one-iteration store the picker filled 3.7 s after the page was asked for, now 1.2 s. The tabs'
+        # views listen to the view key it sets (Ctx.view), not to both pickers: each is drawn once per load and per
+        # run switch (a load of the browser tests' store: 23 events, 31 when each queue was drawn for the run and
+        # again for its iteration).
+        run.change(on_run, [run, pending, shown_iterations], [iteration, pending, shown_iterations, auto_pick, view],
                    api_name="studio_pick_run")
+        # Any other move of the iteration (the sync's, the curator's): the key follows it in the browser. On a run
+        # switch on_run has set both already, so this computes the key it has and changes nothing.
+        iteration.change(None, [run, iteration], view, js=VIEW_KEY_JS, show_progress="hidden",
+                         api_name="studio_view_key", api_visibility="undocumented")
         iteration.input(None, None, auto_pick, js="() => null", show_progress="hidden",
                         api_name="studio_iteration_picked", api_visibility="undocumented")
         ctx = Ctx(store=store, jobs=jobs, read_only=read_only, spaces=spaces, run=run, iteration=iteration,
                   curator=curator, viewers=frozenset(viewers),
-                  workspace=Path(workspace).resolve() if workspace else Path.cwd(), browser_secret=secret)
+                  workspace=Path(workspace).resolve() if workspace else Path.cwd(), browser_secret=secret, view=view)
         builders = {"run": lambda: tab_run.build(ctx, config_path), "plans": lambda: tab_plans.build(ctx),
                     "pairs": lambda: tab_pairs.build(ctx), "critic": lambda: tab_critic.build(ctx),
                     "metrics": lambda: tab_metrics.build(ctx), "export": lambda: tab_export.build(ctx)}

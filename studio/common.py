@@ -57,6 +57,10 @@ class Ctx:
     load_hooks: list[Callable[[gr.Blocks], None]] = field(default_factory=list)
     # The key of every gr.BrowserState (studio.browser_secret): None, Gradio's own per-server key.
     browser_secret: str | None = None
+    # A hidden component whose value ("<run>\n<iteration>") changes once each time the page shows another run or
+    # iteration (studio.app.view_key): a view of one iteration listens to its change, not to both pickers', which
+    # fired it twice per load and per run switch (once with the new run and the old iteration).
+    view: Any = None
 
 
 def user_error(message: str) -> gr.Error:

@@ -275,7 +275,7 @@ def build(ctx: Ctx) -> None:
     # bare "Error" over the result line and leave it there above the previous message: writes hide their progress.
     quiet = "hidden"
     # in order: see studio.app.CONCURRENCY
-    search = gr.on([status.change, reviewed.change, order.change, page.change, ctx.iteration.change, ctx.run.change,
+    search = gr.on([status.change, reviewed.change, order.change, page.change, ctx.view.change,
                     ctx.curator.change], load,
           filters, outputs, api_name="critic_queue", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pick, api_name="critic_select_row", api_visibility="undocumented")

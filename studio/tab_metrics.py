@@ -202,7 +202,8 @@ def build(ctx: Ctx) -> None:
     with gr.Row():
         experiment = Picker([NO_EXPERIMENT], value="", label="Experiment (empty: the picked run)",
                                  elem_id="metrics-experiment", scale=2)
-        compare = Picker([], label="Compare with run (B, dashed)", elem_id="metrics-compare", scale=2)
+        # "" from the start, as runs() sets it: from None, that first set was a change that drew the figures twice.
+        compare = Picker([""], value="", label="Compare with run (B, dashed)", elem_id="metrics-compare", scale=2)
         refresh = gr.Button("Refresh", elem_id="metrics-refresh", scale=1)
     plots, exp_plots = {}, {}
     with gr.Column(elem_id="metrics-run-view") as run_view:

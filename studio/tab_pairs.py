@@ -263,7 +263,7 @@ def build(ctx: Ctx) -> None:
     outputs = [info, table, pair, hist, bias, total_rows, page]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
     search = gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change,
-                    ties.change, page.change, ctx.iteration.change, ctx.run.change, ctx.curator.change], load,
+                    ties.change, page.change, ctx.view.change, ctx.curator.change], load,
                    [*filters, pair, ctx.curator], outputs,
                    api_name="pairs_search", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")

@@ -107,8 +107,8 @@ def build(ctx: Ctx) -> None:
     task = Picker([], label="Task", elem_id="plans-task")
     plans = gr.HTML(elem_id="plans-view")
     with gr.Row():
-        k_a = Picker([], label="Diff: plan A")
-        k_b = Picker([], label="Diff: plan B")
+        k_a = Picker([], label="Diff: plan A", elem_id="plans-diff-a")
+        k_b = Picker([], label="Diff: plan B", elem_id="plans-diff-b")
     diff = gr.HTML(elem_id="plans-diff")
 
     def load(run_id, it, text, dom, spl, pg):
@@ -122,9 +122,12 @@ def build(ctx: Ctx) -> None:
         ks = []
         if run_id and task_id and it is not None:
             ks = [int(k) for k in ctx.store.task_plans(run_id, int(it), task_id)["k"]]
+        first, last = (ks[0], ks[-1]) if ks else (None, None)
+        # The diff of the two plans picked here comes in the same event: drawn on the pickers' change, it was two
+        # more events per task (one per picker), so the diff listens to the curator's picks (.input) only.
         return (plans_html(ctx.store, run_id, it, task_id) + grounder_rollouts(ctx.store, run_id, it, task_id),
-                gr.update(choices=ks, value=ks[0] if ks else None),
-                gr.update(choices=ks, value=ks[-1] if ks else None))
+                gr.update(choices=ks, value=first), gr.update(choices=ks, value=last),
+                plan_diff(ctx.store, run_id, it, task_id, first, last))
 
     def facets(run_id, dom, spl):
         updates = filter_choices(ctx.store, run_id, {"domain": dom, "split": spl})
@@ -134,9 +137,9 @@ def build(ctx: Ctx) -> None:
                    api_visibility="undocumented")
     inputs = [ctx.run, ctx.iteration, search, domain, split, page]
     # One event, in order per session (see studio.app.CONCURRENCY): a page for a stale iteration never lands last.
-    gr.on([search.submit, domain.change, split.change, page.change, ctx.iteration.change, ctx.run.change], load,
+    gr.on([search.submit, domain.change, split.change, page.change, ctx.view.change], load,
           inputs, [info, table, task], api_name="plans_search", trigger_mode="always_last")
     table.select(first_cell, None, task, api_name="plans_select_row", api_visibility="undocumented")
-    task.change(show, [ctx.run, ctx.iteration, task], [plans, k_a, k_b], api_name="plans_task")
-    gr.on([k_a.change, k_b.change], lambda r, i, t, a, b: plan_diff(ctx.store, r, i, t, a, b),
+    task.change(show, [ctx.run, ctx.iteration, task], [plans, k_a, k_b, diff], api_name="plans_task")
+    gr.on([k_a.input, k_b.input], lambda r, i, t, a, b: plan_diff(ctx.store, r, i, t, a, b),
           [ctx.run, ctx.iteration, task, k_a, k_b], diff, api_name="plans_diff", trigger_mode="always_last")

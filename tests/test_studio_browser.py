@@ -117,6 +117,31 @@ def test_an_idle_page_asks_the_server_at_the_idle_pace(served, browser):
     assert len(asked) <= 2, f"{len(asked)} events in {window_s:.0f} s of an idle page (two timers at {IDLE_S} s)"
 
 
+def test_a_page_load_draws_each_view_once(served, browser):
+    """Each queue (Plans, Pairs, Critic), the plan diff and the Metrics figures are drawn once per page load: they
+    listen to the view key (studio.common.Ctx.view) that the run picker's handler sets with the iteration, not to both
+    pickers (drawn for the new run with the old iteration, then again), and the plan diff comes with its task."""
+    import collections
+    import json
+
+    url, store, run_id, demo = served
+    names = {index: fn.api_name for index, fn in demo.fns.items()}
+    asked: collections.Counter = collections.Counter()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(30_000)
+    page.on("request", lambda r: asked.update([names.get(json.loads(r.post_data or "{}").get("fn_index"))])
+            if "/queue/join" in r.url else None)
+    page.goto(url)
+    expect = sync_api.expect
+    expect(page.locator("#run-stages")).to_contain_text("critique")
+    _tab(page, "Critic")
+    expect(page.locator("#critic-table")).to_be_visible()
+    page.wait_for_timeout(3000)  # the load's chained events settle
+    page.close()
+    views = ("plans_search", "plans_diff", "pairs_search", "critic_queue", "metrics_figures")
+    assert all(asked[v] <= 1 for v in views) and asked["pairs_search"] == 1, asked
+
+
 def test_every_tab_and_overrides_through_the_ui(served, browser):
     url, store, run_id, _ = served
     page = _open(browser, url)
@@ -131,6 +156,19 @@ def test_every_tab_and_overrides_through_the_ui(served, browser):
 
     _tab(page, "Plans")
     expect(page.locator("#plans-view")).to_contain_text("k=")
+    # The first and last plans' diff comes with the task; a plan the curator picks redraws it (the same plan twice:
+    # its words, nothing struck out or added).
+    diff = page.locator("#plans-diff .moat-diff")
+    expect(diff).to_be_visible()
+    task_id = page.locator("#plans-task input").input_value()
+    shown_it = int(page.locator("#pick-iteration input").input_value())
+    texts = {int(r.k): " ".join(r.text.split()) for r in store.task_plans(run_id, shown_it, task_id).itertuples()}
+    last = page.locator("#plans-diff-b input").input_value()
+    page.locator("#plans-diff-a input").click()
+    page.get_by_role("option", name=last, exact=True).click()
+    expect(page.locator("#plans-diff-a input")).to_have_value(last)
+    expect(diff.locator("del, ins")).to_have_count(0)
+    expect(diff).to_have_text(texts[int(last)])
     _shot(page, "Plans")
 
     _tab(page, "Pairs")

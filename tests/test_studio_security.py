@@ -324,6 +324,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "studio_restore_place": ("read", ({"tab": "pairs", "run": "x' OR 1=1 --", "iteration": "1; DROP"},)),
         "studio_place_save": ("read", None),  # runs in the browser only (js): the place into localStorage
         "studio_iteration_picked": ("read", None),  # runs in the browser only (js): the curator's pick is not auto
+        "studio_view_key": ("read", None),  # runs in the browser only (js): the run and iteration the page shows
         **{f"studio_tab_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
         "pairs_filters_save": ("read", None),  # runs in the browser only (js): the filters into localStorage
         "critic_filters_save": ("read", None),

@@ -88,8 +88,9 @@ def test_a_new_browser_opens_on_the_newest_iteration_with_data(store, run_id):
     assert pick_iteration(its, run_id, {}, done_iterations(store, run_id, its)) == 1
     assert pick_iteration(its, run_id, {"run": run_id, "iteration": 2}, [0, 1]) == 2  # a saved place still wins
     assert pick_iteration([0, 1], run_id, {}, []) == 1  # nothing done yet: the newest training iteration
-    update, _, shown, auto = _endpoint(build_app(store, "examples/demo.toml"), "studio_pick_run")(run_id, {})
+    update, _, shown, auto, view = _endpoint(build_app(store, "examples/demo.toml"), "studio_pick_run")(run_id, {})
     assert update["value"] == 1 and shown == {"run": run_id, "its": [0, 1, 2], "auto": 1} and auto == 1
+    assert view == f"{run_id}\n1"  # the view key every tab's view listens to (studio.common.Ctx.view)
 
 
 def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
@@ -189,7 +190,7 @@ def test_the_studios_own_pick_of_iteration_0_moves_to_the_first_trained_iteratio
     demo = build_app(store, "examples/demo.toml")
     sync, pick_run = _endpoint(demo, "studio_sync_iterations"), _endpoint(demo, "studio_pick_run")
     store.set_stage(run_id, 0, "evaluate", "done")
-    update, _, shown, auto = pick_run(run_id, {}, None)
+    update, _, shown, auto, _ = pick_run(run_id, {}, None)
     assert update["value"] == 0 and shown == {"run": run_id, "its": [0], "auto": 0} and auto == 0
     assert sync(run_id, 0, shown) == (gr.skip(), gr.skip())  # nothing trained yet
     store.set_stage(run_id, 1, "sample", "running")
@@ -203,8 +204,9 @@ def test_the_studios_own_pick_of_iteration_0_moves_to_the_first_trained_iteratio
     assert picker["value"] == 1 and shown == {"run": run_id, "its": [0, 1], "auto": 1}
     assert sync(run_id, 1, shown) == (gr.skip(), gr.skip())
     assert sync(run_id, 0, shown) == (gr.skip(), gr.skip())  # the curator then picked 0: it stays
-    update, _, shown, auto = pick_run(run_id, {"run": run_id, "iteration": 0}, None)  # a reload restores 0: it stays
-    assert update["value"] == 0 and shown["auto"] is None and auto is None
+    # A reload restores 0: it stays.
+    update, _, shown, auto, view = pick_run(run_id, {"run": run_id, "iteration": 0}, None)
+    assert update["value"] == 0 and shown["auto"] is None and auto is None and view == f"{run_id}\n0"
     assert sync(run_id, 0, shown) == (gr.skip(), gr.skip())
 
 
@@ -236,11 +238,11 @@ def test_a_second_change_of_the_run_picker_for_the_same_run_keeps_the_iteration(
     _finish(store, run_id)
     pick_run = _endpoint(build_app(store, "examples/demo.toml"), "studio_pick_run")
     saved = {"tab": "pairs", "run": run_id, "iteration": 0}
-    update, pending, shown, auto = pick_run(run_id, saved, None)  # the first change: the saved iteration
+    update, pending, shown, auto, _ = pick_run(run_id, saved, None)  # the first change: the saved iteration
     assert update["value"] == 0 and pending == {} and shown == {"run": run_id, "its": [0, 1], "auto": None}
     assert auto is None
-    assert pick_run(run_id, pending, shown) == (gr.skip(),) * 4  # the duplicate
-    update, _, shown, auto = pick_run(run_id, {}, {"run": "another-run", "its": [0]})  # switched from another run
+    assert pick_run(run_id, pending, shown) == (gr.skip(),) * 5  # the duplicate
+    update, _, shown, auto, _ = pick_run(run_id, {}, {"run": "another-run", "its": [0]})  # switched from another run
     assert update["value"] == 1 and shown == {"run": run_id, "its": [0, 1], "auto": 1} and auto == 1
 
 
