@@ -64,6 +64,9 @@ def validate(config: RunConfig, source: str | None) -> None:
     if -1 < config.sft.original_ratio < 0:
         raise ConfigError("sft.original_ratio", "must be -1 (all the original data) or >= 0, got "
                                                 f"{config.sft.original_ratio!r}", source)
+    if config.sft.batch_size % config.sft.micro_batches:
+        raise ConfigError("sft.micro_batches", f"must divide sft.batch_size ({config.sft.batch_size}), got "
+                                               f"{config.sft.micro_batches}", source)
     if config.critic.error_rate and config.critic.backend != "reference":
         raise ConfigError("critic.error_rate", "only the reference critic can err on purpose", source)
     if config.launch.mode == "accelerate" and not config.launch.accelerate_config:

@@ -119,3 +119,7 @@ class SFTSection(TrainSettings):
     original_data: str = _f("", "Task JSONL whose gold plans/actions are the grounder's original data "
                                 "(empty: the run's training tasks, or with data.exclude_tasks the "
                                 "train tasks it lists: the warm start's data)")
+    micro_batches: int = _f(1, "cut each batch of batch_size rows into this many micro-batches of similar length "
+                               "whose gradients accumulate: the same step up to float rounding, with less padding "
+                               "(which a CPU computes like real tokens; demo-models' default is 4). Must divide "
+                               "batch_size. 1: the batches as drawn (TRL's own path)", ge=1)

@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             trained, history = dpo_train(model, tokenizer, rows, settings, ref_model=ref_model, on_log=on_log,
                                          should_stop=step_hook)
         elif kind == "sft":
-            trained, history = sft_train(model, tokenizer, rows, settings, on_log=on_log, should_stop=step_hook)
+            trained, history = sft_train(model, tokenizer, rows, settings, on_log=on_log, should_stop=step_hook,
+                                         micro_batches=int(spec["settings"].get("micro_batches", 1)))
         else:
             raise ValueError(f"spec kind must be sft or dpo, not {kind!r}")
     finally:

@@ -190,3 +190,35 @@ def test_without_a_critic_the_grounder_trains_on_its_raw_groundings_of_the_same_
     assert counts["raw"]["new_rows"] == counts["critic"]["new_rows"] == n_groundings
     assert counts["executed"].get("new_rows", 0) == n_correct
     assert counts["critic"]["precision"].startswith(("fp32", "bf16"))
+
+
+@pytest.mark.slow
+def test_stage2_sft_in_micro_batches_takes_the_same_steps(tmp_path, loop_config, monkeypatch):
+    """``sft.micro_batches``: stage 2's SFT cuts each batch into micro-batches of similar length (less padding on a
+    CPU) and takes the step the uncut batch takes: the same logged losses and the same grounder, up to float
+    rounding. A count that does not divide the batch is refused by name before anything runs."""
+    import torch
+
+    from engine import training
+    from engine.models import ModelSpec, load_model
+
+    cut = []  # what the trainer was asked to cut each batch into (through to transformers' sampler)
+    real = training.micro_batch_args
+    monkeypatch.setattr(training, "micro_batch_args", lambda settings, n: cut.append(n) or real(settings, n))
+    losses, weights = {}, {}
+    for n in (1, 2):
+        loop_config.sft.micro_batches = n
+        with Store(tmp_path / f"micro{n}.duckdb") as store:
+            run_id = create_run(store, loop_config)
+            for stage in ("sample", "score", "ground", "critique", "train_grounder"):
+                assert run_stage(store, run_id, 1, stage) == "done", stage
+            logs = store.frame("train_logs", run_id, 1)
+            losses[n] = list(logs[logs.stage == "train_grounder"].loss.dropna())
+            model, _ = load_model(ModelSpec(store.checkpoint(run_id, 1, "grounder")["path"], dtype="float32"))
+            weights[n] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert cut == [1, 2] and real(loop_config.sft, 2)["gradient_accumulation_steps"] == 2
+    assert losses[1] and losses[2] == pytest.approx(losses[1], rel=1e-3)
+    assert torch.allclose(weights[1], weights[2], atol=1e-4)
+    loop_config.sft.micro_batches = 3  # batch_size 2
+    with pytest.raises(ConfigError, match="sft.micro_batches"):
+        config_from_dict(config_to_dict(loop_config))

@@ -214,7 +214,8 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
     model = ctx.model_copy("grounder")
     model.train()
     on_log = train_logger(ctx, optimizer_steps(len(rows), settings))
-    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=ctx.should_stop)
+    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=ctx.should_stop,
+                                 micro_batches=settings.micro_batches)
     if ctx.should_stop():
         raise StageStopped("train_grounder stopped at the user's request")
     path = save_checkpoint(ctx, "grounder", start, trained)
