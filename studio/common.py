@@ -2,10 +2,10 @@
 policy and small renderers.
 
 Nothing here keeps state between calls: ``Ctx`` holds the store, the job worker, the workspace root and the
-components shared by the tabs (run and iteration pickers, the session's curator ``gr.State``); per-session values
-live in those components. ``check_writable`` is the server-side guard every handler that changes anything (the
-store, a job, a file) calls first: hidden or disabled buttons are only cosmetic, an API client can call any
-endpoint. Mistakes a user can fix (no curator name, a bad plan number) are raised as ``user_error`` (inside a
+components shared by the tabs (run and iteration pickers, the hidden view key a view of one iteration listens to,
+the session's curator ``gr.State``); per-session values live in those components. ``check_writable`` is the
+server-side guard every handler that changes anything (the store, a job, a file) calls first: hidden or disabled
+buttons are only cosmetic, an API client can call any endpoint. Mistakes a user can fix (no curator name, a bad plan number) are raised as ``user_error`` (inside a
 handler: ``with user_errors():``), shown in the page without a traceback in the server log.
 """
 
