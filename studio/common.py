@@ -5,8 +5,9 @@ Nothing here keeps state between calls: ``Ctx`` holds the store, the job worker,
 components shared by the tabs (run and iteration pickers, the hidden view key a view of one iteration listens to,
 the session's curator ``gr.State``); per-session values live in those components. ``check_writable`` is the
 server-side guard every handler that changes anything (the store, a job, a file) calls first: hidden or disabled
-buttons are only cosmetic, an API client can call any endpoint. Mistakes a user can fix (no curator name, a bad plan number) are raised as ``user_error`` (inside a
-handler: ``with user_errors():``), shown in the page without a traceback in the server log.
+buttons are only cosmetic, an API client can call any endpoint. Mistakes a user can fix (no curator name, a bad plan
+number) are raised as ``user_error`` (inside a handler: ``with user_errors():``), shown in the page without a
+traceback in the server log.
 """
 
 from __future__ import annotations
