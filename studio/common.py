@@ -61,7 +61,7 @@ class Ctx:
     # A hidden component whose value ("<run>\n<iteration>") changes once each time the page shows another run or
     # iteration (studio.app.view_key): a view of one iteration listens to its change, not to both pickers', which
     # fired it twice per load and per run switch (once with the new run and the old iteration).
-    view: Any = None
+    view: gr.Textbox | None = None
 
 
 def user_error(message: str) -> gr.Error:

@@ -47,8 +47,7 @@ def swap_ended(snapshot: dict) -> str | None:
     if snapshot.get("label") == "swap" and snapshot.get("running"):
         return None
     if snapshot.get("label") != "swap" or snapshot.get("status") == "finished":
-        return f"The swap job of `{snapshot.get('run_id') if snapshot.get('label') == 'swap' else 'this run'}` " \
-               "has finished: the table below is the new one."
+        return "The swap job has finished: the table below is the new one."
     if snapshot.get("status") == "stopped":
         return "The swap job was stopped: nothing was kept, the table below is the one stored before."
     error = str(snapshot.get("error") or "").strip().splitlines()
