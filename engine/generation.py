@@ -184,7 +184,7 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
                 cache, _ = stacked_cache(model, [node_kv for _, node_kv in groups], [group_of[i] for i in order],
                                          capacity=capacity)
             else:
-                        cache = growing_cache(model, capacity)
+                cache = growing_cache(model, capacity)
             new = new_tokens(model, tokenizer, input_ids.to(device), attention.to(device), cache, config)
             texts = tokenizer.batch_decode(new, skip_special_tokens=True)
             outputs.extend([t.strip() for t in texts[i * k:(i + 1) * k]] for i in range(len(encoded)))

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,15 @@ def _tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 
 
+def _wait_until_quiet(page, sent: list[float], quiet_s: float, limit_s: float = 30.0) -> None:
+    """Wait until the page has asked the server nothing for ``quiet_s`` (``sent``: the times of its requests, kept by
+    the caller's listener); fail after ``limit_s`` of chatter."""
+    start = time.monotonic()
+    while time.monotonic() - max([start, *sent]) < quiet_s:
+        assert time.monotonic() - start < limit_s, f"the page kept asking the server for {limit_s:.0f} s"
+        page.wait_for_timeout(200)
+
+
 def _shot(page, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"studio-{name.lower()}.png"), full_page=True)
@@ -106,12 +116,16 @@ def test_an_idle_page_asks_the_server_at_the_idle_pace(served, browser):
     expect = sync_api.expect
     expect(page.locator("#pick-run input")).to_have_value(run_id)
     expect(page.locator("#run-stages")).to_contain_text("critique")
+    sent: list[float] = []  # when each event was asked for, in the page's clock
+    page.on("request", lambda r: sent.append(time.monotonic()) if "/queue/join" in r.url else None)
     _tab(page, "Pairs")
     page.locator("#pairs-table").wait_for()
-    page.wait_for_timeout(3000)  # the load's and the tab's own events settle
+    # The load's and the tab's own events settle: a fixed 3 s wait was too short on a CPU 2.7x slower than the one it
+    # was written on (the late events of the load were counted as timer ticks).
+    _wait_until_quiet(page, sent, quiet_s=2.0)
     asked: list[str] = []
     page.on("request", lambda r: asked.append(r.post_data) if "/queue/join" in r.url else None)
-    window_s = IDLE_S - 1.0
+    window_s = IDLE_S - 2.0
     page.wait_for_timeout(window_s * 1000)
     page.close()
     assert len(asked) <= 2, f"{len(asked)} events in {window_s:.0f} s of an idle page (two timers at {IDLE_S} s)"
