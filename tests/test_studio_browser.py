@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -72,15 +71,6 @@ def _tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 
 
-def _wait_until_quiet(page, sent: list[float], quiet_s: float, limit_s: float = 30.0) -> None:
-    """Wait until the page has asked the server nothing for ``quiet_s`` (``sent``: the times of its requests, kept by
-    the caller's listener); fail after ``limit_s`` of chatter."""
-    start = time.monotonic()
-    while time.monotonic() - max([start, *sent]) < quiet_s:
-        assert time.monotonic() - start < limit_s, f"the page kept asking the server for {limit_s:.0f} s"
-        page.wait_for_timeout(200)
-
-
 def _shot(page, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"studio-{name.lower()}.png"), full_page=True)
@@ -109,26 +99,39 @@ def test_an_idle_page_asks_the_server_at_the_idle_pace(served, browser):
     window shorter than that, each asks at most once. Every event costs the browser a pass over every component (an
     idle Pairs tab at the 2 s and 3 s of before: 9.9 s of renderer main thread per 10 s, 0.35 s without the timers),
     which on a 2-core CI machine delayed a curator's key presses by more than 15 s."""
+    import collections
+    import json
+
+    import gradio as gr
+
     from studio.pace import IDLE_S
 
-    url, store, run_id, _ = served
+    url, store, run_id, demo = served
+    # Only the timers' own events are counted (each request names the component that triggered it): on a slow CPU
+    # the page load's chained events still arrive seconds later, and neither a fixed wait nor a quiet spell told
+    # them apart from timer ticks.
+    timers = {block._id for block in demo.blocks.values() if isinstance(block, gr.Timer)}
+    assert timers, "the studio has no gr.Timer: this test no longer measures anything"
     page = _open(browser, url)
     expect = sync_api.expect
     expect(page.locator("#pick-run input")).to_have_value(run_id)
     expect(page.locator("#run-stages")).to_contain_text("critique")
-    sent: list[float] = []  # when each event was asked for, in the page's clock
-    page.on("request", lambda r: sent.append(time.monotonic()) if "/queue/join" in r.url else None)
     _tab(page, "Pairs")
     page.locator("#pairs-table").wait_for()
-    # The load's and the tab's own events settle: a fixed 3 s wait was too short on a CPU 2.7x slower than the one it
-    # was written on (the late events of the load were counted as timer ticks).
-    _wait_until_quiet(page, sent, quiet_s=2.0)
-    asked: list[str] = []
-    page.on("request", lambda r: asked.append(r.post_data) if "/queue/join" in r.url else None)
-    window_s = IDLE_S - 2.0
+    ticks: collections.Counter = collections.Counter()
+
+    def count(request) -> None:
+        if "/queue/join" in request.url:
+            trigger = json.loads(request.post_data or "{}").get("trigger_id")
+            if trigger in timers:
+                ticks[trigger] += 1
+
+    page.on("request", count)
+    window_s = IDLE_S - 1.0
     page.wait_for_timeout(window_s * 1000)
     page.close()
-    assert len(asked) <= 2, f"{len(asked)} events in {window_s:.0f} s of an idle page (two timers at {IDLE_S} s)"
+    assert all(n <= 1 for n in ticks.values()), \
+        f"timer ticks {dict(ticks)} in {window_s:.0f} s of an idle page (each timer at {IDLE_S} s)"
 
 
 def test_a_page_load_draws_each_view_once(served, browser):
