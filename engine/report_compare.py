@@ -119,16 +119,18 @@ def compare_markdown(report: dict[str, Any]) -> str:
     against = report["against"]
     evaluated = [s for s in ("held_in", "held_out", "dev")
                  if any(f"{s}_accuracy" in it for v in report["variants"].values() for it in v["iterations"].values())]
-    with_gap = any("held_out_gap_ppl" in it for v in report["variants"].values() for it in v["iterations"].values())
+    # The gap wherever it was paired: held-out (the target) and dev (where a tuning experiment is judged).
+    gap_splits = [s for s in ("held_out", "dev")
+                  if any(f"{s}_gap_ppl" in it for v in report["variants"].values() for it in v["iterations"].values())]
     lines = [f"# {report['name']} (`{report['experiment']}`) vs {against['name']} (`{against['experiment']}`) "
              f"variant {against['variant']}", "",
              "Differences paired over the seeds both experiments ran (paired t, 95% interval), same iteration; "
              "accuracies in percentage points.", ""]
     rows = [[name, t, *(format_test(it.get(f"{s}_accuracy"), 100) for s in evaluated),
-             *([format_test(it.get("held_out_gap_ppl"), 1, 3)] if with_gap else [])]
+             *(format_test(it.get(f"{s}_gap_ppl"), 1, 3) for s in gap_splits)]
             for name, v in report["variants"].items() for t, it in v["iterations"].items()]
     lines += markdown_table(["variant", "iteration", *(f"{SPLIT_NAMES[s]} accuracy Δ pp" for s in evaluated),
-                     *(["held-out gap PPL Δ"] if with_gap else [])], rows)
+                     *(f"{SPLIT_NAMES[s]} gap PPL Δ" for s in gap_splits)], rows)
     lines += ["## Config differences (this experiment's run, the other's run)", ""]
     rows = [[name, f"`{key}`", f"`{a!r}`", f"`{b!r}`"] for name, v in report["variants"].items()
             for key, (a, b) in v["differs"].items()]

@@ -104,3 +104,32 @@ def test_the_cli_prints_json_markdown_and_exits_2_on_a_bad_pairing(store, capsys
     assert "evaluate different tasks" in capsys.readouterr().err
     assert main(["report", "--db", str(db), "--experiment", "critic-0000bbbb", "--against", "nope-1"]) == 2
     assert "no experiment 'nope-1'" in capsys.readouterr().err
+
+
+def test_a_dev_tuning_experiment_read_against_its_baseline_shows_the_dev_gap(tmp_path):
+    """A tuning file runs on dev only and is judged by the gap: the markdown must carry the dev gap's paired
+    difference beside dev accuracy (it once showed only a held-out gap, so a dev-only comparison had none)."""
+    gaps = {"base": {1: 1.60, 2: 1.50, 3: 1.55}, "new": {1: 1.50, 2: 1.46, 3: 1.40}}
+    with Store(tmp_path / "dev.duckdb") as opened:
+        for experiment_id, variant in (("tune-0000eeee", "base"), ("tunelora-0000ffff", "new")):
+            name = experiment_id.split("-")[0]
+            opened.write("experiments", [{"experiment_id": experiment_id, "name": name, "source": f"{name}.toml",
+                                          "config_json": {"variants": {variant: []}, "iterations": 1}}])
+            for seed, gap in gaps[variant].items():
+                snapshot = config(sample={"k": 4 if variant == "new" else 15})
+                snapshot["run"].update(name=f"{name}/{variant}/s{seed}", seed=seed)
+                run_id = opened.create_run(f"{name}/{variant}/s{seed}", snapshot, tmp_path)
+                opened.write("experiment_runs", [{"experiment_id": experiment_id, "variant": variant,
+                                                  "seed": seed, "run_id": run_id}])
+                opened.put_metrics(run_id, 1, [
+                    {"split": "dev", "domain": "all", "name": "accuracy", "value": 0.2},
+                    {"split": "dev", "domain": "all", "name": "gap_ppl", "value": gap}])
+        report = compare_report(opened, "tunelora-0000ffff", "tune-0000eeee", "base")
+    test = report["variants"]["new"]["iterations"]["1"]["dev_gap_ppl"]
+    diffs = [gaps["new"][s] - gaps["base"][s] for s in (1, 2, 3)]
+    assert test["diff"] == pytest.approx(sum(diffs) / 3)
+    text = compare_markdown(report)
+    assert "| variant | iteration | dev accuracy Δ pp | dev gap PPL Δ |" in text
+    assert "held-out gap PPL Δ" not in text  # no held-out evaluation, no empty column
+    assert f"| new | 1 | +0.0 [+0.0, +0.0] p=1 (n=3) | {sum(diffs) / 3:+.3f} [" in text
+    assert "| new | `sample.k` | `4` | `15` |" in text
