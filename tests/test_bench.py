@@ -87,7 +87,7 @@ def test_shared_prefill_sampling_contract(tiny_agents, demo_tasks):
 
 
 @pytest.mark.parametrize("name", ["score", "sample", "ground", "store", "train", "iteration", "curation",
-                                  "warm_start"])
+                                  "warm_start", "floor"])
 def test_benchmark_smoke_tiny(name, capsys):
     from engine.__main__ import main
 
@@ -109,6 +109,15 @@ def test_benchmark_smoke_tiny(name, capsys):
             assert variants[fewer]["padding_share"] < variants["random"]["padding_share"], fewer
         assert report["ratios"]["loss_tokens_vs_micro4"] > 0
         assert report["correct"]["loss_tokens_matches_random"] and "random_vs_loss_tokens" in report["ratios"]
+    if name == "floor":  # the counted run reached the timed run's metrics; every model stage did counted work
+        assert report["correct"]["same_metrics"] and report["correct"]["every_stage_counted"]
+        stages = report["stages"]
+        for stage in ("0:evaluate", "1:sample", "1:score", "1:train_planner", "1:ground", "1:train_grounder",
+                      "1:evaluate"):
+            assert stages[stage]["gflop"] > 0 and 0 < stages[stage]["floor_s"] <= stages[stage]["measured_s"], stage
+        assert stages["1:pairs"]["gflop"] == 0  # choosing pairs is bookkeeping, no model work
+        projection = report["projection"]
+        assert 0 < projection["floor_s"] < projection["measured_s"] and projection["iterations"] >= 1
     if name == "curation":  # the studio served the decisions over HTTP; the evidence is the scorer's numbers
         assert report["correct"]["reviews_stored"] == report["sizes"]["decisions"] > 0
         assert report["correct"]["surprisal_vs_stored_logppl_max_abs_diff"] < 1e-5
@@ -142,3 +151,14 @@ def test_contention_runs_competitors_only_during_the_loaded_measurement():
     assert report["slowdown"] == {"fast": 2.0, "slow": 1.0, "iteration_s": 2.0}
     assert report["ratios_side_by_side"] == {"fast_vs_slow": {"quiet": 4.0, "contended": 2.0}}
     assert report["contention"] == 1 and report["correct"]["ok"] and len(calls) == 2
+
+
+def test_floor_compares_metrics_within_a_relative_tolerance():
+    """``bench floor`` trusts its FLOP count only when the counted run reached the timed run's metrics: equal up to
+    float rounding passes; a changed value or a metric one run lacks does not."""
+    from engine.bench.floor import METRIC_TOLERANCE, _relative_difference
+
+    assert _relative_difference(0.163033935, 0.163033954) <= METRIC_TOLERANCE  # the rounding seen at default size
+    assert _relative_difference(2.1502392, 2.1502390) <= METRIC_TOLERANCE
+    assert _relative_difference(0.40, 0.41) > METRIC_TOLERANCE  # one task's answer changed
+    assert _relative_difference(0.5, None) > METRIC_TOLERANCE

@@ -1,17 +1,18 @@
 """The benchmark suite: ``python -m engine bench NAME --json [--size tiny|default] [--repeats N] [--device D]``.
 
 Each module here (``score``, ``sample``, ``ground``, ``store``, ``train``, ``iteration``, ``curation``,
-``warm_start``) exposes ``run(size, repeats, device) -> dict``: one JSON-able report with ``sizes``, per-variant
-``median_s`` (and all ``times_s``) over ``repeats``, ``ratios`` of variants measured side by side in the same process
-and run, and a ``correct`` section checking the fast path against its baseline. Timings are reported, never asserted
-(tests run every benchmark at ``size="tiny"`` and assert only correctness). Numbers measured here: ``RESULTS.md``.
+``warm_start``, ``floor``) exposes ``run(size, repeats, device) -> dict``: one JSON-able report with ``sizes``,
+per-variant ``median_s`` (and all ``times_s``) over ``repeats``, ``ratios`` of variants measured side by side in the
+same process and run, and a ``correct`` section checking the fast path against its baseline. Timings are reported,
+never asserted (tests run every benchmark at ``size="tiny"`` and assert only correctness). Numbers measured here:
+``RESULTS.md``.
 """
 
 from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("score", "sample", "ground", "store", "train", "iteration", "curation", "warm_start")
+BENCHMARKS = ("score", "sample", "ground", "store", "train", "iteration", "curation", "warm_start", "floor")
 SIZES = ("tiny", "default")
 
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from engine.bench import common
+
+DEMO_CONFIG = common.REPO / "examples" / "demo.toml"
 
 TINY = ["data.train_limit=4", "data.eval_limit=2", "sample.k=3", "sample.max_new_tokens=16", "sample.batch_size=2",
         "score.batch_size=4", "ground.max_new_tokens=16", "ground.batch_size=4", "evaluate.plan_max_new_tokens=12",
@@ -21,11 +25,24 @@ TINY = ["data.train_limit=4", "data.eval_limit=2", "sample.k=3", "sample.max_new
         "dpo.batch_size=2", "dpo.max_length=160", "sft.max_steps=2", "sft.batch_size=2", "sft.max_length=256"]
 
 
-def run(size: str, repeats: int, device: str) -> dict:
+@dataclass
+class LoopResult:
+    """One pass of the workload: the run's status, seconds per ``"iteration:stage"`` (in the order they ran), the
+    loop's wall time, the config it ran, and its evaluation metrics (``{"iteration/split/domain/name": value}``)."""
+
+    status: str
+    stages_s: dict[str, float]
+    total_s: float
+    config: object
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def run_workload(size: str, device: str, on_stage: Callable[[int, str, str], None] | None = None) -> LoopResult:
+    """The iteration-0 evaluation and one MOAT iteration on a fresh temporary store; ``on_stage`` is called after
+    each stage, as ``run_loop`` calls it (``bench floor`` reads its FLOP counter there)."""
     from engine.config import load_config
     from engine.demo.world import WorldConfig, generate_suite
     from engine.loop import create_run, run_loop
-    from engine.precision import describe
     from engine.store import Store
     from engine.tasks import write_tasks
 
@@ -33,7 +50,7 @@ def run(size: str, repeats: int, device: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="moat-bench-iter-") as tmp:
         overrides = [f"run.workdir={Path(tmp) / 'runs'}", "run.iterations=1", f"planner.path={agents / 'planner'}",
                      f"grounder.path={agents / 'grounder'}", f"planner.device={device}", f"grounder.device={device}"]
-        path = common.REPO / "examples" / "demo.toml"
+        path = DEMO_CONFIG
         if size == "tiny":
             tasks_file = Path(tmp) / "tasks.jsonl"
             write_tasks(generate_suite(WorldConfig.small()), tasks_file)
@@ -47,14 +64,28 @@ def run(size: str, repeats: int, device: str) -> dict:
             run_id = create_run(store, config)
             mark = [time.perf_counter()]
 
-            def on_stage(iteration: int, stage: str, status: str) -> None:
+            def timed(iteration: int, stage: str, status: str) -> None:
                 now = time.perf_counter()
                 stages[f"{iteration}:{stage}"] = round(now - mark[0], 3)
                 mark[0] = now
+                if on_stage is not None:
+                    on_stage(iteration, stage, status)
 
             started = time.perf_counter()
-            status = run_loop(store, run_id, on_stage=on_stage)
+            status = run_loop(store, run_id, on_stage=timed)
             total = time.perf_counter() - started
+            rows = store.query("SELECT iteration, split, domain, name, value FROM metrics WHERE run_id = ?", [run_id])
+            metrics = {f"{r.iteration}/{r.split}/{r.domain}/{r.name}": float(r.value) for r in rows.itertuples()}
+    return LoopResult(status, stages, total, config, metrics)
+
+
+def run(size: str, repeats: int, device: str) -> dict:
+    from engine.precision import describe
+
+    agents = common.agents_dir(size)
+    result = run_workload(size, device)
+    config, stages, status, total = result.config, result.stages_s, result.status, result.total_s
+    path = DEMO_CONFIG if size != "tiny" else None
     iteration1 = sum(v for k, v in stages.items() if k.startswith("1:"))
     return {
         "sizes": {"config": str(path) if path else "tiny overrides", "agents": str(agents),

@@ -15,8 +15,8 @@ import json
 from engine.commands._common import at_least, print_json, torch_device
 
 HELP = ("Benchmark a hot path against the naive way (score, sample, ground, store, train, iteration, warm_start), "
-        "or a curator's wait (curation).")
-NAMES = ("score", "sample", "ground", "store", "train", "iteration", "curation", "warm_start")
+        "a curator's wait (curation), or a demo run against this machine's arithmetic floor (floor).")
+NAMES = ("score", "sample", "ground", "store", "train", "iteration", "curation", "warm_start", "floor")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
