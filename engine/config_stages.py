@@ -126,3 +126,7 @@ class EvaluateSection:
     batch_size: int = _f(32, "prompts per generate call", ge=1)
     plan_max_new_tokens: int = _f(128, "longest plan", ge=1)
     ground_max_new_tokens: int = _f(192, "longest grounding", ge=1)
+    reuse: bool = _f(True, "reuse a stored evaluation of the same agents (their files hashed) on the same tasks with "
+                           "the same settings, software, torch threads and hardware (<run.workdir>/eval_cache, "
+                           "engine.eval_cache): every run of an experiment evaluates the same starting agents at "
+                           "iteration 0; false: evaluate every time")

@@ -85,7 +85,9 @@ def _evaluate(store: Store, run_id: str, iteration: int, counts: dict[str, Any])
     accuracy = store.query("SELECT split, value FROM metrics WHERE run_id = ? AND iteration = ? AND domain = 'all' "
                            "AND name = 'accuracy' ORDER BY split", [run_id, iteration])
     parts = ", ".join(f"{r.split.replace('_', '-')} {100 * r.value:.1f}%" for r in accuracy.itertuples(index=False))
-    return f"{_n(counts.get('rows'))} tasks evaluated" + (f": {parts}" if parts else "")
+    reused = (f" (reused from run {counts['reused_from']}: the same agents, tasks, settings and machine)"
+              if counts.get("reused_from") else "")
+    return f"{_n(counts.get('rows'))} tasks evaluated" + (f": {parts}" if parts else "") + reused
 
 
 def _training(what: str, counts: dict[str, Any]) -> str:

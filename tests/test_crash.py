@@ -78,6 +78,12 @@ def snapshot(db: Path, run_id: str) -> dict[str, list[tuple]]:
                 if table == "stages":
                     counts = json.loads(record["counts_json"] or "{}")
                     counts.pop("new_rows", None)  # how many the last attempt wrote, not what is stored
+                    # Where an evaluation's rows came from, not what they are: its reuse key hashes the checkpoint
+                    # files, and transformers writes the process's HF_HUB_OFFLINE into tokenizer_config.json, so a
+                    # subprocess's key differs (a miss, never a wrong reuse); an evaluation killed after it stored
+                    # its result is copied from that result on resume (engine.eval_cache). The rows are equal.
+                    counts.pop("evaluation_key", None)
+                    counts.pop("reused_from", None)
                     record["counts_json"] = counts
                 rows.append(tuple(json.dumps(record[c], sort_keys=True, default=str) for c in cols))
             out[table] = sorted(rows)

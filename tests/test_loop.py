@@ -185,6 +185,10 @@ def test_a_calibrated_kernel_is_kept_per_model_and_machine(tmp_path, loop_config
     import json
     from pathlib import Path
 
+    from engine.threads import ensure_thread_policy
+
+    # The choice is kept per torch thread count; a busy machine would lower it between two stage runs.
+    monkeypatch.setattr("engine.loop.adapt_to_load", ensure_thread_policy)
     module = importlib.import_module(f"engine.stages.{stage}")
     getattr(loop_config, stage).calibrate = True
     choices = Path(loop_config.run.workdir) / "kernel_choices.json"

@@ -48,8 +48,10 @@ def run_workload(size: str, device: str, on_stage: Callable[[int, str, str], Non
 
     agents = common.agents_dir(size)
     with tempfile.TemporaryDirectory(prefix="moat-bench-iter-") as tmp:
+        # evaluate.reuse = false: a benchmark times the evaluation, never a copy of one (engine.eval_cache)
         overrides = [f"run.workdir={Path(tmp) / 'runs'}", "run.iterations=1", f"planner.path={agents / 'planner'}",
-                     f"grounder.path={agents / 'grounder'}", f"planner.device={device}", f"grounder.device={device}"]
+                     f"grounder.path={agents / 'grounder'}", f"planner.device={device}", f"grounder.device={device}",
+                     "evaluate.reuse=false"]
         path = DEMO_CONFIG
         if size == "tiny":
             tasks_file = Path(tmp) / "tasks.jsonl"

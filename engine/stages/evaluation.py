@@ -3,39 +3,61 @@
 Iteration t evaluates pi_p(t+1), pi_g(t+1) (iteration 0: the starting agents) on the same seeded task sample every
 iteration, so the figures are comparable; writes ``metrics`` (per split and domain, plus "all") and
 ``eval_traces`` (one row per task) together, in one transaction that replaces the iteration's previous ones.
+
+With ``evaluate.reuse`` (the default) an evaluation already computed -- by any run sharing ``run.workdir`` -- for the
+same agent files, tasks, settings, software, threads and hardware (``engine.eval_cache``) is copied instead of
+recomputed, without loading the agents; the stage's counts name the run and iteration it came from. Every run of an
+experiment starts from the same agents, so only the first evaluates iteration 0.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from engine import eval_cache
+from engine.eval_cache import StoredEvaluation, evaluation_key
 from engine.evaluate import evaluate
 from engine.outcome import toolbox_for
 from engine.runtime import pick_eval_tasks
 from engine.stages.context import StageContext
 
 
-def run(ctx: StageContext) -> dict[str, int]:
+def run(ctx: StageContext) -> dict[str, Any]:
     cfg = ctx.config
     tasks = pick_eval_tasks(ctx.store.get_tasks(ctx.run_id), cfg.evaluate.splits, cfg.data.eval_limit,
                             cfg.data.eval_seed)
-    planner = ctx.agent("planner", iteration=ctx.iteration + 1)
-    grounder = ctx.agent("grounder", iteration=ctx.iteration + 1)
+    paths = {role: ctx.agent_path(role, ctx.iteration + 1) for role in ("planner", "grounder")}
+    key, not_reusable = (evaluation_key(cfg, paths["planner"], paths["grounder"], tasks) if cfg.evaluate.reuse
+                         else (None, "evaluate.reuse = false"))
+    cache = eval_cache.for_workdir(cfg.run.workdir)
+    stored = cache.get(key) if key else None
     ctx.check_stop()
-    ctx.report(0, len(tasks), "planning and grounding")
-    metrics, traces = evaluate(planner, grounder, tasks, cfg.evaluate, toolbox=toolbox_for(cfg.tools))
-    rows = [{"run_id": ctx.run_id, "iteration": ctx.iteration, "split": split, "domain": domain, "name": name,
-             "value": float(value)}
-            for split, domains in metrics.items() for domain, values in domains.items()
-            for name, value in values.items()]
-    traces = [{"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": t.task_id, "split": t.split,
-               "domain": t.domain, "plan": t.plan, "actions": t.actions, "answer": t.answer, "correct": t.correct,
-               "gold_logppl": t.gold_logppl, "trace_json": json.dumps(t.to_dict(), ensure_ascii=False)}
-              for t in traces]
+    if stored is not None:
+        ctx.report(0, len(tasks), f"reusing the evaluation of run {stored.run_id} iteration {stored.iteration}")
+        origin = {"reused_from": f"{stored.run_id} iteration {stored.iteration}", "evaluation_key": key[:16]}
+    else:
+        planner = ctx.agent("planner", iteration=ctx.iteration + 1)
+        grounder = ctx.agent("grounder", iteration=ctx.iteration + 1)
+        ctx.report(0, len(tasks), "planning and grounding")
+        metrics, traces = evaluate(planner, grounder, tasks, cfg.evaluate, toolbox=toolbox_for(cfg.tools))
+        stored = StoredEvaluation(
+            metrics=[{"split": split, "domain": domain, "name": name, "value": float(value)}
+                     for split, domains in metrics.items() for domain, values in domains.items()
+                     for name, value in values.items()],
+            traces=[{"task_id": t.task_id, "split": t.split, "domain": t.domain, "plan": t.plan, "actions": t.actions,
+                     "answer": t.answer, "correct": t.correct, "gold_logppl": t.gold_logppl,
+                     "trace_json": json.dumps(t.to_dict(), ensure_ascii=False)} for t in traces],
+            run_id=ctx.run_id, iteration=ctx.iteration)
+        origin = {"evaluation_key": key[:16]} if key else {"not_reusable": not_reusable}
+    where = {"run_id": ctx.run_id, "iteration": ctx.iteration}
+    rows = [{**where, **row} for row in stored.metrics]
+    trace_rows = [{**where, **row} for row in stored.traces]
     # Metrics and traces replace the iteration's old ones in one transaction: a kill never leaves one without the
     # other, and a re-run with other limits leaves no stale rows.
-    where = {"run_id": ctx.run_id, "iteration": ctx.iteration}
-    ctx.store.write_batch([("metrics", rows), ("eval_traces", traces)],
+    ctx.store.write_batch([("metrics", rows), ("eval_traces", trace_rows)],
                           deletes=[("metrics", where), ("eval_traces", where)])
+    if key and "reused_from" not in origin:
+        cache.put(key, stored)  # after the store has it: a cache entry never precedes the rows it came from
     ctx.report(len(tasks), len(tasks), "done")
-    return {"rows": len(traces), "metrics": len(rows)}
+    return {"rows": len(trace_rows), "metrics": len(rows), **origin}

@@ -1,0 +1,140 @@
+"""Evaluations kept for reuse: the same agents on the same tasks, settings, software and hardware are one measurement.
+
+Contract:
+
+* ``evaluation_key(config, planner_path, grounder_path, tasks)`` returns ``(key, None)``, the sha256 of everything an
+  evaluation's result depends on, or ``(None, reason)`` when a result must not be reused: a remote QA model answers
+  the QA actions (its answers may change), or the agents sit on one shared base (``agents.topology = shared``: a
+  role is a chain of adapters, not one directory). The key covers the agents' files (``engine.fingerprint``), every
+  chosen task's full record in order, the ``[evaluate]`` section, both agent sections, the corpus's contents, this
+  engine's source, the torch / transformers / tokenizers versions, torch's thread count (a CPU matmul's reduction
+  order follows it), the CPU's vector capability and model name, and the CUDA device when there is one.
+* ``EvaluationCache(directory)``: ``get(key)`` returns the ``StoredEvaluation`` (metrics rows, traces, and the run
+  and iteration that computed it) or None: missing, unreadable, or written by another format (then the caller
+  evaluates and ``put`` rewrites it). ``put`` writes a gzip'd JSON file through a temporary name and a rename, so
+  concurrent runs (an experiment's job workers) never read half an entry; two writers of one key write equal files.
+  ``for_workdir(workdir)`` is the cache of a config's ``run.workdir`` (``<workdir>/eval_cache/``).
+
+Why: every run of an experiment starts from the same agents and is evaluated on the same fixed tasks, so its
+iteration-0 evaluation is the same computation 20 times in the ablation preset (43-68 s each on 2 AMD EPYC cores,
+about a tenth of a demo run). Greedy decoding and scoring are deterministic for fixed inputs, threads and kernels, so
+a stored result equals a recomputation bit for bit (``tests/test_eval_cache.py`` checks it on real runs); anything
+that could make them differ is in the key, and a key that misses only costs the evaluation. ``evaluate.reuse =
+false`` evaluates every time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.config import RunConfig
+from engine.fingerprint import fingerprint
+from engine.kernel_cache import processor_name
+from engine.tasks import Task
+
+DIRECTORY = "eval_cache"
+FORMAT = 1  # bump when the stored layout changes: older entries then read as missing
+
+
+@dataclass
+class StoredEvaluation:
+    metrics: list[dict[str, Any]]  # {"split", "domain", "name", "value"}
+    traces: list[dict[str, Any]]  # eval_traces rows without run_id / iteration
+    run_id: str  # the run and iteration whose evaluation computed it
+    iteration: int
+    created_at: str = ""
+
+
+@functools.cache
+def engine_source_digest() -> str:
+    """sha256 of this engine's Python source: a change to any module may change what an evaluation computes."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _software_and_hardware() -> dict[str, Any]:
+    import tokenizers
+    import torch
+    import transformers
+
+    cuda = torch.cuda.is_available()
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
+            "threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu": processor_name("cpu"), "cuda": processor_name("cuda") if cuda else None,
+            "engine": engine_source_digest()}
+
+
+def evaluation_key(config: RunConfig, planner_path: str, grounder_path: str,
+                   tasks: list[Task]) -> tuple[str | None, str | None]:
+    """``(key, None)``: a reusable evaluation of these agents on ``tasks`` under ``config``; else ``(None, why)``."""
+    if config.tools.qa_model:
+        return None, f"tools.qa_model = {config.tools.qa_model!r} answers QA actions remotely"
+    if config.agents.topology == "shared":
+        return None, "agents.topology = shared (a role is an adapter chain on one base)"
+    agents = {}
+    for role, path in (("planner", planner_path), ("grounder", grounder_path)):
+        section = getattr(config, role)
+        adapter = section.adapter if path == section.path else ""  # a run's checkpoint replaces the configured one
+        agents[role] = {"files": fingerprint(path), "adapter": fingerprint(adapter) if adapter else None,
+                        "section": dataclasses.asdict(section)}
+    parts = {
+        "format": FORMAT,
+        "agents": agents,
+        "tasks": [dataclasses.asdict(task) for task in tasks],
+        "evaluate": dataclasses.asdict(config.evaluate),
+        "corpus": fingerprint(config.tools.corpus) if config.tools.corpus else None,
+        "environment": _software_and_hardware(),
+    }
+    canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest(), None
+
+
+class EvaluationCache:
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.json.gz"
+
+    def get(self, key: str) -> StoredEvaluation | None:
+        try:
+            with gzip.open(self._path(key), "rt", encoding="utf-8") as source:
+                data = json.load(source)
+            if data.get("format") != FORMAT or data.get("key") != key:
+                return None
+            return StoredEvaluation(metrics=data["metrics"], traces=data["traces"], run_id=data["run_id"],
+                                    iteration=int(data["iteration"]), created_at=data.get("created_at", ""))
+        except (OSError, EOFError, ValueError, KeyError, TypeError):
+            return None  # missing or damaged: the caller evaluates and rewrites it
+
+    def put(self, key: str, stored: StoredEvaluation) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        data = {"format": FORMAT, "key": key, "run_id": stored.run_id, "iteration": stored.iteration,
+                "created_at": stored.created_at or time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "metrics": stored.metrics, "traces": stored.traces}
+        handle, temporary = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory)
+        try:
+            with os.fdopen(handle, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as out:
+                json.dump(data, out, ensure_ascii=False, allow_nan=True)
+            os.replace(temporary, self._path(key))
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+
+def for_workdir(workdir: str | Path) -> EvaluationCache:
+    return EvaluationCache(Path(workdir) / DIRECTORY)
