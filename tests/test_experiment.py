@@ -23,6 +23,7 @@ from engine.experiment import load_experiment
 from engine.report import experiment_report, report_markdown, summary
 from engine.runner import jobs_dir
 from engine.store import Store
+from engine.threads import ensure_thread_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "demo.toml"
@@ -557,7 +558,11 @@ def inprocess_run(tiny_setup):
     tmp, overrides = tiny_setup
     config = tiny_experiment(tmp / "inprocess", overrides)
     db = tmp / "inprocess" / "s.duckdb"
-    code = main(["experiment", "--config", str(config), "--db", str(db), "--quiet"])
+    with pytest.MonkeyPatch.context() as patch:
+        # Steady torch threads: an evaluation is reused only at the thread count it was computed with, and a busy
+        # machine would lower this process's threads between runs (engine.threads.adapt_to_load).
+        patch.setattr("engine.loop.adapt_to_load", ensure_thread_policy)
+        code = main(["experiment", "--config", str(config), "--db", str(db), "--quiet"])
     return {"config": config, "db": db, "code": code, "state": experiment_state(db)}
 
 
@@ -577,6 +582,17 @@ def test_a_tiny_experiment_makes_ordinary_runs_grouped_under_one_id(inprocess_ru
         seeds = {r["name"]: r["config"]["run"]["seed"] for r in store.list_runs()}
     assert names == ["tiny/full/s1", "tiny/full/s2", "tiny/no_stage2/s1", "tiny/no_stage2/s2"]
     assert seeds["tiny/full/s2"] == 2
+    # Every run starts from the same agents on the same tasks: the first run (seed-major order: full, seed 1)
+    # evaluates iteration 0 and the other three copy it (engine.eval_cache), with equal rows.
+    first = state[("full", 1)]["run_id"]
+    with Store(db, read_only=True) as store:
+        origins = {key: store.stage_status(run["run_id"], 0)["evaluate"]["counts"].get("reused_from")
+                   for key, run in state.items() if isinstance(key, tuple)}
+        metrics = {key: store.frame("metrics", run["run_id"], 0).drop(columns=["run_id"]).to_dict("records")
+                   for key, run in state.items() if isinstance(key, tuple)}
+    assert origins == {("full", 1): None, ("full", 2): f"{first} iteration 0",
+                       ("no_stage2", 1): f"{first} iteration 0", ("no_stage2", 2): f"{first} iteration 0"}
+    assert all(rows == metrics[("full", 1)] for rows in metrics.values())
     # the same command again: the same experiment, nothing new, nothing run
     capsys.readouterr()
     assert main(["experiment", "--config", str(inprocess_run["config"]), "--db", str(db), "--quiet"]) == 0
