@@ -13,6 +13,7 @@ Contract:
   and iteration that computed it) or None: missing, unreadable, or written by another format (then the caller
   evaluates and ``put`` rewrites it). ``put`` writes a gzip'd JSON file through a temporary name and a rename, so
   concurrent runs (an experiment's job workers) never read half an entry; two writers of one key write equal files.
+  It raises ``OSError`` when the directory cannot be written; the stage then records why and goes on.
   ``for_workdir(workdir)`` is the cache of a config's ``run.workdir`` (``<workdir>/eval_cache/``).
 
 Why: every run of an experiment starts from the same agents and is evaluated on the same fixed tasks, so its
@@ -130,6 +131,7 @@ class EvaluationCache:
         try:
             with os.fdopen(handle, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as out:
                 json.dump(data, out, ensure_ascii=False, allow_nan=True)
+            os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from the other curators of a shared workdir
             os.replace(temporary, self._path(key))
         except BaseException:
             Path(temporary).unlink(missing_ok=True)

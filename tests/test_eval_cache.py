@@ -154,3 +154,13 @@ def test_a_damaged_or_foreign_entry_is_evaluated_again_and_rewritten(tmp_path, l
         assert "reused_from" not in counts_b
         assert EvaluationCache(entry).get(full_key).run_id == run_b
         assert _rows(store, "metrics", run_b) == _rows(store, "metrics", run_id)
+
+
+def test_a_workdir_that_cannot_keep_the_entry_still_gets_its_rows(tmp_path, loop_config):
+    blocked = Path(loop_config.run.workdir) / eval_cache.DIRECTORY
+    blocked.parent.mkdir(parents=True, exist_ok=True)
+    blocked.write_text("a file where the cache directory would go")  # refused even to root, unlike a chmod
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id, counts = _evaluate_iteration0(store, loop_config)
+        assert counts["not_kept"].startswith(str(blocked)), counts
+        assert store.count("eval_traces", run_id, 0) == counts["rows"] > 0

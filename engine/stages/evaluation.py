@@ -58,6 +58,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     ctx.store.write_batch([("metrics", rows), ("eval_traces", trace_rows)],
                           deletes=[("metrics", where), ("eval_traces", where)])
     if key and "reused_from" not in origin:
-        cache.put(key, stored)  # after the store has it: a cache entry never precedes the rows it came from
+        try:
+            cache.put(key, stored)  # after the store has it: a cache entry never precedes the rows it came from
+        except OSError as exc:  # a read-only or full workdir costs later runs the evaluation, not this run its rows
+            origin["not_kept"] = f"{cache.directory}: {exc.strerror or exc}"
     ctx.report(len(tasks), len(tasks), "done")
     return {"rows": len(trace_rows), "metrics": len(rows), **origin}
