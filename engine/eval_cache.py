@@ -11,7 +11,8 @@ Contract:
   order follows it), the CPU's vector capability and model name, and the CUDA device when there is one.
 * ``EvaluationCache(directory)``: ``get(key)`` returns the ``StoredEvaluation`` (metrics rows, traces, and the run
   and iteration that computed it) or None: missing, unreadable, or written by another format (then the caller
-  evaluates and ``put`` rewrites it). ``put`` writes a gzip'd JSON file through a temporary name and a rename, so
+  evaluates and ``put`` rewrites it). ``put`` writes a gzip'd JSON file through a temporary name and a rename
+  (``engine.export.replace_file``: the umask's mode, as ``open`` gives), so
   concurrent runs (an experiment's job workers) never read half an entry; two writers of one key write equal files.
   It raises ``OSError`` when the directory cannot be written; the stage then records why and goes on.
   ``for_workdir(workdir)`` is the cache of a config's ``run.workdir`` (``<workdir>/eval_cache/``).
@@ -31,14 +32,13 @@ import functools
 import gzip
 import hashlib
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.config import RunConfig
+from engine.export import replace_file
 from engine.fingerprint import fingerprint
 from engine.kernel_cache import processor_name
 from engine.tasks import Task
@@ -127,15 +127,8 @@ class EvaluationCache:
         data = {"format": FORMAT, "key": key, "run_id": stored.run_id, "iteration": stored.iteration,
                 "created_at": stored.created_at or time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "metrics": stored.metrics, "traces": stored.traces}
-        handle, temporary = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(handle, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as out:
-                json.dump(data, out, ensure_ascii=False, allow_nan=True)
-            os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from the other curators of a shared workdir
-            os.replace(temporary, self._path(key))
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        packed = gzip.compress(json.dumps(data, ensure_ascii=False).encode(), mtime=0)  # no clock in the bytes
+        replace_file(self._path(key), "wb", lambda out: out.write(packed))
 
 
 def for_workdir(workdir: str | Path) -> EvaluationCache:

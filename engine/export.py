@@ -179,22 +179,22 @@ def _write(rows: list[dict[str, Any]], path: str | Path, fmt: str, schema: pa.Sc
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "jsonl":
-        _replace(path, "w", lambda out: _write_jsonl(rows, out))
+        replace_file(path, "w", lambda out: _write_jsonl(rows, out))
     else:
-        _replace(path, "wb", lambda out: pq.write_table(pa.Table.from_pylist(rows, schema=schema), out))
+        replace_file(path, "wb", lambda out: pq.write_table(pa.Table.from_pylist(rows, schema=schema), out))
     return len(rows)
 
 
 def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
     """Write ``rows`` as JSONL to ``path`` as the exports are written (temp file, rename, ``open()``'s mode)."""
     rows = list(rows)
-    _replace(Path(path), "w", lambda out: _write_jsonl(rows, out))
+    replace_file(Path(path), "w", lambda out: _write_jsonl(rows, out))
     return len(rows)
 
 
-def _replace(path: Path, mode: str, fill: Callable[[Any], object]) -> None:
+def replace_file(path: Path, mode: str, fill: Callable[[Any], object]) -> None:
     """Run ``fill`` on a temp file beside ``path`` opened with ``mode``, then rename it over ``path``; on any error
-    the temp file is removed and ``path`` is untouched."""
+    the temp file is removed and ``path`` is untouched (also ``engine.eval_cache``'s writer)."""
     fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, mode, encoding="utf-8" if "b" not in mode else None) as out:
