@@ -13,7 +13,12 @@ evaluate stage's selection: ``runtime.pick_eval_tasks`` with ``evaluate.splits``
 ``after`` defaults to the last iteration whose evaluate stage is done. A diagonal cell ``P{t}G{t}`` is what the
 evaluate stage of iteration t measured (same agents, same tasks, same greedy decoding): when that stage is done and
 its traces cover the tasks, its ``metrics`` (the cell) and ``eval_traces`` (the per-task outcomes) are reused and
-listed in ``reused``; ``reuse=False`` recomputes them. Each model is loaded once and dropped after its last cell.
+listed in ``reused``. With ``evaluate.reuse`` on, every other cell is looked up in, and once computed kept in, the
+evaluation cache of ``run.workdir`` (``engine.eval_cache``, keyed by the agents' files, the tasks, the settings, the
+software and the hardware): the starting grounder on gold plans (``G0``) is the same computation in every run of an
+experiment, so only the first run's table computes it; a cell found there is listed in ``reused`` and in
+``reused_from`` (cell -> the run, iteration and cell that computed it). ``reuse=False`` recomputes every cell and
+keeps nothing. Each model is loaded once and dropped after its last cell.
 
 Rows go to ``swaps`` (``planner_after`` = -1 for gold plans): per split and domain (and "all") every metric of
 ``engine.evaluate.summarize`` (accuracy, accuracy_lo/_hi, n, correct, gap_logppl, gap_ppl, ...), and on every
@@ -27,8 +32,8 @@ are in ``eval_traces``.
 Returns ``{"run_id", "base", "after", "agents": {"P0": path, ...}, "tasks": [task ids], "cells": {"P{a}G{b}":
 {split: {domain: {...}}}}, "gold_plans": {"G{b}": {...}}, "tests": {"stage1" | "stage2" | "both" | "gold_plans":
 {"label", "after", "before", "results": {split: {domain: {"gained", "lost", "p", "n"}}}}}, "reused": [cells],
-"outcomes": {cell: {task_id: correct}}, "seconds"}``. Raises ``SwapError`` for an unknown run, an ``after`` without
-a done evaluate stage, or ``base`` not in 0..after-1.
+"reused_from": {cell: origin}, "outcomes": {cell: {task_id: correct}}, "seconds"}``. Raises ``SwapError`` for an
+unknown run, an ``after`` without a done evaluate stage, or ``base`` not in 0..after-1.
 
 ``stored_swaps(store, run_id, base=None, after=None)`` only reads: the stored table of a run in the same shape
 (``"cells"``, ``"gold_plans"``, ``"tests"`` with the McNemar rows as ``{"gained", "lost", "p"}``, plus ``"base"``,
@@ -44,8 +49,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from engine import eval_cache
 from engine.dbutil import records
-from engine.evaluate import evaluate, gold_logppl, ground_plans, summarize
+from engine.eval_cache import GOLD_PLANS, StoredEvaluation, evaluation_key
+from engine.evaluate import Trace, evaluate, gold_logppl, ground_plans, summarize
 from engine.loop import run_config, run_directory
 from engine.outcome import Toolbox, toolbox_for
 from engine.runtime import pick_eval_tasks
@@ -93,12 +100,17 @@ def _stored_cell(store: Store, run_id: str, t: int, task_ids: list[str]) -> tupl
     return summary, {tid: bool(c) for tid, c in zip(traces.task_id, traces.correct)}
 
 
+def cell_tasks(planner_after: int, tasks: list[Task]) -> list[Task]:
+    """The tasks a cell evaluates: a gold-plans cell only those with gold subgoals."""
+    return [t for t in tasks if t.gold_subgoals] if planner_after == GOLD else tasks
+
+
 def _compute_cell(ctx: StageContext, planner_after: int, grounder_after: int, tasks: list[Task],
-                  toolbox: Toolbox) -> tuple[Summary, Outcomes]:
+                  toolbox: Toolbox) -> tuple[Summary, list[Trace]]:
     settings = ctx.config.evaluate
     grounder = ctx.agent("grounder", iteration=grounder_after + 1)  # the agent after t = what t + 1 starts from
+    tasks = cell_tasks(planner_after, tasks)
     if planner_after == GOLD:
-        tasks = [t for t in tasks if t.gold_subgoals]
         plans = [t.gold_subgoals for t in tasks]
         traces = ground_plans(grounder, tasks, plans, settings, toolbox)
         for trace, value in zip(traces, gold_logppl(grounder, tasks, plans, settings.batch_size)):
@@ -107,7 +119,7 @@ def _compute_cell(ctx: StageContext, planner_after: int, grounder_after: int, ta
     else:
         planner = ctx.agent("planner", iteration=planner_after + 1)
         summary, traces = evaluate(planner, grounder, tasks, settings, toolbox=toolbox)
-    return summary, {t.task_id: t.correct for t in traces}
+    return summary, traces
 
 
 def paired_tests(before: Outcomes, after: Outcomes, tasks: list[Task]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -173,10 +185,30 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
 
     uses = Counter(path for cell in todo for path in models_of(*cell))
     toolbox = toolbox_for(config.tools)
+    cache = eval_cache.for_workdir(config.run.workdir) if reuse and config.evaluate.reuse else None
+    reused_from: dict[str, str] = {}
     for done, (a, b) in enumerate(todo):
         ctx.check_stop()
-        ctx.report(done, len(todo), f"evaluating {cell_name(a, b)}")
-        results[(a, b)] = _compute_cell(ctx, a, b, tasks, toolbox)
+        name = cell_name(a, b)
+        key = None
+        if cache is not None:
+            planner = GOLD_PLANS if a == GOLD else paths["planner", a]
+            key, _ = evaluation_key(config, planner, paths["grounder", b], cell_tasks(a, tasks))
+        kept = cache.get(key) if cache is not None and key else None
+        if kept is not None:
+            ctx.report(done, len(todo), f"reusing {name} from run {kept.origin()}")
+            results[(a, b)] = kept.summary(), kept.outcomes()
+            reused.append(name)
+            reused_from[name] = kept.origin()
+        else:
+            ctx.report(done, len(todo), f"evaluating {name}")
+            summary, traces = _compute_cell(ctx, a, b, tasks, toolbox)
+            results[(a, b)] = summary, {t.task_id: t.correct for t in traces}
+            if cache is not None and key:
+                try:
+                    cache.put(key, StoredEvaluation.from_traces(summary, traces, run_id, after, cell=name))
+                except OSError:  # an unwritable workdir costs a later table this cell, not this table its rows
+                    pass
         for path in models_of(a, b):
             uses[path] -= 1
             if not uses[path]:
@@ -206,6 +238,7 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
         "gold_plans": {cell_name(a, b): results[(a, b)][0] for a, b in order if a == GOLD},
         "tests": tests,
         "reused": reused,
+        "reused_from": reused_from,
         "outcomes": {cell_name(*cell): results[cell][1] for cell in order},
         "seconds": round(time.perf_counter() - started, 2),
     }

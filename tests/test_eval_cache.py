@@ -117,6 +117,15 @@ def test_the_key_follows_what_the_result_depends_on(tmp_path, loop_config, tiny_
     finally:
         torch.set_num_threads(threads)
 
+    # The grounder alone on gold plans (the swap table's G cells) is its own measurement, whatever the planner.
+    gold, why = key(planner=eval_cache.GOLD_PLANS)
+    assert gold and why is None and gold != base
+    assert key(changed(planner__dtype="bfloat16"), planner=eval_cache.GOLD_PLANS)[0] == gold
+    assert key(planner=eval_cache.GOLD_PLANS, grounder=planner)[0] != gold
+    # A name the hub resolves is no fixed set of weights: never reused.
+    hub, why = key(planner="some-org/some-model")
+    assert hub is None and "'some-org/some-model' is not a local" in why
+
     remote, why = key(changed(tools__qa_model="gpt-x", tools__qa_base_url="http://127.0.0.1:9"))
     assert remote is None and "qa_model" in why
     shared, why = key(changed(agents__topology="shared"))

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from engine import swap
+from engine import eval_cache, swap
 from engine.__main__ import main
 from engine.config import config_to_dict, load_config
 from engine.errors import StageStopped
+from engine.eval_cache import EvaluationCache
 from engine.evaluate import Trace, summarize
 from engine.runtime import pick_eval_tasks
 from engine.store import Store
-from engine.swap import GOLD, SwapError, paired_tests, swap_table
+from engine.swap import GOLD, SwapError, cell_name, paired_tests, swap_table
 
 REPO = Path(__file__).resolve().parents[1]
 CELLS = [(0, 0), (1, 0), (GOLD, 0), (1, 1), (0, 1), (GOLD, 1)]
@@ -46,8 +47,8 @@ def _hand_mcnemar(before: dict[str, bool], after: dict[str, bool], ids: list[str
 
 # -- scripted cells: the table's bookkeeping without models ----------------------------------------------------------
 
-def _scripted(a: int, b: int, tasks) -> tuple[dict, dict[str, bool]]:
-    """A cell's summary and outcomes from a seeded coin per (cell, task): the same every call."""
+def _scripted_traces(a: int, b: int, tasks) -> tuple[dict, list[Trace]]:
+    """A cell's summary and traces from a seeded coin per (cell, task): the same every call."""
     tasks = [t for t in tasks if t.gold_subgoals] if a == GOLD else tasks
     traces = []
     for t in tasks:
@@ -55,7 +56,12 @@ def _scripted(a: int, b: int, tasks) -> tuple[dict, dict[str, bool]]:
         correct = rng.random() < 0.3 + 0.2 * (a > 0) + 0.2 * (b > 0)
         traces.append(Trace(t.id, t.split, t.domain, "plan", ["s"], "R1 = x", True, {}, "1", t.answer, correct,
                             gold_logppl=rng.uniform(0.5, 3.0)))
-    return summarize(traces), {t.task_id: t.correct for t in traces}
+    return summarize(traces), traces
+
+
+def _scripted(a: int, b: int, tasks) -> tuple[dict, dict[str, bool]]:
+    summary, traces = _scripted_traces(a, b, tasks)
+    return summary, {t.task_id: t.correct for t in traces}
 
 
 @pytest.fixture
@@ -81,7 +87,7 @@ def scripted_run(tmp_path, demo_tasks, monkeypatch):
 
     def compute(ctx, a, b, tasks, qa):
         calls.append((a, b))
-        return _scripted(a, b, tasks)
+        return _scripted_traces(a, b, tasks)
 
     monkeypatch.setattr(swap, "_compute_cell", compute)
     yield store, run_id, calls
@@ -228,6 +234,12 @@ def real_store(real_run, tmp_path):
         if Path(f"{db}{suffix}").exists():
             shutil.copy(f"{db}{suffix}", f"{tmp_path / 's.duckdb'}{suffix}")
     with Store(tmp_path / "s.duckdb") as store:
+        # The run's workdir (and its evaluation cache) is shared by the module's tests: each starts with no swap cell
+        # kept, so what one test's table computed is not what the next one reads.
+        cache = Path(swap.run_config(store, run_id).run.workdir) / eval_cache.DIRECTORY
+        for entry in cache.glob("*.json.gz"):
+            if EvaluationCache(cache).get(entry.name.removesuffix(".json.gz")).cell:
+                entry.unlink()
         yield store, run_id
 
 
@@ -267,7 +279,13 @@ def test_real_table_has_every_cell_reuses_the_diagonal_and_loads_each_model_once
     gold = rows[(rows.planner_after == GOLD) & (rows.grounder_after == 1)]
     assert METRICS <= set(gold.name) and set(gold.split) == set(traces.split)
     first = len(rows)
-    swap_table(store, run_id)
+    loads.clear()
+    second = swap_table(store, run_id)
+    # Every computed cell was kept in the run's evaluation cache: the second table loads no model.
+    assert sorted(second["reused"]) == sorted(cell_name(a, b) for a, b in CELLS) and loads == []
+    assert second["reused_from"]["G0"] == f"{run_id} iteration 1 (swap cell G0)"
+    assert second["cells"] == table["cells"] and second["gold_plans"] == table["gold_plans"]
+    assert second["outcomes"] == table["outcomes"]
     again = store.frame("swaps", run_id)
     assert len(again) == first and not again.duplicated(["planner_after", "grounder_after", "split", "domain",
                                                         "name"]).any()
@@ -276,8 +294,14 @@ def test_real_table_has_every_cell_reuses_the_diagonal_and_loads_each_model_once
 @pytest.mark.slow
 def test_real_recomputed_diagonal_equals_the_stored_metrics(real_store):
     store, run_id = real_store
+    kept = swap_table(store, run_id)  # computes the off-diagonal and gold-plans cells and keeps them
     table = swap_table(store, run_id, reuse=False)
-    assert table["reused"] == []
+    assert table["reused"] == [] and table["reused_from"] == {}
+    # A kept cell is what a recomputation gives, metric for metric and task for task.
+    for group in ("cells", "gold_plans"):
+        for name in kept[group]:
+            assert kept[group][name] == table[group][name], name
+    assert kept["outcomes"] == table["outcomes"]
     for t in (0, 1):
         stored = _nested(store.frame("metrics", run_id, t))
         cell = table["cells"][f"P{t}G{t}"]
@@ -312,7 +336,7 @@ def test_real_cli_json_and_markdown(real_store, capsys):
     row = next(line for line in out.splitlines() if line.startswith("| P1 G0 (stage 1 only) |"))
     assert f"{values['correct']}/{values['n']}" in row
     for label in ("P0 G0 (warm start)", "P0 G1 (stage 2 only)", "P1 G1 (both)", "stage 1 alone: P1 G0 vs P0 G0",
-                  "Reused from the evaluate stage's stored metrics"):
+                  "Reused, from the evaluate stage's stored metrics or the evaluation cache"):
         assert label in out
 
 

@@ -109,9 +109,11 @@ def markdown(table: dict[str, Any]) -> str:
         on_gold = " · ".join(_accuracy(get(gold.get(grounder, {}), s, "all")) for s in splits)
         lines.append(_row([f"{name(cell)} ({labels[cell]})", *(_accuracy(get(summary, s, d)) for s, d in columns),
                            f"{grounder}: {on_gold}"]))
-    reused = ", ".join(name(c) for c in table["reused"]) or "none"
-    lines += ["", f"Reused from the evaluate stage's stored metrics (same agents, tasks and greedy decoding): "
-              f"{reused}; the other cells were computed ({table['seconds']:.1f} s).", ""]
+    origins = table.get("reused_from", {})
+    reused = ", ".join(name(c) + (f" (from run {origins[c]})" if c in origins else "")
+                       for c in table["reused"]) or "none"
+    lines += ["", f"Reused, from the evaluate stage's stored metrics or the evaluation cache (same agents, tasks and "
+              f"greedy decoding): {reused}; the other cells were computed ({table['seconds']:.1f} s).", ""]
 
     lines += ["Which stage moved what: exact McNemar on the same tasks (+gained −lost, two-sided p)", "",
               _row(["change", *heads]), _row(["---"] * (len(heads) + 1))]

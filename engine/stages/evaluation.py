@@ -12,7 +12,6 @@ experiment starts from the same agents, so only the first evaluates iteration 0.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from engine import eval_cache
@@ -34,21 +33,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
     stored = cache.get(key) if key else None
     ctx.check_stop()
     if stored is not None:
-        ctx.report(0, len(tasks), f"reusing the evaluation of run {stored.run_id} iteration {stored.iteration}")
-        origin = {"reused_from": f"{stored.run_id} iteration {stored.iteration}", "evaluation_key": key[:16]}
+        ctx.report(0, len(tasks), f"reusing the evaluation of run {stored.origin()}")
+        origin = {"reused_from": stored.origin(), "evaluation_key": key[:16]}
     else:
         planner = ctx.agent("planner", iteration=ctx.iteration + 1)
         grounder = ctx.agent("grounder", iteration=ctx.iteration + 1)
         ctx.report(0, len(tasks), "planning and grounding")
         metrics, traces = evaluate(planner, grounder, tasks, cfg.evaluate, toolbox=toolbox_for(cfg.tools))
-        stored = StoredEvaluation(
-            metrics=[{"split": split, "domain": domain, "name": name, "value": float(value)}
-                     for split, domains in metrics.items() for domain, values in domains.items()
-                     for name, value in values.items()],
-            traces=[{"task_id": t.task_id, "split": t.split, "domain": t.domain, "plan": t.plan, "actions": t.actions,
-                     "answer": t.answer, "correct": t.correct, "gold_logppl": t.gold_logppl,
-                     "trace_json": json.dumps(t.to_dict(), ensure_ascii=False)} for t in traces],
-            run_id=ctx.run_id, iteration=ctx.iteration)
+        stored = StoredEvaluation.from_traces(metrics, traces, ctx.run_id, ctx.iteration)
         origin = {"evaluation_key": key[:16]} if key else {"not_reusable": not_reusable}
     where = {"run_id": ctx.run_id, "iteration": ctx.iteration}
     rows = [{**where, **row} for row in stored.metrics]
