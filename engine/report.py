@@ -18,21 +18,23 @@ is absent or null); ``UnknownExperiment`` (a ``KeyError`` carrying the known ids
          "gold/G0" | "gold/G{N}": {"held_in_accuracy": S, "held_out_accuracy": S, ...}},
          "gains": {"stage1" | "stage2" | "both": {"held_in_accuracy": P, "held_out_accuracy": P}}}},
      "runs": [{"variant", "seed", "run_id", "status", "iterations_done", "wall_s", ...}], "missing": [...],
-     "wall_s": {"total", "per_variant": {...}}}
+     "wall_s": {"total", "busy", "per_variant": {...}}}
 
 ``S`` = ``engine.stats.mean_interval`` over the seeds' per-run values (``{"mean", "ci95", "n", "sd"}``) plus
-``"per_seed"``; accuracies are fractions. An ``S`` interval is cut to the quantity's range (a share to [0, 1], a PPL
-to >= 1, a log-PPL to >= 0): a t interval on few seeds can reach past it, and the cut one still covers the mean. ``P``
-= ``engine.stats.paired_t`` (``{"diff", "ci95", "p", "n"}``) plus ``"seeds"``, over the seeds both sides have:
+``"per_seed"``; accuracies are fractions. An ``S`` interval is cut to the quantity's range (a share to [0, 1], a PPL to
+>= 1, a log-PPL to >= 0): a t interval on few seeds can reach past it, and the cut one still covers the mean. ``P`` =
+``engine.stats.paired_t`` (``{"diff", "ci95", "p", "n"}``) plus ``"seeds"``, over the seeds both sides have:
 ``vs_iteration_0`` pairs iteration t with iteration 0 of the same run (for the gap, the per-seed % change of
 ``gap_ppl``, tested against 0); ``vs_baseline`` pairs a variant with the baseline variant (``full`` unless the file
 names another) at the same iteration. Wall times are the sums of the runs' stage durations (``stages.started_at`` ..
-``finished_at``). A run is ``done`` once its ``evaluate`` stage is done for every iteration up to the largest
-requested; others are ``incomplete`` (with the stage where they stand), and an iteration lists only the seeds that
-reached it. ``swaps`` aggregates the stored swap tables (``engine.swap``, written for the variants an experiment's
-``swap`` lists) of each variant's runs over seeds: every cell's accuracy (split "all") as ``S``, and each stage's gain
-paired over seeds (``P``): stage 1 alone = P{N}G0 vs P0G0, stage 2 alone = P0G{N} vs P0G0, both = P{N}G{N} vs P0G0,
-with N the largest iteration the seeds share.
+``finished_at``); ``busy`` is the clock time during which any of the runs had a stage under way (the union of those
+intervals): with ``--jobs N`` it is what the runs took, without the idle hours between a kill and its resume, and
+without the swap tables, which run after the runs and record no times. A run is ``done`` once its ``evaluate`` stage is
+done for every iteration up to the largest requested; others are ``incomplete`` (with the stage where they stand), and
+an iteration lists only the seeds that reached it. ``swaps`` aggregates the stored swap tables (``engine.swap``,
+written for the variants an experiment's ``swap`` lists) of each variant's runs over seeds: every cell's accuracy
+(split "all") as ``S``, and each stage's gain paired over seeds (``P``): stage 1 alone = P{N}G0 vs P0G0, stage 2 alone
+= P0G{N} vs P0G0, both = P{N}G{N} vs P0G0, with N the largest iteration the seeds share.
 """
 
 from __future__ import annotations
@@ -112,6 +114,31 @@ def pct_change(before: dict[int, float], after: dict[int, float]) -> dict[str, A
     pct = {s: 100.0 * (after[s] - before[s]) / before[s] for s in seeds}
     return {**paired_t([0.0] * len(seeds), [pct[s] for s in seeds]), "seeds": seeds,
             "per_seed": {str(s): pct[s] for s in seeds}}
+
+
+def busy_seconds(intervals: list[tuple[Any, Any]]) -> float:
+    """Length of the union of ``(start, end)`` intervals (datetimes or numbers): time during which any was under
+    way, each overlap counted once."""
+    total, reach = 0.0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += _seconds(end - start)
+            reach = end
+        elif end > reach:
+            total += _seconds(end - reach)
+            reach = end
+    return total
+
+
+def _seconds(delta: Any) -> float:
+    return delta.total_seconds() if hasattr(delta, "total_seconds") else float(delta)
+
+
+def _busy(store: Store, experiment_id: str) -> float:
+    df = store.query("SELECT s.started_at, s.finished_at FROM experiment_runs r JOIN stages s USING (run_id) "
+                     "WHERE r.experiment_id = ? AND s.started_at IS NOT NULL AND s.finished_at IS NOT NULL",
+                     [experiment_id])
+    return busy_seconds([(a, b) for a, b in df.itertuples(index=False) if b >= a])
 
 
 def _runs(store: Store, experiment_id: str, requested: int) -> list[dict[str, Any]]:
@@ -223,7 +250,8 @@ def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
     return clean({
         "experiment": experiment_id, "name": found[0]["name"], "source": found[0]["source"], "baseline": baseline,
         "seeds": seeds, "iterations_requested": requested, "variants": report_variants, "swaps": swaps, "runs": runs,
-        "missing": missing, "wall_s": {"total": round(sum(r["wall_s"] for r in runs), 3), "per_variant": per_variant},
+        "missing": missing, "wall_s": {"total": round(sum(r["wall_s"] for r in runs), 3),
+                                       "busy": round(_busy(store, experiment_id), 3), "per_variant": per_variant},
     })
 
 
@@ -358,5 +386,9 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines += ["## Runs", ""]
     lines += markdown_table(["variant", "seed", "run", "status", "iterations done", "wall"], rows)
     per_variant = ", ".join(f"{v} {s:.1f} s" for v, s in report["wall_s"]["per_variant"].items())
-    lines += [f"Total wall time (sum of stage durations): {report['wall_s']['total']:.1f} s ({per_variant}).", ""]
+    busy = report["wall_s"].get("busy")
+    clock = (f"; clock time with any run under way (runs side by side counted once, idle time between a kill and its "
+             f"resume left out, swap tables not included): {busy:.1f} s") if busy is not None else ""
+    lines += [f"Total wall time (sum of stage durations): {report['wall_s']['total']:.1f} s ({per_variant}){clock}.",
+              ""]
     return "\n".join(lines)

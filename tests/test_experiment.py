@@ -20,7 +20,7 @@ import pytest
 from engine.__main__ import main
 from engine.errors import ConfigError
 from engine.experiment import load_experiment
-from engine.report import experiment_report, report_markdown, summary
+from engine.report import busy_seconds, experiment_report, report_markdown, summary
 from engine.runner import jobs_dir
 from engine.store import Store
 from engine.threads import ensure_thread_policy
@@ -399,7 +399,21 @@ def test_report_numbers_equal_a_hand_computation(hand_store):
     assert runs[("full", 2)]["status"] == "done" and runs[("full", 2)]["wall_s"] == pytest.approx(21.0)
     assert report["missing"] == [{"variant": "no_stage2", "seed": 2}, {"variant": "no_stage2", "seed": 3}]
     assert report["wall_s"]["total"] == pytest.approx(6 * 21.0 + 10 + 5)
+    # Every stage of the hand store starts at noon: the clock time with any run busy is the longest one, 11 s.
+    assert report["wall_s"]["busy"] == pytest.approx(11.0)
     json.dumps(report, allow_nan=False)  # strict JSON
+
+
+def test_busy_time_counts_overlaps_once_and_leaves_out_idle_gaps():
+    start = datetime(2026, 1, 1, 12, 0, 0)
+
+    def at(seconds: float) -> datetime:
+        return start + timedelta(seconds=seconds)
+
+    # two runs side by side (0-10 and 5-20), a nested stage (6-7), a pause, then a resumed run (30-40)
+    intervals = [(at(30), at(40)), (at(0), at(10)), (at(6), at(7)), (at(5), at(20))]
+    assert busy_seconds(intervals) == pytest.approx(20.0 + 10.0)  # 0-20, then 30-40
+    assert busy_seconds([(0, 4), (4, 6)]) == 6.0 and busy_seconds([]) == 0.0
 
 
 def test_report_markdown_and_cli(hand_store, capsys, tmp_path):
