@@ -12,7 +12,8 @@ Handlers (plain functions of the store or the report dict):
   Accuracies are fractions shown as %.
 * ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure shown
   in the figures and under it, in the same cell, the paired t test against the baseline variant
-  (``Δ vs <baseline>: diff (p=..., n=...)``), then incomplete and missing runs.
+  (``Δ vs <baseline>: diff (p=..., n=...)``), then incomplete and missing runs, and the wall time (the clock time
+  with any run under way, ``wall_s.busy``, beside the stage time summed over runs) once a stage has finished.
 * ``experiment_swaps(store, report) -> str``: the stored swap table of each baseline-variant run
   (``studio.metrics_swaps.swap_markdown``).
 * ``breakdown_choices(store, experiment_id)``: ``(label, split)`` pairs of the splits its runs have traces of
@@ -154,7 +155,16 @@ def experiment_table(report: dict[str, Any]) -> str:
         lines += ["", f"Incomplete: {'; '.join(incomplete)}."]
     if missing:
         lines += ["", f"Missing (never started): {'; '.join(missing)}."]
+    wall = report.get("wall_s", {})
+    if wall.get("total"):
+        lines += ["", f"Wall time: {_duration(wall.get('busy', 0.0))} with any run under way (runs side by side "
+                      f"counted once), {_duration(wall['total'])} of stage time summed over the runs."]
     return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
 def experiment_swaps(store: Store, report: dict[str, Any]) -> str:

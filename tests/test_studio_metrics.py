@@ -126,6 +126,8 @@ def test_experiment_table_shows_intervals_seeds_and_the_paired_test_vs_baseline(
     assert "Δ vs full: -13.5 (p=0.0236, n=2)" in row and row.count("Δ vs full") == 3
     assert "| held-out gap PPL |" in text and "Δ" not in [r for r in text.splitlines() if r.startswith("| full |")][0]
     assert "4 runs, 4 done" in text and "Missing" not in text
+    # 4 runs x 3 evaluate stages of 10 s, every one from noon: 10 s of clock time, 2 min of stage time
+    assert "Wall time: 10 s with any run under way (runs side by side counted once), 2 min 0 s of stage time" in text
 
 
 def test_experiment_choices_are_newest_first(store):
