@@ -6,11 +6,12 @@ Contract:
   evaluation's result depends on, or ``(None, reason)`` when a result must not be reused: a remote QA model answers the
   QA actions (its answers may change), or the agents sit on one shared base (``agents.topology = shared``: a role is a
   chain of adapters, not one directory), or an agent is not on this disk (a hub id names no fixed weights).
-  ``planner_path = GOLD_PLANS`` (None) keys the grounder alone on the tasks' gold subgoals (the swap table's ``G{t}``
-  cells), which no planner evaluation can share. The key covers the agents' files (``engine.fingerprint``), every
-  chosen task's full record in order, the ``[evaluate]`` section, both agent sections, the corpus's contents, this
-  engine's source, the torch / transformers / tokenizers versions, torch's thread count (a CPU matmul's reduction order
-  follows it), the CPU's vector capability and model name, and the CUDA device when there is one.
+  ``gold_plans=True`` (``planner_path`` then None) keys the grounder alone on the tasks' gold subgoals (the swap
+  table's ``G{t}`` cells), which no planner evaluation can share. The key covers the agents' files
+  (``engine.fingerprint``), every chosen task's full record in order, the ``[evaluate]`` section, both agent sections,
+  the corpus's contents, this engine's source, the torch / transformers / tokenizers versions, torch's thread count (a
+  CPU matmul's reduction order follows it), the CPU's vector capability and model name, and the CUDA device when there
+  is one.
 * ``StoredEvaluation``: metrics rows, trace rows, and where they were computed (the run, the iteration, and for a
   swap-table cell its name); ``from_traces`` builds one from ``engine.evaluate``'s summary and traces, ``summary()``
   and ``outcomes()`` read it back as the swap table holds a cell, ``origin()`` says where it came from.
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 
 DIRECTORY = "eval_cache"
 FORMAT = 1  # bump when the stored layout changes: older entries then read as missing
-GOLD_PLANS = None  # evaluation_key's planner_path for the grounder alone on the tasks' gold subgoals
 
 
 @dataclass
@@ -91,7 +91,7 @@ class StoredEvaluation:
 
     def origin(self) -> str:
         where = f"{self.run_id} iteration {self.iteration}"
-        return f"{where} (swap cell {self.cell})" if self.cell else where
+        return f"{where}, swap cell {self.cell}" if self.cell else where
 
 
 @functools.cache
@@ -117,16 +117,19 @@ def _software_and_hardware() -> dict[str, Any]:
             "engine": engine_source_digest()}
 
 
-def evaluation_key(config: RunConfig, planner_path: str | None, grounder_path: str,
-                   tasks: list[Task]) -> tuple[str | None, str | None]:
-    """``(key, None)``: a reusable evaluation of these agents on ``tasks`` under ``config``; else ``(None, why)``."""
+def evaluation_key(config: RunConfig, planner_path: str | None, grounder_path: str, tasks: list[Task], *,
+                   gold_plans: bool = False) -> tuple[str | None, str | None]:
+    """``(key, None)``: a reusable evaluation of these agents on ``tasks`` under ``config``; else ``(None, why)``.
+    ``gold_plans``: the grounder alone on the tasks' gold subgoals (``planner_path`` must be None)."""
+    if (planner_path is None) != gold_plans or not grounder_path:
+        raise ValueError("evaluation_key: a planner path exactly when gold_plans is false, and a grounder path")
     if config.tools.qa_model:
         return None, f"tools.qa_model = {config.tools.qa_model!r} answers QA actions remotely"
     if config.agents.topology == "shared":
         return None, "agents.topology = shared (a role is an adapter chain on one base)"
     agents: dict[str, Any] = {}
     for role, path in (("planner", planner_path), ("grounder", grounder_path)):
-        if path is GOLD_PLANS:
+        if path is None:
             agents[role] = "gold subgoals"  # no planner: the keys of planner evaluations never match this one
             continue
         section = getattr(config, role)

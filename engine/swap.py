@@ -25,14 +25,18 @@ Rows go to ``swaps`` (``planner_after`` = -1 for gold plans): per split and doma
 cell but the base one the exact McNemar test (``engine.stats.mcnemar``) against the base on the same tasks:
 ``mcnemar_gained``, ``mcnemar_lost``, ``mcnemar_p`` (P{a}G{b} against P{base}G{base}; G{after} against G{base}).
 The run's rows of every written (planner_after, grounder_after) are replaced in one transaction, after all cells are
-computed (a stop, ``should_stop`` polled before each computed cell, raises ``StageStopped`` and writes nothing).
-Per-task outcomes are returned, not stored: greedy decoding on a fixed task order recomputes them, and a diagonal's
-are in ``eval_traces``.
+computed (a stop, ``should_stop`` polled before each computed cell, raises ``StageStopped`` and writes nothing, in
+the store or the cache); the computed cells go to the evaluation cache after that transaction, so an entry never
+precedes the table it came from. A cell that cannot be kept says why in ``not_kept`` (an unwritable workdir) or
+``not_reusable`` (``engine.eval_cache.evaluation_key``'s reason: a hub id, a remote QA model, a shared base).
+Per-task outcomes are returned, not stored in the store: greedy decoding on a fixed task order recomputes them, a
+diagonal's are in ``eval_traces``, and a kept cell's in its cache entry.
 
 Returns ``{"run_id", "base", "after", "agents": {"P0": path, ...}, "tasks": [task ids], "cells": {"P{a}G{b}":
 {split: {domain: {...}}}}, "gold_plans": {"G{b}": {...}}, "tests": {"stage1" | "stage2" | "both" | "gold_plans":
 {"label", "after", "before", "results": {split: {domain: {"gained", "lost", "p", "n"}}}}}, "reused": [cells],
-"reused_from": {cell: origin}, "outcomes": {cell: {task_id: correct}}, "seconds"}``. Raises ``SwapError`` for an
+"reused_from": {cell: origin}, "not_kept": {cell: why}, "not_reusable": {cell: why}, "outcomes": {cell: {task_id:
+correct}}, "seconds"}``. Raises ``SwapError`` for an
 unknown run, an ``after`` without a done evaluate stage, or ``base`` not in 0..after-1.
 
 ``stored_swaps(store, run_id, base=None, after=None)`` only reads: the stored table of a run in the same shape
@@ -51,7 +55,7 @@ from typing import Any
 
 from engine import eval_cache
 from engine.dbutil import records
-from engine.eval_cache import GOLD_PLANS, StoredEvaluation, evaluation_key
+from engine.eval_cache import StoredEvaluation, evaluation_key
 from engine.evaluate import Trace, evaluate, gold_logppl, ground_plans, summarize
 from engine.loop import run_config, run_directory
 from engine.outcome import Toolbox, toolbox_for
@@ -187,13 +191,17 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
     toolbox = toolbox_for(config.tools)
     cache = eval_cache.for_workdir(config.run.workdir) if reuse and config.evaluate.reuse else None
     reused_from: dict[str, str] = {}
+    not_reusable: dict[str, str] = {}
+    to_keep: list[tuple[str, str, StoredEvaluation]] = []  # (cell, key, entry), kept once the table is stored
     for done, (a, b) in enumerate(todo):
         ctx.check_stop()
         name = cell_name(a, b)
         key = None
         if cache is not None:
-            planner = GOLD_PLANS if a == GOLD else paths["planner", a]
-            key, _ = evaluation_key(config, planner, paths["grounder", b], cell_tasks(a, tasks))
+            key, why = evaluation_key(config, None if a == GOLD else paths["planner", a], paths["grounder", b],
+                                      cell_tasks(a, tasks), gold_plans=a == GOLD)
+            if key is None:
+                not_reusable[name] = why or ""
         kept = cache.get(key) if cache is not None and key else None
         if kept is not None:
             ctx.report(done, len(todo), f"reusing {name} from run {kept.origin()}")
@@ -204,11 +212,8 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
             ctx.report(done, len(todo), f"evaluating {name}")
             summary, traces = _compute_cell(ctx, a, b, tasks, toolbox)
             results[(a, b)] = summary, {t.task_id: t.correct for t in traces}
-            if cache is not None and key:
-                try:
-                    cache.put(key, StoredEvaluation.from_traces(summary, traces, run_id, after, cell=name))
-                except OSError:  # an unwritable workdir costs a later table this cell, not this table its rows
-                    pass
+            if key:
+                to_keep.append((name, key, StoredEvaluation.from_traces(summary, traces, run_id, after, cell=name)))
         for path in models_of(a, b):
             uses[path] -= 1
             if not uses[path]:
@@ -228,6 +233,12 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
     rows = [row for cell in order for row in _rows(run_id, cell, results[cell][0], by_cell.get(cell))]
     deletes = [("swaps", {"run_id": run_id, "planner_after": a, "grounder_after": b}) for a, b in order]
     store.write_batch([("swaps", rows)], deletes=deletes)
+    not_kept: dict[str, str] = {}
+    for name, key, entry in to_keep if cache is not None else []:
+        try:
+            cache.put(key, entry)
+        except OSError as exc:  # an unwritable workdir costs a later table this cell, not this table its rows
+            not_kept[name] = f"{cache.directory}: {exc.strerror or exc}"
     ctx.report(len(todo), len(todo), "done")
     return {
         "run_id": run_id, "base": base, "after": after,
@@ -239,6 +250,8 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
         "tests": tests,
         "reused": reused,
         "reused_from": reused_from,
+        "not_kept": not_kept,
+        "not_reusable": not_reusable,
         "outcomes": {cell_name(*cell): results[cell][1] for cell in order},
         "seconds": round(time.perf_counter() - started, 2),
     }

@@ -78,8 +78,8 @@ def test_the_key_follows_what_the_result_depends_on(tmp_path, loop_config, tiny_
                             config.data.eval_seed)
     planner, grounder = config.planner.path, config.grounder.path
 
-    def key(cfg=config, tasks=tasks, planner=planner, grounder=grounder):
-        return evaluation_key(cfg, planner, grounder, tasks)
+    def key(cfg=config, tasks=tasks, planner=planner, grounder=grounder, gold_plans=False):
+        return evaluation_key(cfg, None if gold_plans else planner, grounder, tasks, gold_plans=gold_plans)
 
     base, why = key()
     assert base and why is None
@@ -118,10 +118,12 @@ def test_the_key_follows_what_the_result_depends_on(tmp_path, loop_config, tiny_
         torch.set_num_threads(threads)
 
     # The grounder alone on gold plans (the swap table's G cells) is its own measurement, whatever the planner.
-    gold, why = key(planner=eval_cache.GOLD_PLANS)
+    gold, why = key(gold_plans=True)
     assert gold and why is None and gold != base
-    assert key(changed(planner__dtype="bfloat16"), planner=eval_cache.GOLD_PLANS)[0] == gold
-    assert key(planner=eval_cache.GOLD_PLANS, grounder=planner)[0] != gold
+    assert key(changed(planner__dtype="bfloat16"), gold_plans=True)[0] == gold
+    assert key(grounder=planner, gold_plans=True)[0] != gold
+    with pytest.raises(ValueError):  # a missing planner path is a bug, never silently a gold-plans key
+        evaluation_key(config, None, grounder, tasks)
     # A name the hub resolves is no fixed set of weights: never reused.
     hub, why = key(planner="some-org/some-model")
     assert hub is None and "'some-org/some-model' is not a local" in why

@@ -82,7 +82,10 @@ def scripted_run(tmp_path, demo_tasks, monkeypatch):
                                      "trace_json": "{}"} for task in tasks])
         store.set_stage(run_id, t, "evaluate", "done")
     for role in ("planner", "grounder"):
-        store.put_checkpoint(run_id, 1, role, tmp_path / "runs" / role, "full")
+        checkpoint = tmp_path / "runs" / role
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "model.safetensors").write_bytes(role.encode())  # files to hash: the cells get cache keys
+        store.put_checkpoint(run_id, 1, role, checkpoint, "full")
     calls = []
 
     def compute(ctx, a, b, tasks, qa):
@@ -167,9 +170,45 @@ def test_scripted_reuse_off_and_missing_evaluation_compute_the_diagonal(scripted
 
 def test_scripted_stop_writes_nothing(scripted_run):
     store, run_id, calls = scripted_run
+    stops = iter([False, False, True])  # a stop after two computed cells
     with pytest.raises(StageStopped):
-        swap_table(store, run_id, should_stop=lambda: True)
-    assert calls == [] and store.count("swaps", run_id) == 0
+        swap_table(store, run_id, should_stop=lambda: next(stops))
+    assert calls == [(1, 0), (GOLD, 0)] and store.count("swaps", run_id) == 0
+    cache = Path(swap.run_config(store, run_id).run.workdir) / eval_cache.DIRECTORY
+    assert not list(cache.glob("*.json.gz")), "a stopped table left cache entries behind"
+
+
+def test_scripted_cells_are_kept_and_a_second_table_computes_none(scripted_run):
+    store, run_id, calls = scripted_run
+    first = swap_table(store, run_id)
+    assert first["not_kept"] == {} and first["not_reusable"] == {} and first["reused_from"] == {}
+    calls.clear()
+    second = swap_table(store, run_id)
+    assert calls == [], "a kept cell was computed again"
+    assert second["reused"] == ["P0G0", "P1G1", "P1G0", "G0", "P0G1", "G1"]
+    assert second["reused_from"] == {c: f"{run_id} iteration 1, swap cell {c}" for c in ("P1G0", "G0", "P0G1", "G1")}
+    for group in ("cells", "gold_plans", "outcomes", "tests"):
+        assert second[group] == first[group], group
+    assert "G0 from run " in swap_markdown_of(second)
+    # With reuse off nothing is read.
+    calls.clear()
+    assert swap_table(store, run_id, reuse=False)["reused_from"] == {} and len(calls) == 6
+
+
+def swap_markdown_of(table: dict) -> str:
+    from engine.commands.swap import markdown
+
+    return markdown(table)
+
+
+def test_scripted_a_workdir_that_cannot_keep_cells_still_gets_the_table(scripted_run):
+    store, run_id, calls = scripted_run
+    blocked = Path(swap.run_config(store, run_id).run.workdir) / eval_cache.DIRECTORY
+    blocked.write_text("a file where the cache directory would go")  # refused even to root, unlike a chmod
+    table = swap_table(store, run_id)
+    assert set(table["not_kept"]) == {"P1G0", "G0", "P0G1", "G1"}
+    assert all(why.startswith(str(blocked)) for why in table["not_kept"].values())
+    assert store.count("swaps", run_id) > 0 and len(calls) == 4
 
 
 def test_bad_requests_raise_swap_error(scripted_run):
@@ -238,7 +277,8 @@ def real_store(real_run, tmp_path):
         # kept, so what one test's table computed is not what the next one reads.
         cache = Path(swap.run_config(store, run_id).run.workdir) / eval_cache.DIRECTORY
         for entry in cache.glob("*.json.gz"):
-            if EvaluationCache(cache).get(entry.name.removesuffix(".json.gz")).cell:
+            kept = EvaluationCache(cache).get(entry.name.removesuffix(".json.gz"))
+            if kept is None or kept.cell:
                 entry.unlink()
         yield store, run_id
 
@@ -283,7 +323,7 @@ def test_real_table_has_every_cell_reuses_the_diagonal_and_loads_each_model_once
     second = swap_table(store, run_id)
     # Every computed cell was kept in the run's evaluation cache: the second table loads no model.
     assert sorted(second["reused"]) == sorted(cell_name(a, b) for a, b in CELLS) and loads == []
-    assert second["reused_from"]["G0"] == f"{run_id} iteration 1 (swap cell G0)"
+    assert second["reused_from"]["G0"] == f"{run_id} iteration 1, swap cell G0"
     assert second["cells"] == table["cells"] and second["gold_plans"] == table["gold_plans"]
     assert second["outcomes"] == table["outcomes"]
     again = store.frame("swaps", run_id)
@@ -294,7 +334,9 @@ def test_real_table_has_every_cell_reuses_the_diagonal_and_loads_each_model_once
 @pytest.mark.slow
 def test_real_recomputed_diagonal_equals_the_stored_metrics(real_store):
     store, run_id = real_store
-    kept = swap_table(store, run_id)  # computes the off-diagonal and gold-plans cells and keeps them
+    swap_table(store, run_id)  # computes the off-diagonal and gold-plans cells and keeps them
+    kept = swap_table(store, run_id)  # ... and reads them back
+    assert set(kept["reused_from"]) == {"P1G0", "P0G1", "G0", "G1"}
     table = swap_table(store, run_id, reuse=False)
     assert table["reused"] == [] and table["reused_from"] == {}
     # A kept cell is what a recomputation gives, metric for metric and task for task.

@@ -110,7 +110,7 @@ def markdown(table: dict[str, Any]) -> str:
         lines.append(_row([f"{name(cell)} ({labels[cell]})", *(_accuracy(get(summary, s, d)) for s, d in columns),
                            f"{grounder}: {on_gold}"]))
     origins = table.get("reused_from", {})
-    reused = ", ".join(name(c) + (f" (from run {origins[c]})" if c in origins else "")
+    reused = "; ".join(name(c) + (f" from run {origins[c]}" if c in origins else "")
                        for c in table["reused"]) or "none"
     lines += ["", f"Reused, from the evaluate stage's stored metrics or the evaluation cache (same agents, tasks and "
               f"greedy decoding): {reused}; the other cells were computed ({table['seconds']:.1f} s).", ""]
