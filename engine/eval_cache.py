@@ -41,16 +41,14 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.config import RunConfig
+from engine.evaluate import Trace, summary_from_rows, summary_rows
 from engine.export import replace_file
 from engine.fingerprint import fingerprint
 from engine.kernel_cache import processor_name
 from engine.tasks import Task
-
-if TYPE_CHECKING:
-    from engine.evaluate import Trace
 
 DIRECTORY = "eval_cache"
 FORMAT = 1  # bump when the stored layout changes: older entries then read as missing
@@ -69,9 +67,7 @@ class StoredEvaluation:
     def from_traces(cls, summary: dict[str, dict[str, dict[str, Any]]], traces: list[Trace], run_id: str,
                     iteration: int, cell: str = "") -> StoredEvaluation:
         """An evaluation as ``engine.evaluate`` returns it (``summarize``'s metrics and the traces), for keeping."""
-        return cls(metrics=[{"split": split, "domain": domain, "name": name, "value": float(value)}
-                            for split, domains in summary.items() for domain, values in domains.items()
-                            for name, value in values.items()],
+        return cls(metrics=summary_rows(summary),
                    traces=[{"task_id": t.task_id, "split": t.split, "domain": t.domain, "plan": t.plan,
                             "actions": t.actions, "answer": t.answer, "correct": t.correct,
                             "gold_logppl": t.gold_logppl, "trace_json": json.dumps(t.to_dict(), ensure_ascii=False)}
@@ -80,11 +76,7 @@ class StoredEvaluation:
 
     def summary(self) -> dict[str, dict[str, dict[str, Any]]]:
         """split -> domain -> metric, with the counts (``n``, ``correct``) as integers, as ``summarize`` gives."""
-        out: dict[str, dict[str, dict[str, Any]]] = {}
-        for row in self.metrics:
-            value = int(row["value"]) if row["name"] in ("n", "correct") else float(row["value"])
-            out.setdefault(row["split"], {}).setdefault(row["domain"], {})[row["name"]] = value
-        return out
+        return summary_from_rows(self.metrics)
 
     def outcomes(self) -> dict[str, bool]:
         return {row["task_id"]: bool(row["correct"]) for row in self.traces}

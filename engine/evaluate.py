@@ -162,6 +162,25 @@ def _failed_with(trace: Trace, kind: str) -> bool:
     return not trace.ok and kind in (trace.error or "")
 
 
+COUNTS = ("n", "correct")  # summarize's integer metrics
+
+
+def summary_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """``summarize``'s nested metrics as flat ``{"split", "domain", "name", "value"}`` rows (the ``metrics`` table)."""
+    return [{"split": split, "domain": domain, "name": name, "value": float(value)}
+            for split, domains in summary.items() for domain, values in domains.items()
+            for name, value in values.items()]
+
+
+def summary_from_rows(rows: Any) -> dict[str, Any]:
+    """The inverse of ``summary_rows``: split -> domain -> metric, the counts back as integers."""
+    out: dict[str, Any] = {}
+    for row in rows:
+        value = int(row["value"]) if row["name"] in COUNTS else float(row["value"])
+        out.setdefault(row["split"], {}).setdefault(row["domain"], {})[row["name"]] = value
+    return out
+
+
 def summarize(traces: list[Trace]) -> dict[str, Any]:
     """Metrics per split and domain (plus "all"): accuracy with its 95% Wilson interval (``accuracy_lo``/``_hi``)
     and counts (``n``, ``correct``), the share of executions that ran and of those that failed because a tool is

@@ -56,7 +56,7 @@ from typing import Any
 from engine import eval_cache
 from engine.dbutil import records
 from engine.eval_cache import StoredEvaluation, evaluation_key
-from engine.evaluate import Trace, evaluate, gold_logppl, ground_plans, summarize
+from engine.evaluate import Trace, evaluate, gold_logppl, ground_plans, summarize, summary_from_rows
 from engine.loop import run_config, run_directory
 from engine.outcome import Toolbox, toolbox_for
 from engine.runtime import pick_eval_tasks
@@ -97,11 +97,7 @@ def _stored_cell(store: Store, run_id: str, t: int, task_ids: list[str]) -> tupl
     traces = store.frame("eval_traces", run_id, t)
     if not len(metrics) or sorted(traces.task_id) != sorted(task_ids):
         return None
-    summary: Summary = {}
-    for r in records(metrics):
-        value = int(r["value"]) if r["name"] in ("n", "correct") else float(r["value"])
-        summary.setdefault(r["split"], {}).setdefault(r["domain"], {})[r["name"]] = value
-    return summary, {tid: bool(c) for tid, c in zip(traces.task_id, traces.correct)}
+    return summary_from_rows(records(metrics)), {tid: bool(c) for tid, c in zip(traces.task_id, traces.correct)}
 
 
 def cell_tasks(planner_after: int, tasks: list[Task]) -> list[Task]:
