@@ -36,8 +36,8 @@ Returns ``{"run_id", "base", "after", "agents": {"P0": path, ...}, "tasks": [tas
 {split: {domain: {...}}}}, "gold_plans": {"G{b}": {...}}, "tests": {"stage1" | "stage2" | "both" | "gold_plans":
 {"label", "after", "before", "results": {split: {domain: {"gained", "lost", "p", "n"}}}}}, "reused": [cells],
 "reused_from": {cell: origin}, "not_kept": {cell: why}, "not_reusable": {cell: why}, "outcomes": {cell: {task_id:
-correct}}, "seconds"}``. Raises ``SwapError`` for an
-unknown run, an ``after`` without a done evaluate stage, or ``base`` not in 0..after-1.
+correct}}, "seconds"}``.
+Raises ``SwapError`` for an unknown run, an ``after`` without a done evaluate stage, or ``base`` not in 0..after-1.
 
 ``stored_swaps(store, run_id, base=None, after=None)`` only reads: the stored table of a run in the same shape
 (``"cells"``, ``"gold_plans"``, ``"tests"`` with the McNemar rows as ``{"gained", "lost", "p"}``, plus ``"base"``,

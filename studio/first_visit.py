@@ -5,31 +5,50 @@ no run yet, ``start_showcase`` creates a one-iteration demo run from the studio'
 limits on Spaces) and starts it in the studio's job worker at once: the iteration-0 evaluation, then one MOAT
 iteration (plans, pairs, DPO, groundings, critic verdicts, SFT, evaluation). ``welcome(store, jobs, run_id)`` is the
 one paragraph the page shows, from the run's state in the store and the worker each time it is asked: ``WELCOME``
-while the run is being prepared (what is happening, how long it takes), ``FINISHED`` once every stage is done (where
-to look), ``UNFINISHED`` when it stopped or failed before that (where to see why, how to continue).
+while the run is being prepared (what is happening, how long it usually takes, and a line saying which stage is under
+way and how long the run has taken so far), ``FINISHED`` once every stage is done (where to look), ``UNFINISHED`` when
+it stopped or failed before that (where to see why, how to continue).
+
+How long it takes is said only for the demo agents at the sizes measured (``expected_duration``); for other agents
+the live line is all the visitor gets, rather than a figure that was never measured for them.
 """
 
 from __future__ import annotations
 
-from engine.config import load_config
-from engine.loop import create_run, pending, run_config, run_loop
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.config import RunConfig, load_config
+from engine.loop import STAGES, create_run, pending, run_config, run_loop
 from engine.store import Store
-from studio.common import spaces_capped
+from studio.common import DEMO_AGENTS, SPACES_CAPS, duration_text, spaces_capped
 from studio.jobs import JobWorker
+from studio.pipeline import label
+from studio.stage_text import objectives
 
 SHOWCASE_NAME = "demo-first-visit"
+DEMO_TASKS = "examples/demo/tasks.jsonl"
 
-# Measured alone on 2 idle cores with the demo config: iteration-0 evaluation 28 s, one iteration 94-103 s
-# (README, "Results on the demo world"); Spaces caps make it shorter.
+# The first-visit run (iteration-0 evaluation + one iteration), measured alone on 2 idle cores of an AMD EPYC with
+# AVX2 only on 2026-12-06 (README, *Studio*): at the Spaces caps 52 s; at the demo config's own sizes (96 training
+# tasks x K = 15, all 450 evaluation tasks) 5 min 23 s; on an Intel Xeon, earlier, about 2 min (iteration-0
+# evaluation 28 s, one iteration 94-103 s).
+# python -m engine run --config examples/demo.toml --set run.iterations=1 [--set data.train_limit=16
+#     --set data.eval_limit=20 --set sample.k=4] --db /tmp/fv.duckdb --set run.workdir=/tmp/fv --quiet
+CAPPED_DURATION = "under a minute on 2 CPU cores"
+FULL_DURATION = "2 to 6 minutes on 2 CPU cores, by the CPU"
+
 WELCOME = (
     "**Welcome.** A demo run is being prepared for you: the starting planner and grounder are evaluated, then one "
     "MOAT iteration runs (the planner samples plans, the grounder scores them, DPO trains the planner on the "
-    "best-vs-worst pairs, the critic checks the grounder's actions, SFT trains the grounder). It takes about 2-3 "
-    "minutes on 2 CPU cores; the **Run** tab shows each stage as it goes. Then look at **Pairs** (which plan the "
-    "grounder preferred, and by how much), **Critic** (the corrections the grounder learns from) and **Metrics** "
-    "(accuracy before and after). To start your own, press *Start a new run* in the **Run** tab (its config is "
-    "under *Advanced*)."
+    "best-vs-worst pairs, the critic checks the grounder's actions, SFT trains the grounder). {how_long}The "
+    "**Run** tab shows each stage as it goes. Then look at **Pairs** (which plan the grounder preferred, and by how "
+    "much), **Critic** (the corrections the grounder learns from) and **Metrics** (accuracy before and after). To "
+    "start your own, press *Start a new run* in the **Run** tab (its config is under *Advanced*).\n\n{now}"
 )
+HOW_LONG = "It usually takes {duration}. "
+NOW = "*Now:* {where} · {elapsed} so far."
 FINISHED = (
     "**Welcome.** The demo run `{run_id}` is ready: the starting planner and grounder were evaluated, then one MOAT "
     "iteration ran. Look at **Pairs** (which plan the grounder preferred, and by how much: iteration 1), **Critic** "
@@ -67,5 +86,40 @@ def welcome(store: Store, jobs: JobWorker, run_id: str) -> tuple[str, bool]:
         return FINISHED.format(run_id=run_id), True
     snap = jobs.snapshot()
     if snap["running"] and snap.get("run_id") == run_id:
-        return WELCOME, False
+        duration = expected_duration(config)
+        return WELCOME.format(how_long=HOW_LONG.format(duration=duration) if duration else "",
+                              now=under_way(store, run_id, snap)), False
     return UNFINISHED.format(run_id=run_id), False
+
+
+def expected_duration(config: RunConfig) -> str | None:
+    """How long the first-visit run usually takes, for the configurations it was measured at: the demo agents at
+    the Spaces caps, or at ``examples/demo.toml``'s sizes (or smaller); None for anything else (other agents, more
+    tasks, larger K), which was never measured."""
+    if (config.planner.path, config.grounder.path) != DEMO_AGENTS or config.planner.adapter or config.grounder.adapter:
+        return None
+    sizes = {dotted: getattr(getattr(config, dotted.split(".")[0]), dotted.split(".")[1]) for dotted, _ in SPACES_CAPS}
+    if all(0 < sizes[dotted] <= cap for dotted, cap in SPACES_CAPS):
+        return CAPPED_DURATION
+    # At most the demo config's own sizes, on its task file (eval_limit 0: every task, 450 in the demo world).
+    demo_tasks = Path(config.data.tasks).resolve() == Path(DEMO_TASKS).resolve()
+    if demo_tasks and 0 < sizes["data.train_limit"] <= 96 and sizes["sample.k"] <= 15 and sizes["run.iterations"] <= 1:
+        return FULL_DURATION
+    return None
+
+
+def under_way(store: Store, run_id: str, snapshot: dict[str, Any]) -> str:
+    """``NOW`` for a running job: the stage the store marks running (the first card of the **Run** tab's pipeline
+    that is under way) and the time since the job started."""
+    where = "getting ready"
+    for iteration in reversed(store.iterations(run_id)):
+        running = [name for name, row in store.stage_status(run_id, iteration).items() if row["status"] == "running"]
+        if running and iteration == 0 and running[0] == "evaluate":
+            where = "evaluating the starting planner and grounder"
+            break
+        if running:
+            stage = label(running[0], objectives(store, run_id, iteration))
+            where = f"iteration {iteration}, stage {stage} (of {len(STAGES)})"
+            break
+    elapsed = max(0.0, time.time() - float(snapshot.get("started_at") or time.time()))
+    return NOW.format(where=where, elapsed=duration_text(elapsed))

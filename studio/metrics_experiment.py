@@ -33,6 +33,7 @@ from plotly.subplots import make_subplots
 from engine.breakdown import breakdown_markdown, evaluated_splits, template_breakdown
 from engine.report import SPLIT_NAMES, known_experiments
 from engine.store import Store
+from studio.common import duration_text
 from studio.metrics_swaps import swap_markdown
 from studio.plots import ITERATION_AXIS, band_and_mean, colours, figure
 
@@ -157,14 +158,9 @@ def experiment_table(report: dict[str, Any]) -> str:
         lines += ["", f"Missing (never started): {'; '.join(missing)}."]
     wall = report.get("wall_s", {})
     if wall.get("total"):
-        lines += ["", f"Wall time: {_duration(wall.get('busy', 0.0))} with any run under way (runs side by side "
-                      f"counted once), {_duration(wall['total'])} of stage time summed over the runs."]
+        lines += ["", f"Wall time: {duration_text(wall.get('busy', 0.0))} with any run under way (runs side by "
+                      f"side counted once), {duration_text(wall['total'])} of stage time summed over the runs."]
     return "\n".join(lines)
-
-
-def _duration(seconds: float) -> str:
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
 def experiment_swaps(store: Store, report: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import load_config
+from engine.config_checks import apply_settings
 from engine.loop import create_run, stages_of
 from engine.store import Store
 from tests._studio import studio_run_id, studio_store  # noqa: F401  (fixtures: run_id, store)
@@ -94,10 +95,10 @@ def test_a_new_browser_opens_on_the_newest_iteration_with_data(store, run_id):
 
 
 def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
-    """Preparing while the job runs, where to look once finished (then the page stops asking), how to continue when
-    it stopped early."""
+    """Preparing while the job runs (how long it usually takes at the Spaces sizes, and which stage is under way),
+    where to look once finished (then the page stops asking), how to continue when it stopped early."""
     import studio.app
-    from studio.first_visit import FINISHED, UNFINISHED, WELCOME, welcome
+    from studio.first_visit import CAPPED_DURATION, FINISHED, UNFINISHED, welcome
     from studio.jobs import JobWorker
 
     jobs = JobWorker(store)
@@ -109,7 +110,18 @@ def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
         return "done"
 
     assert jobs.submit("first visit: a demo run", run_id, hold) is None and started.wait(10)
-    assert welcome(store, jobs, run_id) == (WELCOME, False)
+    text, settled = welcome(store, jobs, run_id)
+    assert not settled and text.startswith("**Welcome.** A demo run is being prepared for you")
+    assert f"It usually takes {CAPPED_DURATION}." in text and "*Now:* getting ready · " in text, text
+    store.set_stage(run_id, 0, "evaluate", "running")
+    assert "*Now:* evaluating the starting planner and grounder · " in welcome(store, jobs, run_id)[0]
+    store.set_stage(run_id, 0, "evaluate", "done", counts={"rows": 1})
+    for stage in ("sample", "score", "pairs"):
+        store.set_stage(run_id, 1, stage, "running")
+        store.set_stage(run_id, 1, stage, "done", counts={"rows": 1})
+    store.set_stage(run_id, 1, "train_planner", "running")
+    now = welcome(store, jobs, run_id)[0].split("*Now:* ")[1]
+    assert now.startswith("iteration 1, stage 4 · DPO planner (of 8) · ") and now.endswith(" s so far."), now
     release.set()
     assert jobs.wait(10)
     assert welcome(store, jobs, run_id) == (UNFINISHED.format(run_id=run_id), False)
@@ -124,6 +136,27 @@ def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
     assert shown["props"]["value"] == text
     refreshed, timer = _endpoint(demo, "studio_welcome")()
     assert refreshed == text and timer.active is False
+
+
+def test_the_welcome_says_how_long_only_for_what_was_measured():
+    """The demo agents at the Spaces caps or at the demo config's own sizes have a measured duration; other agents,
+    another task file or more work than the demo config get none (the live line still shows)."""
+    from studio.common import spaces_capped
+    from studio.first_visit import CAPPED_DURATION, FULL_DURATION, expected_duration
+
+    def demo(*settings: str):
+        config = load_config("examples/demo.toml")
+        config.run.iterations = 1  # as start_showcase sets it
+        return apply_settings(config, list(settings), "test") if settings else config
+
+    assert expected_duration(spaces_capped(demo())) == CAPPED_DURATION
+    assert expected_duration(demo()) == FULL_DURATION
+    assert expected_duration(demo("data.train_limit=16", "sample.k=4")) == FULL_DURATION  # eval_limit 0: all tasks
+    assert expected_duration(demo("sample.k=30")) is None
+    assert expected_duration(demo("data.train_limit=500")) is None
+    assert expected_duration(demo("run.iterations=3")) is None
+    assert expected_duration(demo("planner.path=tests/data/other-planner")) is None
+    assert expected_duration(demo("data.tasks=tests/data/samples/gsm8k_test.jsonl")) is None
 
 
 def test_the_stage_table_has_its_headers_before_any_stage(store, run_id):
