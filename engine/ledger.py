@@ -1,8 +1,11 @@
 """Runs and their stage states, as a mixin of ``Store``: create and list runs (with their config snapshot), record
 stage transitions (pending -> running -> done | failed | stopped | skipped, with timestamps, counts and errors), list
 iterations, summarise a store for ``python -m engine status``, and copy one run's rows between two store files
-(``copy_run``: how ``engine.jobs`` moves a run into and out of a job's own file). Relies on the host's ``_cursor``,
-``_transaction``, ``_touched``, ``_insert``, ``_frame_for``, ``task_rows``, ``query`` and ``_columns``.
+(``copy_run``: how ``engine.jobs`` moves a run into and out of a job's own file). Stage timestamps are UTC (stored as
+naive ``TIMESTAMP``): a stage's duration and ``report``'s busy time stay right across a daylight-saving change and in
+a store merged from machines in other time zones. Run ids keep the local clock, which is what their reader knows.
+Relies on the host's ``_cursor``, ``_transaction``, ``_touched``, ``_insert``, ``_frame_for``, ``task_rows``,
+``query`` and ``_columns``.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,11 @@ import duckdb
 from engine.dbutil import CONFLICT_RETRIES, FINISHED, STAGE_STATUSES, TABLES, iso, loads, records, slug
 from engine.errors import StoreError
 from engine.tasks import Task
+
+
+def utc_now() -> datetime:
+    """The current UTC time as a naive ``datetime``: what the ``stages`` table's ``TIMESTAMP`` columns hold."""
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class RunLedger:
@@ -106,7 +114,7 @@ class RunLedger:
             ).fetchall()
             old = old[0] if old else None
             started, finished, counts_json, err = old or (None, None, None, None)
-            now = datetime.now()
+            now = utc_now()
             if status == "running":
                 started, finished, err = now, None, None
             elif status in FINISHED:

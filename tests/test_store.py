@@ -329,6 +329,24 @@ def test_runs_ids_and_config(store, monkeypatch):
     assert store.get_run("missing") is None
 
 
+def test_stage_times_are_utc_whatever_the_local_zone(store, monkeypatch):
+    """A stage's stamps are UTC, so its duration and an experiment's busy time survive a daylight-saving change (a
+    local clock would put a stage spanning one an hour out) and a store merged from another zone."""
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    monkeypatch.setenv("TZ", "America/New_York")  # UTC-5 or UTC-4: never equal to UTC
+    time.tzset()
+    try:
+        assert datetime.now().hour != datetime.now(UTC).hour or datetime.now().day != datetime.now(UTC).day
+        store.set_stage("tz", 0, "sample", "running")
+        stamped = store.stage_status("tz", 0)["sample"]["started_at"]
+        assert abs(stamped - datetime.now(UTC).replace(tzinfo=None)) < timedelta(minutes=1), stamped
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_stage_status_transitions(store):
     store.set_stage("r", 0, "sample", "pending")
     assert store.stage_status("r", 0)["sample"]["started_at"] is None
