@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -483,7 +484,7 @@ def test_a_first_visit_to_an_empty_store_starts_a_demo_run_to_browse(tmp_path, l
     says what happens and where to look; a store that has runs, or a read-only one, is never touched."""
     from engine.config import config_to_toml
     from studio.app import build_app
-    from studio.first_visit import SHOWCASE_NAME
+    from studio.first_visit import SHOWCASE_NAME, welcome
     from studio.jobs import JobWorker
 
     config_file = tmp_path / "demo.toml"
@@ -493,7 +494,15 @@ def test_a_first_visit_to_an_empty_store_starts_a_demo_run_to_browse(tmp_path, l
         demo = build_app(s, str(config_file), jobs=jobs, first_visit=True)
         (run,) = s.list_runs()
         assert run["name"] == SHOWCASE_NAME and jobs.snapshot()["status"] != "idle"  # started at once
+        seen = set()  # the welcome's live line, asked as the page's timer would while the real loop runs
+        while jobs.running():
+            text, _ = welcome(s, jobs, run["run_id"])
+            if "*Now:* " in text:
+                seen.add(text.split("*Now:* ")[1].split(" · ")[0])
+            time.sleep(0.05)
         assert jobs.wait(timeout=300) and jobs.snapshot()["result"] == "done", jobs.snapshot()
+        # The loop takes seconds, most stages far longer than a poll: several stages seen, of both iterations.
+        assert any(w.startswith("iteration 1, stage ") for w in seen) and len(seen) >= 3, seen
         assert s.stage_status(run["run_id"], 1)["evaluate"]["status"] == "done"
         assert s.count("pairs", run["run_id"], 1) > 0 and s.count("verdicts", run["run_id"], 1) > 0
         assert "A demo run is being prepared for you" in str(demo.config)  # rendered while the job ran
