@@ -31,7 +31,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ class PlannedRun:
     linked: bool  # run_id is already recorded in experiment_runs
     units: int  # (iteration, stage) units still to run
     job_file: Path | None = None  # a job's own store holding this run's newest rows (engine.jobs)
+    todo: list[tuple[int, str]] = field(default_factory=list)  # those units, in order
 
 
 @dataclass
@@ -82,23 +83,33 @@ def job_file(db: str | Path, run_id: str) -> Path:
     return jobs_dir(db) / f"{run_id}.duckdb"
 
 
+def recorded_experiment(store: Store, exp: Experiment) -> dict[str, Any] | None:
+    """``exp``'s row in ``experiments`` (None: never run in this store); ``ConfigError`` when the model or task
+    files it reads changed since it was recorded: its runs read other agents or tasks, and resuming them would mix
+    two experiments under one id."""
+    old = records(store.query("SELECT * FROM experiments WHERE experiment_id = ?", [exp.experiment_id]))
+    if not old:
+        return None
+    changed = _changed_inputs(loads(old[0]["config_json"], {}).get("inputs"), exp.inputs())
+    if changed:
+        raise ConfigError("experiment", f"{', '.join(changed)} changed since experiment {exp.experiment_id} ran in "
+                                        f"{store.path}; its runs used the old contents, so they are not "
+                                        "resumed: run it in another store (--db)", str(exp.source))
+    return old[0]
+
+
 def register(store: Store, exp: Experiment, seeds: list[int], iterations: int) -> tuple[bool, list[str]]:
     """Record ``exp`` (or widen the seeds/iterations it records); returns (is it new, ids of other experiments of the
     same name: an edited file gives a new id)."""
     exp_id = exp.experiment_id
-    old = records(store.query("SELECT * FROM experiments WHERE experiment_id = ?", [exp_id]))
+    old = recorded_experiment(store, exp)
     row: dict[str, Any] = {"experiment_id": exp_id, "name": exp.name, "source": str(exp.source)}
     inputs = exp.inputs()
     if old:
-        before = loads(old[0]["config_json"], {})
-        changed = _changed_inputs(before.get("inputs"), inputs)
-        if changed:  # its runs read other agents or tasks: resuming them would mix two experiments under one id
-            raise ConfigError("experiment", f"{', '.join(changed)} changed since experiment {exp_id} ran in "
-                                            f"{store.path}; its runs used the old contents, so they are not "
-                                            "resumed: run it in another store (--db)", str(exp.source))
+        before = loads(old["config_json"], {})
         seeds = list(dict.fromkeys([*before.get("seeds", []), *seeds]))
         iterations = max(iterations, int(before.get("iterations", 0)))
-        row["created_at"] = old[0]["created_at"]
+        row["created_at"] = old["created_at"]
     row["config_json"] = exp.to_json(seeds, iterations, inputs)
     store.write("experiments", [row])
     others = store.query("SELECT experiment_id FROM experiments WHERE name = ? AND experiment_id <> ? "
@@ -148,10 +159,11 @@ def units_left(store: Store, run_id: str, iterations: int) -> int:
     return len(pending(store, run_id, run_config(store, run_id), iterations))
 
 
-def plan_runs(store: Store, exp: Experiment, variants: list[str], seeds: list[int], iterations: int,
-              use_job_files: bool = False) -> list[PlannedRun]:
-    """What to run, seed-major; writes nothing (see the module docstring)."""
-    links = linked_runs(store, exp.experiment_id)
+def plan_runs(store: Store | None, exp: Experiment, variants: list[str], seeds: list[int], iterations: int,
+              use_job_files: bool = False, read_only: bool = False) -> list[PlannedRun]:
+    """What to run, seed-major; writes nothing (see the module docstring). ``store`` None: a store not created yet,
+    where every run is still to create; ``read_only``: job files are opened read-only (``--dry-run``)."""
+    links = linked_runs(store, exp.experiment_id) if store is not None else {}
     inputs = exp.inputs()
     plans = []
     for seed in seeds:
@@ -160,18 +172,27 @@ def plan_runs(store: Store, exp: Experiment, variants: list[str], seeds: list[in
             config = exp.run_config(variant, seed, iterations)
             run_id = links.get((variant, seed))
             linked = run_id is not None
-            if run_id is None or store.get_run(run_id) is None:
+            if store is not None and (run_id is None or store.get_run(run_id) is None):
                 run_id, linked = _reusable(store, name, config, inputs), False
-            found = job_file(store.path, run_id) if run_id and use_job_files else None
+            found = job_file(store.path, run_id) if store is not None and run_id and use_job_files else None
             if found is not None and found.exists():
-                with Store(found) as job:  # no worker holds it yet (StoreLockedError if a leftover one does)
-                    units = units_left(job, run_id, iterations)
-            elif run_id is not None:
-                found, units = None, units_left(store, run_id, iterations)
+                # No worker holds it yet (StoreLockedError if a leftover one does).
+                with Store(found, read_only=read_only) as job:
+                    todo = pending(job, run_id, run_config(job, run_id), iterations)
+            elif store is not None and run_id is not None:
+                found, todo = None, pending(store, run_id, run_config(store, run_id), iterations)
             else:
-                found, units = None, sum(len(stages_of(t, config)) for t in range(iterations + 1))
-            plans.append(PlannedRun(variant, seed, name, run_id, linked, units, found))
+                found, todo = None, [(t, stage) for t in range(iterations + 1) for stage in stages_of(t, config)]
+            plans.append(PlannedRun(variant, seed, name, run_id, linked, len(todo), found, todo))
     return plans
+
+
+def has_swap_table(store: Store, run_id: str, iterations: int) -> bool:
+    """The run's stored swap table holds the cells of iteration 0 against ``iterations`` (``swap_finished``)."""
+    from engine.swap import stored_swaps
+
+    stored = stored_swaps(store, run_id, base=0, after=iterations)
+    return bool(stored) and f"P{iterations}G0" in stored.get("cells", {}) and f"P0G{iterations}" in stored["cells"]
 
 
 def ensure_run(store: Store, exp: Experiment, plan: PlannedRun, iterations: int) -> str:
@@ -227,7 +248,7 @@ def swap_finished(store: Store, exp: Experiment, seeds: list[int], iterations: i
                   should_stop: Callable[[], bool] = lambda: False) -> list[dict[str, Any]]:
     """The swap tables of the finished runs of ``exp.swap``'s variants (see the module docstring)."""
     from engine.errors import StageStopped
-    from engine.swap import stored_swaps, swap_table
+    from engine.swap import swap_table
 
     links = linked_runs(store, exp.experiment_id)
     done = []
@@ -236,8 +257,7 @@ def swap_finished(store: Store, exp: Experiment, seeds: list[int], iterations: i
             run_id = links.get((variant, seed))
             if run_id is None or should_stop() or units_left(store, run_id, iterations):
                 continue
-            stored = stored_swaps(store, run_id, base=0, after=iterations)
-            if stored and f"P{iterations}G0" in stored.get("cells", {}) and f"P0G{iterations}" in stored["cells"]:
+            if has_swap_table(store, run_id, iterations):
                 continue
             on_start(f"swap {exp.run_name(variant, seed)}")
             try:

@@ -11,6 +11,11 @@ bar on stderr counts (run, stage) units (``--quiet``: none); a per-run summary w
 last stdout line is one JSON object ``{"experiment": id, "name", "status", "db", "runs": [...], "wall_s"}``. Exit
 status: 0 done, 1 a run failed, 2 bad input, 3 the store cannot be used (held by another process, ...), 130 stopped
 by Ctrl-C (SIGINT; 128 + 2, the shell's convention, as ``engine run``), so a script can tell it from a finished one.
+
+``--dry-run`` stops after the checks: it says what the same command would do -- each run created, resumed or
+skipped, the stages and swap tables left, and an estimate of the stage time from the medians the store has recorded
+(``engine.experiment_plan``) -- on stderr as a table and as the last stdout line (``{"experiment": id, "dry_run":
+true, ...}``), and writes nothing: the store is opened read-only, and one that does not exist is not created.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs at once, each in its own process and DuckDB file (one per GPU); default 1: "
                              "in this process, directly in the store")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="say what would run (runs to create, resume or skip; stages left; estimated stage time "
+                             "from the store's medians) and write nothing")
 
 
 def _chosen(args: argparse.Namespace, exp) -> tuple[list[str], list[int], int]:
@@ -106,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         _preflight(exp, variants, seeds, iterations)
     except (ConfigError, DataError) as exc:
         return fail(exc)
+    if args.dry_run:
+        return _dry_run(args, exp, variants, seeds, iterations)
 
     from tqdm import tqdm
 
@@ -169,3 +179,51 @@ def run(args: argparse.Namespace) -> int:
     print_json({"experiment": exp_id, "name": exp.name, "status": status, "db": str(args.db),
                 "runs": [r.to_dict() for r in results], "swaps": swaps, "wall_s": round(wall, 3)})
     return EXIT_STATUS.get(status, 1)
+
+
+def _dry_run(args: argparse.Namespace, exp, variants: list[str], seeds: list[int], iterations: int) -> int:
+    """``--dry-run`` (see the module docstring): exit 0, 2 for inputs changed under a recorded experiment, 3 for a
+    store that cannot be opened (held by a running experiment, say)."""
+    import sys
+    from pathlib import Path
+
+    from engine.commands._common import fail, print_json, store_unusable
+    from engine.errors import ConfigError, StoreError
+    from engine.experiment_plan import describe
+    from engine.runner import plan_runs, recorded_experiment
+    from engine.store import Store
+
+    try:
+        if Path(args.db).exists():
+            with Store(args.db, read_only=True) as store:
+                recorded_experiment(store, exp)  # the real command would refuse changed model or task files
+                # Job files hold a --jobs run's newest rows; the real command reads (or absorbs) them first.
+                plans = plan_runs(store, exp, variants, seeds, iterations, use_job_files=True, read_only=True)
+                summary = describe(store, exp, plans, seeds, iterations)
+        else:
+            summary = describe(None, exp, plan_runs(None, exp, variants, seeds, iterations), seeds, iterations)
+    except ConfigError as exc:
+        return fail(exc)
+    except StoreError as exc:
+        return store_unusable(exc)
+    print(f"experiment {exp.experiment_id} (dry run: nothing written): {len(variants)} variant(s) x {len(seeds)} "
+          f"seed(s), {iterations} iteration(s); db {args.db}", file=sys.stderr)
+    width = max(len(r["name"]) for r in summary["runs"])
+    for r in summary["runs"]:
+        print(f"  {r['name']:<{width}}  {r['action']:<6}  {r['units']:>3} stage(s) left  {r['run_id'] or '-'}",
+              file=sys.stderr)
+    actions = [r["action"] for r in summary["runs"]]
+    estimate = summary["estimate_s"]
+    if estimate is None:
+        time_text = f"no estimate ({summary['estimate_from']})"
+    else:
+        minutes, rest = divmod(round(estimate), 60)
+        time_text = (f"about {minutes} min {rest} s of stage time, summed over runs (medians of "
+                     f"{summary['estimate_from']}"
+                     + (f"; {summary['unestimated']} stage(s) with no recorded time left out" if summary["unestimated"]
+                        else "") + ")")
+    print(f"{len(actions)} run(s): {actions.count('create')} to create, {actions.count('resume')} to resume, "
+          f"{actions.count('skip')} finished; {summary['units']} stage(s) left, {summary['swaps']} swap table(s); "
+          f"{time_text}", file=sys.stderr)
+    print_json({**summary, "db": str(args.db)})
+    return 0

@@ -1,0 +1,102 @@
+"""``experiment --dry-run``: what the command would do, read off the store and written nowhere.
+
+The store is written by hand (runs made by the experiment's own ``ensure_run``, stage records with chosen
+durations), so the plan and the estimate are checked against numbers worked out here, and no model runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from engine.__main__ import main
+from engine.experiment import load_experiment
+from engine.runner import ensure_run, plan_runs, register
+from engine.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+START = datetime(2026, 1, 1, 12, 0, 0)
+# Durations in seconds of the stages recorded done: (variant, seed) -> [(iteration, stage, seconds)].
+DONE = {
+    ("full", 1): [(0, "evaluate", 10), (1, "sample", 4), (1, "score", 2), (1, "pairs", 1), (1, "train_planner", 6),
+                  (1, "ground", 3), (1, "critique", 1), (1, "train_grounder", 8), (1, "evaluate", 12)],
+    ("no_stage2", 1): [(0, "evaluate", 20), (1, "sample", 6)],  # then killed inside score
+}
+# Medians of those: evaluate of (10, 12, 20) is 12, sample of (4, 6) is 5, every other stage its one value.
+MEDIAN = {"evaluate": 12, "sample": 5, "score": 2, "pairs": 1, "train_planner": 6, "ground": 3, "critique": 1,
+          "train_grounder": 8}
+STAGE2 = ("ground", "critique", "train_grounder")  # what no_stage2 records as skipped, in no time
+
+
+def experiment_file(tmp_path: Path) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(
+        "[experiment]\n"
+        'name = "plan"\n'
+        f"base = {json.dumps(str(ROOT / 'examples' / 'demo.toml'))}\n"
+        "seeds = [1, 2]\n"
+        "iterations = 1\n"
+        f"set = [{json.dumps('run.workdir=' + str(tmp_path / 'runs'))}]\n"
+        'swap = ["full"]\n'
+        "[variants.full]\nset = []\n"
+        '[variants.no_stage2]\nset = ["stages.stage2=false"]\n')
+    return path
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_dry_run_without_a_store_creates_nothing_and_plans_every_run(tmp_path, capsys):
+    db = tmp_path / "none" / "s.duckdb"
+    assert main(["experiment", "--config", str(experiment_file(tmp_path)), "--db", str(db), "--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert not db.exists() and not db.parent.exists()
+    assert [(r["name"], r["action"], r["units"]) for r in out["runs"]] == [
+        ("plan/full/s1", "create", 9), ("plan/no_stage2/s1", "create", 9), ("plan/full/s2", "create", 9),
+        ("plan/no_stage2/s2", "create", 9)]
+    assert out["dry_run"] and out["units"] == 36 and out["swaps"] == 2
+    assert out["estimate_s"] is None and out["unestimated"] == 36 and out["estimate_from"] == "no store yet"
+
+
+def test_a_dry_run_reads_what_is_left_and_costs_it_at_the_stores_medians(tmp_path, capsys):
+    config = experiment_file(tmp_path)
+    exp = load_experiment(config)
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        register(store, exp, [1, 2], 1)
+        for (variant, seed), stages in DONE.items():
+            run_id = ensure_run(store, exp, plan_runs(store, exp, [variant], [seed], 1)[0], 1)
+            store.write("stages", [{"run_id": run_id, "iteration": t, "stage": stage, "status": "done",
+                                    "started_at": START, "finished_at": START + timedelta(seconds=seconds)}
+                                   for t, stage, seconds in stages])
+            if variant == "no_stage2":
+                store.set_stage(run_id, 1, "score", "running")  # a kill leaves it so
+    before = digest(db)
+    capsys.readouterr()
+    assert main(["experiment", "--config", str(config), "--db", str(db), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    assert digest(db) == before  # opened read-only: not a byte changed
+    with Store(db, read_only=True) as store:
+        links = {(v, int(s)): r for v, s, r in store.query(
+            "SELECT variant, seed, run_id FROM experiment_runs").itertuples(index=False)}
+    assert [(r["name"], r["action"], r["units"], r["run_id"]) for r in out["runs"]] == [
+        ("plan/full/s1", "skip", 0, links[("full", 1)]),
+        ("plan/no_stage2/s1", "resume", 7, links[("no_stage2", 1)]),  # score .. evaluate of iteration 1
+        ("plan/full/s2", "create", 9, None), ("plan/no_stage2/s2", "create", 9, None)]
+    resumed = sum(MEDIAN[s] for s in ("score", "pairs", "train_planner", "evaluate"))  # stage 2 skipped
+    created_full = sum(MEDIAN.values()) + MEDIAN["evaluate"]  # iteration 0's evaluation too
+    created_no_stage2 = created_full - sum(MEDIAN[s] for s in STAGE2)
+    assert out["estimate_s"] == resumed + created_full + created_no_stage2 == 21 + 50 + 38
+    assert out["unestimated"] == 0 and out["units"] == 25
+    assert out["estimate_from"] == "11 done stages of this experiment"
+    assert out["swaps"] == 2  # full/s1 (finished, no table yet) and full/s2 (once it has run)
+    assert "1 to resume" in captured.err and "about 1 min 49 s of stage time" in captured.err
+    # A larger --iterations: every run has iteration 2 to go, and the finished one resumes.
+    assert main(["experiment", "--config", str(config), "--db", str(db), "--dry-run", "--iterations", "2"]) == 0
+    wider = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [(r["action"], r["units"]) for r in wider["runs"]] == [("resume", 8), ("resume", 15), ("create", 17),
+                                                                   ("create", 17)]
+    assert digest(db) == before
