@@ -8,16 +8,17 @@ store, None when it does not exist yet) and writes nothing. It returns:
   with its ``run_id`` and the ``units`` ((iteration, stage) pairs) left;
 - ``units``: their total; ``swaps``: how many swap tables the command would compute afterwards (finished runs of
   ``exp.swap``'s variants without a stored table);
-- ``estimate_s``: the stage time left, each unit costed at the median duration of its stage among the done stages of
-  this experiment's runs, else of every run in the store (``estimate_from`` says which, and how many stages the
-  medians rest on); a stage the variant leaves out (``engine.loop.is_skipped``) costs nothing. Units whose stage has
-  no recorded duration are counted in ``unestimated`` and left out of the sum, so the estimate is then a floor. None
-  when the store has no done stage to go by.
+- ``estimate_s``: the stage time left, each unit costed at the median duration of its stage (at iteration 0, or at
+  later iterations) among the done stages of this experiment's runs, else of every run in the store
+  (``estimate_from`` says which, and how many stages the medians rest on); a stage the variant leaves out
+  (``engine.loop.is_skipped``) costs nothing. Units with no such recorded duration are counted in ``unestimated`` and
+  left out of the sum, so the estimate is then a floor. None when the store has no done stage to go by.
 
 The estimate is stage time summed over runs, as ``report``'s ``wall_s.total``: runs side by side under ``--jobs N``
 overlap, and how much that gains depends on the cores, so no wall time is promised. Swap tables record no times and
-are not in it. An iteration-0 evaluation that ``evaluate.reuse`` finds in the cache takes a second, not its median:
-medians of a store whose runs mostly read it are low for that stage, and the reverse.
+are not in it. Iteration 0 is costed apart because an evaluation ``evaluate.reuse`` finds in the cache takes a
+second: in a store holding one run, the first of an experiment's runs, its median is the computed evaluation, so the
+estimate of the other runs' iteration 0 is high until some of them have read the cache.
 """
 
 from __future__ import annotations
@@ -30,21 +31,30 @@ from engine.runner import PlannedRun, has_swap_table, linked_runs, units_left
 from engine.schedule import iteration_config
 from engine.store import Store
 
+Medians = dict[tuple[str, bool], float]  # (stage, at iteration 0?) -> median seconds
 
-def stage_medians(store: Store, experiment_id: str) -> tuple[dict[str, float], str]:
-    """``({stage: median seconds}, where they come from)``: the experiment's own done stages, else every run's."""
-    query = ("SELECT stage, median(date_diff('millisecond', started_at, finished_at)) / 1000.0 AS s, count(*) AS n "
+
+def stage_medians(store: Store, experiment_id: str) -> tuple[Medians, str]:
+    """``({(stage, at iteration 0?): median seconds}, where they come from)``: the experiment's own done stages, else
+    every run's. Iteration 0 has medians of its own: its evaluation is the one ``evaluate.reuse`` usually reads
+    from the cache (every run of an experiment starts from the same agents), so it costs far less than a later one."""
+    query = ("SELECT stage, iteration = 0 AS initial, "
+             "median(date_diff('millisecond', started_at, finished_at)) / 1000.0 AS s, count(*) AS n "
              "FROM stages WHERE status = 'done' AND started_at IS NOT NULL AND finished_at IS NOT NULL {where} "
-             "GROUP BY stage")
+             "GROUP BY ALL")
     own = store.query(query.format(where="AND run_id IN (SELECT run_id FROM experiment_runs WHERE experiment_id = ?)"),
                       [experiment_id])
     if len(own):
-        return dict(zip(own["stage"], own["s"].astype(float))), f"{int(own['n'].sum())} done stages of this experiment"
+        return _medians(own), f"{int(own['n'].sum())} done stages of this experiment"
     every = store.query(query.format(where=""))
     if len(every):
-        return dict(zip(every["stage"], every["s"].astype(float))), (f"{int(every['n'].sum())} done stages of other "
-                                                                    "runs in this store")
+        return _medians(every), f"{int(every['n'].sum())} done stages of other runs in this store"
     return {}, "no done stage in this store"
+
+
+def _medians(df) -> Medians:
+    return {(str(stage), bool(initial)): float(s) for stage, initial, s in df[["stage", "initial", "s"]].itertuples(
+        index=False)}
 
 
 def _swaps_left(store: Store | None, exp: Experiment, plans: list[PlannedRun], seeds: list[int],
@@ -78,8 +88,8 @@ def describe(store: Store | None, exp: Experiment, plans: list[PlannedRun], seed
             # Left out by the variant or by the iteration's phase: recorded as skipped, in no time.
             if is_skipped(stage, iteration_config(config, t), t):
                 continue
-            if stage in medians:
-                estimate += medians[stage]
+            if (stage, t == 0) in medians:
+                estimate += medians[(stage, t == 0)]
             else:
                 unestimated += 1
     units = sum(plan.units for plan in plans)
