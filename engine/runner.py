@@ -8,10 +8,11 @@ Contract:
   changed since it was recorded, whose runs would otherwise be resumed as if nothing had. The experiment's runs
   are ordinary runs, grouped by ``experiment_runs (experiment_id, variant, seed) -> run_id``.
 * ``plan_runs`` lists what one command will do, seed-major (every variant of the first seed, then the next seed),
-  without writing anything: for each (variant, seed) the run already linked to the experiment (or a run of the same
+  without writing anything (``experiment --dry-run`` prints it: ``engine.experiment_plan``; with no store yet,
+  every run is to create): for each (variant, seed) the run already linked to the experiment (or a run of the same
   name and config that a kill left unlinked, or that an earlier version of the file made from the same model and
   task contents: an edited file with a new variant reuses the runs of the others), and how many
-  ``(iteration, stage)`` units it still has to run for iterations 0..N (from the run's job file when
+  ``(iteration, stage)`` units it still has to run for iterations 0..N, and which (from the run's job file when
   ``engine.jobs`` left one). A run with no units left is skipped; an interrupted one resumes with ``run_loop``
   (which resumes from the store); a missing one is created when its turn comes (``ensure_run``); a larger N
   extends finished runs and becomes their ``run.iterations`` (``engine.loop.extend_iterations``; never lowered).
