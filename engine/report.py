@@ -293,6 +293,12 @@ def _swaps(store: Store, experiment_id: str) -> dict[str, Any]:
 # -- markdown ---------------------------------------------------------------------------------------------------------
 
 
+def duration_text(seconds: float) -> str:
+    """``"4 min 7 s"``, or ``"42 s"`` under a minute."""
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
 def format_interval(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
     if not cell or cell.get("mean") is None:
         return "–"

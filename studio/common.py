@@ -166,12 +166,6 @@ def spaces_capped(config: RunConfig) -> RunConfig:
     return config
 
 
-def duration_text(seconds: float) -> str:
-    """``"4 min 7 s"``, or ``"42 s"`` under a minute."""
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
-
-
 def run_iterations(store: Store, run_id: str | None) -> list[int]:
     return store.iterations(run_id) if run_id else []
 

@@ -21,8 +21,9 @@ from typing import Any
 
 from engine.config import RunConfig, load_config
 from engine.loop import STAGES, create_run, pending, run_config, run_loop
+from engine.report import duration_text
 from engine.store import Store
-from studio.common import DEMO_AGENTS, SPACES_CAPS, duration_text, spaces_capped
+from studio.common import DEMO_AGENTS, SPACES_CAPS, spaces_capped
 from studio.jobs import JobWorker
 from studio.pipeline import label
 from studio.stage_text import objectives

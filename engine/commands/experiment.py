@@ -190,6 +190,7 @@ def _dry_run(args: argparse.Namespace, exp, variants: list[str], seeds: list[int
     from engine.commands._common import fail, print_json, store_unusable
     from engine.errors import ConfigError, StoreError
     from engine.experiment_plan import describe
+    from engine.report import duration_text
     from engine.runner import plan_runs, recorded_experiment
     from engine.store import Store
 
@@ -213,15 +214,13 @@ def _dry_run(args: argparse.Namespace, exp, variants: list[str], seeds: list[int
         print(f"  {r['name']:<{width}}  {r['action']:<6}  {r['units']:>3} stage(s) left  {r['run_id'] or '-'}",
               file=sys.stderr)
     actions = [r["action"] for r in summary["runs"]]
-    estimate = summary["estimate_s"]
-    if estimate is None:
+    if summary["estimate_s"] is None:
         time_text = f"no estimate ({summary['estimate_from']})"
     else:
-        minutes, rest = divmod(round(estimate), 60)
-        time_text = (f"about {minutes} min {rest} s of stage time, summed over runs (medians of "
-                     f"{summary['estimate_from']}"
-                     + (f"; {summary['unestimated']} stage(s) with no recorded time left out" if summary["unestimated"]
-                        else "") + ")")
+        unestimated = summary["unestimated"]
+        left_out = f"; {unestimated} stage(s) with no recorded time left out" if unestimated else ""
+        time_text = (f"about {duration_text(summary['estimate_s'])} of stage time, summed over runs (medians of "
+                     f"{summary['estimate_from']}{left_out})")
     print(f"{len(actions)} run(s): {actions.count('create')} to create, {actions.count('resume')} to resume, "
           f"{actions.count('skip')} finished; {summary['units']} stage(s) left, {summary['swaps']} swap table(s); "
           f"{time_text}", file=sys.stderr)
