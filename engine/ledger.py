@@ -19,9 +19,15 @@ from typing import Any
 
 import duckdb
 
+from engine.config import ITERATION_STAGES
 from engine.dbutil import CONFLICT_RETRIES, FINISHED, STAGE_STATUSES, TABLES, iso, loads, records, slug
 from engine.errors import StoreError
 from engine.tasks import Task
+
+# Where each stage sits in an iteration: iteration 0's warm start first, then a MOAT iteration's stages in the order
+# engine.loop runs them.
+STAGE_ORDER = ("warm_start_planner", "warm_start_grounder", *ITERATION_STAGES)
+_PIPELINE_POSITION = {name: n for n, name in enumerate(STAGE_ORDER)}
 
 
 def utc_now() -> datetime:
@@ -134,11 +140,14 @@ class RunLedger:
             self._transaction(cur, body)
 
     def stage_status(self, run_id: str, iteration: int) -> dict[str, dict[str, Any]]:
-        """``{stage: {"status", "started_at", "finished_at", "counts", "error"}}`` for one iteration."""
+        """``{stage: {"status", "started_at", "finished_at", "counts", "error"}}`` for one iteration, in pipeline
+        order (``STAGE_ORDER``; a stage name outside it last, by start). By start time alone, a skipped stage (never
+        started) was listed after the evaluation that follows it, in ``status`` and in the studio."""
         df = self.query(
             "SELECT * FROM stages WHERE run_id = ? AND iteration = ? ORDER BY started_at NULLS LAST, stage",
             [run_id, iteration],
         )
+        rows = sorted(records(df), key=lambda r: _PIPELINE_POSITION.get(r["stage"], len(_PIPELINE_POSITION)))
         return {
             r["stage"]: {
                 "status": r["status"],
@@ -147,7 +156,7 @@ class RunLedger:
                 "counts": loads(r["counts_json"], {}),
                 "error": r["error"],
             }
-            for r in records(df)
+            for r in rows
         }
 
     def _iteration_tables(self) -> list[str]:

@@ -300,15 +300,22 @@ def duration_text(seconds: float) -> str:
 
 
 def format_interval(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
+    """``mean [lo, hi]``; one seed has no interval (the JSON's ``[mean, mean]`` is not a width): ``mean (n=1)``."""
     if not cell or cell.get("mean") is None:
         return "–"
+    if cell.get("n") == 1:
+        return f"{cell['mean'] * scale:.{digits}f} (n=1)"
     lo, hi = cell["ci95"]
     return f"{cell['mean'] * scale:.{digits}f} [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}]"
 
 
 def format_test(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
+    """``diff [lo, hi] p=.. (n=..)``; one pair of seeds gives a difference, not a test (the JSON's p = 1 is no
+    evidence either way), and says so."""
     if not cell or cell.get("diff") is None:
         return "–"
+    if cell.get("n") == 1:
+        return f"{cell['diff'] * scale:+.{digits}f} (n=1, no test)"
     lo, hi = cell["ci95"]
     return (f"{cell['diff'] * scale:+.{digits}f} [{lo * scale:+.{digits}f}, {hi * scale:+.{digits}f}] "
             f"p={cell['p']:.3g} (n={cell['n']})")

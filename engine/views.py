@@ -135,8 +135,9 @@ class StudioViews:
 
     def task_page(self, run_id: str, iteration: int, *, text: str = "", domain: str = "", split: str = "",
                   page: int = 1, size: int = 20) -> pd.DataFrame:
-        """One page of a run's tasks, most plans in ``iteration`` first: ``task_id, domain, split, question, plans``
-        and ``total`` (all matching tasks). ``text`` matches the question or the id, case-blind."""
+        """One page of a run's tasks, most plans in ``iteration`` first: ``task_id, domain, split, question, plans``,
+        ``total`` (all matching tasks) and ``with_plans`` (those of them with a plan in ``iteration``). ``text``
+        matches the question or the id, case-blind."""
         conds, params = ["t.run_id = $run"], {"run": run_id, "it": int(iteration), "limit": int(size),
                                               "offset": (max(int(page), 1) - 1) * int(size)}
         if text:
@@ -146,11 +147,12 @@ class StudioViews:
             if value:
                 conds.append(f"t.{name} = ${name}")  # name is one of the two literals above, never user text
                 params[name] = value
-        sql = f"""SELECT t.task_id, t.domain, t.split, t.question,
-                    (SELECT count(*) FROM plans p WHERE p.run_id = $run AND p.iteration = $it
-                     AND p.task_id = t.task_id) AS plans, count(*) OVER () AS total
-                  FROM tasks t WHERE {" AND ".join(conds)}
-                  ORDER BY plans DESC, t.task_id LIMIT $limit OFFSET $offset"""
+        sql = f"""SELECT *, count(*) OVER () AS total, count(*) FILTER (WHERE plans > 0) OVER () AS with_plans
+                  FROM (SELECT t.task_id, t.domain, t.split, t.question,
+                               (SELECT count(*) FROM plans p WHERE p.run_id = $run AND p.iteration = $it
+                                AND p.task_id = t.task_id) AS plans
+                        FROM tasks t WHERE {" AND ".join(conds)})
+                  ORDER BY plans DESC, task_id LIMIT $limit OFFSET $offset"""
         return self.query(sql, params)
 
     def task_facets(self, run_id: str) -> dict[str, list[str]]:

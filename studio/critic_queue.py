@@ -61,19 +61,36 @@ def _yes_no(value: Any) -> str:
     return "—" if value is None or pd.isna(value) else ("yes" if bool(value) else "no")
 
 
-def empty_note(iteration: int | None, status: str = "", reviewed: str = "any", unfiltered: int = 0) -> str:
+def empty_note(iteration: int | None, status: str = "", reviewed: str = "any", unfiltered: int = 0,
+               skipped: str | None = None) -> str:
     """Why the critic queue shows no row: the iteration has no verdict at all (``unfiltered``, its count without
-    filters, is 0: iteration 0 samples no plans, a later one may not have reached its critique), or the filters set
-    (named)."""
+    filters, is 0: iteration 0 samples no plans, a variant may skip the critic -- ``skipped`` is then the critique
+    stage's recorded reason --, a later iteration may not have reached its critique), or the filters set (named)."""
     if iteration is None:
         return "pick a run and an iteration above"
     if not unfiltered:
-        return ("iteration 0 evaluates the starting agents and samples no plans: verdicts start at iteration 1 "
-                "(pick it above)" if int(iteration) == 0 else f"iteration {int(iteration)} has no verdicts yet")
+        if int(iteration) == 0:
+            return ("iteration 0 evaluates the starting agents and samples no plans: verdicts start at iteration 1 "
+                    "(pick it above)")
+        if skipped is not None:  # "no verdicts yet" would promise verdicts this run never writes
+            return (f"iteration {int(iteration)} writes no verdicts. Its critique stage was skipped"
+                    + (f": {skipped}" if skipped else ""))
+        return f"iteration {int(iteration)} has no verdicts yet"
     words = ([f"critic status {status}"] if status else []) + (
         [{"overruled": "reviewed = overruled the critic"}.get(reviewed, f"reviewed = {reviewed}")]
         if reviewed in ("yes", "no", "overruled") else [])
     return "no verdict matches these filters: " + (", ".join(words) or "none set")
+
+
+def critic_skipped(store: Store, run_id: str | None, iteration: int | None) -> str | None:
+    """The reason the critique stage of ``run_id``'s ``iteration`` was skipped (its recorded note, e.g. "no critic
+    (stages.grounder_data = raw): ..."), or None when it was not skipped (or has no record yet)."""
+    if not run_id or iteration is None:
+        return None
+    record = store.stage_status(run_id, int(iteration)).get("critique")
+    if not record or record["status"] != "skipped":
+        return None
+    return str((record["counts"] or {}).get("note") or "")
 
 
 def verdict_label(question: str, key: str, status: str) -> str:

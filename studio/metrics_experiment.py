@@ -12,8 +12,9 @@ Handlers (plain functions of the store or the report dict):
   Accuracies are fractions shown as %.
 * ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure shown
   in the figures and under it, in the same cell, the paired t test against the baseline variant
-  (``Δ vs <baseline>: diff (p=..., n=...)``), then incomplete and missing runs, and the wall time (the clock time
-  with any run under way, ``wall_s.busy``, beside the stage time summed over runs) once a stage has finished.
+  (``Δ vs <baseline>: diff (p=..., n=...)``; one seed: ``(1 seed, no interval)`` / ``(1 seed, no test)``), then
+  incomplete and missing runs, and the wall time (the clock time with any run under way, ``wall_s.busy``, beside the
+  stage time summed over runs) once a stage has finished.
 * ``experiment_swaps(store, report) -> str``: the stored swap table of each baseline-variant run
   (``studio.metrics_swaps.swap_markdown``).
 * ``breakdown_choices(store, experiment_id)``: ``(label, split)`` pairs of the splits its runs have traces of
@@ -114,15 +115,18 @@ def experiment_figures(report: dict[str, Any]) -> dict[str, go.Figure]:
 def _interval(cell: dict[str, Any] | None, scale: float, digits: int) -> str:
     if not cell or cell.get("mean") is None:
         return "–"
-    lo, hi = cell["ci95"]
     n = cell["n"]
-    return (f"{cell['mean'] * scale:.{digits}f} [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}] "
-            f"({n} seed{'' if n == 1 else 's'})")
+    if n == 1:  # a [mean, mean] "interval" is no width: say there is none
+        return f"{cell['mean'] * scale:.{digits}f} (1 seed, no interval)"
+    lo, hi = cell["ci95"]
+    return f"{cell['mean'] * scale:.{digits}f} [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}] ({n} seeds)"
 
 
 def _test(cell: dict[str, Any] | None, scale: float, digits: int) -> str:
     if not cell or cell.get("diff") is None:
         return "–"
+    if cell["n"] == 1:  # one seed pair: a difference, no test (its p = 1 is not evidence of no difference)
+        return f"{cell['diff'] * scale:+.{digits}f} (1 seed, no test)"
     return f"{cell['diff'] * scale:+.{digits}f} (p={cell['p']:.3g}, n={cell['n']})"
 
 

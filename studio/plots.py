@@ -6,6 +6,7 @@ Pure rendering: every function takes numbers already computed (by the engine) an
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Hashable, Iterable, Sequence
 
 import plotly.graph_objects as go
@@ -39,12 +40,18 @@ def figure(title: str, x: str, y: str, iterations: bool = True, percent: bool = 
     return fig
 
 
+NOTE_WIDTH = 60  # characters per line of an empty chart's note: about what a half-width chart shows at 1400 px
+
+
 def note_if_empty(fig: go.Figure, text: str) -> go.Figure:
-    """A figure without data shows ``text`` instead of empty axes (never an empty chart with axes from -1 to 6)."""
+    """A figure without data shows ``text`` instead of empty axes (never an empty chart with axes from -1 to 6),
+    broken into lines of at most ``NOTE_WIDTH`` characters: plotly draws an annotation on one line, and a long note
+    ran past both edges of a half-width chart."""
     if not any(len(trace.x if trace.x is not None else ()) for trace in fig.data):
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
-        fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+        fig.add_annotation(text="<br>".join(textwrap.wrap(text, NOTE_WIDTH)) or text, showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5,
                            font=dict(size=14, color="#666"))
     return fig
 

@@ -76,6 +76,9 @@ from studio.critic_queue import (
     _yes_no as _yes_no,
 )
 from studio.critic_queue import (
+    critic_skipped as critic_skipped,
+)
+from studio.critic_queue import (
     empty_note as empty_note,
 )
 from studio.critic_queue import (
@@ -230,7 +233,9 @@ def build(ctx: Ctx) -> None:
         labels = [(verdict_label(q, k, st_), k) for q, k, st_ in zip(df["question"], keys, df["status"])]
         # With no row: why (the iteration has none at all, or the filters; one count without filters tells).
         unfiltered = total or (verdict_table(ctx.store, run_id, it, size=1)[1] if run_id and it is not None else 0)
-        line = queue_info(total, asked, shown, PAGE, "" if total else empty_note(it, st, rv, unfiltered))
+        why = "" if total else empty_note(it, st, rv, unfiltered,
+                                          None if unfiltered else critic_skipped(ctx.store, run_id, it))
+        line = queue_info(total, asked, shown, PAGE, why)
         if unfiltered:  # an iteration without verdicts has nothing to review: no "reviewed 0 of 0"
             line += review_line(ctx.store, run_id, it, "verdict", who_of(name, request))
             line += trained_line(ctx.store, run_id, it, "verdict")

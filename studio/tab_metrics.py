@@ -32,6 +32,7 @@ from engine.report import UnknownExperiment, experiment_report
 from engine.store import Store
 from studio import metrics_experiment as mexp
 from studio.common import Ctx, check_writable, who_of
+from studio.critic_queue import critic_skipped
 from studio.jobs import swap_job, swap_unavailable
 from studio.metrics_swaps import changes_markdown, swap_markdown
 from studio.picker import Picker
@@ -184,10 +185,24 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
     # the stage): say which stage writes it, not "pick a run" beside the picked run.
     names = {"planner": " / ".join(planner), "grounder": " / ".join(grounder)}
     notes = {name: f"Nothing in this run yet: the {EMPTY_BY_STAGE[name].format(**names)}" for name in figs}
+    skipped = _critic_skipped_everywhere(store, runs)
+    if skipped is not None:  # a no-critic variant never writes verdicts: say so, not "yet"
+        notes["critic"] = ("No verdicts in this run. Its critique stage was skipped"
+                           + (f": {skipped}" if skipped else ""))
     if "DPO" not in planner:  # a GRPO run never logs DPO's rewards: say so, not "yet"
         notes["dpo_rewards"] = (f"This run trains its planner by {names['planner']} (stages.planner_objective), not "
                                 "DPO: DPO rewards do not apply, and its trainer has logged no rewards yet")
     return {name: note_if_empty(fig, notes[name]) for name, fig in figs.items()}
+
+
+def _critic_skipped_everywhere(store: Store, runs: list[str]) -> str | None:
+    """The critique stage's skip reason when every recorded critique stage of ``runs`` past iteration 0 was skipped
+    (a variant without a critic), else None."""
+    reasons = [critic_skipped(store, run_id, it) for run_id in runs for it in store.iterations(run_id) if it > 0
+               if store.stage_status(run_id, it).get("critique")]
+    if not reasons or any(r is None for r in reasons):
+        return None
+    return reasons[0]
 
 
 def run_tables(store: Store, run_id: str | None, spaces: bool = False) -> tuple[str, str]:

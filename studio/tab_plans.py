@@ -20,12 +20,16 @@ from studio.picker import Picker
 from studio.rollout_view import grounder_groups
 
 PAGE = 20
+# The plan count before the question, whose width is capped: after an uncapped question the count sat off-screen at
+# ~1400 px, and a run's thousands of tasks without plans in the iteration looked like empty tasks.
+WIDTHS = ["200px", "80px", "90px", "70px", "900px"]
 
 
 def task_page(store: Store, run_id: str | None, iteration: int | None, text: str = "", domain: str = "",
               split: str = "", page: int = 1, size: int = PAGE) -> pd.DataFrame:
-    """One page of tasks with how many plans they have in ``iteration``; a ``total`` column counts all matches."""
-    cols = ["task_id", "domain", "split", "question", "plans", "total"]
+    """One page of tasks with how many plans they have in ``iteration`` (tasks with plans first); a ``total`` column
+    counts all matches."""
+    cols = ["task_id", "domain", "split", "plans", "question", "total", "with_plans"]
     if not run_id:
         return pd.DataFrame(columns=cols)
     return store.task_page(run_id, int(iteration or 0), text=text, domain=domain, split=split, page=page,
@@ -103,7 +107,7 @@ def build(ctx: Ctx) -> None:
         split = Picker([("all", "")], value="", label="Split", scale=1, elem_id="plans-split")
         page = gr.Number(1, label="Page", precision=0, minimum=1, scale=1)
     info = gr.Markdown()
-    table = gr.Dataframe(interactive=False, elem_id="plans-tasks", max_height=300)
+    table = gr.Dataframe(interactive=False, elem_id="plans-tasks", max_height=300, column_widths=WIDTHS)
     task = Picker([], label="Task", elem_id="plans-task")
     plans = gr.HTML(elem_id="plans-view")
     with gr.Row():
@@ -115,7 +119,10 @@ def build(ctx: Ctx) -> None:
         df = task_page(ctx.store, run_id, it, text, dom, spl, int(pg or 1))
         total = int(df["total"].iloc[0]) if len(df) else 0
         ids = list(df["task_id"])
-        return (page_info(total, int(pg or 1), PAGE), df.drop(columns="total"),
+        info = page_info(total, int(pg or 1), PAGE)
+        if total and it is not None:  # a run holds every task; an iteration samples a few of them
+            info += f" · {int(df['with_plans'].iloc[0]):,} with plans in iteration {int(it)}, listed first"
+        return (info, df.drop(columns=["total", "with_plans"]),
                 gr.update(choices=ids, value=ids[0] if ids else None))
 
     def show(run_id, it, task_id):

@@ -826,3 +826,19 @@ def test_an_experiment_whose_models_changed_is_not_resumed(tmp_path, monkeypatch
         shutil.copyfile(ROOT / "assets" / "demo" / "planner" / "model.safetensors", weights)  # the first build back
         assert plan_runs(store, edited, ["full"], [1], 1)[0].run_id == made
         assert register(store, exp, [1], 1) == (False, [])
+
+
+def test_one_seed_prints_no_interval_and_no_test():
+    """With one seed the JSON keeps its [mean, mean] interval and p = 1 (the interface), but the tables never print
+    a zero-width "interval" or a p-value: they say there is none (a reader took [40.9, 40.9] for certainty)."""
+    from engine.report import format_interval, format_test
+    from engine.stats import mean_interval, paired_t
+    from studio.metrics_experiment import _interval, _test
+
+    one, two = mean_interval([0.409]), mean_interval([0.409, 0.5])
+    assert one["ci95"] == [0.409, 0.409]  # the JSON's shape is unchanged
+    assert format_interval(one, 100) == "40.9 (n=1)" and _interval(one, 100, 1) == "40.9 (1 seed, no interval)"
+    assert format_interval(two, 100).startswith("45.5 [") and _interval(two, 100, 1).endswith("(2 seeds)")
+    single = paired_t([0.5], [0.4])
+    assert format_test(single, 100) == "-10.0 (n=1, no test)" and _test(single, 100, 1) == "-10.0 (1 seed, no test)"
+    assert format_test(paired_t([0.5, 0.6], [0.4, 0.4]), 100).endswith("p=0.205 (n=2)")

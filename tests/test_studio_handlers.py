@@ -117,6 +117,10 @@ def test_plans_browse_bars_and_diff(store, run_id):
 
     page = tab_plans.task_page(store, run_id, 1, size=5)
     assert len(page) == 5 and page["total"][0] == store.count("tasks", run_id) and page["plans"][0] == 3
+    sampled = store.query("SELECT count(DISTINCT task_id) AS n FROM plans WHERE run_id = ? AND iteration = 1",
+                          [run_id])["n"][0]
+    assert 0 < sampled < page["total"][0] and page["with_plans"][0] == sampled  # the info line's count
+    assert list(page.columns[:5]) == ["task_id", "domain", "split", "plans", "question"]  # the count on screen
     assert tab_plans.task_page(store, run_id, 1, domain="qa")["domain"].eq("qa").all()
     assert tab_plans.task_page(store, run_id, 1, text=page["task_id"][0])["total"][0] == 1
     html = tab_plans.plans_html(store, run_id, 1, page["task_id"][0])
@@ -450,6 +454,9 @@ def test_the_run_tab_says_what_each_stage_did_in_words(tmp_path):
     assert table.loc["evaluate", "summary"] == "450 tasks evaluated: held-in 68.0%, held-out 27.1%"
     assert table.loc["train_grounder", "summary"] == "SFT on 480 rows (96 new + 384 original)"
     assert table.loc["ground", "summary"] == "skipped: stage 2 disabled (stages.stage2 = false)"
+    # in pipeline order, the skipped stage (never started) in its place, not after the evaluation
+    assert list(table.index) == ["sample", "pairs", "train_planner", "ground", "critique", "train_grounder",
+                                 "evaluate"]
 
 
 def test_no_empty_chart_is_drawn(tmp_path):

@@ -271,7 +271,7 @@ def test_empty_charts_say_what_writes_them(store):
     from studio.tab_metrics import EMPTY_BY_STAGE, FIGURES, figures
 
     def note(fig) -> str:
-        return " ".join(a.text for a in fig.layout.annotations)
+        return " ".join(a.text for a in fig.layout.annotations).replace("<br>", " ")  # (long notes wrap)
 
     assert set(EMPTY_BY_STAGE) == set(FIGURES)
     nothing = figures(store, None)
@@ -282,3 +282,14 @@ def test_empty_charts_say_what_writes_them(store):
     assert note(fresh["accuracy"]) == "Nothing in this run yet: the evaluate stage writes accuracy"
     assert "DPO stage" in note(fresh["dpo_loss"]) and "pick a run" not in note(fresh["sft_loss"])
     assert not note(figures(store, SWAP_RUN)["accuracy"])  # a chart with data has no note
+    # A variant without a critic never writes verdicts: its chart says why, not "yet"; one iteration with a critic
+    # among skipped ones keeps the usual note.
+    reason = "no critic (stages.grounder_data = raw): SFT on the grounder's own groundings, unchecked"
+    for it in (1, 2):
+        store.set_stage("just-started", it, "critique", "skipped", counts={"note": reason})
+    skipped = figures(store, "just-started")["critic"]
+    assert note(skipped) == f"No verdicts in this run. Its critique stage was skipped: {reason}"
+    assert all(len(line) <= 60 for line in skipped.layout.annotations[0].text.split("<br>"))  # wrapped to fit
+    store.set_stage("just-started", 3, "critique", "running")
+    running = figures(store, "just-started")["critic"]
+    assert note(running) == "Nothing in this run yet: the critique stage writes verdicts"

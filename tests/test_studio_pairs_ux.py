@@ -140,6 +140,18 @@ def test_iteration_0_says_pairs_and_verdicts_start_at_iteration_1(store, fns):
     info = fns["critic_queue"].fn("fresh", 0, "", "any", "task", 1, None, CURATOR, None)[0]
     assert "verdicts start at iteration 1" in info and "0 of 0" not in info
     assert "has no pairs yet" in fns["pairs_search"].fn("fresh", 1, *NO_FILTERS, 1, None, CURATOR, None)[0]
+    info = fns["critic_queue"].fn("fresh", 1, "", "any", "task", 1, None, CURATOR, None)[0]
+    assert "iteration 1 has no verdicts yet" in info
+
+
+def test_a_run_without_a_critic_says_its_queue_stays_empty(store, fns):
+    """A no-critic variant's critique stage is skipped: its queue says so and why, never "no verdicts yet"."""
+    store.write("runs", [{"run_id": "raw", "name": "raw", "config_json": {}, "run_dir": "runs/raw"}])
+    reason = "no critic (stages.grounder_data = raw): SFT on the grounder's own groundings, unchecked"
+    store.set_stage("raw", 1, "critique", "skipped", counts={"note": reason})
+    info = fns["critic_queue"].fn("raw", 1, "", "any", "task", 1, None, CURATOR, None)[0]
+    assert f"iteration 1 writes no verdicts. Its critique stage was skipped: {reason}" in info, info
+    assert "yet" not in info and "0 of 0" not in info
 
 
 def test_a_filter_that_matches_nothing_says_which_filters_are_set(store, fns):

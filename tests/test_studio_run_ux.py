@@ -41,7 +41,7 @@ def _titles(html: str) -> list[str]:
 
 
 def _note(fig) -> str:
-    return " ".join(a.text for a in fig.layout.annotations)
+    return " ".join(a.text for a in fig.layout.annotations).replace("<br>", " ")  # (long notes wrap)
 
 
 # -- 1. labels follow the run's objectives --------------------------------------------------------------------------
