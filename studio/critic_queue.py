@@ -82,17 +82,6 @@ def empty_note(iteration: int | None, status: str = "", reviewed: str = "any", u
     return "no verdict matches these filters: " + (", ".join(words) or "none set")
 
 
-def critic_skipped(store: Store, run_id: str | None, iteration: int | None) -> str | None:
-    """The reason the critique stage of ``run_id``'s ``iteration`` was skipped (its recorded note, e.g. "no critic
-    (stages.grounder_data = raw): ..."), or None when it was not skipped (or has no record yet)."""
-    if not run_id or iteration is None:
-        return None
-    record = store.stage_status(run_id, int(iteration)).get("critique")
-    if not record or record["status"] != "skipped":
-        return None
-    return str((record["counts"] or {}).get("note") or "")
-
-
 def verdict_label(question: str, key: str, status: str) -> str:
     """What the verdict picker shows: the question's start, the step (iterative plans), the plan, the status and the
     task id (two questions can start alike)."""

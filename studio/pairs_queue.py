@@ -163,15 +163,21 @@ def page_labels(store: Store, run_id: str | None, iteration: int | None, df: pd.
 
 
 def empty_note(iteration: int | None, lo: float | None = None, hi: float | None = None, text: str = "",
-               overridden: str = "any", excluded: str = "any", ties: str = "any", unfiltered: int = 0) -> str:
+               overridden: str = "any", excluded: str = "any", ties: str = "any", unfiltered: int = 0,
+               skipped: str | None = None) -> str:
     """Why the pairs queue shows no row: the iteration has none at all (``unfiltered``, its count without filters, is
-    0: iteration 0 samples no plans, a later one may not have reached its pairs stage), an empty margin range, or
-    the filters set (named)."""
+    0: iteration 0 samples no plans, a variant may skip the pairs stage -- ``skipped`` is then its recorded reason --,
+    a later iteration may not have reached it), an empty margin range, or the filters set (named)."""
     if iteration is None:
         return "pick a run and an iteration above"
     if not unfiltered:
-        return ("iteration 0 evaluates the starting agents and samples no plans: pairs start at iteration 1 "
-                "(pick it above)" if int(iteration) == 0 else f"iteration {int(iteration)} has no pairs yet")
+        if int(iteration) == 0:
+            return ("iteration 0 evaluates the starting agents and samples no plans: pairs start at iteration 1 "
+                    "(pick it above)")
+        if skipped is not None:  # "no pairs yet" would promise pairs this run never writes
+            return (f"iteration {int(iteration)} writes no pairs. Its pairs stage was skipped"
+                    + (f": {skipped}" if skipped else ""))
+        return f"iteration {int(iteration)} has no pairs yet"
     if lo is not None and hi is not None and lo > hi:
         return f"the margin range is empty: min margin {lo:g} is above max margin {hi:g}"
     words = ([f"search {md_quote(text)}"] if text else []) + [f"{name} {v:g}" for name, v in (

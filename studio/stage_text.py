@@ -176,3 +176,15 @@ def _stage_line(store: Store, run_id: str, iteration: int, stage: str, status: s
     if stage == "warm_start_grounder":
         return _training("SFT", counts)
     return ", ".join(f"{k} {v}" for k, v in counts.items() if k != "agents")
+
+
+def skipped_reason(store: Store, run_id: str | None, iteration: int | None, stage: str) -> str | None:
+    """Why ``stage`` of ``run_id``'s ``iteration`` was skipped (its recorded note, e.g. "no critic
+    (stages.grounder_data = raw): ..."; "" when none was recorded), or None when it was not skipped or has no record
+    yet. The queues and charts a skipped stage would fill say this rather than "none yet"."""
+    if not run_id or iteration is None:
+        return None
+    record = store.stage_status(run_id, int(iteration)).get(stage)
+    if not record or record["status"] != "skipped":
+        return None
+    return str((record["counts"] or {}).get("note") or "")

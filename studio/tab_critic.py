@@ -76,9 +76,6 @@ from studio.critic_queue import (
     _yes_no as _yes_no,
 )
 from studio.critic_queue import (
-    critic_skipped as critic_skipped,
-)
-from studio.critic_queue import (
     empty_note as empty_note,
 )
 from studio.critic_queue import (
@@ -102,6 +99,7 @@ from studio.critic_queue import (
 from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler, wire_walk
 from studio.picker import Picker
 from studio.remember import remember
+from studio.stage_text import skipped_reason
 from studio.tab_pairs import excerpt
 
 
@@ -234,7 +232,7 @@ def build(ctx: Ctx) -> None:
         # With no row: why (the iteration has none at all, or the filters; one count without filters tells).
         unfiltered = total or (verdict_table(ctx.store, run_id, it, size=1)[1] if run_id and it is not None else 0)
         why = "" if total else empty_note(it, st, rv, unfiltered,
-                                          None if unfiltered else critic_skipped(ctx.store, run_id, it))
+                                          None if unfiltered else skipped_reason(ctx.store, run_id, it, "critique"))
         line = queue_info(total, asked, shown, PAGE, why)
         if unfiltered:  # an iteration without verdicts has nothing to review: no "reviewed 0 of 0"
             line += review_line(ctx.store, run_id, it, "verdict", who_of(name, request))

@@ -32,12 +32,11 @@ from engine.report import UnknownExperiment, experiment_report
 from engine.store import Store
 from studio import metrics_experiment as mexp
 from studio.common import Ctx, check_writable, who_of
-from studio.critic_queue import critic_skipped
 from studio.jobs import swap_job, swap_unavailable
 from studio.metrics_swaps import changes_markdown, swap_markdown
 from studio.picker import Picker
 from studio.plots import colours, figure, line, note_if_empty, second_axis
-from studio.stage_text import objectives, run_objectives
+from studio.stage_text import objectives, run_objectives, skipped_reason
 
 SWAP_WATCH_S = 3  # the busy pace of studio.pace: only while this page's swap job runs
 
@@ -198,8 +197,8 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
 def _critic_skipped_everywhere(store: Store, runs: list[str]) -> str | None:
     """The critique stage's skip reason when every recorded critique stage of ``runs`` past iteration 0 was skipped
     (a variant without a critic), else None."""
-    reasons = [critic_skipped(store, run_id, it) for run_id in runs for it in store.iterations(run_id) if it > 0
-               if store.stage_status(run_id, it).get("critique")]
+    reasons = [skipped_reason(store, run_id, it, "critique") for run_id in runs
+               for it in store.iterations(run_id) if it > 0 and store.stage_status(run_id, it).get("critique")]
     if not reasons or any(r is None for r in reasons):
         return None
     return reasons[0]

@@ -110,6 +110,7 @@ from studio.pairs_queue import (
 from studio.picker import Picker
 from studio.remember import remember
 from studio.rollout_view import group_table
+from studio.stage_text import skipped_reason
 
 
 def pair_group(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> str:
@@ -252,7 +253,9 @@ def build(ctx: Ctx) -> None:
         # With no row: why (the iteration has none at all, or the filters; one count without filters tells).
         unfiltered = total or (pairs_table(ctx.store, run_id, it, size=1)[1] if run_id and it is not None else 0)
         line = queue_info(total, asked, shown, PAGE,
-                          "" if total else empty_note(it, lo, hi, txt, ov, ex, ti, unfiltered))
+                          "" if total else empty_note(it, lo, hi, txt, ov, ex, ti, unfiltered,
+                                                      None if unfiltered else skipped_reason(ctx.store, run_id, it,
+                                                                                              "pairs")))
         if unfiltered:  # an iteration without pairs has nothing to review: no "reviewed 0 of 0"
             line += review_line(ctx.store, run_id, it, "pair", who_of(name, request))
             line += trained_line(ctx.store, run_id, it, "pair")

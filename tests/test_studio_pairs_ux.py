@@ -144,7 +144,7 @@ def test_iteration_0_says_pairs_and_verdicts_start_at_iteration_1(store, fns):
     assert "iteration 1 has no verdicts yet" in info
 
 
-def test_a_run_without_a_critic_says_its_queue_stays_empty(store, fns):
+def test_a_run_without_a_critic_or_pairs_says_its_queue_stays_empty(store, fns):
     """A no-critic variant's critique stage is skipped: its queue says so and why, never "no verdicts yet"."""
     store.write("runs", [{"run_id": "raw", "name": "raw", "config_json": {}, "run_dir": "runs/raw"}])
     reason = "no critic (stages.grounder_data = raw): SFT on the grounder's own groundings, unchecked"
@@ -152,6 +152,10 @@ def test_a_run_without_a_critic_says_its_queue_stays_empty(store, fns):
     info = fns["critic_queue"].fn("raw", 1, "", "any", "task", 1, None, CURATOR, None)[0]
     assert f"iteration 1 writes no verdicts. Its critique stage was skipped: {reason}" in info, info
     assert "yet" not in info and "0 of 0" not in info
+    # likewise a variant without stage 1 (no_stage1) has no pairs
+    store.set_stage("raw", 1, "pairs", "skipped", counts={"note": "stage 1 disabled (stages.stage1 = false)"})
+    info = fns["pairs_search"].fn("raw", 1, *NO_FILTERS, 1, None, CURATOR, None)[0]
+    assert "iteration 1 writes no pairs. Its pairs stage was skipped: stage 1 disabled (stages.stage1 = false)" in info
 
 
 def test_a_filter_that_matches_nothing_says_which_filters_are_set(store, fns):
