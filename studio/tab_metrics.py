@@ -1,7 +1,7 @@
 """Metrics tab: the run view (plotly charts across iterations from the store's ``metrics``, ``train_logs``,
 ``pairs``/overrides and ``verdicts`` tables, for one run or two runs overlaid: run A solid, run B dashed, e.g. an
 ablation; the run's stored swap table and iteration-to-iteration McNemar tests) or, when an experiment is picked, the
-experiment view (``studio.metrics_experiment``: figures, table, the per-template view of a chosen split, swap tables).
+experiment view (``studio.metrics_experiment``: figures, table, swap tables, the per-template view of a chosen split).
 
 Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``FIGURES``). Iteration axes have integer
 ticks; accuracy lines carry their 95% Wilson interval as error bars (``accuracy_lo``/``accuracy_hi``, when stored);
@@ -239,10 +239,12 @@ def build(ctx: Ctx) -> None:
                 for name in mexp.FIGURES[i:i + 2]:
                     exp_plots[name] = gr.Plot(elem_id=f"metrics-exp-{name}", min_width=420)
         exp_table = gr.Markdown(elem_id="metrics-experiment-table")
+        # The swap tables before the per-template tables: those run to a table per variant of a row per template
+        # (thousands of pixels on the demo), and the swap tables under them were out of a reader's reach.
+        exp_swaps = gr.Markdown(elem_id="metrics-experiment-swaps")
         with gr.Row():
             split = Picker([], label="By template: split", elem_id="metrics-breakdown-split", scale=1)
         exp_breakdown = gr.Markdown(elem_id="metrics-experiment-breakdown")
-        exp_swaps = gr.Markdown(elem_id="metrics-experiment-swaps")
 
     def draw(run_a, run_b):
         figs = figures(ctx.store, run_a, run_b)
