@@ -10,6 +10,7 @@ Relies on the host's ``_cursor``, ``_transaction``, ``_touched``, ``_insert``, `
 
 from __future__ import annotations
 
+import difflib
 import json
 import uuid
 from collections.abc import Iterable
@@ -92,10 +93,24 @@ class RunLedger:
                 "UPDATE runs SET config_json = ? WHERE run_id = ? RETURNING run_id", [text, run_id]).fetchall())
         self._touched(["runs"])
         if not found:
-            raise KeyError(f"no run {run_id!r} in this store")
+            raise KeyError(self.unknown_run(run_id))
 
     def list_runs(self) -> list[dict[str, Any]]:
         return [self._run_dict(r) for r in records(self.query("SELECT * FROM runs ORDER BY created_at, run_id"))]
+
+    def unknown_run(self, run_id: str, where: str = "this store") -> str:
+        """The error for a run id this store lacks: "no run 'x' in <where>", then the ids it holds that start with
+        ``run_id`` or are spelt close to it ("did you mean ..."), else the newest few it holds. A run id is long
+        (name, seed, minute), and "ablations-full" or a mistyped minute is the usual slip."""
+        ids = [str(r) for r in self.query("SELECT run_id FROM runs ORDER BY created_at DESC, run_id")["run_id"]]
+        text = f"no run {run_id!r} in {where}"
+        if not ids:
+            return f"{text}; it holds no runs"
+        near = [i for i in ids if i.startswith(str(run_id))] or difflib.get_close_matches(str(run_id), ids, n=3)
+        if near:
+            return f"{text}; did you mean {', '.join(map(repr, near[:5]))}{' (and more)' if len(near) > 5 else ''}?"
+        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        return f"{text}; its runs, newest first: {', '.join(ids[:5])}{more}"
 
     def set_stage(
         self,

@@ -150,7 +150,7 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
     """Build, store and return the swap table of ``run_id``; see the module docstring."""
     started = time.perf_counter()
     if store.get_run(run_id) is None:
-        raise SwapError(f"no run {run_id!r} in this store")
+        raise SwapError(store.unknown_run(run_id))
     evaluated = evaluated_iterations(store, run_id)
     if after is None:
         if not evaluated:

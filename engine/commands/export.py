@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with Store(args.db, read_only=True) as store:
             if store.get_run(args.run) is None:
-                print(f"error: no run {args.run!r} in {args.db}", file=sys.stderr)
+                print(f"error: {store.unknown_run(args.run, args.db)}", file=sys.stderr)
                 return 2
             if args.iteration not in store.iterations(args.run):  # it wrote an empty file and said "wrote 0"
                 print(f"error: run {args.run!r} has no iteration {args.iteration} (its iterations: "

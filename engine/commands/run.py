@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         with Store(args.db) as store:
             if args.run:
                 if store.get_run(args.run) is None:
-                    print(f"error: no run {args.run!r} in {args.db}", file=sys.stderr)
+                    print(f"error: {store.unknown_run(args.run, args.db)}", file=sys.stderr)
                     return 2
                 if args.set or args.config:  # silently running the stored config would mislead
                     given = " ".join(["--config"] * bool(args.config) + ["--set"] * bool(args.set))

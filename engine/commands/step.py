@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with Store(args.db) as store:
             if store.get_run(args.run) is None:
-                print(f"error: no run {args.run!r} in {args.db} (see `python -m engine status --db {args.db}`)",
+                print(f"error: {store.unknown_run(args.run, args.db)} (see `python -m engine status --db {args.db}`)",
                       file=sys.stderr)
                 return 2
             config = run_config(store, args.run)
