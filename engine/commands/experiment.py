@@ -172,8 +172,9 @@ def run(args: argparse.Namespace) -> int:
     statuses = [r.status for r in results]
     status = "failed" if "failed" in statuses else "stopped" if stop["flag"] or "stopped" in statuses else "done"
     width = max(len(r.name) for r in results)
+    id_width = max(len(r.run_id or "-") for r in results)  # run ids differ in length: keep the statuses in a column
     for r in results:
-        print(f"  {r.name:<{width}}  {r.run_id or '-'}  {r.status}  {r.wall_s:.1f} s", file=sys.stderr)
+        print(f"  {r.name:<{width}}  {r.run_id or '-':<{id_width}}  {r.status}  {r.wall_s:.1f} s", file=sys.stderr)
     print(f"experiment {exp_id}: {status}; {statuses.count('done')} run(s) finished now, "
           f"{statuses.count('already done')} already done; {wall:.1f} s", file=sys.stderr)
     print_json({"experiment": exp_id, "name": exp.name, "status": status, "db": str(args.db),
