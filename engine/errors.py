@@ -57,6 +57,14 @@ class CheckpointError(ConfigError):
     """
 
 
+class UnknownRun(KeyError):
+    """A run id the store does not hold; the message (``Store.unknown_run``) names the ids it was likely meant to
+    be. A ``KeyError`` for the callers that catch one, printed without the quotes ``KeyError`` puts around its key."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class StoreError(RuntimeError):
     """The store cannot be opened or used as asked."""
 

@@ -22,7 +22,7 @@ import duckdb
 
 from engine.config import ITERATION_STAGES
 from engine.dbutil import CONFLICT_RETRIES, FINISHED, STAGE_STATUSES, TABLES, iso, loads, records, slug
-from engine.errors import StoreError
+from engine.errors import StoreError, UnknownRun
 from engine.tasks import Task
 
 # Where each stage sits in an iteration: iteration 0's warm start first, then a MOAT iteration's stages in the order
@@ -93,7 +93,7 @@ class RunLedger:
                 "UPDATE runs SET config_json = ? WHERE run_id = ? RETURNING run_id", [text, run_id]).fetchall())
         self._touched(["runs"])
         if not found:
-            raise KeyError(self.unknown_run(run_id))
+            raise UnknownRun(self.unknown_run(run_id))
 
     def list_runs(self) -> list[dict[str, Any]]:
         return [self._run_dict(r) for r in records(self.query("SELECT * FROM runs ORDER BY created_at, run_id"))]
@@ -106,7 +106,8 @@ class RunLedger:
         text = f"no run {run_id!r} in {where}"
         if not ids:
             return f"{text}; it holds no runs"
-        near = [i for i in ids if i.startswith(str(run_id))] or difflib.get_close_matches(str(run_id), ids, n=3)
+        near = ([i for i in ids if i.startswith(str(run_id))] if run_id else []) or difflib.get_close_matches(
+            str(run_id), ids, n=3)  # (every id starts with "": an empty one gets the newest few instead)
         if near:
             return f"{text}; did you mean {', '.join(map(repr, near[:5]))}{' (and more)' if len(near) > 5 else ''}?"
         more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""

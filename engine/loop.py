@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import ITERATION_STAGES, RunConfig, config_from_dict, config_to_dict, config_to_toml
-from engine.errors import StageStopped
+from engine.errors import StageStopped, UnknownRun
 from engine.preflight import check_stage_agents, preflight
 from engine.runtime import check_eval_splits, load_run_tasks
 from engine.schedule import iteration_config, phase_of, skip_reason
@@ -87,7 +87,7 @@ def set_iterations(store: Store, run_id: str, iterations: int) -> RunConfig:
         raise ValueError(f"run.iterations must be >= 1, got {iterations}")
     run = store.get_run(run_id)
     if run is None:
-        raise KeyError(store.unknown_run(run_id))
+        raise UnknownRun(store.unknown_run(run_id))
     snapshot = run["config"]
     if snapshot.get("run", {}).get("iterations") != iterations:  # the snapshot otherwise stays as it was stored
         snapshot.setdefault("run", {})["iterations"] = iterations
@@ -103,7 +103,7 @@ def extend_iterations(store: Store, run_id: str, iterations: int) -> None:
     (store, config.toml, the studio) says how far it goes."""
     run = store.get_run(run_id)
     if run is None:
-        raise KeyError(store.unknown_run(run_id))
+        raise UnknownRun(store.unknown_run(run_id))
     if iterations > int(run["config"].get("run", {}).get("iterations") or 0):
         set_iterations(store, run_id, iterations)
 
@@ -111,7 +111,7 @@ def extend_iterations(store: Store, run_id: str, iterations: int) -> None:
 def run_config(store: Store, run_id: str) -> RunConfig:
     run = store.get_run(run_id)
     if run is None:
-        raise KeyError(store.unknown_run(run_id))
+        raise UnknownRun(store.unknown_run(run_id))
     return config_from_dict(run["config"])
 
 

@@ -80,7 +80,8 @@ class JobWorker:
         if kind not in LOOP_KINDS:
             raise ValueError(f"kind must be one of {', '.join(LOOP_KINDS)}")
         if self.store.get_run(run_id) is None:
-            return f"No run {run_id!r} in this store."
+            text = self.store.unknown_run(run_id)
+            return text[:1].upper() + text[1:] + ("" if text.endswith("?") else ".")
         if max_iteration is not None:
             refused = past_cap(loop_reach(self.store, run_id, kind), max_iteration, where)
             if refused:

@@ -50,7 +50,10 @@ def note_if_empty(fig: go.Figure, text: str) -> go.Figure:
     if not any(len(trace.x if trace.x is not None else ()) for trace in fig.data):
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
-        fig.add_annotation(text="<br>".join(textwrap.wrap(text, NOTE_WIDTH)) or text, showarrow=False,
+        # Lines the caller broke stay broken; each is wrapped on its own, never inside a word such as "held-out".
+        lines = [line for part in text.split("<br>")
+                 for line in textwrap.wrap(part, NOTE_WIDTH, break_on_hyphens=False) or [""]]
+        fig.add_annotation(text="<br>".join(lines), showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5,
                            font=dict(size=14, color="#666"))
     return fig

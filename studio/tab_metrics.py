@@ -184,24 +184,35 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
     # the stage): say which stage writes it, not "pick a run" beside the picked run.
     names = {"planner": " / ".join(planner), "grounder": " / ".join(grounder)}
     notes = {name: f"Nothing in this run yet: the {EMPTY_BY_STAGE[name].format(**names)}" for name in figs}
-    skipped = _critic_skipped_everywhere(store, runs)
-    if skipped is not None:  # a no-critic variant never writes verdicts: say so, not "yet"
-        notes["critic"] = ("No verdicts in this run. Its critique stage was skipped"
-                           + (f": {skipped}" if skipped else ""))
     if "DPO" not in planner:  # a GRPO run never logs DPO's rewards: say so, not "yet"
         notes["dpo_rewards"] = (f"This run trains its planner by {names['planner']} (stages.planner_objective), not "
                                 "DPO: DPO rewards do not apply, and its trainer has logged no rewards yet")
+    # A variant that skips the stage a chart reads (no_stage1, no_stage2, no_critic) never fills it: say so, not "yet".
+    for stage, (what, charts) in SKIPPABLE.items():
+        reason = _skipped_everywhere(store, runs, stage)
+        if reason is not None:
+            text = (f"No {what} in {'these runs' if len(runs) > 1 else 'this run'}. Its {stage} stage was skipped"
+                    + (f": {reason}" if reason else ""))
+            notes.update(dict.fromkeys(charts, text))
     return {name: note_if_empty(fig, notes[name]) for name, fig in figs.items()}
 
 
-def _critic_skipped_everywhere(store: Store, runs: list[str]) -> str | None:
-    """The critique stage's skip reason when every recorded critique stage of ``runs`` past iteration 0 was skipped
-    (a variant without a critic), else None."""
-    reasons = [skipped_reason(store, run_id, it, "critique") for run_id in runs
-               for it in store.iterations(run_id) if it > 0 and store.stage_status(run_id, it).get("critique")]
-    if not reasons or any(r is None for r in reasons):
-        return None
-    return reasons[0]
+# The stage each chart reads, for a variant that skips it: (what the chart would show, its charts).
+SKIPPABLE = {"pairs": ("pairs", ("pairs",)), "train_planner": ("planner training", ("dpo_loss", "dpo_rewards")),
+             "train_grounder": ("grounder training", ("sft_loss",)), "critique": ("verdicts", ("critic",))}
+
+
+def _skipped_everywhere(store: Store, runs: list[str], stage: str) -> str | None:
+    """``stage``'s skip reason when every run in ``runs`` recorded it past iteration 0 and skipped it every time (a
+    variant without it), else None: a run that has not reached it yet, or ran it once, may still fill the chart."""
+    reasons = []
+    for run_id in runs:
+        mine = [skipped_reason(store, run_id, it, stage) for it in store.iterations(run_id)
+                if it > 0 and store.stage_status(run_id, it).get(stage)]
+        if not mine or any(r is None for r in mine):
+            return None
+        reasons += mine
+    return reasons[0] if reasons else None
 
 
 def run_tables(store: Store, run_id: str | None, spaces: bool = False) -> tuple[str, str]:

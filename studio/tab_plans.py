@@ -120,8 +120,9 @@ def build(ctx: Ctx) -> None:
         total = int(df["total"].iloc[0]) if len(df) else 0
         ids = list(df["task_id"])
         info = page_info(total, int(pg or 1), PAGE)
-        if total and it is not None:  # a run holds every task; an iteration samples a few of them
-            info += f" · {int(df['with_plans'].iloc[0]):,} with plans in iteration {int(it)}, listed first"
+        sampled = int(df["with_plans"].iloc[0]) if len(df) else 0
+        if sampled and it is not None:  # a run holds every task; an iteration samples a few of them
+            info += f" · {sampled} with plans in iteration {int(it)}, listed first"
         return (info, df.drop(columns=["total", "with_plans"]),
                 gr.update(choices=ids, value=ids[0] if ids else None))
 

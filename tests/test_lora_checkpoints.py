@@ -61,3 +61,7 @@ def test_adapter_checkpoints_chain_across_iterations_and_merge(tmp_path, loop_co
     merged = _params(models.load_model(models.ModelSpec(str(out), device="cpu"))[0])
     assert all(torch.allclose(merged[n], got[n]) for n in got)
     assert main(["merge", second, "--out", str(out)]) == 2  # never overwrites
+    capsys.readouterr()
+    assert main(["merge", "--db", str(db), "--run", run_id[:-1], "--iteration", "2", "--role", "planner",
+                 "--out", str(tmp_path / "typo")]) == 2  # a mistyped run is named as such, not "has no checkpoint"
+    assert f"no run {run_id[:-1]!r} in {db}; did you mean {run_id!r}?" in capsys.readouterr().err

@@ -560,7 +560,10 @@ def test_review_orders_put_unreviewed_and_disagreeing_items_first(store):
 def test_an_unknown_run_id_is_answered_with_the_ids_it_was_likely_meant_to_be(store):
     """Run ids carry a name, a seed and a minute; the error names the ids that start with or are spelt close to what
     was typed, else the newest few, else says the store holds none."""
+    from engine.errors import UnknownRun
+
     assert store.unknown_run("x") == "no run 'x' in this store; it holds no runs"
+    assert str(UnknownRun(store.unknown_run("x"))) == "no run 'x' in this store; it holds no runs"  # no quotes
     ids = [f"ablations-{v}-s11-20261206-04{m}" for v, m in (("full", 10), ("no-stage1", 11), ("no-critic", 29))]
     ids += [f"tiny-full-s{s}-20261206-0{s}00" for s in range(1, 6)]
     for n, run_id in enumerate(ids):
@@ -573,3 +576,4 @@ def test_an_unknown_run_id_is_answered_with_the_ids_it_was_likely_meant_to_be(st
     assert store.unknown_run("zzz", "s.duckdb") == (
         "no run 'zzz' in s.duckdb; its runs, newest first: tiny-full-s5-20261206-0500, tiny-full-s4-20261206-0400, "
         "tiny-full-s3-20261206-0300, tiny-full-s2-20261206-0200, tiny-full-s1-20261206-0100 and 3 more")
+    assert "its runs, newest first: tiny-full-s5" in store.unknown_run("")  # not "did you mean" every run

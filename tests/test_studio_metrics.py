@@ -290,6 +290,25 @@ def test_empty_charts_say_what_writes_them(store):
     skipped = figures(store, "just-started")["critic"]
     assert note(skipped) == f"No verdicts in this run. Its critique stage was skipped: {reason}"
     assert all(len(line) <= 60 for line in skipped.layout.annotations[0].text.split("<br>"))  # wrapped to fit
+    import plotly.graph_objects as go
+
+    from studio.plots import note_if_empty
+
+    given = "No training logged yet:<br>the loss appears here<br>while a training stage runs"  # broken by its caller
+    assert note_if_empty(go.Figure(), given).layout.annotations[0].text == given
+    assert "held-<br>" not in note_if_empty(go.Figure(), "x " * 27 + "held-out").layout.annotations[0].text
+    # another run overlaid that has not reached its critique: it may still write verdicts
+    store.write("runs", [{"run_id": "other", "name": "y", "config_json": "{}", "run_dir": "runs/y"}])
+    assert "Nothing in this run yet" in note(figures(store, "just-started", "other")["critic"])
+    # a variant without stage 1: its pairs and planner-training charts say so too
+    for stage, why in (("pairs", "stage 1 disabled (stages.stage1 = false)"), ("train_planner", "stage 1 disabled")):
+        store.set_stage("just-started", 1, stage, "skipped", counts={"note": why})
+    stage1 = figures(store, "just-started")
+    assert note(stage1["pairs"]) == ("No pairs in this run. Its pairs stage was skipped: stage 1 disabled "
+                                     "(stages.stage1 = false)")
+    assert note(stage1["dpo_loss"]) == note(stage1["dpo_rewards"]) == (
+        "No planner training in this run. Its train_planner stage was skipped: stage 1 disabled")
+    assert "Nothing in this run yet" in note(stage1["sft_loss"])  # the grounder's stage was not skipped
     store.set_stage("just-started", 3, "critique", "running")
     running = figures(store, "just-started")["critic"]
     assert note(running) == "Nothing in this run yet: the critique stage writes verdicts"

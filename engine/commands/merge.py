@@ -44,6 +44,9 @@ def _checkpoint_path(args: argparse.Namespace) -> str | None:
         print(f"error: {args.db} does not exist", file=sys.stderr)
         return None
     with Store(args.db, read_only=True) as store:
+        if store.get_run(args.run) is None:  # not "has no checkpoint": the run id itself is wrong
+            print(f"error: {store.unknown_run(args.run, args.db)}", file=sys.stderr)
+            return None
         found = store.checkpoint(args.run, args.iteration, args.role)
     if not found:
         print(f"error: run {args.run!r} has no {args.role} checkpoint for iteration {args.iteration}", file=sys.stderr)

@@ -40,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         with Store(args.db) as store:
+            if store.get_run(args.run) is None:  # named with the file, as run, step and export do
+                print(f"error: {store.unknown_run(args.run, args.db)}", file=sys.stderr)
+                return 2
             table = swap_table(store, args.run, base=args.base, after=args.after)
     except SwapError as exc:
         print(f"error: {exc}", file=sys.stderr)
