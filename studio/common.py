@@ -277,6 +277,19 @@ def queue_info(total: int, asked: int, shown: int, size: int, empty: str = "") -
     return line + (f" (page {asked} is past the last page)" if asked != shown else "")
 
 
+def nothing_in_iteration(iteration: int, noun: str, stage: str, skipped: str | None) -> str:
+    """Why an iteration's queue of ``noun`` (pairs, verdicts) is empty before any filter: iteration 0 samples no
+    plans; a variant skipped ``stage`` (``skipped``: its recorded reason; "no <noun> yet" would promise rows the run
+    never writes); or the iteration has not reached it."""
+    if int(iteration) == 0:
+        return (f"iteration 0 evaluates the starting agents and samples no plans: {noun} start at iteration 1 "
+                "(pick it above)")
+    if skipped is not None:
+        return f"iteration {int(iteration)} writes no {noun}. Its {stage} stage was skipped" + (
+            f": {skipped}" if skipped else "")
+    return f"iteration {int(iteration)} has no {noun} yet"
+
+
 def review_line(store: Store, run_id: str | None, iteration: int | None, target: str,
                 curator: str | None = None) -> str:
     """`` · reviewed 12 of 96 by the team, 5 by you`` for a page's info line (items anybody acted on or marked

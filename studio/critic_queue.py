@@ -14,7 +14,7 @@ import pandas as pd
 
 from engine.dbutil import records
 from engine.store import Store
-from studio.common import action_diff_html, pre
+from studio.common import action_diff_html, nothing_in_iteration, pre
 from studio.pairs_queue import excerpt
 
 PAGE = 20
@@ -69,13 +69,7 @@ def empty_note(iteration: int | None, status: str = "", reviewed: str = "any", u
     if iteration is None:
         return "pick a run and an iteration above"
     if not unfiltered:
-        if int(iteration) == 0:
-            return ("iteration 0 evaluates the starting agents and samples no plans: verdicts start at iteration 1 "
-                    "(pick it above)")
-        if skipped is not None:  # "no verdicts yet" would promise verdicts this run never writes
-            return (f"iteration {int(iteration)} writes no verdicts. Its critique stage was skipped"
-                    + (f": {skipped}" if skipped else ""))
-        return f"iteration {int(iteration)} has no verdicts yet"
+        return nothing_in_iteration(iteration, "verdicts", "critique", skipped)
     words = ([f"critic status {status}"] if status else []) + (
         [{"overruled": "reviewed = overruled the critic"}.get(reviewed, f"reviewed = {reviewed}")]
         if reviewed in ("yes", "no", "overruled") else [])

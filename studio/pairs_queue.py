@@ -13,7 +13,7 @@ import gradio as gr
 import pandas as pd
 
 from engine.store import Store
-from studio.common import md_quote, pre, tri, user_error, word_diff_html
+from studio.common import md_quote, nothing_in_iteration, pre, tri, user_error, word_diff_html
 
 PAGE = 20
 # The key (task|step|pair_idx) stays first, narrow (clipped on screen, whole in the cell): a row click reads the first
@@ -171,13 +171,7 @@ def empty_note(iteration: int | None, lo: float | None = None, hi: float | None 
     if iteration is None:
         return "pick a run and an iteration above"
     if not unfiltered:
-        if int(iteration) == 0:
-            return ("iteration 0 evaluates the starting agents and samples no plans: pairs start at iteration 1 "
-                    "(pick it above)")
-        if skipped is not None:  # "no pairs yet" would promise pairs this run never writes
-            return (f"iteration {int(iteration)} writes no pairs. Its pairs stage was skipped"
-                    + (f": {skipped}" if skipped else ""))
-        return f"iteration {int(iteration)} has no pairs yet"
+        return nothing_in_iteration(iteration, "pairs", "pairs", skipped)
     if lo is not None and hi is not None and lo > hi:
         return f"the margin range is empty: min margin {lo:g} is above max margin {hi:g}"
     words = ([f"search {md_quote(text)}"] if text else []) + [f"{name} {v:g}" for name, v in (
