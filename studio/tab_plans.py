@@ -15,7 +15,7 @@ import pandas as pd
 
 from engine.rollouts import task_group
 from engine.store import Store
-from studio.common import Ctx, first_cell, page_info, word_diff_html
+from studio.common import Ctx, clamped_page, first_cell, queue_info, word_diff_html
 from studio.picker import Picker
 from studio.rollout_view import grounder_groups
 
@@ -87,6 +87,10 @@ def plan_diff(store: Store, run_id: str | None, iteration: int | None, task_id: 
     return word_diff_html(texts[int(k_a)], texts[int(k_b)])
 
 
+def _with_total(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    return df, int(df["total"].iloc[0]) if len(df) else 0
+
+
 def filter_choices(store: Store, run_id: str | None, current: dict[str, str]) -> dict[str, dict]:
     """The domain and split filters' updates for ``run_id``: "all" plus what the run's tasks hold (a run with a dev
     split offers dev; no domain the run lacks is offered). A filter whose value the run lacks goes back to all."""
@@ -116,10 +120,13 @@ def build(ctx: Ctx) -> None:
     diff = gr.HTML(elem_id="plans-diff")
 
     def load(run_id, it, text, dom, spl, pg):
-        df = task_page(ctx.store, run_id, it, text, dom, spl, int(pg or 1))
-        total = int(df["total"].iloc[0]) if len(df) else 0
+        # A page past the last (a typed 99, or a search that narrowed the list) shows the last page, as the queues
+        # do: an empty one read "0 rows".
+        asked = max(int(pg or 1), 1)
+        df, total, shown = clamped_page(lambda p: _with_total(task_page(ctx.store, run_id, it, text, dom, spl, p)),
+                                        asked, PAGE)
         ids = list(df["task_id"])
-        info = page_info(total, int(pg or 1), PAGE)
+        info = queue_info(total, asked, shown, PAGE)
         sampled = int(df["with_plans"].iloc[0]) if len(df) else 0
         if sampled and it is not None:  # a run holds every task; an iteration samples a few of them
             info += f" · {sampled} with plans in iteration {int(it)}, listed first"

@@ -458,3 +458,12 @@ def test_in_the_page_a_new_order_picks_its_head(tmp_path):
         page.locator("#pairs-order input").click()
         page.get_by_role("option", name="largest margin first").click()
         expect(pick).to_have_value(re.compile("plan 0 over 3 · m1"))  # margin 1.5, the largest
+
+
+def test_a_plans_page_past_the_last_shows_the_last_page_and_says_so(store, fns):
+    """The Plans tab's task list had no clamp: page 99 read "0 rows", as if the run had no task."""
+    tasks = store.count("tasks", RUN)
+    info, table, _ = fns["plans_search"].fn(RUN, IT, "", "", "", 99)
+    pages = -(-tasks // 20)
+    assert info.startswith(f"{tasks} rows · page {pages} of {pages} (page 99 is past the last page)"), info
+    assert len(table) == tasks - 20 * (pages - 1)
