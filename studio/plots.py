@@ -50,6 +50,7 @@ def note_if_empty(fig: go.Figure, text: str) -> go.Figure:
     if not any(len(trace.x if trace.x is not None else ()) for trace in fig.data):
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
+        fig.layout.shapes, fig.layout.annotations = (), ()  # marks on the axes (iteration starts) go with them
         # Lines the caller broke stay broken; each is wrapped on its own, never inside a word such as "held-out".
         lines = [line for part in text.split("<br>")
                  for line in textwrap.wrap(part, NOTE_WIDTH, break_on_hyphens=False) or [""]]

@@ -67,6 +67,21 @@ def _train_logs(store: Store, run_id: str, stage: str) -> pd.DataFrame:
     return df
 
 
+ITERATION_MARK = "iteration start"  # the name of mark_iterations' labels, told apart from a chart's note
+
+
+def mark_iterations(fig: go.Figure, logs: pd.DataFrame) -> None:
+    """A dotted line and "it N" where each iteration's training log starts on a logged-step axis: the steps of every
+    iteration run on from the last, and nothing else told where iteration 2 began."""
+    if not len(logs):
+        return
+    starts = logs.groupby("iteration")["x"].min().sort_index()
+    for it, x in starts.items():
+        fig.add_vline(x=float(x) - 0.5, line_dash="dot", line_color="#999", line_width=1,
+                      annotation_position="top right",
+                      annotation=dict(text=f"it {int(it)}", name=ITERATION_MARK, font=dict(size=10, color="#666")))
+
+
 def _pair_counts(store: Store, run_id: str) -> pd.DataFrame:
     rows = []
     for it in store.iterations(run_id):
@@ -159,8 +174,13 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
             points = [(x, lg[key]) for x, lg in zip(planner_logs["x"], logs) if isinstance(lg.get(key), (int, float))]
             if points:
                 line(figs["dpo_rewards"], *zip(*points), f"{tag}{key}", dashed=dashed)
+        grounder_logs = _train_logs(store, run_id, "train_grounder")
+        if n == 0:  # run A's iterations marked on its step axis (run B's steps need not line up with them)
+            for fig, df in ((figs["dpo_rewards"], planner_logs), (figs["dpo_loss"], planner_logs),
+                            (figs["sft_loss"], grounder_logs)):
+                mark_iterations(fig, df)
         for role, fig, df in (("planner", figs["dpo_loss"], planner_logs),
-                              ("grounder", figs["sft_loss"], _train_logs(store, run_id, "train_grounder"))):
+                              ("grounder", figs["sft_loss"], grounder_logs)):
             df = df[df["loss"].notna()]
             # one line per objective (a curriculum may switch): its name on the line, never a GRPO loss as DPO's
             by = df["iteration"].map({it: objectives(store, run_id, int(it))[role] for it in set(df["iteration"])})

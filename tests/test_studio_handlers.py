@@ -195,6 +195,14 @@ def test_metrics_figures_build_and_compare(store, run_id):
     assert set(figs) == set(tab_metrics.FIGURES)
     for name in ("accuracy", "gap_logppl", "dpo_rewards", "dpo_loss", "sft_loss", "pairs", "critic"):
         assert figs[name].data, name
+    # each iteration's first logged step is marked on the step axis ("it N"), as the logs say
+    for name, stage in (("dpo_loss", "train_planner"), ("dpo_rewards", "train_planner"),
+                        ("sft_loss", "train_grounder")):
+        first = store.train_log_rows(run_id, stage).reset_index(drop=True).reset_index().groupby("iteration")["index"]
+        first = first.min()  # the row of each iteration's first logged step; the axis counts steps from 1
+        assert len(first) and [sh.x0 for sh in figs[name].layout.shapes] == [i + 0.5 for i in first], name
+        marks = [a.text for a in figs[name].layout.annotations if a.name == tab_metrics.ITERATION_MARK]
+        assert marks == [f"it {it}" for it in first.index], name
     other = store.create_run("ablation", store.get_run(run_id)["config"], "runs")
     store.put_metrics(other, 0, [{"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.3}])
     both = tab_metrics.figures(store, run_id, other)

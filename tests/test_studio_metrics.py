@@ -271,7 +271,8 @@ def test_empty_charts_say_what_writes_them(store):
     from studio.tab_metrics import EMPTY_BY_STAGE, FIGURES, figures
 
     def note(fig) -> str:
-        return " ".join(a.text for a in fig.layout.annotations).replace("<br>", " ")  # (long notes wrap)
+        return " ".join(a.text for a in fig.layout.annotations  # the note, not the "it N" marks; long notes wrap
+                    if a.name != "iteration start").replace("<br>", " ")
 
     assert set(EMPTY_BY_STAGE) == set(FIGURES)
     nothing = figures(store, None)

@@ -41,7 +41,8 @@ def _titles(html: str) -> list[str]:
 
 
 def _note(fig) -> str:
-    return " ".join(a.text for a in fig.layout.annotations).replace("<br>", " ")  # (long notes wrap)
+    return " ".join(a.text for a in fig.layout.annotations  # the note, not the "it N" marks; long notes wrap
+                    if a.name != "iteration start").replace("<br>", " ")
 
 
 # -- 1. labels follow the run's objectives --------------------------------------------------------------------------
