@@ -184,7 +184,11 @@ def skipped_reason(store: Store, run_id: str | None, iteration: int | None, stag
     yet. The queues and charts a skipped stage would fill say this rather than "none yet"."""
     if not run_id or iteration is None:
         return None
-    record = store.stage_status(run_id, int(iteration)).get(stage)
+    return skip_note(store.stage_status(run_id, int(iteration)).get(stage))
+
+
+def skip_note(record: dict[str, Any] | None) -> str | None:
+    """``skipped_reason`` of one ``Store.stage_status`` record (None: no record, or not skipped)."""
     if not record or record["status"] != "skipped":
         return None
     return str((record["counts"] or {}).get("note") or "")

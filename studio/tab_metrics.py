@@ -36,7 +36,7 @@ from studio.jobs import swap_job, swap_unavailable
 from studio.metrics_swaps import changes_markdown, swap_markdown
 from studio.picker import Picker
 from studio.plots import colours, figure, line, note_if_empty, second_axis
-from studio.stage_text import objectives, run_objectives, skipped_reason
+from studio.stage_text import objectives, run_objectives, skip_note
 
 SWAP_WATCH_S = 3  # the busy pace of studio.pace: only while this page's swap job runs
 
@@ -208,8 +208,11 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
         notes["dpo_rewards"] = (f"This run trains its planner by {names['planner']} (stages.planner_objective), not "
                                 "DPO: DPO rewards do not apply, and its trainer has logged no rewards yet")
     # A variant that skips the stage a chart reads (no_stage1, no_stage2, no_critic) never fills it: say so, not "yet".
+    # each run's stage records past iteration 0, read once for every chart below
+    records = {run_id: [store.stage_status(run_id, it) for it in store.iterations(run_id) if it > 0]
+               for run_id in runs}
     for stage, (what, charts) in SKIPPABLE.items():
-        reason = _skipped_everywhere(store, runs, stage)
+        reason = _skipped_everywhere(records, stage)
         if reason is not None:
             text = (f"No {what} in {'these runs' if len(runs) > 1 else 'this run'}. Its {stage} stage was skipped"
                     + (f": {reason}" if reason else ""))
@@ -222,13 +225,13 @@ SKIPPABLE = {"pairs": ("pairs", ("pairs",)), "train_planner": ("planner training
              "train_grounder": ("grounder training", ("sft_loss",)), "critique": ("verdicts", ("critic",))}
 
 
-def _skipped_everywhere(store: Store, runs: list[str], stage: str) -> str | None:
-    """``stage``'s skip reason when every run in ``runs`` recorded it past iteration 0 and skipped it every time (a
-    variant without it), else None: a run that has not reached it yet, or ran it once, may still fill the chart."""
+def _skipped_everywhere(records: dict[str, list[dict[str, dict]]], stage: str) -> str | None:
+    """``stage``'s skip reason when every run in ``records`` (run -> its iterations' ``stage_status``, past iteration
+    0) recorded it and skipped it every time (a variant without it), else None: a run that has not reached it yet,
+    or ran it once, may still fill the chart."""
     reasons = []
-    for run_id in runs:
-        mine = [skipped_reason(store, run_id, it, stage) for it in store.iterations(run_id)
-                if it > 0 and store.stage_status(run_id, it).get(stage)]
+    for iterations in records.values():
+        mine = [skip_note(states[stage]) for states in iterations if stage in states]
         if not mine or any(r is None for r in mine):
             return None
         reasons += mine
