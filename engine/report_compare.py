@@ -30,12 +30,11 @@ from engine.report import (
     UnknownExperiment,
     clean,
     flat_values,
-    format_test,
     known_experiments,
-    markdown_table,
     metric_values,
     paired,
 )
+from engine.report_markdown import format_test, markdown_table
 from engine.store import Store
 
 # The fields that decide *which tasks* an evaluation scores; runs that differ in any are not paired.

@@ -21,7 +21,7 @@ from typing import Any
 
 from engine.config import RunConfig, load_config
 from engine.loop import STAGES, create_run, pending, run_config, run_loop
-from engine.report import duration_text
+from engine.report_markdown import duration_text
 from engine.store import Store
 from studio.common import DEMO_AGENTS, SPACES_CAPS, spaces_capped
 from studio.jobs import JobWorker

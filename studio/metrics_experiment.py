@@ -32,7 +32,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.breakdown import breakdown_markdown, evaluated_splits, template_breakdown
-from engine.report import SPLIT_NAMES, duration_text, known_experiments
+from engine.report import SPLIT_NAMES, known_experiments
+from engine.report_markdown import duration_text
 from engine.store import Store
 from studio.metrics_swaps import swap_markdown
 from studio.plots import ITERATION_AXIS, band_and_mean, colours, figure

@@ -20,7 +20,8 @@ import pytest
 from engine.__main__ import main
 from engine.errors import ConfigError
 from engine.experiment import load_experiment
-from engine.report import busy_seconds, experiment_report, report_markdown, summary
+from engine.report import busy_seconds, experiment_report, summary
+from engine.report_markdown import report_markdown
 from engine.runner import jobs_dir
 from engine.store import Store
 from engine.threads import ensure_thread_policy
@@ -831,7 +832,7 @@ def test_an_experiment_whose_models_changed_is_not_resumed(tmp_path, monkeypatch
 def test_one_seed_prints_no_interval_and_no_test():
     """With one seed the JSON keeps its [mean, mean] interval and p = 1 (the interface), but the tables never print
     a zero-width "interval" or a p-value: they say there is none (a reader took [40.9, 40.9] for certainty)."""
-    from engine.report import format_interval, format_test
+    from engine.report_markdown import format_interval, format_test
     from engine.stats import mean_interval, paired_t
     from studio.metrics_experiment import _interval, _test
 

@@ -191,7 +191,7 @@ def _dry_run(args: argparse.Namespace, exp, variants: list[str], seeds: list[int
     from engine.commands._common import fail, print_json, store_unusable
     from engine.errors import ConfigError, StoreError
     from engine.experiment_plan import describe
-    from engine.report import duration_text
+    from engine.report_markdown import duration_text
     from engine.runner import plan_runs, recorded_experiment
     from engine.store import Store
 

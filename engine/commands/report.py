@@ -40,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from engine.breakdown import breakdown_markdown, template_breakdown
     from engine.commands._common import print_json, store_unusable
-    from engine.report import UnknownExperiment, experiment_report, report_markdown
+    from engine.report import UnknownExperiment, experiment_report
     from engine.report_compare import IncomparableExperiments, compare_markdown, compare_report
+    from engine.report_markdown import report_markdown
     from engine.store import Store, StoreError
 
     if args.against and args.by_template:
