@@ -191,6 +191,14 @@ def word_diff_html(a: str, b: str) -> str:
     return f"<div class='moat-diff' style='white-space:pre-wrap'>{' '.join(out)}</div>"
 
 
+def plan_label(k: int, logppl: Any, same_as: int | None = None) -> str:
+    """A plan as a picker names it: ``"k=3 · log-PPL 0.6123"`` (``"not scored"`` without a score), and
+    ``" · same text as k=0"`` when its text repeats an earlier plan's."""
+    scored = logppl is not None and logppl == logppl  # NaN (pandas' missing score) is not equal to itself
+    label = f"k={k} · " + (f"log-PPL {float(logppl):.4f}" if scored else "not scored")
+    return label + (f" · same text as k={same_as}" if same_as is not None and same_as != k else "")
+
+
 def action_parts(text: str | None) -> list[str]:
     """An action text cut into its actions: at ``;`` and newlines outside brackets (as ``engine.actions`` splits
     them), each stripped of blanks and a trailing ``.``; unbalanced brackets never raise (a ``)`` too many counts as

@@ -13,7 +13,7 @@ import gradio as gr
 import pandas as pd
 
 from engine.store import Store
-from studio.common import md_quote, nothing_in_iteration, pre, tri, user_error, word_diff_html
+from studio.common import md_quote, nothing_in_iteration, plan_label, pre, tri, user_error, word_diff_html
 
 PAGE = 20
 # The key (task|step|pair_idx) stays first, narrow (clipped on screen, whole in the cell): a row click reads the first
@@ -127,9 +127,7 @@ def plan_choices(store: Store, run_id: str, iteration: int, key: str) -> list[tu
     out = []
     for k, text, logppl in zip(plans["k"], plans["text"], plans["logppl"]):
         k = int(k)
-        label = f"k={k} · " + ("not scored" if pd.isna(logppl) else f"log-PPL {float(logppl):.4f}")
-        same = first_of.setdefault(str(text), k)
-        out.append((label + (f" · same text as k={same}" if same != k else ""), k))
+        out.append((plan_label(k, logppl, first_of.setdefault(str(text), k)), k))
     return out
 
 

@@ -3,19 +3,22 @@ iteration, sorted by log-PPL with bars and chosen/rejected marks, plus a word di
 the grounder was trained by GRPO that iteration, its rollouts for the task's grounded plans follow
 (``studio.rollout_view``).
 
-Handlers: ``task_page``, ``plans_html``, ``plan_diff``, ``grounder_rollouts``: plain functions of the store.
+Handlers: ``task_page``, ``plans_html``, ``diff_choices``, ``plan_diff``, ``grounder_rollouts``: plain functions of
+the store. The diff pickers name each plan by k and log-PPL (and step, in an iterative run) and start on the lowest-
+and highest-PPL plans of the first step.
 """
 
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import gradio as gr
 import pandas as pd
 
 from engine.rollouts import task_group
 from engine.store import Store
-from studio.common import Ctx, clamped_page, first_cell, queue_info, word_diff_html
+from studio.common import Ctx, clamped_page, first_cell, plan_label, queue_info, word_diff_html
 from studio.picker import Picker
 from studio.rollout_view import grounder_groups
 
@@ -76,15 +79,47 @@ def grounder_rollouts(store: Store, run_id: str | None, iteration: int | None, t
     return grounder_groups(task_group(store, run_id, int(iteration), task_id, role="grounder"))
 
 
-def plan_diff(store: Store, run_id: str | None, iteration: int | None, task_id: str | None, k_a: int | None,
-              k_b: int | None) -> str:
-    if not (run_id and task_id) or k_a is None or k_b is None:
+def diff_choices(plans: pd.DataFrame) -> list[tuple[str, str]]:
+    """The diff pickers' choices for a task's plans (``Store.task_plans``, in its order: step, then log-PPL, best
+    first): each plan as ``"step:k"``, labelled as the Pairs tab's pickers label it (``plan_label``: k, log-PPL,
+    "same text as k=.."); the step leads the label when the task has several (an iterative run samples K candidates
+    per step, each step numbering its own from k=0)."""
+    several = plans["step"].nunique() > 1
+    out = []
+    for step, group in plans.groupby("step", sort=False):
+        first_of: dict[str, int] = {}
+        for k, text in sorted(zip(group["k"], group["text"]), key=lambda r: int(r[0])):
+            first_of.setdefault(str(text), int(k))
+        for k, text, logppl in zip(group["k"], group["text"], group["logppl"]):
+            label = plan_label(int(k), logppl, first_of[str(text)])
+            out.append(((f"step {int(step)} · " if several else "") + label, f"{int(step)}:{int(k)}"))
+    return out
+
+
+def _plan_ref(value: Any) -> tuple[int | None, int]:
+    """``"step:k"`` as the pickers send it, or a bare k (API callers; the task's first step with that k)."""
+    step, _, k = str(value).rpartition(":")
+    return (int(step) if step else None), int(k)
+
+
+def plan_diff(store: Store, run_id: str | None, iteration: int | None, task_id: str | None, plan_a: Any,
+              plan_b: Any) -> str:
+    """The word diff from plan A to plan B of a task (each ``"step:k"`` or a bare k)."""
+    if not (run_id and task_id) or plan_a is None or plan_b is None or iteration is None:
         return ""
     plans = store.task_plans(run_id, int(iteration), task_id)
-    texts = {int(r.k): r.text for r in plans.itertuples(index=False)}
-    if int(k_a) not in texts or int(k_b) not in texts:
-        return "<p>Both plans must exist.</p>"
-    return word_diff_html(texts[int(k_a)], texts[int(k_b)])
+    texts: dict[tuple[int, int], str] = {(int(r.step), int(r.k)): r.text for r in plans.itertuples(index=False)}
+    picked = []
+    for value in (plan_a, plan_b):
+        try:
+            step, k = _plan_ref(value)
+        except ValueError:
+            return "<p>Both plans must exist.</p>"
+        found = [key for key in sorted(texts) if key[1] == k and step in (None, key[0])]
+        if not found:
+            return "<p>Both plans must exist.</p>"
+        picked.append(texts[found[0]])
+    return word_diff_html(*picked)
 
 
 def _with_total(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -134,14 +169,18 @@ def build(ctx: Ctx) -> None:
                 gr.update(choices=ids, value=ids[0] if ids else None))
 
     def show(run_id, it, task_id):
-        ks = []
+        choices: list[tuple[str, str]] = []
+        first = last = None
         if run_id and task_id and it is not None:
-            ks = [int(k) for k in ctx.store.task_plans(run_id, int(it), task_id)["k"]]
-        first, last = (ks[0], ks[-1]) if ks else (None, None)
+            plans = ctx.store.task_plans(run_id, int(it), task_id)
+            choices = diff_choices(plans)
+            if choices:  # the first step's lowest- against its highest-PPL plan: the shape of a DPO pair
+                step = choices[0][1].split(":")[0]
+                first, last = choices[0][1], [v for _, v in choices if v.split(":")[0] == step][-1]
         # The diff of the two plans picked here comes in the same event: drawn on the pickers' change, it was two
         # more events per task (one per picker), so the diff listens to the curator's picks (.input) only.
         return (plans_html(ctx.store, run_id, it, task_id) + grounder_rollouts(ctx.store, run_id, it, task_id),
-                gr.update(choices=ks, value=first), gr.update(choices=ks, value=last),
+                gr.update(choices=choices, value=first), gr.update(choices=choices, value=last),
                 plan_diff(ctx.store, run_id, it, task_id, first, last))
 
     def facets(run_id, dom, spl):

@@ -179,13 +179,17 @@ def test_every_tab_and_overrides_through_the_ui(served, browser):
     expect(diff).to_be_visible()
     task_id = page.locator("#plans-task input").input_value()
     shown_it = int(page.locator("#pick-iteration input").input_value())
-    texts = {int(r.k): " ".join(r.text.split()) for r in store.task_plans(run_id, shown_it, task_id).itertuples()}
+    plans = store.task_plans(run_id, shown_it, task_id)
+    texts = {int(r.k): " ".join(r.text.split()) for r in plans.itertuples()}
+    # The pickers name the plans by k and log-PPL and start on the lowest- and the highest-PPL plan.
+    worst = plans.iloc[-1]
     last = page.locator("#plans-diff-b input").input_value()
+    assert last.startswith(f"k={int(worst.k)} · log-PPL {worst.logppl:.4f}")
     page.locator("#plans-diff-a input").click()
     page.get_by_role("option", name=last, exact=True).click()
     expect(page.locator("#plans-diff-a input")).to_have_value(last)
     expect(diff.locator("del, ins")).to_have_count(0)
-    expect(diff).to_have_text(texts[int(last)])
+    expect(diff).to_have_text(texts[int(worst.k)])
     _shot(page, "Plans")
 
     _tab(page, "Pairs")

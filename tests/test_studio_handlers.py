@@ -127,11 +127,48 @@ def test_plans_browse_bars_and_diff(store, run_id):
     assert html.count("k=") == 3 and "chosen" in html and "rejected" in html
     diff = tab_plans.plan_diff(store, run_id, 1, page["task_id"][0], 0, 1)
     assert "moat-diff" in diff
+    # The diff pickers name each plan as the table does, best first, by "step:k"; a bare k (API callers) still works.
+    plans = store.task_plans(run_id, 1, page["task_id"][0])
+    choices = tab_plans.diff_choices(plans)
+    assert [v for _, v in choices] == [f"0:{k}" for k in plans["k"]]
+    assert all(label.startswith(f"k={k} · log-PPL {lp:.4f}") for (label, _), k, lp in
+               zip(choices, plans["k"], plans["logppl"]))
+    assert tab_plans.plan_diff(store, run_id, 1, page["task_id"][0], "0:0", "0:1") == diff
+    assert tab_plans.plan_diff(store, run_id, 1, page["task_id"][0], "0:99", 0) == "<p>Both plans must exist.</p>"
+    assert tab_plans.plan_diff(store, run_id, 1, page["task_id"][0], "x:y", 0) == "<p>Both plans must exist.</p>"
     from studio.common import word_diff_html
 
     assert word_diff_html("a b c", "a x c") == ("<div class='moat-diff' style='white-space:pre-wrap'>a "
                                                 "<del style='background:#fdd'>b</del> "
                                                 "<ins style='background:#dfd'>x</ins> c</div>")
+
+
+def test_plan_diff_tells_the_steps_of_an_iterative_task_apart(tmp_path):
+    """An iterative run samples K candidates per step, each step numbering its own from k=0: the pickers name the step,
+    and a diff compares the plans of the steps picked (keyed by k alone, step 1's k=0 hid step 0's)."""
+    from studio import tab_plans
+
+    def plan(step: int, k: int, text: str) -> dict:
+        return {"run_id": "r", "iteration": 1, "task_id": "t", "step": step, "k": k, "prompt": "p", "text": text,
+                "subgoals_json": json.dumps([text]), "well_formed": True}
+
+    def score(step: int, k: int, logppl: float) -> dict:
+        return {"run_id": "r", "iteration": 1, "task_id": "t", "step": step, "k": k, "logppl": logppl,
+                "ppl": 2.718 ** logppl, "n_tokens": 4}
+
+    with Store(tmp_path / "s.duckdb") as store:
+        store.write("plans", [plan(0, 0, "add the apples"), plan(0, 1, "add the pears"), plan(0, 2, "add the apples"),
+                              plan(1, 0, "share the sum"), plan(1, 1, "halve the sum")])
+        store.write("scores", [score(0, 0, 0.9), score(0, 1, 0.2), score(0, 2, 0.5), score(1, 0, 0.3)])
+        choices = tab_plans.diff_choices(store.task_plans("r", 1, "t"))
+        assert choices == [("step 0 · k=1 · log-PPL 0.2000", "0:1"),
+                           ("step 0 · k=2 · log-PPL 0.5000 · same text as k=0", "0:2"),
+                           ("step 0 · k=0 · log-PPL 0.9000", "0:0"),
+                           ("step 1 · k=0 · log-PPL 0.3000", "1:0"), ("step 1 · k=1 · not scored", "1:1")]
+        diff = tab_plans.plan_diff(store, "r", 1, "t", "0:0", "1:0")
+        assert "apples" in diff and "share" in diff and "halve" not in diff
+        assert tab_plans.plan_diff(store, "r", 1, "t", 0, 1) == tab_plans.plan_diff(store, "r", 1, "t", "0:0", "0:1")
+        assert tab_plans.plan_diff(store, "r", 1, "t", "2:0", "0:0") == "<p>Both plans must exist.</p>"
 
 
 def test_plans_filters_offer_what_the_run_holds(store, run_id):
