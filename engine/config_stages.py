@@ -122,7 +122,9 @@ class CriticSection:
 class EvaluateSection:
     splits: list[str] = _f(["held_in", "held_out"], "splits evaluated after each iteration",
                            choices=SPLITS)
-    formulation: str = _f("onetime", "onetime | iterative", choices=FORMULATIONS)
+    formulation: str = _f("onetime", "onetime | iterative: how the agents are evaluated, set apart from "
+                                     "sample.formulation (how they train); set both to evaluate agents in the layout "
+                                     "they train on", choices=FORMULATIONS)
     batch_size: int = _f(32, "prompts per generate call", ge=1)
     plan_max_new_tokens: int = _f(128, "longest plan", ge=1)
     ground_max_new_tokens: int = _f(192, "longest grounding", ge=1)

@@ -44,7 +44,7 @@ from engine.actions import parse_actions
 from engine.agreement import agreement  # noqa: F401  (re-exported: part of curation's contract)
 from engine.dbutil import loads, records
 from engine.executor import ExecutionResult
-from engine.outcome import run_actions, toolbox_for_run
+from engine.outcome import run_grounding, toolbox_for_run
 from engine.store import Store
 from engine.views import LIVE_OVERRIDE
 
@@ -415,8 +415,8 @@ def edit_correction(
         raise ValueError("subgoals must be a list of strings")
     task = store.get_task(run_id, task_id)
     # Executing the edit may take a while (tools): outside the lock; only the read of the verdict and the append
-    # need to be one step.
-    result = run_actions(task, actions_text, toolbox_for_run(store, run_id))
+    # need to be one step. An iterative step runs after the gold steps before it, as the ground stage ran it.
+    result = run_grounding(task, step, actions_text, toolbox_for_run(store, run_id))
     after = {"actions": actions_text.strip(), "subgoals": subgoals, "preview": result.to_dict()}
     with store.serialized():
         v = _verdict(store, run_id, iteration, task_id, step, k)

@@ -6,8 +6,9 @@ Contract:
   neither excluded nor a tie: ``{"prompt", "chosen", "rejected", "chosen_logppl", "rejected_logppl", "task_id",
   "step"}``; ``prompt`` is the stored planner prompt of the chosen plan (``plans.prompt``, the rendered chat the
   plan was sampled from), ``chosen``/``rejected`` the raw plan texts.
-* ``export_sft(store, run_id, iteration, path, fmt)`` writes ``{"messages": [...], "task_id"}`` chat records from
-  ``curation.effective_sft_records`` with ``prompts.grounder_messages(task, subgoals, [actions])``.
+* ``export_sft(store, run_id, iteration, path, fmt)`` writes ``{"messages": [...], "task_id", "step", "k"}`` chat
+  records from ``curation.effective_sft_records``, rendered as the train_grounder stage renders them
+  (``turns.grounding_messages``: the iterative layout, with the gold history, for a step >= 1).
 * ``export_rollouts(store, run_id, iteration, path, fmt)`` writes the GRPO rollouts of a
   ``stages.planner_objective = grpo`` iteration: ``{"prompt", "completion", "task_id", "batch", "n", "rewards",
   "reward", "advantage"}`` (``rewards``: each named reward as a JSON object text; ``prompt``: the planner prompt).
@@ -35,8 +36,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.curation import effective_sft_records
-from engine.prompts import grounder_messages
+from engine.outcome import gold_step_results
 from engine.store import Store
+from engine.turns import grounding_messages
 from engine.views import EFFECTIVE_PAIRS_SQL
 
 FORMATS = ("jsonl", "parquet")
@@ -73,15 +75,21 @@ def pair_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]
 
 
 def sft_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]:
-    """The grounder chat records ``export_sft`` writes (onetime formulation)."""
+    """The grounder chat records ``export_sft`` writes, each in the layout the grounder trained on
+    (``engine.turns.grounding_messages``: a onetime plan as one turn; an iterative step after the gold history of the
+    steps before it, so its ``R1`` .. ``R{s-1}`` are defined in the record)."""
     tasks: dict[str, Any] = {}
+    results: dict[str, list[str]] = {}
     rows = []
     for rec in effective_sft_records(store, run_id, iteration):
-        task_id = rec["task_id"]
+        task_id, step = rec["task_id"], int(rec["step"])
         if task_id not in tasks:
             tasks[task_id] = store.get_task(run_id, task_id)
-        messages = grounder_messages(tasks[task_id], rec["subgoals"], [rec["actions"]])
-        rows.append({"messages": messages, "task_id": task_id})
+        if step and task_id not in results:
+            results[task_id] = gold_step_results(tasks[task_id])
+        messages = grounding_messages(tasks[task_id], step, rec["subgoals"], results.get(task_id, []),
+                                      rec["actions"])
+        rows.append({"messages": messages, "task_id": task_id, "step": step, "k": int(rec["k"])})
     return rows
 
 
@@ -97,7 +105,8 @@ PAIRS_SCHEMA = pa.schema(
     ]
 )
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
-SFT_SCHEMA = pa.schema([("messages", pa.list_(_MESSAGE)), ("task_id", pa.string())])
+SFT_SCHEMA = pa.schema([("messages", pa.list_(_MESSAGE)), ("task_id", pa.string()), ("step", pa.int64()),
+                        ("k", pa.int64())])
 ROLLOUTS_SCHEMA = pa.schema([("prompt", pa.string()), ("completion", pa.string()), ("task_id", pa.string()),
                              ("role", pa.string()), ("batch", pa.int64()), ("n", pa.int64()),
                              ("rewards", pa.string()), ("reward", pa.float64()), ("advantage", pa.float64())])

@@ -55,6 +55,14 @@ def run_actions(task: Task, actions: str, toolbox: Toolbox | None = None) -> Exe
     return execute(actions, task.domain, tool_env(task, toolbox))
 
 
+def run_grounding(task: Task, step: int, actions: str, toolbox: Toolbox | None = None) -> ExecutionResult:
+    """Execute one grounding as the ground stage judges it: a onetime plan's actions (``step`` 0) alone; an iterative
+    step's after the gold actions of the steps before it, which define the ``R1`` .. ``R{s-1}`` it reads."""
+    if step == 0:
+        return run_actions(task, actions, toolbox)
+    return run_actions(task, "; ".join([*task.gold_actions[:step - 1], actions]), toolbox)
+
+
 def judge_answer(task: Task, answer: str | None) -> dict[str, Any]:
     """The task's metric for ``answer``: ``{"correct": bool, ...}`` (em/f1 for QA, episode scores for web)."""
     return score_answer(task.domain, answer or "", task.answer, task.source)

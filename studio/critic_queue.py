@@ -90,8 +90,9 @@ def _row(store: Store, run_id: str, iteration: int, key: str) -> dict[str, Any] 
     return records(df.iloc[:1])[0] if len(df) else None
 
 
-def _subgoals(text: Any) -> str:
-    return "\n".join(f"{i}. {s}" for i, s in enumerate(json.loads(text) if text else [], 1))
+def _subgoals(text: Any, step: int = 0) -> str:
+    """Numbered subgoals; an iterative plan's one subgoal carries its step's number (steps count from 1)."""
+    return "\n".join(f"{i}. {s}" for i, s in enumerate(json.loads(text) if text else [], max(int(step or 0), 1)))
 
 
 def verdict_detail(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> tuple[str, str, str,
@@ -109,9 +110,14 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
     v = _row(store, run_id, iteration, key)
     if v is None:
         return "<p>No such verdict.</p>", "", "", "", gr.update(interactive=False)
-    head = f"<p><b>{v['status']}</b> ({v['backend']}) · {v['question']}</p>"
+    step = int(v.get("step") or 0)
+    before = "step 1" if step == 2 else f"steps 1-{step - 1}"
+    where = f" · step {step}, after the gold subgoals and actions of {before}" if step > 1 else (
+        " · step 1" if step == 1 else "")
+    head = f"<p><b>{v['status']}</b> ({v['backend']}) · {v['question']}{where}</p>"
     decided = f"<p>Curator: <b>{v['override_action']}</b> by {v['curator']}</p>" if v["override_action"] else ""
-    original = (head + decided + "<b>Plan subgoals</b>" + pre(_subgoals(v["plan_subgoals_json"]) or v["plan_text"])
+    plan = _subgoals(v["plan_subgoals_json"], step) or v["plan_text"]
+    original = (head + decided + "<b>Plan subgoals</b>" + pre(plan)
                 + "<b>Grounded actions</b>" + pre(v["grounding_actions"])
                 + "<details><summary>What the grounder saw (its prompt, as rendered)</summary>"
                 + pre(v.get("grounding_prompt") or "") + "</details>")
@@ -127,7 +133,7 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
                 "added: the edit's):</i></p>" + action_diff_html(v["grounding_actions"] or "", edited))
     elif v["corrected_actions"]:
         # A sound plan keeps its subgoals (only the actions are corrected): say so rather than show an empty block.
-        subgoals = ("<b>Corrected subgoals</b>" + pre(_subgoals(v["corrected_subgoals_json"]))
+        subgoals = ("<b>Corrected subgoals</b>" + pre(_subgoals(v["corrected_subgoals_json"], step))
                     if v["corrected_subgoals_json"] else
                     "<p><i>Only the actions are corrected: the plan's own subgoals are kept.</i></p>")
         corrected = subgoals + "<b>Corrected actions</b>" + pre(v["corrected_actions"]) + says

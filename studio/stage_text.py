@@ -66,12 +66,19 @@ def _n(value: Any) -> str:
 
 
 def _pairs(store: Store, run_id: str, iteration: int, counts: dict[str, Any]) -> str:
-    stats = store.query("SELECT count(*) AS n, count(DISTINCT task_id) AS tasks, median(margin) AS margin FROM pairs "
+    stats = store.query("SELECT count(*) AS n, count(DISTINCT task_id) AS tasks, count(DISTINCT (task_id, step)) AS "
+                        "groups, max(step) AS last_step, median(margin) AS margin FROM pairs "
                         "WHERE run_id = ? AND iteration = ?", [run_id, iteration]).iloc[0]
     if not stats["n"]:
         return f"no pair cleared the margin threshold ({_n(counts.get('groups', 0))} task-steps)"
-    return (f"{_n(stats['n'])} pairs from {_n(stats['tasks'])} tasks, median margin {float(stats['margin']):.2f} "
-            f"(of {_n(counts.get('groups', stats['tasks']))} task-steps)")
+    margin = f"median margin {float(stats['margin']):.2f}"
+    if not stats["last_step"]:  # onetime: a task is one group of K plans
+        return (f"{_n(stats['n'])} pairs from {_n(stats['tasks'])} tasks, {margin} "
+                f"(of {_n(counts.get('groups', stats['tasks']))} task-steps)")
+    # Iterative: each step of a task is its own group of K plans, so both counts are task-steps.
+    tasks = f"{_n(stats['tasks'])} task{'s' if int(stats['tasks']) != 1 else ''}"
+    return (f"{_n(stats['n'])} pairs from {_n(stats['groups'])} of {_n(counts.get('groups', stats['groups']))} "
+            f"task-steps ({tasks}), {margin}")
 
 
 def _critique(store: Store, run_id: str, iteration: int, counts: dict[str, Any]) -> str:

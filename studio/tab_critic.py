@@ -33,7 +33,7 @@ import gradio as gr
 
 from engine import curation
 from engine.executor import ExecutionResult
-from engine.outcome import run_actions, toolbox_for_run
+from engine.outcome import run_grounding, toolbox_for_run
 from engine.store import Store
 from studio.common import (
     Ctx,
@@ -103,13 +103,20 @@ from studio.stage_text import skipped_reason
 from studio.tab_pairs import excerpt
 
 
+def _step_words(step: int | None) -> str:
+    """``"step 2, "`` before a plan number of an iterative run (each step numbers its plans from 0); ``""`` for a
+    onetime plan (step 0)."""
+    return f"step {int(step)}, " if step else ""
+
+
 def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:
     """Undo ``curator``'s last decision on this iteration's verdicts and say which."""
     if not run_id or iteration is None:
         raise ValueError("Pick a run and an iteration first.")
     row = curation.undo_last(store, run_id, int(iteration), curator, "verdict")
     question = excerpt(store.get_task(run_id, row["task_id"]).question)
-    return (f"Undid your {action_words(row['action'])} of plan {int(row['k'])} for “{question}” "
+    return (f"Undid your {action_words(row['action'])} of {_step_words(row.get('step'))}plan {int(row['k'])} for "
+            f"“{question}” "
             f"(override #{int(row['override_id'])}).")
 
 
@@ -140,9 +147,11 @@ def _result_markdown(result: ExecutionResult) -> str:
 
 
 def preview_edit(store: Store, run_id: str, key: str, actions: str) -> str:
-    """Execute the edited actions without saving: the values, or the parse/execution error."""
-    task = store.get_task(run_id, parse_key(key)[0])
-    return _result_markdown(run_actions(task, actions, toolbox_for_run(store, run_id)))
+    """Execute the edited actions without saving (an iterative step's after the gold actions of the steps before it,
+    as the ground stage ran them): the values, or the parse/execution error."""
+    task_id, step, _ = parse_key(key)
+    task = store.get_task(run_id, task_id)
+    return _result_markdown(run_grounding(task, step, actions, toolbox_for_run(store, run_id)))
 
 
 def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str, curator: str,
@@ -174,7 +183,8 @@ def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) 
         return ""
     a = curation.agreement(store, run_id, int(iteration))
     rate = "—" if a["rate"] is None else f"{a['rate']:.0%}"
-    overruled = ", ".join(f"plan {d['k']} of {d['task_id']} ({d['status']} → {_decision_words(d['action'])})"
+    overruled = ", ".join(f"{_step_words(d.get('step'))}plan {d['k']} of {d['task_id']} "
+                          f"({d['status']} → {_decision_words(d['action'])})"
                           for d in a["disagreements"][:3])
     more = f" and {len(a['disagreements']) - 3} more" if len(a["disagreements"]) > 3 else ""
     return (f"**Agreement critic ↔ curators: {rate}** ({a['agreed']}/{a['reviewed']} reviewed of {a['verdicts']} "

@@ -180,7 +180,8 @@ def undo_message(store: Store, run_id: str | None, iteration: int | None, curato
         raise ValueError("Pick a run and an iteration first.")
     row = curation.undo_last(store, run_id, int(iteration), curator, "pair")
     question = excerpt(store.get_task(run_id, row["task_id"]).question)
-    return (f"Undid your {action_words(row['action'])} of the pair for “{question}” "
+    step = f" at step {int(row['step'])}" if row.get("step") else ""
+    return (f"Undid your {action_words(row['action'])} of the pair{step} for “{question}” "
             f"(override #{int(row['override_id'])}).")
 
 

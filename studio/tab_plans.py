@@ -55,11 +55,14 @@ def plans_html(store: Store, run_id: str | None, iteration: int | None, task_id:
         why = "" if split == "train" else (f": MOAT samples plans for training tasks only, and this is a {split} task "
                                            "(the evaluation plans it greedily)")
         return f"<p>No plans for {html.escape(task_id)} in iteration {iteration}{html.escape(why)}.</p>"
-    lo, hi = plans["logppl"].min(), plans["logppl"].max()
+    # Bars are scaled within each step: an iterative run's steps score different gold actions, so their log-PPLs
+    # are not on one scale.
+    lo, hi = plans.groupby("step")["logppl"].min(), plans.groupby("step")["logppl"].max()
     rows = []
     for r in plans.itertuples(index=False):
         scored = pd.notna(r.logppl)
-        width = 10 + 90 * ((r.logppl - lo) / (hi - lo) if hi > lo else 0.5) if scored else 0
+        low, high = lo.get(r.step), hi.get(r.step)
+        width = 10 + 90 * ((r.logppl - low) / (high - low) if high > low else 0.5) if scored else 0
         badge = ("<b style='color:#070'>chosen</b>" if r.chosen else "") + (
             " <b style='color:#a00'>rejected</b>" if r.rejected else "")
         rows.append(

@@ -158,3 +158,21 @@ def build_world(store: Store) -> None:
             ("verdicts", verdicts),
         ]
     )
+
+
+def add_iterative_step(store: Store, step: int = 2) -> None:
+    """Step ``step`` of m1 as an iterative run writes it: one candidate (k=0) for the gold subgoal, grounded with
+    actions that read ``R1`` from the gold history, and a critic correction of them."""
+    task = TASKS[0]
+    subgoal = task.gold_subgoals[step - 1]
+    key = dict(run_id=RUN, iteration=IT, task_id=task.id, step=step, k=0)
+    store.write_batch([
+        ("plans", [{**key, "prompt": "p", "text": f"Subgoal {step}: {subgoal}", "subgoals_json": [subgoal],
+                    "well_formed": True}]),
+        ("scores", [{**key, "logppl": 0.4, "ppl": 1.5, "n_tokens": 6}]),
+        ("groundings", [{**key, "prompt": "p", "actions": "R2 = Calculator(R1+4)", "values_json": {}, "answer": None,
+                         "error": None, "ok": True, "correct": False}]),
+        ("verdicts", [{**key, "backend": "reference", "model": None, "reference_guided": True, "raw": "",
+                       "status": "corrected", "corrected_subgoals_json": None,
+                       "corrected_actions": task.gold_actions[step - 1]}]),
+    ])

@@ -18,7 +18,7 @@ from engine.executor import ExecutionResult
 from engine.stages import critique
 from engine.stages.context import StageContext
 from engine.store import Store
-from tests._store_world import IT, RUN, TASKS, build_world
+from tests._store_world import IT, RUN, TASKS, add_iterative_step, build_world
 
 
 @pytest.fixture
@@ -206,3 +206,22 @@ def test_a_queue_of_an_iteration_whose_training_is_done_says_so(store):
     line = trained_line(store, RUN, IT, "verdict")
     assert f"Iteration {IT}'s grounder has trained on these verdicts already" in line
     assert trained_line(store, RUN, None, "pair") == trained_line(None, None, IT, "pair") == ""
+
+
+# -- 5. an iterative step: run after its gold history, named by its step ---------------------------------------------
+
+
+def test_an_iterative_step_is_edited_run_and_named_as_a_step(store):
+    """Each iterative step numbers its plans from k=0 and reads R1.. from the gold steps before it: an edit (and its
+    preview) runs after that history, as the ground stage ran the grounding, and every sentence names the step."""
+    from studio.tab_critic import agreement_markdown, preview_edit, undo_message, verdict_view
+
+    add_iterative_step(store, 2)
+    assert "runs cleanly** · answer: `17`" in preview_edit(store, RUN, "m1|2|0", "R2 = Calculator(R1+5)")
+    result = curation.edit_correction(store, RUN, IT, "m1", 2, 0, "R2 = Calculator(R1+5)", curator="ann")
+    assert result.ok and result.values["R2"] == "17"  # alone, R1 was undefined: "execution error"
+    assert "Overruled the critic (1):** step 2, plan 0 of m1" in agreement_markdown(store, RUN, IT)
+    assert undo_message(store, RUN, IT, "ann").startswith("Undid your edit of step 2, plan 0 for")
+    original, corrected, *_ = verdict_view(store, RUN, IT, "m1|2|0")
+    assert "step 2, after the gold subgoals and actions of step 1" in original
+    assert "2. Add 5." in original  # the step's subgoal carries the step's number

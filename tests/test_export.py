@@ -12,7 +12,7 @@ from engine.commands import export as export_command
 from engine.export import export_pairs, export_sft
 from engine.prompts import grounder_messages
 from engine.store import Store
-from tests._store_world import IT, RUN, TASKS, build_world, prompt_of
+from tests._store_world import IT, RUN, TASKS, add_iterative_step, build_world, prompt_of
 
 LOADER = {"jsonl": "json", "parquet": "parquet"}
 
@@ -72,6 +72,23 @@ def test_export_sft_loads_and_matches(store, tmp_path, fmt):
     assert rows[1]["messages"][-1] == {"role": "assistant", "content": "R1 = Calculator(10-4); R2 = Calculator(R1*2)"}
     assert "Subgoal 2: Double it." in rows[1]["messages"][0]["content"]  # the critic's corrected subgoals
     assert rows[2]["messages"][-1]["content"] == "R1 = KnowledgeQuery(Ada Lovelace); R2 = QA([R1], born?)"
+
+
+def test_an_iterative_step_exports_in_the_layout_it_trained_on(store, tmp_path):
+    """A step >= 1 record carries the gold history before it (its R1 is defined), as train_grounder renders it."""
+    from engine.outcome import gold_step_results
+    from engine.turns import grounding_messages
+
+    add_iterative_step(store, 2)
+    path = tmp_path / "sft.jsonl"
+    assert export_sft(store, RUN, IT, path) == 3  # q1's verdict is unfixable: no record
+    rows = load(path, "jsonl", tmp_path)
+    assert [(r["task_id"], r["step"], r["k"]) for r in rows] == [("m1", 0, 0), ("m1", 2, 0), ("m2", 0, 0)]
+    task = TASKS[0]
+    assert rows[1]["messages"] == grounding_messages(task, 2, [task.gold_subgoals[1]], gold_step_results(task),
+                                                     "R2 = Calculator(R1+5)")
+    text = " ".join(m["content"] for m in rows[1]["messages"])
+    assert "R1 = Calculator(3*4)" in text and rows[1]["messages"][-1]["content"] == "R2 = Calculator(R1+5)"
 
 
 def test_bad_format_and_overwrite(store, tmp_path):

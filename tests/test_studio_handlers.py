@@ -146,7 +146,10 @@ def test_plans_browse_bars_and_diff(store, run_id):
 def test_plan_diff_tells_the_steps_of_an_iterative_task_apart(tmp_path):
     """An iterative run samples K candidates per step, each step numbering its own from k=0: the pickers name the step,
     and a diff compares the plans of the steps picked (keyed by k alone, step 1's k=0 hid step 0's)."""
+    import re
+
     from studio import tab_plans
+    from studio.stage_text import stage_summary
 
     def plan(step: int, k: int, text: str) -> dict:
         return {"run_id": "r", "iteration": 1, "task_id": "t", "step": step, "k": k, "prompt": "p", "text": text,
@@ -169,6 +172,16 @@ def test_plan_diff_tells_the_steps_of_an_iterative_task_apart(tmp_path):
         assert "apples" in diff and "share" in diff and "halve" not in diff
         assert tab_plans.plan_diff(store, "r", 1, "t", 0, 1) == tab_plans.plan_diff(store, "r", 1, "t", "0:0", "0:1")
         assert tab_plans.plan_diff(store, "r", 1, "t", "2:0", "0:0") == "<p>Both plans must exist.</p>"
+        # Each step's bars span its own log-PPL range (steps score different gold actions): step 1's one scored plan
+        # sits mid-way, not at step 0's low end.
+        widths = re.findall(r"width:(\d+)%", tab_plans.plans_html(store, "r", 1, "t"))
+        assert widths == ["10", "49", "100", "55", "0"]
+        # The Run tab's pairs line counts task-steps, not tasks, in an iterative run.
+        store.write("pairs", [{"run_id": "r", "iteration": 1, "task_id": "t", "step": step, "pair_idx": 0,
+                               "chosen_k": 1, "rejected_k": 0, "chosen_logppl": 0.2, "rejected_logppl": 0.9,
+                               "margin": 0.7, "rule": "best_worst"} for step in (0, 1)])
+        assert stage_summary(store, "r", 1, "pairs", "done", {"groups": 2}) == (
+            "2 pairs from 2 of 2 task-steps (1 task), median margin 0.70")
 
 
 def test_plans_filters_offer_what_the_run_holds(store, run_id):

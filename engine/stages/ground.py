@@ -16,7 +16,15 @@ from typing import Any
 
 from engine import generation
 from engine.generators import generator_for
-from engine.outcome import Toolbox, gold_step_results, is_solved, run_actions, step_matches, step_result, toolbox_for
+from engine.outcome import (
+    Toolbox,
+    gold_step_results,
+    is_solved,
+    run_grounding,
+    step_matches,
+    step_result,
+    toolbox_for,
+)
 from engine.ranking import Candidate, select
 from engine.stages.context import StageContext, batches, pending_batches
 from engine.tasks import Task
@@ -40,11 +48,9 @@ def plans_to_ground(ctx: StageContext) -> list[Any]:
 def judge(task: Task, step: int, actions: str, results: list[str], toolbox: Toolbox | None = None
           ) -> tuple[dict, bool]:
     """Execute a grounding; ``(execution dict, correct)``. Iterative steps run after the gold history."""
+    result = run_grounding(task, step, actions, toolbox)
     if step == 0:
-        result = run_actions(task, actions, toolbox)
         return result.to_dict(), is_solved(task, result)
-    history = task.gold_actions[:step - 1]
-    result = run_actions(task, "; ".join(history + [actions]), toolbox)
     got, want = step_result(result, actions), results[step - 1]
     return result.to_dict(), result.ok and step_matches(task, got, want)
 
