@@ -35,7 +35,8 @@ def parse_auth(value: str | None) -> list[tuple[str, str]] | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
-    p = argparse.ArgumentParser(description="MOAT Studio: run, watch, curate and steer the MOAT loop.")
+    p = argparse.ArgumentParser(description="MOAT Studio: run, watch, curate and steer the MOAT loop.",
+                                allow_abbrev=False)
     p.add_argument("--db", default=env.get("MOAT_DB", "runs/studio.duckdb"), help="DuckDB store (env MOAT_DB)")
     p.add_argument("--config", default=env.get("MOAT_CONFIG", "examples/demo.toml"), help="config shown in Run tab")
     p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"), help="interface to listen on")

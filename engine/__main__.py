@@ -8,6 +8,7 @@ heavy dependencies (torch, transformers) inside ``run`` so ``--help`` stays inst
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -44,21 +45,37 @@ def available_commands() -> dict[str, object]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine", description="MOAT Studio engine (headless).")
+    # No abbreviated flags: `run --iteration 1` was taken for `run --iterations 1`, which re-targets a stored run
+    # (`step` has an --iteration of its own), and an abbreviation that works today breaks when a flag is added.
+    parser = argparse.ArgumentParser(prog="python -m engine", description="MOAT Studio engine (headless).",
+                                     allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, module in available_commands().items():
-        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP, allow_abbrev=False)
         module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        cmd.set_defaults(_run=module.run, _parser=cmd)
     return parser
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parsed command line; a flag the command does not know is refused with that command's usage (argparse
+    leaves unknown arguments to the top-level parser, whose usage lists only the commands)."""
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:
+        flags = [f for action in args._parser._actions for f in action.option_strings]
+        close = [difflib.get_close_matches(u.split("=")[0], flags, n=1, cutoff=0.75) for u in unknown
+                 if u.startswith("--")]
+        hint = "; did you mean " + " or ".join(m[0] for m in close if m) + "?" if any(close) else ""
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    return args
 
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader went away
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # here, not at exit: a closed pipe found at exit is printed as an ignored exception

@@ -30,6 +30,21 @@ def test_a_usage_mistake_is_refused_before_any_work(argv, flag, says, capsys):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, says", [
+    # An abbreviation is refused: `run --iteration 1` meant "do iteration 1" and re-targeted a run to one iteration.
+    (["run", "--run", "r", "--iteration", "1"], "unrecognized arguments: --iteration 1; did you mean --iterations?"),
+    (["export", "--db", "x", "--run", "r", "--iteration", "1", "--iter", "2", "--what", "pairs", "--out", "p.jsonl"],
+     "unrecognized arguments: --iter 2"),
+    (["status", "--db", "x", "--jsn"], "unrecognized arguments: --jsn; did you mean --json?"),
+])
+def test_an_unknown_or_abbreviated_flag_is_refused_with_the_commands_own_usage(argv, says, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and says in err, err
+    assert err.startswith(f"usage: python -m engine {argv[0]} ")  # the command's usage, not the list of commands
+
+
 def test_export_refuses_a_missing_iteration_and_takes_parquet_from_the_name(tmp_path, capsys):
     from engine.store import Store
     from tests._store_world import IT, RUN, build_world
