@@ -238,9 +238,23 @@ class RunLedger:
 
     def status_summary(self) -> dict[str, Any]:
         """``{"db", "schema_version", "runs": {run_id: {"run_id", "name", "created_at", "run_dir", "tasks",
-        "iterations": [{"iteration", "stages": {stage: {...}}, "rows": {table: n}}]}}}`` (runs in creation order;
-        timestamps as ISO strings, so the whole thing is JSON-ready) for ``engine status``."""
+        "iterations": [{"iteration", "stages": {stage: {...}}, "rows": {table: n}, "evaluation": {split:
+        {"accuracy", "ci95", "n", "gap_ppl"}}}]}}, "experiments": [{"experiment_id", "name", "runs"}]}`` (runs in
+        creation order; timestamps as ISO strings, so the whole thing is JSON-ready) for ``engine status``.
+        ``evaluation`` is each evaluated split over all domains (accuracy as a fraction with its Wilson interval),
+        empty for an iteration not evaluated yet."""
         tables = self._iteration_tables()
+        evaluation: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+        wanted = ("accuracy", "accuracy_lo", "accuracy_hi", "n", "gap_ppl")
+        metrics = self.query("SELECT run_id, iteration, split, name, value FROM metrics WHERE domain = 'all' AND "
+                             f"name IN ({', '.join(repr(n) for n in wanted)}) ORDER BY split")
+        for rid, it, split, name, value in metrics.itertuples(index=False):
+            evaluation.setdefault((rid, int(it)), {}).setdefault(split, {})[name] = float(value)
+        for per_split in evaluation.values():
+            for split, got in per_split.items():
+                per_split[split] = {"accuracy": got.get("accuracy"),
+                                    "ci95": [got.get("accuracy_lo"), got.get("accuracy_hi")],
+                                    "n": int(got["n"]) if "n" in got else None, "gap_ppl": got.get("gap_ppl")}
         union = " UNION ALL ".join(
             f"SELECT '{t}' AS tbl, run_id, iteration, count(*) AS n FROM \"{t}\" GROUP BY run_id, iteration"
             for t in tables
@@ -258,7 +272,8 @@ class RunLedger:
                     for s, v in self.stage_status(rid, it).items()
                 }
                 rows = {t: counts.get((rid, it), {}).get(t, 0) for t in tables}
-                its.append({"iteration": it, "stages": stages, "rows": rows})
+                its.append({"iteration": it, "stages": stages, "rows": rows,
+                            "evaluation": evaluation.get((rid, it), {})})
             n_tasks = self.count("tasks", rid)
             runs[rid] = {
                 "run_id": rid,
@@ -268,4 +283,8 @@ class RunLedger:
                 "tasks": n_tasks,
                 "iterations": its,
             }
-        return {"db": str(self.path), "schema_version": self.version, "runs": runs}
+        linked = self.query("SELECT e.experiment_id, e.name, count(x.run_id) AS runs FROM experiments e "
+                            "LEFT JOIN experiment_runs x USING (experiment_id) GROUP BY ALL ORDER BY e.experiment_id")
+        experiments = [{"experiment_id": r.experiment_id, "name": r.name, "runs": int(r.runs)}
+                       for r in linked.itertuples(index=False)]
+        return {"db": str(self.path), "schema_version": self.version, "runs": runs, "experiments": experiments}

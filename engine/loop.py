@@ -213,11 +213,13 @@ NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def out_of_order(store: Store, run_id: str, iteration: int, stage: str, config: RunConfig) -> str | None:
+def out_of_order(store: Store, run_id: str, iteration: int, stage: str, config: RunConfig,
+                 db: str | None = None) -> str | None:
     """Why ``stage`` of ``iteration`` cannot run by itself yet (None: it can): an iteration below 0, a stage that
     iteration does not have, or a stage whose data it reads (``NEEDS``) not done or skipped. A stage run early finds
     no inputs, records itself done with no rows, and a later ``run`` skips it: an iteration that trains nothing.
-    A done stage may run again (``step critique --critic ...``)."""
+    A done stage may run again (``step critique --critic ...``). The commands it suggests carry ``--db db`` when
+    given, so they can be pasted as they are."""
     if iteration < 0:
         return f"iteration must be 0 or more, not {iteration}"
     if stage not in stages_of(iteration, config):
@@ -231,11 +233,18 @@ def out_of_order(store: Store, run_id: str, iteration: int, stage: str, config: 
         previous = tuple(name for role in roles
                          for name in ((f"warm_start_{role}",) if iteration == 1 else (f"train_{role}",))
                          if name in before)
+    where = f" --db {db}" if db else ""
+    planned = config.run.iterations
+    # `run --iterations N` re-targets the run to N iterations: suggested only to extend it, never to shorten it.
+    loop = (f"`python -m engine run --run {run_id}{where}` for every pending stage in order (iterations 0-{planned})"
+            if iteration <= planned else
+            f"`python -m engine run --run {run_id}{where} --iterations {iteration}` to extend the run (it has "
+            f"{planned} iteration{'s' if planned != 1 else ''}) and run every stage in order")
     for t, needed in [(iteration, s) for s in own] + [(iteration - 1, s) for s in previous]:
         if store.stage_status(run_id, t).get(needed, {}).get("status") not in ("done", "skipped"):
             return (f"{stage} of iteration {iteration} reads what {needed} of iteration {t} writes, and that is not "
-                    f"done yet: run `python -m engine step {needed} --run {run_id} --iteration {t}` first, or "
-                    f"`python -m engine run --run {run_id} --iterations {iteration}` for every stage in order")
+                    f"done yet: run `python -m engine step {needed} --run {run_id}{where} --iteration {t}` first, "
+                    f"or {loop}")
     return None
 
 

@@ -30,7 +30,12 @@ def test_a_stage_whose_inputs_are_not_there_is_refused_and_records_nothing(creat
     assert main(["step", "critique", "--iteration", "1", *base]) == 2
     err = capsys.readouterr().err
     assert "critique of iteration 1 reads what ground of iteration 1 writes" in err
-    assert f"python -m engine step ground --run {run_id} --iteration 1" in err
+    # the commands it suggests paste as they are (--db kept); the loop's never shortens the run to this iteration
+    assert f"python -m engine step ground --run {run_id} --db {db} --iteration 1` first" in err
+    assert f"`python -m engine run --run {run_id} --db {db}` for every pending stage in order (iterations 0-2)" in err
+    assert main(["step", "sample", "--iteration", "4", *base]) == 2
+    assert f"`python -m engine run --run {run_id} --db {db} --iterations 4` to extend the run (it has 2 iterations)" \
+        in capsys.readouterr().err
     assert main(["step", "sample", "--iteration", "2", *base]) == 2  # iteration 1's planner is not trained yet
     assert "train_planner of iteration 1" in capsys.readouterr().err
     assert main(["step", "critique", "--iteration", "-1", *base]) == 2

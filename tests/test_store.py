@@ -483,6 +483,31 @@ def test_status_summary_and_cli(tmp_path, capsys):
     assert main(["status", "--db", str(path), "--json"]) == 0
     assert f'"run_id": "{RUN}"' in capsys.readouterr().out
     assert main(["status", "--db", str(tmp_path / "none.duckdb")]) == 2
+    assert capsys.readouterr().err == f"error: no store at {tmp_path / 'none.duckdb'}\n"  # --db given: no hint
+
+
+def test_status_says_what_an_evaluated_iteration_scored_and_which_experiments_there_are(tmp_path, capsys):
+    """A finished run's accuracy was nowhere in the CLI but ``swap`` (which evaluates again): ``status`` prints each
+    evaluated split (all domains) with its Wilson interval and gap PPL, and the experiments with their report."""
+    path = tmp_path / "ws.duckdb"
+    with Store(path) as s:
+        build_world(s)
+        s.put_metrics(RUN, IT, [{"split": "held_out", "domain": d, "name": n, "value": v}
+                                for d, n, v in (("all", "accuracy", 0.258), ("all", "accuracy_lo", 0.205),
+                                                ("all", "accuracy_hi", 0.319), ("all", "n", 225.0),
+                                                ("all", "gap_ppl", 1.4911), ("maths", "accuracy", 0.4))])
+        s.write("experiments", [{"experiment_id": "abl-0000beef", "name": "abl", "source": "abl.toml",
+                                 "config_json": {}}])
+        s.write("experiment_runs", [{"experiment_id": "abl-0000beef", "variant": "full", "seed": 1, "run_id": RUN}])
+    summary = status_summary(path)
+    assert summary["runs"][RUN]["iterations"][0]["evaluation"] == {
+        "held_out": {"accuracy": 0.258, "ci95": [0.205, 0.319], "n": 225, "gap_ppl": 1.4911}}
+    assert summary["experiments"] == [{"experiment_id": "abl-0000beef", "name": "abl", "runs": 1}]
+    assert main(["status", "--db", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "    evaluation: held-out 25.8% [20.5, 31.9] of 225, gap PPL 1.491\n" in out
+    assert f"experiment abl-0000beef (abl, 1 run(s)): python -m engine report --db {path} --experiment abl-0000beef" \
+        in out
 
 
 def test_pairs_page_filters_and_paginates(store):

@@ -18,6 +18,15 @@ def print_json(obj: Any) -> None:
     print(json.dumps(obj, ensure_ascii=False, indent=None, default=str))
 
 
+DEFAULT_DB = "runs/studio.duckdb"
+
+
+def no_store(db: str) -> str:
+    """The refusal for a store file that is not there: a command that took the default says how to pick another;
+    one given ``--db`` is told only that the file is missing."""
+    return f"no store at {db}" + (" (the default: use --db to pick one)" if db == DEFAULT_DB else "")
+
+
 def fail(exc: Exception) -> int:
     """Print a located error on stderr and return the exit code for bad input."""
     if isinstance(exc, (DataError, ConfigError)):

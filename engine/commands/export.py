@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.commands._common import print_json, writable_file
+from engine.commands._common import no_store, print_json, writable_file
 from engine.export_empty import NOUNS, empty_reason
 
 HELP = "Export an iteration's curated DPO pairs, grounder SFT records or GRPO rollouts as JSONL or Parquet."
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.store import Store, StoreError
 
     if not Path(args.db).exists():  # bad input (2); a file that cannot be used as a store is 3
-        print(f"error: no store at {args.db} (use --db to pick one)", file=sys.stderr)
+        print(f"error: {no_store(args.db)}", file=sys.stderr)
         return 2
     # From the file's name when not given: "--out pairs.parquet" wrote JSONL into a .parquet file.
     args.format = args.format or ("parquet" if args.out.lower().endswith(".parquet") else "jsonl")

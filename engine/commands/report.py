@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.breakdown import breakdown_markdown, template_breakdown
-    from engine.commands._common import print_json, store_unusable
+    from engine.commands._common import no_store, print_json, store_unusable
     from engine.report import UnknownExperiment, experiment_report
     from engine.report_compare import IncomparableExperiments, compare_markdown, compare_report
     from engine.report_markdown import report_markdown
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
               "experiment report and --against already show every evaluated split", file=sys.stderr)
         return 2
     if not Path(args.db).exists():  # bad input (2); a file that cannot be used as a store is 3
-        print(f"error: no store at {args.db} (use --db to pick one)", file=sys.stderr)
+        print(f"error: {no_store(args.db)}", file=sys.stderr)
         return 2
     try:
         with Store(args.db, read_only=True) as store:

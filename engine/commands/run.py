@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import sys
 
-    from engine.commands._common import fail, print_json, store_unusable
+    from engine.commands._common import fail, no_store, print_json, store_unusable
     from engine.config import load_config
     from engine.errors import ConfigError, DataError
     from engine.loop import create_run, run_loop
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --iterations must be 0 or more, not {args.iterations}", file=sys.stderr)
         return 2
     if args.run and not db.exists():  # opening it would create an empty store
-        print(f"error: no store at {args.db}, so no run {args.run!r} (use --db to pick one)", file=sys.stderr)
+        print(f"error: {no_store(args.db)}, so no run {args.run!r}", file=sys.stderr)
         return 2
     made = _first_missing(db)  # removed again if the run is refused: a refusal leaves nothing behind
     try:

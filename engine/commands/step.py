@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from engine.commands._common import fail, print_json, store_unusable
+    from engine.commands._common import fail, no_store, print_json, store_unusable
     from engine.commands.run import progress_printer
     from engine.config import config_from_dict, config_to_dict
     from engine.errors import ConfigError, DataError
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.store import Store, StoreError
 
     if not Path(args.db).exists():  # opening it would create an empty store
-        print(f"error: no store at {args.db} (use --db to pick one)", file=sys.stderr)
+        print(f"error: {no_store(args.db)}", file=sys.stderr)
         return 2
     try:
         with Store(args.db) as store:
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 2
             config = run_config(store, args.run)
-            if problem := out_of_order(store, args.run, args.iteration, args.stage, config):
+            if problem := out_of_order(store, args.run, args.iteration, args.stage, config, args.db):
                 print(f"error: {problem}", file=sys.stderr)
                 return 2
             overrides = [flag for flag, value in (("--critic", args.critic), ("--base-url", args.base_url),
