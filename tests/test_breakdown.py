@@ -92,6 +92,10 @@ def test_report_by_template_cli(traced_store, capsys):
     assert capsys.readouterr().out.startswith("**held_out by template**")
     assert main(["report", "--db", str(db), "--experiment", "ex-nope", "--by-template"]) == 2
     assert "no experiment 'ex-nope'" in capsys.readouterr().err
+    # a split the runs never evaluated is refused, naming the ones they did (a bare header read like a result)
+    assert main(["report", "--db", str(db), "--experiment", "ex-1", "--by-template", "--split", "dev"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "experiment ex-1 never evaluated dev (its runs evaluated held_out" in captured.err
 
 
 def test_report_split_without_by_template_is_refused(traced_store, capsys):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 HELP = "Report an experiment over seeds: means with t intervals, paired tests, wall times (--json | --markdown)."
 
@@ -58,7 +59,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with Store(args.db, read_only=True) as store:
             if args.by_template:
-                report = template_breakdown(store, args.experiment, args.split or "held_out")
+                split = args.split or "held_out"
+                report = template_breakdown(store, args.experiment, split)
+                if not report["variants"]:  # a header over nothing read like a result
+                    print(f"error: {_no_traces(store, args.experiment, split)}", file=sys.stderr)
+                    return 2
             elif args.against:
                 against, _, variant = args.against.partition(":")
                 report = compare_report(store, args.experiment, against, variant)
@@ -79,3 +84,13 @@ def run(args: argparse.Namespace) -> int:
         render = breakdown_markdown if args.by_template else compare_markdown if args.against else report_markdown
         print(render(report))
     return 0
+
+
+def _no_traces(store: Any, experiment_id: str, split: str) -> str:
+    """Why a per-template breakdown of ``split`` is empty: the splits the experiment's runs did evaluate, or none."""
+    done = sorted(store.query("SELECT DISTINCT e.split FROM experiment_runs r JOIN eval_traces e USING (run_id) "
+                              "WHERE r.experiment_id = ?", [experiment_id])["split"])
+    if not done:
+        return f"experiment {experiment_id} has no evaluation traces yet: none of its runs has been evaluated"
+    return (f"experiment {experiment_id} never evaluated {split} (its runs evaluated {', '.join(done)}; "
+            f"evaluate.splits): pick one with --split")
