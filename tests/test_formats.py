@@ -293,6 +293,10 @@ def test_cli_load_json(samples_dir, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["format"] == "lumos" and out["count"] == 5 and out["domains"] == {"qa": 5}
     assert out["first"]["id"] == "complex_qa_0" and out["path"] == str(plan)
+    assert out["splits"] == {"train": 5} and out["with_gold_actions"] == 5
+    # without --ground a lumos planner file has no gold actions: the one-line summary says so
+    assert main(["load", "--format", "lumos", str(plan)]) == 0
+    assert capsys.readouterr().out.endswith("5 tasks (qa=5; split train=5; 0 with gold actions)\n")
 
 
 def test_cli_load_split_and_text(samples_dir, capsys):
@@ -300,7 +304,14 @@ def test_cli_load_split_and_text(samples_dir, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["first"]["split"] == "held_out" and out["domains"] == {"maths": EVAL_ROWS}
     assert main(["load", "--format", "hotpotqa", str(samples_dir / "hotpotqa_dev_simplified.jsonl")]) == 0
-    assert f"{EVAL_ROWS} tasks (qa={EVAL_ROWS})" in capsys.readouterr().out
+    assert f"{EVAL_ROWS} tasks (qa={EVAL_ROWS}; split " in capsys.readouterr().out
+
+
+def test_a_gsm8k_file_loaded_as_hotpotqa_is_refused_naming_its_format(samples_dir):
+    """Both formats have a question and an answer: a GSM8K file loaded as HotpotQA gave "QA" tasks whose answers were
+    whole worked solutions."""
+    with pytest.raises(DataError, match=r"gsm8k_test\.jsonl:1: answer: .*'#### <number>'.*--format gsm8k"):
+        list(load("hotpotqa", samples_dir / "gsm8k_test.jsonl"))
 
 
 def test_cli_load_bad_input_exits_2(tmp_path, capsys):

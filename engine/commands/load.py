@@ -1,8 +1,9 @@
 """``python -m engine load``: read a dataset file through a format loader and summarise it.
 
 Contract: ``load --format F FILE [--ground FILE] [--split S] [--json]`` prints one JSON object
-``{"format", "path", "count", "first": task dict or null, "domains": {domain: count}}`` (``--json``; without it a
-one-line human summary) and exits 0; bad input prints ``error: path:line: field: message`` on stderr and exits 2.
+``{"format", "path", "count", "first": task dict or null, "domains": {domain: count}, "splits": {split: count},
+"with_gold_actions": n}`` (``--json``; without it a one-line human summary) and exits 0; bad input prints
+``error: path:line: field: message`` on stderr and exits 2.
 """
 
 from __future__ import annotations
@@ -28,12 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     domains: Counter[str] = Counter()
+    splits: Counter[str] = Counter()
+    grounded = 0
     first = None
     try:
         # Consume the whole stream: a bad record anywhere must fail the command, not truncate the count.
         for task in load(args.format, args.path, ground=args.ground, split=args.split):
             first = first or task.to_dict()
             domains[task.domain] += 1
+            splits[task.split] += 1
+            grounded += bool(task.gold_actions)
     except DataError as exc:
         return fail(exc)
     summary = {
@@ -42,10 +47,16 @@ def run(args: argparse.Namespace) -> int:
         "count": sum(domains.values()),
         "first": first,
         "domains": dict(sorted(domains.items())),
+        "splits": dict(sorted(splits.items())),
+        "with_gold_actions": grounded,
     }
     if args.json:
         print_json(summary)
     else:
         per_domain = ", ".join(f"{d}={n}" for d, n in summary["domains"].items()) or "none"
-        print(f"{args.path}: {summary['count']} tasks ({per_domain})")
+        per_split = ", ".join(f"{k}={n}" for k, n in summary["splits"].items()) or "none"
+        # Gold actions are what the grounder is scored and trained on: say how many tasks have them (a lumos
+        # planner file has them only with --ground).
+        print(f"{args.path}: {summary['count']} tasks ({per_domain}; split {per_split}; "
+              f"{grounded} with gold actions)")
     return 0
