@@ -19,7 +19,10 @@ EXIT_CODES = ("exit status: 0 when the JSON's ok is true; 1 when it is false (th
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXIT_CODES
-    parser.add_argument("--domain", choices=("maths", "qa", "web"), required=True, help="which tools to use")
+    parser.add_argument("--domain", choices=("maths", "qa", "web"), required=True,
+                        help="which tools to use; web actions are parsed but not run (there is no browser "
+                             "environment offline): each value is the action's argument text and ok only says "
+                             "they parse")
     parser.add_argument("--actions", required=True, help='actions, e.g. "R1 = Calculator(3*4); R2 = Calculator(R1+5)"')
     parser.add_argument("--context", metavar="FILE", help='corpus JSONL of {"title", "text"} rows (qa)')
     parser.add_argument("--time-limit", type=positive_seconds, default=2.0, help="seconds per tool call (default 2)")
