@@ -45,6 +45,24 @@ def test_an_unknown_or_abbreviated_flag_is_refused_with_the_commands_own_usage(a
     assert err.startswith(f"usage: python -m engine {argv[0]} ")  # the command's usage, not the list of commands
 
 
+@pytest.mark.parametrize("extra, says", [
+    (["--out", "pairs.csv"], "a .csv file is neither JSONL nor Parquet"),
+    (["--out", "pairs.jsonl", "--format", "parquet"], "--format parquet would write parquet into pairs.jsonl"),
+])
+def test_export_refuses_a_file_name_that_disagrees_with_its_format(tmp_path, extra, says, capsys):
+    """`--out pairs.csv` wrote JSONL, and `--format parquet --out x.jsonl` Parquet, without a word."""
+    from engine.store import Store
+    from tests._store_world import IT, RUN, build_world
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        build_world(store)
+    extra = [str(tmp_path / e) if e.startswith("pairs.") else e for e in extra]
+    assert main(["export", "--db", str(db), "--run", RUN, "--iteration", str(IT), "--what", "pairs", *extra]) == 2
+    assert says.replace("pairs.jsonl", str(tmp_path / "pairs.jsonl")) in capsys.readouterr().err
+    assert not list(tmp_path.glob("pairs.*"))
+
+
 def test_export_refuses_a_missing_iteration_and_takes_parquet_from_the_name(tmp_path, capsys):
     from engine.store import Store
     from tests._store_world import IT, RUN, build_world

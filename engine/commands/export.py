@@ -49,8 +49,19 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.db).exists():  # bad input (2); a file that cannot be used as a store is 3
         print(f"error: {no_store(args.db)}", file=sys.stderr)
         return 2
-    # From the file's name when not given: "--out pairs.parquet" wrote JSONL into a .parquet file.
-    args.format = args.format or ("parquet" if args.out.lower().endswith(".parquet") else "jsonl")
+    # From the file's name when not given: "--out pairs.parquet" wrote JSONL into a .parquet file. A name that says
+    # one format while the flag says the other, or a format that is neither (pairs.csv), is refused before the work.
+    suffix = Path(args.out).suffix.lower()
+    named = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl"}.get(suffix)
+    if suffix and named is None and args.format is None:
+        print(f"error: --out {args.out}: a {suffix} file is neither JSONL nor Parquet: name it .jsonl or .parquet, or "
+              "give --format", file=sys.stderr)
+        return 2
+    if named and args.format and named != args.format:
+        print(f"error: --format {args.format} would write {args.format} into {args.out}, whose name says {named}",
+              file=sys.stderr)
+        return 2
+    args.format = args.format or named or "jsonl"
     note = None
     try:
         with Store(args.db, read_only=True) as store:

@@ -26,7 +26,7 @@ DEFAULT_CONFIG = "examples/demo.toml"
 # for a command ended by Ctrl-C: a script or CI wrapper can tell a stopped (resumable) run from a finished one.
 EXIT_STATUS = {"done": 0, "stopped": 130}
 HELP = ("Run the MOAT loop: every pending stage of iterations 0..N, resuming an interrupted run (exit 0 done, "
-        "1 failed, 130 stopped by Ctrl-C).")
+        "1 failed, 2 bad input, 3 store unusable, 130 stopped by Ctrl-C).")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
