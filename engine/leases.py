@@ -4,7 +4,8 @@ Contract: ``LeaseBook(ttl_s)`` holds, per queue (any hashable, e.g. ``("pair", r
 last opened which item and when. ``claim(queue, item, curator)`` gives the item to ``curator`` unless another
 curator opened it less than ``ttl_s`` seconds ago (then it returns that holder's name and claims nothing);
 opening another item releases the curator's previous one in that queue. ``taken(queue, items, curator)`` is the
-subset of ``items`` held by someone else right now (what ``j``/``k`` skip). In memory and thread-safe: the studio
+subset of ``items`` held by someone else right now (what ``j``/``k`` skip); ``holder(queue, item, curator)`` names
+who else holds one item (the studio refuses a decision on it). In memory and thread-safe: the studio
 is the one process that serves a team's store (DuckDB admits one), so its memory is the team's; a lease never
 outlives ``ttl_s`` or the process, and an anonymous session (no curator name yet) neither takes nor is refused one.
 """
@@ -43,6 +44,15 @@ class LeaseBook:
                 del items[other]  # one open item per curator and queue
             items[item] = (curator, self._clock())
             return None
+
+    def holder(self, queue: Hashable, item: str, curator: str | None) -> str | None:
+        """The other curator who holds ``item`` now, else None (claims nothing): a decision on an item someone else
+        has open would replace theirs unseen, so the studio refuses it."""
+        if not curator:
+            return None
+        with self._lock:
+            held = self._live(queue).get(item)
+            return held[0] if held is not None and held[0] != curator else None
 
     def taken(self, queue: Hashable, items: Iterable[str], curator: str | None) -> set[str]:
         """The ``items`` another curator holds now (none for an anonymous session)."""

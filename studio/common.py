@@ -101,6 +101,17 @@ def who_of(name: str | None, request: gr.Request | None) -> str | None:
     return str(user) if user else ((name or "").strip() or None)
 
 
+def check_lease(ctx: Ctx, kind: str, run_id: str | None, iteration: Any, key: str, curator: str | None) -> None:
+    """Refuse a decision on an item another curator has open: both acting on one pair or verdict, the later
+    decision replaced the earlier one and neither curator was told (a two-curator review found it)."""
+    holder = ctx.leases.holder((kind, run_id, iteration), key, curator)
+    if holder:
+        what = "pair" if kind == "pair" else "verdict"
+        raise user_error(f"{holder} has this {what} open right now: a decision here would replace theirs unseen. "
+                         f"Move on (j/k skip it) and come back once they have moved on; a hold lapses "
+                         f"{ctx.leases.ttl_s:.0f} s after they opened it.")
+
+
 def lease_note(holder: str | None, what: str) -> str:
     """The line under a picker when another curator has the item open."""
     return f"⚠ **{holder}** has this {what} open right now; `j`/`k` skip it." if holder else ""
@@ -322,10 +333,12 @@ def trained_line(store: Store, run_id: str | None, iteration: int | None, target
     state = store.stage_status(run_id, int(iteration)).get(stage) or {}
     if state.get("status") != "done":
         return ""
+    # Only pair actions have a "changed since training" count (the Pairs tab's curation table): the Critic tab's
+    # banner named that table too, for verdicts it never counts.
+    counted = " and the Pairs tab's curation table counts it as changed since," if target == "pair" else ""
     return (f"\n\n**Iteration {int(iteration)}'s {role} has trained on these {data} already** ({stage} done): "
-            "a change here is recorded and exported, and the Pairs tab's curation table counts it as changed since, "
-            "but no training reads it unless that stage runs again. To steer the next training, curate the newest "
-            "iteration before its training stage runs.")
+            f"a change here is recorded and exported,{counted} but no training reads it unless that stage runs "
+            "again. To steer the next training, curate the newest iteration before its training stage runs.")
 
 
 def tri(value: str) -> bool | None:

@@ -14,6 +14,7 @@ import pandas as pd
 
 from engine.store import Store
 from studio.common import md_quote, nothing_in_iteration, plan_label, pre, tri, user_error, word_diff_html
+from studio.keys import action_words
 
 PAGE = 20
 # The key (task|step|pair_idx) stays first, narrow (clipped on screen, whole in the cell): a row click reads the first
@@ -108,8 +109,9 @@ def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: st
     flags = ", ".join(f for f in ("excluded", "tie") if bool(pair[f])) or "in training"
     chosen, rejected = by_k.get(int(pair["chosen_k"])), by_k.get(int(pair["rejected_k"]))
     label = pair_label(store.get_task(run_id, task_id).question, key, pair["chosen_k"], pair["rejected_k"])
-    head = (f"<p>{html.escape(label)} · margin {pair['margin']:.4f} · {flags}"
-            f"{' · ' + str(pair['override_action']) if pair['overridden'] else ''}</p>")
+    # Who set it, when a curator did ("tie · tie" repeated the flag the action had set).
+    by = (f" · {action_words(str(pair['override_action']))} by {pair['curator']}" if pair["overridden"] else "")
+    head = f"<p>{html.escape(label)} · margin {pair['margin']:.4f} · {flags}{html.escape(by)}</p>"
     diff = (word_diff_html(chosen.text, rejected.text) if chosen is not None and rejected is not None else "")
     return (head + pre(chosen.prompt if chosen else ""),
             f"<b>chosen k={pair['chosen_k']} · log-PPL {pair['chosen_logppl']:.4f}</b>" + pre(chosen and chosen.text),

@@ -37,6 +37,7 @@ from engine.outcome import run_grounding, toolbox_for_run
 from engine.store import Store
 from studio.common import (
     Ctx,
+    check_lease,
     check_writable,
     clamped_page,
     curator_of,
@@ -163,7 +164,14 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
                                           curator=curator, reason=reason)
     except curation.InvalidActionsError as exc:
         return f"**Not saved — parse error:** {exc.parse_error}"
-    return f"Edit saved for {key} by {curator}.\n\n" + _result_markdown(result)
+    # Named as the other actions name a verdict (question, step, plan, status), with its override number.
+    row = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=step, k=k)
+    label = verdict_label(store.get_task(run_id, task_id).question, key,
+                          str(row["status"].iloc[0]) if len(row) else "gone")
+    oid = store.query("SELECT max(override_id) AS n FROM overrides WHERE run_id = ? AND iteration = ? AND "
+                      "target = 'verdict' AND task_id = ? AND step = ? AND k = ? AND curator = ?",
+                      [run_id, int(iteration), task_id, step, k, curator])["n"][0]
+    return f"Edit saved for “{label}” by {curator} (override #{int(oid)}).\n\n" + _result_markdown(result)
 
 
 def _decision_words(action: str) -> str:
@@ -255,15 +263,19 @@ def build(ctx: Ctx) -> None:
             check_writable(ctx, request)
             if not key:
                 raise user_error("Pick a verdict first.")
+            curator = curator_of(name, request)
+            check_lease(ctx, "verdict", run_id, it, key, curator)
             with user_errors():  # the engine's refusal: a line for the curator, no traceback in the server log
-                return verdict_action(ctx.store, run_id, it, key, action, curator_of(name, request), why)
+                return verdict_action(ctx.store, run_id, it, key, action, curator, why)
         return handler
 
     def on_save(run_id, it, key, actions, name, why, request: gr.Request):
         check_writable(ctx, request)
         if not key:
             raise user_error("Pick a verdict first.")
-        return save_edit(ctx.store, run_id, it, key, actions, curator_of(name, request), why)
+        curator = curator_of(name, request)
+        check_lease(ctx, "verdict", run_id, it, key, curator)
+        return save_edit(ctx.store, run_id, it, key, actions, curator, why)
 
     filters = [ctx.run, ctx.iteration, status, reviewed, order, page, pick, ctx.curator]  # the curator: "by you"
     remember(ctx, "critic", {"status": (status, [status.change]), "reviewed": (reviewed, [reviewed.change]),
@@ -313,8 +325,8 @@ def build(ctx: Ctx) -> None:
         return lease_note(ctx.leases.claim(("verdict", run_id, it), key, who_of(name, request)) if key else None,
                           "verdict")
 
-    pick.change(opened, [ctx.run, ctx.iteration, pick, ctx.curator], lease, api_name="critic_claim",
-                api_visibility="undocumented")
+    gr.on([pick.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pick, ctx.curator], lease,
+          api_name="critic_claim", api_visibility="undocumented")
 
     def reload(run_id, it, st, rv, od, pg, current, name, request: gr.Request):
         """After an action: refresh everything but the picked verdict."""

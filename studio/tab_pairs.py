@@ -42,6 +42,7 @@ from engine.rollouts import task_group
 from engine.store import Store
 from studio.common import (
     Ctx,
+    check_lease,
     check_writable,
     clamped_page,
     curator_of,
@@ -169,8 +170,10 @@ def action_handler(ctx: Ctx, action: str) -> Callable[..., str]:
         check_writable(ctx, request)
         if not key:
             raise user_error("Pick a pair first.")
+        curator = curator_of(name, request)
+        check_lease(ctx, "pair", run_id, it, key, curator)
         with user_errors():
-            return pair_action(ctx.store, run_id, it, key, action, curator_of(name, request), c, r, why)
+            return pair_action(ctx.store, run_id, it, key, action, curator, c, r, why)
     return handler
 
 
@@ -310,8 +313,9 @@ def build(ctx: Ctx) -> None:
     def opened(run_id, it, key, name, request: gr.Request):
         return lease_note(ctx.leases.claim(("pair", run_id, it), key, who_of(name, request)) if key else None, "pair")
 
-    pair.change(opened, [ctx.run, ctx.iteration, pair, ctx.curator], lease, api_name="pairs_claim",
-                api_visibility="undocumented")
+    # And when the name is given: the pair a curator lands on before typing a name was held by nobody.
+    gr.on([pair.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pair, ctx.curator], lease,
+          api_name="pairs_claim", api_visibility="undocumented")
     evidence_btn.click(lambda r, i, k: pair_evidence(ctx.store, ctx.evidence, r, i, k),
                        [ctx.run, ctx.iteration, pair], evidence, api_name="pairs_evidence")
 

@@ -180,7 +180,9 @@ def test_a_saved_edit_is_what_the_verdict_shows_and_the_next_edit_starts_from(st
     critic = store.frame("verdicts", RUN, IT, task_id="m2")["corrected_actions"].iloc[0]
     assert critic and critic in corrected_before and start == critic
     mine = "R1 = Calculator(10-4); R2 = Calculator(R1*2)"
-    assert save_edit(store, RUN, IT, "m2|0|0", mine, "ann").startswith("Edit saved")
+    saved = save_edit(store, RUN, IT, "m2|0|0", mine, "ann")
+    assert saved.startswith("Edit saved for “What is 10 minus 4, doubled?") and "by ann (override #" in saved
+    assert "m2|0|0" not in saved  # named as the picker names it, not by its key
     original, corrected, diff, start, _ = verdict_view(store, RUN, IT, "m2|0|0")
     assert "edit</b> by ann" in original
     assert corrected.index("Curator's actions") < corrected.index("Calculator(R1*2)")

@@ -651,6 +651,29 @@ def test_pair_status_lines_name_the_pair_as_the_picker_does(store, run_id):
     assert columns.index("margin") < columns.index("question") > columns.index("override_action")
 
 
+def test_a_decision_on_a_pair_another_curator_has_open_is_refused(store, run_id):
+    """Two curators on one pair: the later decision replaced the earlier one and neither was told. The one who does
+    not hold the pair is refused, naming who does; nothing is recorded; the holder acts as before."""
+    import gradio as gr
+
+    from engine.leases import LeaseBook
+    from studio import tab_pairs
+    from studio.common import Ctx
+
+    ctx = Ctx(store=store, jobs=None, read_only=False, spaces=False, run=None, iteration=None, curator=None,
+              leases=LeaseBook())
+    key = tab_pairs.pairs_table(store, run_id, 1)[0]["key"][0]
+    before = store.query("SELECT count(*) AS n FROM overrides")["n"][0]
+    assert ctx.leases.claim(("pair", run_id, 1), key, "ann") is None
+    with pytest.raises(gr.Error, match="ann has this pair open right now"):
+        tab_pairs.action_handler(ctx, "swap")(run_id, 1, key, "bob", None, None, "", None)
+    assert store.query("SELECT count(*) AS n FROM overrides")["n"][0] == before
+    assert "recorded" in tab_pairs.action_handler(ctx, "swap")(run_id, 1, key, "ann", None, None, "", None)
+    assert "· in training · swap by ann</p>" in tab_pairs.pair_detail(store, run_id, 1, key)[0]  # who, once
+    assert ctx.leases.claim(("pair", run_id, 1), "other|0|0", "ann") is None  # ann moves on: bob may act
+    assert "recorded" in tab_pairs.action_handler(ctx, "reviewed")(run_id, 1, key, "bob", None, None, "", None)
+
+
 def test_a_users_mistake_shows_its_message_as_is_without_a_traceback(store, run_id):
     """No curator name, a bad plan choice, nothing to undo: the page shows the message itself (not "'...'", the repr
     a gr.Error re-wrapped in another gr.Error gave) and the server log gets no traceback (print_exception off)."""

@@ -193,6 +193,11 @@ def test_two_curators_on_one_queue_are_not_handed_the_same_pair(served_big, brow
                 _click_pair(bob, keys[0], head["task_id"][0])
     _click_pair(bob, keys[1], head["task_id"][1])  # opened anyway: the studio says who holds it
     expect(bob.locator("#pairs-lease")).to_contain_text("lease-ann")
+    # and refuses bob's decision on it: it would have replaced ann's unseen
+    bob.locator("#pairs-swap").click()
+    expect(bob.get_by_text("lease-ann has this pair open right now: a decision here would replace theirs unseen",
+                           exact=False).first).to_be_visible(timeout=15_000)
+    assert store.query("SELECT count(*) AS n FROM overrides WHERE curator = 'lease-bob'")["n"][0] == 0
     ann.close()
     bob.close()
 
