@@ -69,6 +69,14 @@ def neighbour(current: str | None, keys: list[str], page: int, total: int, delta
     return current, page
 
 
+def stuck_words(kind: str, delta: int, held: bool) -> str:
+    """Why ``j``/``k`` did not move: the end of the queue, or only items another curator has open beyond it."""
+    what, where = ("pair" if kind == "pair" else "verdict"), ("after" if delta > 0 else "before")
+    if held:
+        return f"Every {what} {where} this one in the queue is open by another curator right now (j/k skip those)."
+    return f"This is the {'last' if delta > 0 else 'first'} {what} of the queue."
+
+
 BUTTON_WORDS = {"swap": "Swap", "exclude": "Exclude", "tie": "Tie", "restore": "Restore",
                 "choose": "Choose these plans", "reviewed": "Looks right", "keep_original": "Accept original",
                 "accept_correction": "Accept correction", "drop": "Drop"}
@@ -95,6 +103,11 @@ def wire_walk(ctx: Ctx, kind: str, picker: gr.Dropdown, table: gr.Dataframe, pag
             keys = list(df["key"]) if df is not None and "key" in df else []
             taken = ctx.leases.taken((kind, run_id, it), keys, who_of(name, request))
             key, new_page = neighbour(current, keys, int(pg or 1), int(total_n or 0), delta, page_size, taken)
+            if key == current and new_page == int(pg or 1) and current is not None:
+                # Nothing moved: say why rather than leave a key press unanswered.
+                i = keys.index(current) if current in keys else 0
+                beyond = keys[i + 1:] if delta > 0 else keys[:i]
+                gr.Info(stuck_words(kind, delta, bool(beyond) and all(k in taken for k in beyond)))
             return (gr.update() if key is None or key == current else key,
                     gr.update() if new_page == int(pg or 1) else new_page)
         return handler

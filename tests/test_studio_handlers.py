@@ -98,6 +98,10 @@ def test_pairs_are_named_by_their_question_and_walked_with_j_and_k(store, run_id
     assert keys_neighbour(keys[0], keys, 1, total, 1) == (keys[1], 1)
     assert keys_neighbour(keys[1], keys, 1, total, -1) == (keys[0], 1)
     assert keys_neighbour(keys[0], keys, 1, total, -1) == (keys[0], 1)  # the first pair: nothing moves
+    from studio.keys import stuck_words  # ...and the curator is told why, not left with an unanswered key
+
+    assert stuck_words("pair", -1, False) == "This is the first pair of the queue."
+    assert stuck_words("verdict", 1, True).startswith("Every verdict after this one in the queue is open by another")
     full = [f"t{i}|0|0" for i in range(tab_pairs.PAGE)]  # a full first page of PAGE + 1 pairs
     assert keys_neighbour(full[-1], full, 1, tab_pairs.PAGE + 1, 1) == (None, 2)  # past the page: the next one
     assert keys_neighbour(full[-1], full, 1, tab_pairs.PAGE, 1) == (full[-1], 1)  # the last pair of all
