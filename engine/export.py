@@ -18,6 +18,8 @@ Contract:
 * A written file has the mode ``open(path, "w")`` would give it: the replaced file's, else ``0o666`` less the umask
   (not the ``0o600`` of a private temp file). A folder that takes no new file raises ``OSError`` before anything is
   written; ``probe_folder(path)`` asks the same up front, for callers with long work before the write.
+* ``left_out(store, run_id, iteration, what)`` says in words what curation kept out of an export (tied or excluded
+  pairs, verdicts without a record), for the line that reports it.
 * ``ROWS[what](store, run_id, iteration)`` and ``write_rows(what, rows, path, fmt)`` split each export in two (what
   ``python -m engine export`` does, to look at the rows before it writes them).
 """
@@ -119,6 +121,19 @@ def rollout_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, An
              "n": int(r.n),
              "rewards": r.rewards_json, "reward": None if r.reward != r.reward else float(r.reward),
              "advantage": float(r.advantage)} for r in frame.itertuples(index=False)]
+
+
+def left_out(store: Store, run_id: str, iteration: int, what: str) -> str:
+    """What curation kept out of an export, in words ("1 tied, 2 excluded"; "" when nothing): the pairs excluded or
+    tied, or the verdicts that give no SFT record (unfixable, or dropped by a curator). Rollouts: always ""."""
+    if what == "pairs":
+        eff = store.effective_pairs(run_id, iteration)
+        tied, excluded = int(eff["tie"].sum()), int((eff["excluded"] & ~eff["tie"]).sum())
+        return ", ".join(f"{n} {word}" for n, word in ((tied, "tied"), (excluded, "excluded")) if n)
+    if what == "sft":
+        missing = store.count("verdicts", run_id, iteration) - len(effective_sft_records(store, run_id, iteration))
+        return f"{missing} verdict(s) with no record (unfixable, or dropped by a curator)" if missing > 0 else ""
+    return ""
 
 
 ROWS: dict[str, Callable[[Store, str, int], list[dict[str, Any]]]] = {

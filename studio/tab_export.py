@@ -109,7 +109,9 @@ def build(ctx: Ctx) -> None:
         if not rows:  # the stage ran and kept nothing: say so beside the (empty) file
             return (f"Exported 0 {k} rows to `{path.name}`: iteration {int(it)} made its {NOUNS[k]} and none is "
                     "left to export (filtered out by the stage, or excluded or tied by curation).", str(path))
-        return f"Exported {rows} {k} rows to `{path.name}`.", str(path)
+        kept_out = export.left_out(ctx.store, run_id, int(it), k)
+        return (f"Exported {rows} {k} rows to `{path.name}`" + (f"; left out: {kept_out}." if kept_out else "."),
+                str(path))
 
     def on_push(run_id, it, k, repo_id, request: gr.Request) -> str:
         check_writable(ctx, request)

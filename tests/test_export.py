@@ -91,6 +91,24 @@ def test_an_iterative_step_exports_in_the_layout_it_trained_on(store, tmp_path):
     assert "R1 = Calculator(3*4)" in text and rows[1]["messages"][-1]["content"] == "R2 = Calculator(R1+5)"
 
 
+def test_the_export_line_says_what_curation_left_out(store, tmp_path, capsys):
+    """"Exported 92 pairs rows" out of 93 left the reader to guess which one was missing and why."""
+    from engine.export import left_out
+
+    assert left_out(store, RUN, IT, "pairs") == "" and left_out(store, RUN, IT, "rollouts") == ""
+    assert left_out(store, RUN, IT, "sft") == "1 verdict(s) with no record (unfixable, or dropped by a curator)"
+    curation.tie_pair(store, RUN, IT, "m1", 0)
+    curation.exclude_pair(store, RUN, IT, "m2", 0)
+    curation.tie_pair(store, RUN, IT, "q1", 0)
+    assert left_out(store, RUN, IT, "pairs") == "2 tied, 1 excluded"
+    db = store.path
+    store.close()
+    out = tmp_path / "p.jsonl"
+    assert main(["export", "--db", str(db), "--run", RUN, "--iteration", str(IT), "--what", "pairs", "--out",
+                 str(out)]) == 0
+    assert capsys.readouterr().out.endswith("; left out: 2 tied, 1 excluded\n")
+
+
 def test_bad_format_and_overwrite(store, tmp_path):
     with pytest.raises(ValueError, match="format"):
         export_pairs(store, RUN, IT, tmp_path / "x.csv", "csv")

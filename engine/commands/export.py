@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.commands._common import store_unusable
-    from engine.export import ROWS, write_rows
+    from engine.export import ROWS, left_out, write_rows
     from engine.store import Store, StoreError
 
     if not Path(args.db).exists():  # bad input (2); a file that cannot be used as a store is 3
@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
                       f"{', '.join(map(str, store.iterations(args.run))) or 'none yet'})", file=sys.stderr)
                 return 2
             rows = ROWS[args.what](store, args.run, args.iteration)
+            kept_out = left_out(store, args.run, args.iteration, args.what)
             if not rows:
                 # An empty file with exit 0 read as "exported, nothing to train on" for data the iteration can
                 # never have (iteration 0's pairs, a DPO iteration's rollouts) or does not have yet.
@@ -96,5 +97,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
-        print(f"wrote {len(rows)} {args.what} rows to {args.out} ({args.format})")
+        print(f"wrote {len(rows)} {args.what} rows to {args.out} ({args.format})"
+              + (f"; left out: {kept_out}" if kept_out else ""))
     return 0
