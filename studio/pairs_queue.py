@@ -109,8 +109,14 @@ def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: st
     flags = ", ".join(f for f in ("excluded", "tie") if bool(pair[f])) or "in training"
     chosen, rejected = by_k.get(int(pair["chosen_k"])), by_k.get(int(pair["rejected_k"]))
     label = pair_label(store.get_task(run_id, task_id).question, key, pair["chosen_k"], pair["rejected_k"])
-    # Who set it, when a curator did ("tie · tie" repeated the flag the action had set).
-    by = (f" · {action_words(str(pair['override_action']))} by {pair['curator']}" if pair["overridden"] else "")
+    # Who set it, when a curator did ("tie · tie" repeated the flag the action had set): "tie by ann",
+    # "excluded by ann", or "in training · swap by ann".
+    action = str(pair["override_action"]) if pair["overridden"] else ""
+    flag_of = {"tie": "tie", "exclude": "excluded"}
+    if action in flag_of and flag_of[action] in flags:
+        by = f" by {pair['curator']}"
+    else:
+        by = f" · {action_words(action)} by {pair['curator']}" if action else ""
     head = f"<p>{html.escape(label)} · margin {pair['margin']:.4f} · {flags}{html.escape(by)}</p>"
     diff = (word_diff_html(chosen.text, rejected.text) if chosen is not None and rejected is not None else "")
     return (head + pre(chosen.prompt if chosen else ""),

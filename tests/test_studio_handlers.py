@@ -673,7 +673,10 @@ def test_a_decision_on_a_pair_another_curator_has_open_is_refused(store, run_id)
         tab_pairs.action_handler(ctx, "swap")(run_id, 1, key, "bob", None, None, "", None)
     assert store.query("SELECT count(*) AS n FROM overrides")["n"][0] == before
     assert "recorded" in tab_pairs.action_handler(ctx, "swap")(run_id, 1, key, "ann", None, None, "", None)
-    assert "· in training · swap by ann</p>" in tab_pairs.pair_detail(store, run_id, 1, key)[0]  # who, once
+    assert "· in training · swap by ann</p>" in tab_pairs.pair_detail(store, run_id, 1, key)[0]  # who set it
+    ctx.leases.claim(("pair", run_id, 1), key, "ann")
+    tab_pairs.action_handler(ctx, "tie")(run_id, 1, key, "ann", None, None, "", None)
+    assert "· tie by ann</p>" in tab_pairs.pair_detail(store, run_id, 1, key)[0]  # the flag once, not "tie · tie"
     assert ctx.leases.claim(("pair", run_id, 1), "other|0|0", "ann") is None  # ann moves on: bob may act
     assert "recorded" in tab_pairs.action_handler(ctx, "reviewed")(run_id, 1, key, "bob", None, None, "", None)
 
