@@ -58,11 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Flags a user reaches for that mean something else here: the close match would point at the dangerous one.
+MISTAKES = {
+    ("run", "--iteration"): "run has no --iteration: to run one stage of iteration N use `python -m engine step STAGE "
+                            "--run ID --iteration N`; `run --iterations N` runs iterations 0..N and re-targets a "
+                            "stored run to N",
+}
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The parsed command line; a flag the command does not know is refused with that command's usage (argparse
     leaves unknown arguments to the top-level parser, whose usage lists only the commands)."""
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:
+        for flag in unknown:
+            if hint := MISTAKES.get((args.command, flag.split("=")[0])):
+                args._parser.error(f"unrecognized arguments: {' '.join(unknown)}; {hint}")
         flags = [f for action in args._parser._actions for f in action.option_strings]
         close = [difflib.get_close_matches(u.split("=")[0], flags, n=1, cutoff=0.75) for u in unknown
                  if u.startswith("--")]

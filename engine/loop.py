@@ -19,6 +19,7 @@ record nothing; an experiment raises its runs' ``run.iterations`` to its own N, 
 
 from __future__ import annotations
 
+import shlex
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -233,7 +234,7 @@ def out_of_order(store: Store, run_id: str, iteration: int, stage: str, config: 
         previous = tuple(name for role in roles
                          for name in ((f"warm_start_{role}",) if iteration == 1 else (f"train_{role}",))
                          if name in before)
-    where = f" --db {db}" if db else ""
+    where = f" --db {shlex.quote(db)}" if db else ""  # pasted into a shell as it is
     planned = config.run.iterations
     # `run --iterations N` re-targets the run to N iterations: suggested only to extend it, never to shorten it.
     loop = (f"`python -m engine run --run {run_id}{where}` for every pending stage in order (iterations 0-{planned})"

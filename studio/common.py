@@ -103,13 +103,25 @@ def who_of(name: str | None, request: gr.Request | None) -> str | None:
 
 def check_lease(ctx: Ctx, kind: str, run_id: str | None, iteration: Any, key: str, curator: str | None) -> None:
     """Refuse a decision on an item another curator has open: both acting on one pair or verdict, the later
-    decision replaced the earlier one and neither curator was told (a two-curator review found it)."""
-    holder = ctx.leases.holder((kind, run_id, iteration), key, curator)
+    decision replaced the earlier one and neither curator was told (a two-curator review found it). A decision
+    takes the item (or renews the curator's hold on it), so a hold lasts while its curator works on it, and after
+    a lapsed hold the first to act holds it and the other is refused."""
+    holder = ctx.leases.claim((kind, run_id, iteration), key, curator)  # free or theirs already: held anew
     if holder:
         what = "pair" if kind == "pair" else "verdict"
         raise user_error(f"{holder} has this {what} open right now: a decision here would replace theirs unseen. "
                          f"Move on (j/k skip it) and come back once they have moved on; a hold lapses "
                          f"{ctx.leases.ttl_s:.0f} s after they opened it.")
+
+
+def claim_note(ctx: Ctx, kind: str, run_id: str | None, iteration: Any, key: str | None, curator: str | None,
+               was: str | None) -> tuple[str, str | None]:
+    """An opened item's lease: ``(the note under the picker, the name it was taken under)``. A curator who corrected
+    their name first gives up what the old name held (it would hold their own item against them)."""
+    if was and was != curator:
+        ctx.leases.release(was)
+    holder = ctx.leases.claim((kind, run_id, iteration), key, curator) if key else None
+    return lease_note(holder, "pair" if kind == "pair" else "verdict"), curator
 
 
 def lease_note(holder: str | None, what: str) -> str:

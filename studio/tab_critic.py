@@ -39,10 +39,10 @@ from studio.common import (
     Ctx,
     check_lease,
     check_writable,
+    claim_note,
     clamped_page,
     curator_of,
     first_cell,
-    lease_note,
     pick_update,
     queue_info,
     review_line,
@@ -171,7 +171,8 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
     oid = store.query("SELECT max(override_id) AS n FROM overrides WHERE run_id = ? AND iteration = ? AND "
                       "target = 'verdict' AND task_id = ? AND step = ? AND k = ? AND curator = ?",
                       [run_id, int(iteration), task_id, step, k, curator])["n"][0]
-    return f"Edit saved for “{label}” by {curator} (override #{int(oid)}).\n\n" + _result_markdown(result)
+    number = f" (override #{int(oid)})" if oid == oid and oid is not None else ""  # NaN: no row came back
+    return f"Edit saved for “{label}” by {curator}{number}.\n\n" + _result_markdown(result)
 
 
 def _decision_words(action: str) -> str:
@@ -321,12 +322,13 @@ def build(ctx: Ctx) -> None:
     search.then(redraw, [ctx.run, ctx.iteration, pick, drawn], [*detail, drawn], api_name="critic_detail_redraw",
                 api_visibility="undocumented", show_progress="hidden")
 
-    def opened(run_id, it, key, name, request: gr.Request):  # the curator takes the verdict's lease
-        return lease_note(ctx.leases.claim(("verdict", run_id, it), key, who_of(name, request)) if key else None,
-                          "verdict")
+    held_as = gr.State(None)  # the name this session's lease was taken under
 
-    gr.on([pick.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pick, ctx.curator], lease,
-          api_name="critic_claim", api_visibility="undocumented")
+    def opened(run_id, it, key, name, was, request: gr.Request):  # the curator takes the verdict's lease
+        return claim_note(ctx, "verdict", run_id, it, key, who_of(name, request), was)
+
+    gr.on([pick.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pick, ctx.curator, held_as],
+          [lease, held_as], api_name="critic_claim", api_visibility="undocumented")
 
     def reload(run_id, it, st, rv, od, pg, current, name, request: gr.Request):
         """After an action: refresh everything but the picked verdict."""

@@ -44,10 +44,10 @@ from studio.common import (
     Ctx,
     check_lease,
     check_writable,
+    claim_note,
     clamped_page,
     curator_of,
     first_cell,
-    lease_note,
     pick_update,
     queue_info,
     review_line,
@@ -310,12 +310,14 @@ def build(ctx: Ctx) -> None:
     search.then(redraw, [ctx.run, ctx.iteration, pair, drawn], [evidence, *shown_outputs],
                 api_name="pairs_detail_redraw", api_visibility="undocumented", show_progress="hidden")
     # A new pick: the curator takes the pair's lease.
-    def opened(run_id, it, key, name, request: gr.Request):
-        return lease_note(ctx.leases.claim(("pair", run_id, it), key, who_of(name, request)) if key else None, "pair")
+    held_as = gr.State(None)  # the name this session's lease was taken under
+
+    def opened(run_id, it, key, name, was, request: gr.Request):
+        return claim_note(ctx, "pair", run_id, it, key, who_of(name, request), was)
 
     # And when the name is given: the pair a curator lands on before typing a name was held by nobody.
-    gr.on([pair.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pair, ctx.curator], lease,
-          api_name="pairs_claim", api_visibility="undocumented")
+    gr.on([pair.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pair, ctx.curator, held_as],
+          [lease, held_as], api_name="pairs_claim", api_visibility="undocumented")
     evidence_btn.click(lambda r, i, k: pair_evidence(ctx.store, ctx.evidence, r, i, k),
                        [ctx.run, ctx.iteration, pair], evidence, api_name="pairs_evidence")
 

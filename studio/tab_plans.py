@@ -178,8 +178,10 @@ def build(ctx: Ctx) -> None:
             plans = ctx.store.task_plans(run_id, int(it), task_id)
             choices = diff_choices(plans)
             if choices:  # the first step's lowest- against its highest-PPL plan: the shape of a DPO pair
-                step = choices[0][1].split(":")[0]
-                first, last = choices[0][1], [v for _, v in choices if v.split(":")[0] == step][-1]
+                step = int(plans["step"].iloc[0])
+                scored = plans[(plans["step"] == step) & plans["logppl"].notna()]
+                ks = scored["k"] if len(scored) else plans[plans["step"] == step]["k"]  # unscored ones sort last
+                first, last = f"{step}:{int(ks.iloc[0])}", f"{step}:{int(ks.iloc[-1])}"
         # The diff of the two plans picked here comes in the same event: drawn on the pickers' change, it was two
         # more events per task (one per picker), so the diff listens to the curator's picks (.input) only.
         return (plans_html(ctx.store, run_id, it, task_id) + grounder_rollouts(ctx.store, run_id, it, task_id),

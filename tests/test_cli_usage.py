@@ -32,7 +32,10 @@ def test_a_usage_mistake_is_refused_before_any_work(argv, flag, says, capsys):
 
 @pytest.mark.parametrize("argv, says", [
     # An abbreviation is refused: `run --iteration 1` meant "do iteration 1" and re-targeted a run to one iteration.
-    (["run", "--run", "r", "--iteration", "1"], "unrecognized arguments: --iteration 1; did you mean --iterations?"),
+    # ... and not pointed at --iterations, which would re-target the run, but at `step` (one iteration's stage)
+    (["run", "--run", "r", "--iteration", "1"], "unrecognized arguments: --iteration 1; run has no --iteration: to "
+     "run one stage of iteration N use `python -m engine step STAGE --run ID --iteration N`"),
+    (["run", "--run", "r", "--iteratons", "1"], "unrecognized arguments: --iteratons 1; did you mean --iterations?"),
     (["export", "--db", "x", "--run", "r", "--iteration", "1", "--iter", "2", "--what", "pairs", "--out", "p.jsonl"],
      "unrecognized arguments: --iter 2"),
     (["status", "--db", "x", "--jsn"], "unrecognized arguments: --jsn; did you mean --json?"),

@@ -21,7 +21,7 @@ def test_two_curators_never_hold_one_item_and_leases_expire():
     assert book.claim(q, "b", "bob") is None  # ann's lease on "b" ran out
     assert book.taken(q, ["a", "b"], "ann") == {"b"}
     assert book.claim(q, "b", None) is None and book.taken(q, ["b"], None) == set()  # anonymous: no effect
-    assert book.holder(q, "b", "ann") == "bob" and book.holder(q, "b", "bob") is None  # who else has it open
-    assert book.holder(q, "zzz", "ann") is None and book.holder(q, "b", None) is None
-    now[0] = 200.0
-    assert book.holder(q, "b", "ann") is None  # lapsed
+    assert book.claim(("verdict", "run", 1), "v", "bob") is None
+    book.release("bob")  # bob corrected his name: everything the old one held is free, in every queue
+    assert book.taken(q, ["a", "b"], "ann") == set() and book.claim(("verdict", "run", 1), "v", "ann") is None
+    book.release(None)  # anonymous: nothing to release

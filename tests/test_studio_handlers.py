@@ -681,6 +681,38 @@ def test_a_decision_on_a_pair_another_curator_has_open_is_refused(store, run_id)
     assert "recorded" in tab_pairs.action_handler(ctx, "reviewed")(run_id, 1, key, "bob", None, None, "", None)
 
 
+def test_a_decision_takes_the_hold_so_after_a_lapse_the_later_decision_is_refused(store, run_id):
+    """A hold lapses 90 s after opening; a decision takes it anew, so of two curators acting on one pair after a
+    lapse the first holds it and the second is refused (both were accepted, the second replacing the first). A
+    curator who corrects their name gives up what the old name held."""
+    import gradio as gr
+
+    from engine.leases import LeaseBook
+    from studio import tab_pairs
+    from studio.common import Ctx, claim_note
+
+    now = [0.0]
+    ctx = Ctx(store=store, jobs=None, read_only=False, spaces=False, run=None, iteration=None, curator=None,
+              leases=LeaseBook(ttl_s=90, clock=lambda: now[0]))
+    key = tab_pairs.pairs_table(store, run_id, 1)[0]["key"][1]
+    review = tab_pairs.action_handler(ctx, "reviewed")
+    assert claim_note(ctx, "pair", run_id, 1, key, "ann", None) == ("", "ann")
+    assert "**ann** has this pair open" in claim_note(ctx, "pair", run_id, 1, key, "bob", None)[0]
+    now[0] = 95.0  # ann's hold lapsed while she read
+    assert "recorded" in review(run_id, 1, key, "bob", None, None, "", None)  # bob acts first: he holds it now
+    now[0] = 100.0
+    with pytest.raises(gr.Error, match="bob has this pair open right now"):
+        review(run_id, 1, key, "ann", None, None, "", None)
+    now[0] = 150.0
+    assert "recorded" in review(run_id, 1, key, "bob", None, None, "", None)  # and each decision renews his hold
+    now[0] = 200.0  # 105 s after bob opened it, 50 s after his last decision
+    with pytest.raises(gr.Error, match="bob has this pair open"):
+        review(run_id, 1, key, "ann", None, None, "", None)
+    # bob was "bbo" a moment ago: the old name's hold is dropped when the session's name changes
+    assert claim_note(ctx, "pair", run_id, 1, "x|0|0", "bbo", None) == ("", "bbo")
+    assert claim_note(ctx, "pair", run_id, 1, "x|0|0", "bob2", "bbo") == ("", "bob2")
+
+
 def test_a_users_mistake_shows_its_message_as_is_without_a_traceback(store, run_id):
     """No curator name, a bad plan choice, nothing to undo: the page shows the message itself (not "'...'", the repr
     a gr.Error re-wrapped in another gr.Error gave) and the server log gets no traceback (print_exception off)."""

@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--what", required=True, choices=("pairs", "sft", "rollouts"),
                         help="DPO pairs, grounder SFT records, or the rollouts of a GRPO iteration")
     parser.add_argument("--format", default=None, choices=("jsonl", "parquet"),
-                        help="output format (default: parquet for a .parquet --out, else jsonl)")
+                        help="output format (default: from --out's name, .parquet or .jsonl/.json; another name "
+                             "needs --format, and a name that says the other format is refused)")
     parser.add_argument("--out", required=True, metavar="FILE", type=writable_file,
                         help="output file (written atomically)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -10,6 +10,7 @@ running job), of a newer schema or not a store exits 3.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,8 @@ def _human(summary: dict[str, Any]) -> str:
             if evaluated := _evaluation(it.get("evaluation") or {}):
                 lines.append(f"    evaluation: {evaluated}")
     for exp in summary.get("experiments", []):
-        lines.append(f"experiment {exp['experiment_id']} ({exp['name']}, {exp['runs']} run(s)): "
-                     f"python -m engine report --db {summary['db']} --experiment {exp['experiment_id']} --markdown")
+        lines.append(f"experiment {exp['experiment_id']} ({exp['name']}, {exp['runs']} run(s)): python -m engine "
+                     f"report --db {shlex.quote(summary['db'])} --experiment {exp['experiment_id']} --markdown")
     return "\n".join(lines)
 
 
