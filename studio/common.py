@@ -114,6 +114,13 @@ def check_lease(ctx: Ctx, kind: str, run_id: str | None, iteration: Any, key: st
                          f"{ctx.leases.ttl_s:.0f} s after they opened it.")
 
 
+def leasing_name(ctx: Ctx, name: str | None, request: gr.Request | None) -> str | None:
+    """The name a session holds items under: none in a read-only studio or for a viewer account, who can decide
+    nothing and so must not hold an item against the curators."""
+    who = who_of(name, request)
+    return None if ctx.read_only or (who and who in ctx.viewers) else who
+
+
 def claim_note(ctx: Ctx, kind: str, run_id: str | None, iteration: Any, key: str | None, curator: str | None,
                was: str | None) -> tuple[str, str | None]:
     """An opened item's lease: ``(the note under the picker, the name it was taken under)``. A curator who corrected

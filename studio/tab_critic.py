@@ -43,6 +43,7 @@ from studio.common import (
     clamped_page,
     curator_of,
     first_cell,
+    leasing_name,
     pick_update,
     queue_info,
     review_line,
@@ -325,7 +326,7 @@ def build(ctx: Ctx) -> None:
     held_as = gr.State(None)  # the name this session's lease was taken under
 
     def opened(run_id, it, key, name, was, request: gr.Request):  # the curator takes the verdict's lease
-        return claim_note(ctx, "verdict", run_id, it, key, who_of(name, request), was)
+        return claim_note(ctx, "verdict", run_id, it, key, leasing_name(ctx, name, request), was)
 
     gr.on([pick.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pick, ctx.curator, held_as],
           [lease, held_as], api_name="critic_claim", api_visibility="undocumented")

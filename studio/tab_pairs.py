@@ -48,6 +48,7 @@ from studio.common import (
     clamped_page,
     curator_of,
     first_cell,
+    leasing_name,
     pick_update,
     queue_info,
     review_line,
@@ -313,7 +314,7 @@ def build(ctx: Ctx) -> None:
     held_as = gr.State(None)  # the name this session's lease was taken under
 
     def opened(run_id, it, key, name, was, request: gr.Request):
-        return claim_note(ctx, "pair", run_id, it, key, who_of(name, request), was)
+        return claim_note(ctx, "pair", run_id, it, key, leasing_name(ctx, name, request), was)
 
     # And when the name is given: the pair a curator lands on before typing a name was held by nobody.
     gr.on([pair.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pair, ctx.curator, held_as],

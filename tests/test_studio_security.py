@@ -446,6 +446,9 @@ def test_viewer_accounts_are_refused_every_write_over_http(server_a):
     ann.predict(run_id, api_name="/studio_pick_run")
     ann.predict(*_endpoints_for(store, run_id)["pairs_search"][1], api_name="/pairs_search")
     pair = _keys(store, run_id)[0]
+    # vera opened every item above (/pairs_claim, /critic_claim) but holds none: a viewer, who can decide nothing,
+    # must not hold an item against the curators
+    assert not demo.moat_ctx.leases.taken(("pair", run_id, 1), [pair], "ann")
     assert "“Swap” recorded" in ann.predict(run_id, 1, pair, 0, 1, "why", api_name="/pairs_swap")
     assert store.query("SELECT curator FROM overrides WHERE action = 'swap'")["curator"].tolist() == ["ann"]
 
