@@ -221,6 +221,16 @@ def word_diff_html(a: str, b: str) -> str:
     return f"<div class='moat-diff' style='white-space:pre-wrap'>{' '.join(out)}</div>"
 
 
+def plan_labels(plans: Any) -> list[tuple[str, int]]:
+    """``(plan_label, k)`` for one task-step's plans (a frame with ``k``, ``text``, ``logppl``), in the frame's
+    order; a repeated text names the lowest k that has it."""
+    first_of: dict[str, int] = {}
+    for k, text in sorted(zip(plans["k"], plans["text"]), key=lambda r: int(r[0])):
+        first_of.setdefault(str(text), int(k))
+    return [(plan_label(int(k), logppl, first_of[str(text)]), int(k))
+            for k, text, logppl in zip(plans["k"], plans["text"], plans["logppl"])]
+
+
 def plan_label(k: int, logppl: Any, same_as: int | None = None) -> str:
     """A plan as a picker names it: ``"k=3 · log-PPL 0.6123"`` (``"not scored"`` without a score), and
     ``" · same text as k=0"`` when its text repeats an earlier plan's."""

@@ -13,7 +13,7 @@ import gradio as gr
 import pandas as pd
 
 from engine.store import Store
-from studio.common import md_quote, nothing_in_iteration, plan_label, pre, tri, user_error, word_diff_html
+from studio.common import md_quote, nothing_in_iteration, plan_labels, pre, tri, user_error, word_diff_html
 from studio.keys import action_words
 
 PAGE = 20
@@ -130,13 +130,7 @@ def plan_choices(store: Store, run_id: str, iteration: int, key: str) -> list[tu
     scored": the engine refuses it) and, when its text repeats an earlier plan's, "same text as k=0" (a pair of two
     identical texts is refused too)."""
     task_id, step, _ = parse_key(key)
-    plans = store.task_plans(run_id, int(iteration), task_id, step).sort_values("k")
-    first_of: dict[str, int] = {}
-    out = []
-    for k, text, logppl in zip(plans["k"], plans["text"], plans["logppl"]):
-        k = int(k)
-        out.append((plan_label(k, logppl, first_of.setdefault(str(text), k)), k))
-    return out
+    return plan_labels(store.task_plans(run_id, int(iteration), task_id, step).sort_values("k"))
 
 
 def choose_fields(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> tuple[dict, dict]:

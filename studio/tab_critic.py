@@ -133,11 +133,16 @@ def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: 
                                      reason=reason)
     else:
         oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
-    # Named as the picker names it (question, step, plan, status), not by the task|step|k key.
+    return f"{button_words(action)} recorded for “{_verdict_name(store, run_id, iteration, key)}” by {curator} " \
+           f"(override #{oid})."
+
+
+def _verdict_name(store: Store, run_id: str, iteration: int, key: str) -> str:
+    """A verdict as the picker names it (question, step, plan, status), not by its task|step|k key."""
+    task_id, step, k = parse_key(key)
     row = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=step, k=k)
-    question = store.get_task(run_id, task_id).question
-    label = verdict_label(question, key, str(row["status"].iloc[0]) if len(row) else "gone")
-    return f"{button_words(action)} recorded for “{label}” by {curator} (override #{oid})."
+    return verdict_label(store.get_task(run_id, task_id).question, key,
+                         str(row["status"].iloc[0]) if len(row) else "gone")
 
 
 def _result_markdown(result: ExecutionResult) -> str:
@@ -165,10 +170,8 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
                                           curator=curator, reason=reason)
     except curation.InvalidActionsError as exc:
         return f"**Not saved — parse error:** {exc.parse_error}"
-    # Named as the other actions name a verdict (question, step, plan, status), with its override number.
-    row = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=step, k=k)
-    label = verdict_label(store.get_task(run_id, task_id).question, key,
-                          str(row["status"].iloc[0]) if len(row) else "gone")
+    # Named as the other actions name a verdict, with its override number.
+    label = _verdict_name(store, run_id, iteration, key)
     oid = store.query("SELECT max(override_id) AS n FROM overrides WHERE run_id = ? AND iteration = ? AND "
                       "target = 'verdict' AND task_id = ? AND step = ? AND k = ? AND curator = ?",
                       [run_id, int(iteration), task_id, step, k, curator])["n"][0]

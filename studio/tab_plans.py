@@ -18,7 +18,7 @@ import pandas as pd
 
 from engine.rollouts import task_group
 from engine.store import Store
-from studio.common import Ctx, clamped_page, first_cell, plan_label, queue_info, word_diff_html
+from studio.common import Ctx, clamped_page, first_cell, plan_labels, queue_info, word_diff_html
 from studio.picker import Picker
 from studio.rollout_view import grounder_groups
 
@@ -90,12 +90,8 @@ def diff_choices(plans: pd.DataFrame) -> list[tuple[str, str]]:
     several = plans["step"].nunique() > 1
     out = []
     for step, group in plans.groupby("step", sort=False):
-        first_of: dict[str, int] = {}
-        for k, text in sorted(zip(group["k"], group["text"]), key=lambda r: int(r[0])):
-            first_of.setdefault(str(text), int(k))
-        for k, text, logppl in zip(group["k"], group["text"], group["logppl"]):
-            label = plan_label(int(k), logppl, first_of[str(text)])
-            out.append(((f"step {int(step)} · " if several else "") + label, f"{int(step)}:{int(k)}"))
+        out += [((f"step {int(step)} · " if several else "") + label, f"{int(step)}:{k}")
+                for label, k in plan_labels(group)]
     return out
 
 
