@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,7 +239,10 @@ def _upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConfig:
+def config_from_dict(data: dict[str, Any], source: str | None = None,
+                     text_fields: Collection[str] = ()) -> RunConfig:
+    """A validated config from a dict of sections (a parsed file, a stored snapshot). Its values must carry their
+    fields' types, except those of ``text_fields`` (dotted names set by ``--set``): command-line text, parsed."""
     if not isinstance(data, dict):
         raise ConfigError("<root>", "expected a table of sections", source)
     data = _upgrade_legacy(data)
@@ -260,7 +264,7 @@ def config_from_dict(data: dict[str, Any], source: str | None = None) -> RunConf
                     raise ConfigError(dotted, USE_KEY_ENV, source)
                 raise ConfigError(dotted, f"unknown field{suggest(name, known)} (known: {', '.join(sorted(known))})",
                                   source)
-            setattr(section, name, coerce(value, hints[name], dotted, source))
+            setattr(section, name, coerce(value, hints[name], dotted, source, text=dotted in text_fields))
     if config.schedule.phases and "iterations" not in data.get("run", {}):
         config.run.iterations = sum(phase.iterations for phase in config.schedule.phases)
     validate(config, source)
@@ -346,7 +350,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(section, "expected a table of fields", source)
         data[section].update(values)
     try:
-        return config_from_dict(data, source)
+        return config_from_dict(data, source, {f"{section}.{name}" for section, values in merged.items()
+                                               for name in values})
     except ConfigError as exc:
         where = override_source(exc.field, merged) or (
             file_line_source(Path(path), exc.field) if path is not None and exc.source == source else None)

@@ -1,7 +1,7 @@
-"""One config value against its field: type conversion (``--set`` strings, TOML values, lists of tables), the
-declared range and choices, and the secret rules for values (a key-shaped string is refused before any message could
-echo it). Every problem raises ``ConfigError`` naming the dotted field. Rules that tie fields together live in
-``engine.config_checks``.
+"""One config value against its field: type conversion (``--set`` text is parsed; a file's or a snapshot's values
+are checked as they are, so a quoted number is refused; lists of tables), the declared range and choices, and the
+secret rules for values (a key-shaped string is refused before any message could echo it). Every problem raises
+``ConfigError`` naming the dotted field. Rules that tie fields together live in ``engine.config_checks``.
 """
 
 from __future__ import annotations
@@ -69,8 +69,10 @@ def get_field(config: RunConfig, dotted: str) -> Any:
     return getattr(getattr(config, section), name)
 
 
-def coerce(value: Any, annotation: Any, dotted: str, source: str | None) -> Any:
-    """Check/convert one value against its field type; strings from --set are parsed as JSON when possible."""
+def coerce(value: Any, annotation: Any, dotted: str, source: str | None, text: bool = False) -> Any:
+    """Check/convert one value against its field type. ``text``: the value is command-line text (``--set``, a
+    phase's ``set``), so a string is parsed into the field's type; a value from a file or a stored snapshot already
+    carries its type, and a string there for a number or a bool (``k = "15"``) is refused, not silently converted."""
     texts = value if isinstance(value, list) else [value]
     if any(isinstance(v, str) and KEY_VALUE.search(v) for v in texts):  # checked first: later errors echo values
         raise ConfigError(dotted, f"looks like a key or a URL with a password; {USE_KEY_ENV}", source)
@@ -80,7 +82,11 @@ def coerce(value: Any, annotation: Any, dotted: str, source: str | None) -> Any:
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
         origin = typing.get_origin(hint)
     if origin is list and dataclasses.is_dataclass(typing.get_args(hint)[0]):
-        return _coerce_tables(value, typing.get_args(hint)[0], dotted, source)
+        return _coerce_tables(value, typing.get_args(hint)[0], dotted, source, text)
+    if hint in (bool, int, float) and isinstance(value, str) and not text:
+        wanted = "true or false" if hint is bool else "an integer" if hint is int else "a number"
+        raise ConfigError(dotted, f"expected {wanted}, got the string {json.dumps(value, ensure_ascii=False)}",
+                          source)
     if origin is list:
         if isinstance(value, str) and value.startswith("["):
             try:
@@ -118,9 +124,10 @@ def coerce(value: Any, annotation: Any, dotted: str, source: str | None) -> Any:
     return value
 
 
-def _coerce_tables(value: Any, cls: type, dotted: str, source: str | None) -> list[Any]:
+def _coerce_tables(value: Any, cls: type, dotted: str, source: str | None, text: bool) -> list[Any]:
     """A list of tables (``[[data.sources]]``; from ``--set``: a JSON list of objects) as ``cls`` instances, each
-    field coerced and range-checked; errors name the item, 1-based: ``data.sources[2].format``."""
+    field coerced (``text`` as the list's own) and range-checked; errors name the item, 1-based:
+    ``data.sources[2].format``."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -145,7 +152,7 @@ def _coerce_tables(value: Any, cls: type, dotted: str, source: str | None) -> li
                     raise ConfigError(f"{where}.{name}", USE_KEY_ENV, source)
                 raise ConfigError(f"{where}.{name}", f"unknown field{suggest(name, fields)} (known: "
                                                      f"{', '.join(fields)})", source)
-            values[name] = coerce(raw, hints[name], f"{where}.{name}", source)
+            values[name] = coerce(raw, hints[name], f"{where}.{name}", source, text)
             check_field(values[name], dict(fields[name].metadata), f"{where}.{name}", source)
         items.append(cls(**values))
     return items

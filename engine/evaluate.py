@@ -56,9 +56,8 @@ class Trace:
 
 def _trace(task: Task, plan: str, subgoals: list[str], actions: str, toolbox: Toolbox | None = None) -> Trace:
     result = run_actions(task, actions, toolbox)
-    answer = result.answer if result.ok else None
-    scores = judge_answer(task, answer)
-    return Trace(task.id, task.split, task.domain, plan, subgoals, actions, result.ok, result.values, answer,
+    scores = judge_answer(task, result.answer)  # None when a step failed: scored as no answer
+    return Trace(task.id, task.split, task.domain, plan, subgoals, actions, result.ok, result.values, result.answer,
                  task.answer, bool(scores.get("correct")), result.error,
                  {k: v for k, v in scores.items() if k in ("em", "f1")})
 

@@ -4,10 +4,11 @@ Contract: ``execute(actions, domain, env)`` parses the text (``engine.actions``)
 the maths tools (domain "maths") or the QA tools plus Calculator (domain "qa"), keeps typed values (sympy objects,
 equations, passages) between steps and renders them with ``value_to_text``; a variable holding an equation or an
 expression stands for it in a later tool's formula (``R1 = SetEquation(3*y - 7 = 20); R2 = SolveEquation(R1)``
-gives 9, as in Lumos). It stops at the first failing step (earlier values kept) and never raises on bad text. For
-"web" nothing runs: each output's value is the action's ``arg_text`` and ``answer`` is None (Mind2Web step scoring
-lives elsewhere). ``answer`` is the value of ``Output``/``Answer`` when assigned, else of the last assigned
-variable.
+gives 9, as in Lumos). It stops at the first failing step and never raises on bad text. For "web" nothing runs:
+each output's value is the action's ``arg_text`` and ``answer`` is None (Mind2Web step scoring lives elsewhere).
+``answer`` is the value of ``Output``/``Answer`` when assigned, else of the last assigned variable -- and None when a
+step failed: the last good value is not the actions' answer, and read as one it misled; the variables bound before
+the failing step stay in ``values``.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class StepResult:
 @dataclass
 class ExecutionResult:
     ok: bool  # parsed and every step ran without error
-    values: dict[str, str]  # every variable -> rendered text value
-    answer: str | None  # value of Output/Answer if assigned, else of the last assigned variable
+    values: dict[str, str]  # every variable bound (before the failing step, on a failure) -> rendered text value
+    answer: str | None  # value of Output/Answer if assigned, else of the last assigned variable; None unless ok
     error: str | None  # first error: parse error (with span) or "R3 = Foo(...): unknown tool Foo"
     steps: list[StepResult] = field(default_factory=list)
 
@@ -102,7 +103,7 @@ def _run(actions: list[Action], domain: str, env: ToolEnv) -> ExecutionResult:
 def _finish(values: dict[str, Any], last: str | None, steps: list[StepResult], error: str | None) -> ExecutionResult:
     answer_name = next((n for n in reversed(list(values)) if n in ANSWER_NAMES), last)
     rendered = {k: value_to_text(v) for k, v in values.items()}
-    answer = rendered.get(answer_name) if answer_name else None
+    answer = rendered.get(answer_name) if answer_name and error is None else None
     return ExecutionResult(error is None, rendered, answer, error, steps)
 
 

@@ -29,3 +29,12 @@ def test_help_renders(name: str) -> None:
         text = parser.format_help()
         assert parser.prog in text
         pending.extend(_subparsers(parser).values())
+
+
+def test_quiet_is_one_flag_with_one_meaning() -> None:
+    """``--quiet`` is defined once (``engine.commands._common.add_quiet_flag``): eval and swap lacked it, and run,
+    step and experiment each described it in their own words."""
+    helps = {name: action.help for name, parser in _subparsers(build_parser()).items()
+             for action in parser._actions if "--quiet" in action.option_strings}
+    assert set(helps) == {"run", "step", "experiment", "eval", "swap"}
+    assert len(set(helps.values())) == 1 and "stderr" in next(iter(helps.values()))

@@ -117,8 +117,15 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
 
 @pytest.mark.parametrize("command", [["status"], ["report", "--experiment", "x"],
                                      ["export", "--run", "x", "--iteration", "1", "--what", "pairs",
-                                      "--out", "p.jsonl"]])
+                                      "--out", "p.jsonl"],
+                                     ["step", "sample", "--run", "x", "--iteration", "1"],
+                                     # swap and merge said "<db> does not exist", in their own words
+                                     ["swap", "--run", "x"],
+                                     ["merge", "--run", "x", "--iteration", "1", "--role", "planner",
+                                      "--out", "{tmp}/merged"]])
 def test_a_missing_store_is_bad_input_exit_2_and_is_not_created(command, tmp_path, capsys):
     missing = tmp_path / "none.duckdb"
-    assert main([*command, "--db", str(missing)]) == 2
-    assert capsys.readouterr().err.startswith(f"error: no store at {missing}") and not missing.exists()
+    argv = [part.replace("{tmp}", str(tmp_path)) for part in command]
+    assert main([*argv, "--db", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: no store at {missing}\n" and not missing.exists() and not (tmp_path / "merged").exists()

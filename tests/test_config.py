@@ -62,6 +62,34 @@ def test_file_errors_name_the_file(tmp_path):
         parse_overrides(["malformed"])
 
 
+@pytest.mark.parametrize(("line", "message"), [
+    ('[sample]\nk = "15"\n', 'c.toml:2: sample.k: expected an integer, got the string "15"'),
+    ('[dpo]\nbeta = "0.2"\n', 'c.toml:2: dpo.beta: expected a number, got the string "0.2"'),
+    ('[dpo]\nlora = "true"\n', 'c.toml:2: dpo.lora: expected true or false, got the string "true"'),
+    ('[[schedule.phases]]\nname = "a"\niterations = "2"\n',
+     'c.toml:3: schedule.phases[1].iterations: expected an integer, got the string "2"'),
+])
+def test_file_refuses_a_quoted_number_or_bool(tmp_path, line, message):
+    """A file's value carries its type: a quoted number was silently converted (or kept as a string); --set text is
+    still parsed, and overrides the file's bad value."""
+    path = tmp_path / "c.toml"
+    path.write_text(line)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{tmp_path / message}"
+    dotted, value = message.split(": ")[1], message.rsplit(" ", 1)[1].strip('"')
+    if "[" not in dotted:  # the same text on the command line is parsed, and replaces the file's value
+        section, name = dotted.split(".")
+        assert str(getattr(getattr(load_config(path, [f"{dotted}={value}"]), section), name)).lower() == value
+
+
+def test_yaml_refuses_a_quoted_number(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text('sample:\n  k: "15"\n')
+    with pytest.raises(ConfigError, match=r'c.yaml: sample.k: expected an integer, got the string "15"'):
+        load_config(path)
+
+
 def test_every_field_has_help():
     assert all(text for text in field_help().values())
 

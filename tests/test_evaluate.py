@@ -95,3 +95,22 @@ def test_iterative_harness_runs(tiny_agents, demo_tasks):
 def test_read_plan():
     assert read_plan("Subgoal 1: Add 2 and 3.; Subgoal 2: Double it.") == (["Add 2 and 3.", "Double it."], True)
     assert read_plan("garbage") == ([], False)
+
+
+def test_eval_cli_quiet_prints_the_metrics_and_no_progress_bar(tiny_agents_dir, demo_tasks, tmp_path, capsys):
+    """``eval --quiet`` means what ``run --quiet`` does (eval had no such flag): none of the libraries' bars (the
+    weights' loading) on stderr, the metrics still printed on stdout."""
+    from pathlib import Path
+
+    from engine.__main__ import main
+    from engine.tasks import write_tasks
+    from tests._tiny import tiny_overrides
+
+    write_tasks(demo_tasks, tmp_path / "tasks.jsonl")
+    sets = [arg for item in tiny_overrides(tmp_path, tiny_agents_dir, tmp_path / "tasks.jsonl")
+            for arg in ("--set", item)]
+    demo = Path(__file__).resolve().parents[1] / "examples" / "demo.toml"
+    assert main(["eval", "--config", str(demo), *sets, "--split", "held_in", "--limit", "1", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["counts"] == {"held_in": 1}
+    assert "Loading weights" not in captured.err and "it/s]" not in captured.err, captured.err

@@ -102,6 +102,16 @@ def test_cli_failure_prints_the_json_and_exits_one(capsys):
     assert not out["ok"] and "undefined variable R9" in out["error"]
 
 
+def test_a_failed_step_leaves_no_answer_but_keeps_the_values_bound_before_it(capsys):
+    """The last good value was reported as ``answer`` after a later step failed, which read as the actions' answer."""
+    actions = "R1 = Calculator(3*4); R2 = Calculator(R1+5); R3 = Calculator(R9)"
+    result = execute(actions, "maths")
+    assert not result.ok and result.answer is None and result.values == {"R1": "12", "R2": "17"}
+    assert main(["execute", "--domain", "maths", "--actions", actions]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["answer"] is None and out["values"] == {"R1": "12", "R2": "17"} and "R9" in out["error"]
+
+
 def test_cli_context_file(tmp_path, capsys):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"title": "Albany, Georgia", "text": "Albany has a population of 75,000."}) + "\n")

@@ -231,7 +231,7 @@ def test_cli_errors_exit_2_and_a_held_store_exits_3(scripted_run, capsys):
     db = str(store.path)
     store.close()
     assert main(["swap", "--db", str(Path(db).with_name("missing.duckdb")), "--run", run_id]) == 2
-    assert "missing.duckdb does not exist" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"error: no store at {Path(db).with_name('missing.duckdb')}\n"
     assert not Path(db).with_name("missing.duckdb").exists()
     assert main(["swap", "--db", db, "--run", "nope"]) == 2
     assert "error: no run 'nope'" in capsys.readouterr().err
@@ -246,6 +246,19 @@ def test_cli_errors_exit_2_and_a_held_store_exits_3(scripted_run, capsys):
     lines = out.stderr.strip().splitlines()  # on stderr: stdout is for the table or its JSON
     assert out.stdout == "" and len(lines) == 1 and lines[0].startswith("error: ")
     assert "open in another process" in lines[0]
+
+
+def test_cli_quiet_prints_the_table_and_no_progress(scripted_run, capsys):
+    """``--quiet`` as in run and experiment: no progress bar on stderr, the table still on stdout."""
+    store, run_id, _ = scripted_run
+    db = str(store.path)
+    store.close()
+    assert main(["swap", "--db", db, "--run", run_id, "--json"]) == 0
+    shown = capsys.readouterr()
+    assert "iter 1 swap" in shown.err and json.loads(shown.out)["run_id"] == run_id
+    assert main(["swap", "--db", db, "--run", run_id, "--json", "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and json.loads(quiet.out)["run_id"] == run_id
 
 
 # -- a real one-iteration run on the tiny agents ---------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Helpers shared by command modules: JSON printing and turning engine errors into exit codes (2 bad input,
-``fail``; 3 a store that cannot be used, ``store_unusable``)."""
+"""Helpers shared by command modules: JSON printing, the flags several commands share (``--quiet``), and turning
+engine errors into exit codes (2 bad input, ``fail`` and ``store_missing``; 3 a store that cannot be used,
+``store_unusable``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, DataError
@@ -21,17 +23,29 @@ def print_json(obj: Any) -> None:
 DEFAULT_DB = "runs/studio.duckdb"
 
 
+BAD_INPUT = 2  # every command's exit status for bad input: a located config/data error, a missing store, ...
+
+
 def no_store(db: str) -> str:
     """The refusal for a store file that is not there: a command that took the default says how to pick another;
     one given ``--db`` is told only that the file is missing."""
     return f"no store at {db}" + (" (the default: use --db to pick one)" if db == DEFAULT_DB else "")
 
 
+def store_missing(db: str) -> bool:
+    """Whether the store file ``db`` is missing, said as ``error: no store at DB`` on stderr when it is; the command
+    then exits ``BAD_INPUT``. Checked before opening the store: DuckDB would create an empty one."""
+    if Path(db).exists():
+        return False
+    print(f"error: {no_store(db)}", file=sys.stderr)
+    return True
+
+
 def fail(exc: Exception) -> int:
     """Print a located error on stderr and return the exit code for bad input."""
     if isinstance(exc, (DataError, ConfigError)):
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     raise exc
 
 
@@ -43,6 +57,13 @@ def store_unusable(exc: Exception) -> int:
     stays for the command's JSON -- and ``STORE_UNUSABLE``, the same status from every command."""
     print(f"error: {exc}", file=sys.stderr)
     return STORE_UNUSABLE
+
+
+def add_quiet_flag(parser: argparse.ArgumentParser) -> None:
+    """``--quiet``, with one meaning in every command that takes it (run, step, experiment, eval, swap): no progress
+    bars on stderr, the command's own nor the libraries' (``quiet_libraries``); the result is printed all the same."""
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bars on stderr (the result is still printed)")
 
 
 def quiet_libraries() -> None:

@@ -5,7 +5,8 @@ Bad input exits 2 with ``error: ...`` on stderr before any model is loaded: a ba
 (``--split``, else the config's ``evaluate.splits``) the data files have no task of (as ``run`` refuses it through
 ``engine.runtime.check_eval_splits``; it printed ``"counts": {"held_out": 0}, "metrics": {}``), and a ``--traces``
 file whose folder takes no new file. ``--traces`` is written atomically once the evaluation is done (temp file,
-rename), with the mode ``open()`` would give it.
+rename), with the mode ``open()`` would give it. ``--quiet``: none of the libraries' progress bars on stderr (the
+weights' loading), as ``run`` and ``step``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.commands._common import at_least, writable_file
+from engine.commands._common import add_quiet_flag, at_least, writable_file
 from engine.tasks import SPLITS
 
 HELP = "Evaluate planner + grounder end to end (plan, ground, execute, score) and print metrics as JSON."
@@ -37,12 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="demo world: also measure the grounder on each plan style (concrete, explicit, vague, "
                              "paraphrased) of the same tasks")
     parser.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
+    add_quiet_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from engine.commands._common import fail, print_json
+    from engine.commands._common import fail, print_json, quiet_libraries
     from engine.config import load_config
     from engine.errors import ConfigError, DataError
     from engine.evaluate import evaluate
@@ -73,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     splits = config.evaluate.splits
     limit = args.limit if args.limit is not None else config.data.eval_limit
     chosen = pick_eval_tasks(tasks, splits, limit, config.data.eval_seed)
+    if args.quiet:
+        quiet_libraries()
     started = time.perf_counter()
     planner, grounder = load_agent(config.planner), load_agent(config.grounder)
     metrics, traces = evaluate(planner, grounder, chosen, config.evaluate)

@@ -1,7 +1,8 @@
 """``python -m engine execute``: run a Lumos action string with the offline tools and print one JSON object.
 
-The JSON has ``ok``, ``values``, ``answer``, ``error`` and ``steps``. Exit codes: 0 when ``ok`` is true, 1 when it is
-false (the actions did not parse or a step failed: the JSON is still printed and says why), 2 when a file named on the
+The JSON has ``ok``, ``values``, ``answer``, ``error`` and ``steps``; when ``ok`` is false ``answer`` is null and
+``values`` holds the variables bound before the failing step. Exit codes: 0 when ``ok`` is true, 1 when it is false
+(the actions did not parse or a step failed: the JSON is still printed and says why), 2 when a file named on the
 command line is missing or bad (nothing printed on stdout).
 """
 
@@ -14,7 +15,8 @@ from engine.errors import DataError
 
 HELP = "Run Lumos actions (maths/qa tools offline) and print the result as JSON."
 EXIT_CODES = ("exit status: 0 when the JSON's ok is true; 1 when it is false (the actions did not parse or a step "
-              "failed: the JSON is still printed and its error says why); 2 when --context is missing or bad")
+              "failed: the JSON is still printed, its error says why, its answer is null and its values are the "
+              "variables bound before the failure); 2 when --context is missing or bad")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 
+from engine.commands._common import add_quiet_flag
+
 # Exit status by the experiment's status: a failed run outranks a stop; 130 = 128 + SIGINT (as ``engine run``).
 EXIT_STATUS = {"done": 0, "failed": 1, "stopped": 130}
 HELP = ("Run an experiment file: variants x seeds as ordinary runs grouped under one id, resumable (--jobs N; exit 0 "
@@ -37,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once, each in its own process and DuckDB file (one per GPU); default 1: "
                              "in this process, directly in the store")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_flag(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="say what would run (runs to create, resume or skip; stages left; estimated stage time "
                              "from the store's medians) and write nothing")

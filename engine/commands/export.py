@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.commands._common import no_store, print_json, writable_file
+from engine.commands._common import BAD_INPUT, print_json, store_missing, writable_file
 from engine.export_empty import NOUNS, empty_reason
 
 HELP = "Export an iteration's curated DPO pairs, grounder SFT records or GRPO rollouts as JSONL or Parquet."
@@ -47,9 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from engine.export import ROWS, left_out, write_rows
     from engine.store import Store, StoreError
 
-    if not Path(args.db).exists():  # bad input (2); a file that cannot be used as a store is 3
-        print(f"error: {no_store(args.db)}", file=sys.stderr)
-        return 2
+    if store_missing(args.db):  # bad input (2); a file that cannot be used as a store is 3
+        return BAD_INPUT
     # From the file's name when not given: "--out pairs.parquet" wrote JSONL into a .parquet file. A name that says
     # one format while the flag says the other, or a format that is neither (pairs.csv), is refused before the work.
     suffix = Path(args.out).suffix.lower()

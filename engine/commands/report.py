@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 HELP = "Report an experiment over seeds: means with t intervals, paired tests, wall times (--json | --markdown)."
@@ -40,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.breakdown import breakdown_markdown, template_breakdown
-    from engine.commands._common import no_store, print_json, store_unusable
+    from engine.commands._common import BAD_INPUT, print_json, store_missing, store_unusable
     from engine.report import UnknownExperiment, experiment_report
     from engine.report_compare import IncomparableExperiments, compare_markdown, compare_report
     from engine.report_markdown import report_markdown
@@ -53,9 +52,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --split {args.split} needs --by-template (the per-template breakdown of one split); the "
               "experiment report and --against already show every evaluated split", file=sys.stderr)
         return 2
-    if not Path(args.db).exists():  # bad input (2); a file that cannot be used as a store is 3
-        print(f"error: {no_store(args.db)}", file=sys.stderr)
-        return 2
+    if store_missing(args.db):  # bad input (2); a file that cannot be used as a store is 3
+        return BAD_INPUT
     try:
         with Store(args.db, read_only=True) as store:
             if args.by_template:

@@ -21,6 +21,8 @@ import argparse
 import shutil
 from pathlib import Path
 
+from engine.commands._common import add_quiet_flag
+
 DEFAULT_CONFIG = "examples/demo.toml"
 # Exit status by the run's final status (anything else, "failed": 1). 130 = 128 + SIGINT, the shell's convention
 # for a command ended by Ctrl-C: a script or CI wrapper can tell a stopped (resumable) run from a finished one.
@@ -38,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: run.iterations; 0: iteration 0 only, not recorded)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override a config field, e.g. --set sample.k=8 --set data.train_limit=32")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_quiet_flag(parser)
 
 
 def progress_printer(quiet: bool):

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
-from pathlib import Path
 from typing import Any
 
-from engine.commands._common import no_store, print_json, store_unusable
+from engine.commands._common import BAD_INPUT, print_json, store_missing, store_unusable
 
 HELP = ("Show the runs, iterations, stage states, row counts, evaluated accuracies and experiments in a "
         "workspace DuckDB file.")
@@ -29,9 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from engine.store import StoreError, status_summary
 
-    if not Path(args.db).exists():  # bad input (2), as in every command; opening it would create an empty store
-        print(f"error: {no_store(args.db)}", file=sys.stderr)
-        return 2
+    if store_missing(args.db):
+        return BAD_INPUT
     try:
         summary = status_summary(args.db)
     except StoreError as exc:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+from engine.commands._common import add_quiet_flag
+
 HELP = "Run one stage (sample, score, pairs, train_planner, ground, critique, train_grounder, evaluate)."
 
 
@@ -27,23 +29,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override critic.backend")
     parser.add_argument("--base-url", default=None, help="override critic.base_url (OpenAI-compatible /v1 URL)")
     parser.add_argument("--model", default=None, help="override critic.model")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_quiet_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
-    from pathlib import Path
 
-    from engine.commands._common import fail, no_store, print_json, store_unusable
+    from engine.commands._common import BAD_INPUT, fail, print_json, store_missing, store_unusable
     from engine.commands.run import progress_printer
     from engine.config import config_from_dict, config_to_dict
     from engine.errors import ConfigError, DataError
     from engine.loop import out_of_order, run_config, run_stage
     from engine.store import Store, StoreError
 
-    if not Path(args.db).exists():  # opening it would create an empty store
-        print(f"error: {no_store(args.db)}", file=sys.stderr)
-        return 2
+    if store_missing(args.db):
+        return BAD_INPUT
     try:
         with Store(args.db) as store:
             if store.get_run(args.run) is None:

@@ -4,49 +4,53 @@ Contract: ``swap --run R [--db D] [--base 0] [--after N] [--json | --markdown]``
 (it writes the run's ``swaps`` rows, so the store is opened for writing) and prints it as markdown (default): one row
 per planner/grounder combination with correct/n and % per split x domain and the row's grounder on gold plans, the
 paired McNemar tests of which stage moved what, and the capability gap; ``--json`` prints the table as one JSON
-object. A missing store file, an unknown run, an ``--after`` whose evaluate stage is not done, or ``--base`` not
-below ``--after`` prints ``error: ...`` on stderr and exits 2; a store that cannot be opened (held by another process,
-newer schema) prints one ``error: ...`` line on stderr and exits 3, as every command does.
+object. A progress bar on stderr counts the cells computed (``--quiet``: none, nor the libraries' bars). A missing
+store file (``error: no store at ...``, the wording of every command), an unknown run, an ``--after`` whose evaluate
+stage is not done, or ``--base`` not below ``--after`` prints ``error: ...`` on stderr and exits 2; a store that
+cannot be opened (held by another process, newer schema) prints one ``error: ...`` line on stderr and exits 3, as
+every command does.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
+
+from engine.commands._common import BAD_INPUT, DEFAULT_DB, add_quiet_flag, print_json, store_missing, store_unusable
 
 HELP = "Planner x grounder swap table: which stage (DPO planner, SFT grounder) moved the accuracy."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", required=True, help="run id (see `python -m engine status`)")
-    parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"DuckDB store (default: {DEFAULT_DB})")
     parser.add_argument("--base", type=int, default=0, help="the iteration whose agents are the baseline (0: start)")
     parser.add_argument("--after", type=int, default=None,
                         help="the iteration whose agents are swapped in (default: the last one evaluated)")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print one JSON object")
     output.add_argument("--markdown", action="store_true", help="print markdown tables (the default)")
+    add_quiet_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.commands._common import print_json, store_unusable
+    from engine.commands.run import progress_printer
     from engine.store import Store, StoreError
     from engine.swap import SwapError, swap_table
 
-    if not Path(args.db).exists():  # opening would create an empty store
-        print(f"error: {args.db} does not exist", file=sys.stderr)
-        return 2
+    if store_missing(args.db):
+        return BAD_INPUT
     try:
         with Store(args.db) as store:
             if store.get_run(args.run) is None:  # named with the file, as run, step and export do
                 print(f"error: {store.unknown_run(args.run, args.db)}", file=sys.stderr)
-                return 2
-            table = swap_table(store, args.run, base=args.base, after=args.after)
+                return BAD_INPUT
+            table = swap_table(store, args.run, base=args.base, after=args.after,
+                               progress=progress_printer(args.quiet))
     except SwapError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
         return store_unusable(exc)
     if args.json:
