@@ -17,7 +17,8 @@ Contract (shared by the studio and the CLI):
 * Verdict overrides (``target="verdict"``) are keyed by ``(run_id, iteration, task_id, step, k)``: ``keep_original``
   (train on the grounding as it was), ``accept_correction`` (train on the critic's correction), ``edit`` (train on
   curator-written actions, validated with ``parse_actions`` and previewed with the executor), ``drop`` (no
-  training record), ``restore``.
+  training record), ``restore``. The pair and verdict actions return the id of the override row they append
+  (``edit_correction``: a ``SavedEdit``, that id with the execution preview of the edited actions).
 * ``mark_reviewed`` records that a curator looked at a pair or verdict and left it as it is (a row with target
   ``pair_review`` / ``verdict_review``: never part of the effective data); ``review_progress`` counts the items
   anybody (and one curator) has acted on or reviewed, for the "reviewed N of M" counters.
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pandas as pd
@@ -67,6 +69,16 @@ def _atomic(fn: F) -> F:
             return fn(store, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class SavedEdit:
+    """What ``edit_correction`` wrote: the execution preview of the edited actions (values, answer, error; also kept in
+    the override's ``after_json``) and the id of the override row it appended. The caller names the edit by this id:
+    reading ``max(override_id)`` back after the write could name a row another curator appended in between."""
+
+    preview: ExecutionResult
+    override_id: int
 
 
 class InvalidActionsError(ValueError):
@@ -402,11 +414,11 @@ def edit_correction(
     *,
     curator: str = "curator",
     reason: str = "",
-) -> ExecutionResult:
+) -> SavedEdit:
     """Train on curator-written actions; raises ``InvalidActionsError`` (a ValueError) when they do not parse.
 
-    Returns the execution preview (values, answer, error) for display; an execution error does not block the edit
-    (the curator sees it and decides), only a parse error does.
+    Returns a ``SavedEdit``: the execution preview (values, answer, error) for display and the id of the override row
+    written. An execution error does not block the edit (the curator sees it and decides), only a parse error does.
     """
     parsed = parse_actions(actions_text)
     if not parsed.ok:
@@ -420,8 +432,8 @@ def edit_correction(
     after = {"actions": actions_text.strip(), "subgoals": subgoals, "preview": result.to_dict()}
     with store.serialized():
         v = _verdict(store, run_id, iteration, task_id, step, k)
-        _verdict_override(store, v, "edit", after, curator, reason)
-    return result
+        override_id = _verdict_override(store, v, "edit", after, curator, reason)
+    return SavedEdit(result, override_id)
 
 
 @_atomic

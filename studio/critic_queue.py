@@ -1,7 +1,8 @@
 """The Critic tab's queue, read from the store (no Gradio events): a page of verdicts as a table (``verdict_table``),
-a verdict's key (``task|step|k``) and the label the picker shows (``verdict_label``), its view: the judged plan,
-the grounder's actions, the critic's correction and the action-by-action diff (``verdict_detail``, ``verdict_view``),
-and why a queue is empty (``empty_note``). ``studio.tab_critic`` wires them to the page.
+a verdict's key (``task|step|k``) and the label the picker shows (``verdict_label``; a page's: ``verdict_labels``),
+its view: the judged plan, the grounder's actions, the critic's correction and the action-by-action diff
+(``verdict_detail``, ``verdict_view``), and why a queue is empty (``empty_note``). ``studio.tab_critic`` wires them to
+the page.
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ def verdict_label(question: str, key: str, status: str) -> str:
     task id (two questions can start alike)."""
     task_id, step, k = parse_key(key)
     return f"{excerpt(question)}{f' · step {step}' if step else ''} · plan {k} · {status} · {task_id}"
+
+
+def verdict_labels(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """The verdict picker's choices for a page of ``verdict_table``: ``(verdict_label, key)`` per row."""
+    return [(verdict_label(q, k, status), k) for q, k, status in zip(df["question"], df["key"], df["status"])]
 
 
 def _row(store: Store, run_id: str, iteration: int, key: str) -> dict[str, Any] | None:

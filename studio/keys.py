@@ -4,7 +4,8 @@ Keys (outside text fields, no modifier): ``j``/``k`` next/previous item, ``y`` l
 restore, ``u`` undo this curator's last action (both tabs); ``s`` swap, ``x`` exclude, ``t`` tie, ``v`` evidence
 (Pairs); ``a``/``c`` accept the original/the correction, ``d`` drop, ``e`` edit (focuses the editor) (Critic).
 A key clicks the first *visible* button it names, so one key serves whichever tab is open. ``neighbour`` is the
-server side of ``j``/``k``.
+server side of ``j``/``k``; ``wire_walk`` wires it, and after each move the tab's queue read again (its table and the
+team's counters), so a decision another curator made shows at the next key press.
 """
 
 from __future__ import annotations
@@ -94,10 +95,19 @@ def action_words(action: str) -> str:
 
 
 def wire_walk(ctx: Ctx, kind: str, picker: gr.Dropdown, table: gr.Dataframe, page: gr.Number, total: gr.State,
-              prev_btn: gr.Button, next_btn: gr.Button, page_size: int) -> None:
+              prev_btn: gr.Button, next_btn: gr.Button, page_size: int, refresh: Callable[..., tuple],
+              queue_inputs: list[gr.components.Component], refresh_outputs: list[gr.components.Component]) -> None:
     """``j``/``k`` on a queue tab: the previous/next buttons move ``picker`` through the page in ``table`` and across
     pages (``neighbour``), skipping items another curator holds (``ctx.leases``, queue ``(kind, run, iteration)``).
-    Endpoints ``/{prefix}_next`` and ``/{prefix}_prev`` (undocumented), prefix ``pairs`` or ``critic``."""
+
+    Then the queue is read again, so what other curators decided meanwhile shows at each key press (the table's
+    override and curator columns, the team's "reviewed N of M"):
+    ``refresh(*queue_inputs, walked_to, curator, request)``, with ``queue_inputs`` the run, iteration, filters and page
+    the tab's own queue read takes and ``walked_to`` the key the walk moved to (or stayed on); None when it went to
+    another page, whose page change reloads the queue already. The refresh is its own event after the move, so the
+    pick moves as fast as before; it sends the picker's choices, never its value (a later key press keeps its pick).
+    Endpoints ``/{prefix}_next`` and ``/{prefix}_prev`` and their refreshes ``/{prefix}_next_reload`` and
+    ``/{prefix}_prev_reload`` (all undocumented), prefix ``pairs`` or ``critic``."""
     def move(delta: int):
         def handler(run_id, it, current, df, pg, total_n, name, request: gr.Request):
             keys = list(df["key"]) if df is not None and "key" in df else []
@@ -108,14 +118,20 @@ def wire_walk(ctx: Ctx, kind: str, picker: gr.Dropdown, table: gr.Dataframe, pag
                 i = keys.index(current) if current in keys else 0
                 beyond = keys[i + 1:] if delta > 0 else keys[:i]
                 gr.Info(stuck_words(kind, delta, bool(beyond) and all(k in taken for k in beyond)))
+            same_page = new_page == int(pg or 1)
             return (gr.update() if key is None or key == current else key,
-                    gr.update() if new_page == int(pg or 1) else new_page)
+                    gr.update() if same_page else new_page,
+                    key if same_page else None)
         return handler
 
+    walked_to = gr.State(None)  # the key the last move went to; None: it went to another page
     prefix = "pairs" if kind == "pair" else "critic"
     for btn, delta, name in ((next_btn, 1, f"{prefix}_next"), (prev_btn, -1, f"{prefix}_prev")):
-        btn.click(move(delta), [ctx.run, ctx.iteration, picker, table, page, total, ctx.curator], [picker, page],
-                  api_name=name, api_visibility="undocumented")
+        btn.click(move(delta), [ctx.run, ctx.iteration, picker, table, page, total, ctx.curator],
+                  [picker, page, walked_to], api_name=name, api_visibility="undocumented").then(
+            # hidden: a progress timer over the table at every key press was the flicker QUEUE_PROGRESS removed
+            refresh, [*queue_inputs, walked_to, ctx.curator], refresh_outputs, api_name=f"{name}_reload",
+            api_visibility="undocumented", trigger_mode="always_last", show_progress="hidden")
 
 
 def undo_handler(ctx: Ctx, message: Callable[..., str]) -> Callable[..., str]:

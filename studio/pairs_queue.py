@@ -18,13 +18,15 @@ from studio.keys import action_words
 
 PAGE = 20
 # The key (task|step|pair_idx) stays first, narrow (clipped on screen, whole in the cell): a row click reads the first
-# cell (studio.common.first_cell). The short columns a curator decides by come next, each wide enough for its header,
-# then the question in a capped width (WIDTHS; one line per row): at ~1400 px an uncapped question pushed margin and
-# override off the screen. The two log-PPLs (also in the pair's view) come last.
-COLUMNS = ["key", "chosen_k", "rejected_k", "margin", "override_action", "curator", "domain", "question",
+# cell (studio.common.first_cell). The step comes next: an iterative run (sample.formulation = iterative) makes a pair
+# per task-step, and with the key clipped two steps of one task read as the same row. It is there in a onetime run
+# too (every step 0): Gradio sets column widths by position once, when the table is built, so a column shown only for
+# iterative runs would need the widths sent anew with each page. The short columns a curator decides by come next,
+# each wide enough for its header, then the question in a capped width (WIDTHS; one line per row): at ~1400 px an
+# uncapped question pushed margin and override off the screen. The two log-PPLs (also in the pair's view) come last.
+COLUMNS = ["key", "step", "chosen_k", "rejected_k", "margin", "override_action", "curator", "domain", "question",
            "chosen_logppl", "rejected_logppl"]
-WIDTHS = ["150px", "105px", "125px", "85px", "180px", "100px", "90px", "320px", "160px", "175px"]
-
+WIDTHS = ["150px", "70px", "105px", "125px", "85px", "180px", "100px", "90px", "320px", "160px", "175px"]
 
 
 def pair_key(task_id: str, step: int, pair_idx: int) -> str:
@@ -66,7 +68,8 @@ def number(text: str | float | None) -> float | None:
 def pairs_table(store: Store, run_id: str | None, iteration: int | None, *, min_margin: float | None = None,
                 max_margin: float | None = None, text: str = "", overridden: str = "any", excluded: str = "any",
                 ties: str = "any", order: str = "task", page: int = 1, size: int = PAGE) -> tuple[pd.DataFrame, int]:
-    """One page of effective pairs as display rows (``key`` = task|step|pair_idx) and the matching total."""
+    """One page of effective pairs as display rows (``key`` = task|step|pair_idx, then ``step`` on its own: see
+    ``COLUMNS``) and the matching total."""
     if not run_id or iteration is None:
         return pd.DataFrame(columns=COLUMNS), 0
     df = store.pairs_page(run_id, int(iteration), min_margin=min_margin, max_margin=max_margin, text=text or None,

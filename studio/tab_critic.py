@@ -16,11 +16,14 @@ Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the butt
 ``/critic_queue`` (any filter change: one ``always_last`` event), ``/critic_detail``, ``/critic_preview_edit`` (reads),
 ``/critic_<action>`` (keep_original, accept_correction, drop, restore), ``/critic_undo`` and ``/critic_save_edit``
 (writes); the refreshes after an action (``/critic_<action>_reload``, ``/critic_<action>_detail``,
-``/critic_save_edit_reload``), ``/critic_next``, ``/critic_prev``, ``/critic_select_row`` and ``/critic_page_clamp``
-(a page past the last one: the page box moves to the last page, which the queue shows) are undocumented. An empty
-queue says why (iteration 0 has no verdicts, or which filters match nothing); the buttons that need a verdict are off
-while none is picked; the table's grounding columns are "runs" (executes without an error) and "correct" (reaches
-the gold answer); the original -> correction diff goes action by action (``studio.common.action_diff_html``).
+``/critic_save_edit_reload``), ``/critic_next``, ``/critic_prev``, the queue's refresh after them
+(``/critic_next_reload``, ``/critic_prev_reload``: the table and its line, not the agreement, so another curator's
+decision shows at the next key press), ``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one:
+the page box moves to the last page, which the queue shows) are undocumented. *Save edit* names the override the
+edit wrote (``engine.curation.SavedEdit``). An empty queue says why (iteration 0 has no verdicts, or which filters
+match nothing); the buttons that need a verdict are off while none is picked; the table's grounding columns are
+"runs" (executes without an error) and "correct" (reaches the gold answer); the original -> correction diff goes
+action by action (``studio.common.action_diff_html``).
 
 The queue's reads live in ``studio.critic_queue`` (re-exported here: this module is the tab's handler surface).
 """
@@ -28,8 +31,10 @@ The queue's reads live in ``studio.critic_queue`` (re-exported here: this module
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import gradio as gr
+import pandas as pd
 
 from engine import curation
 from engine.executor import ExecutionResult
@@ -91,6 +96,9 @@ from studio.critic_queue import (
 )
 from studio.critic_queue import (
     verdict_label as verdict_label,
+)
+from studio.critic_queue import (
+    verdict_labels as verdict_labels,
 )
 from studio.critic_queue import (
     verdict_table as verdict_table,
@@ -166,17 +174,15 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
     """Validate (parse), execute and record the edit; a parse error is shown and nothing is saved."""
     task_id, step, k = parse_key(key)
     try:
-        result = curation.edit_correction(store, run_id, int(iteration), task_id, step, k, actions,
-                                          curator=curator, reason=reason)
+        saved = curation.edit_correction(store, run_id, int(iteration), task_id, step, k, actions,
+                                         curator=curator, reason=reason)
     except curation.InvalidActionsError as exc:
         return f"**Not saved — parse error:** {exc.parse_error}"
-    # Named as the other actions name a verdict, with its override number.
+    # Named as the other actions name a verdict, by the override the edit wrote (not the newest row read back, which
+    # may be another curator's written in between).
     label = _verdict_name(store, run_id, iteration, key)
-    oid = store.query("SELECT max(override_id) AS n FROM overrides WHERE run_id = ? AND iteration = ? AND "
-                      "target = 'verdict' AND task_id = ? AND step = ? AND k = ? AND curator = ?",
-                      [run_id, int(iteration), task_id, step, k, curator])["n"][0]
-    number = f" (override #{int(oid)})" if oid == oid and oid is not None else ""  # NaN: no row came back
-    return f"Edit saved for “{label}” by {curator}{number}.\n\n" + _result_markdown(result)
+    return (f"Edit saved for “{label}” by {curator} (override #{saved.override_id}).\n\n"
+            + _result_markdown(saved.preview))
 
 
 def _decision_words(action: str) -> str:
@@ -242,16 +248,15 @@ def build(ctx: Ctx) -> None:
         save_btn = gr.Button("Save edit", variant="primary", elem_id="critic-save", interactive=not ctx.read_only)
     result = gr.Markdown(elem_id="critic-result")
 
-    def load(run_id, it, st, rv, od, pg, current, name, request: gr.Request, evt: gr.EventData = None):
-        reordered = getattr(getattr(evt, "target", None), "elem_id", None) == order.elem_id  # (as in tab_pairs)
-        if reordered:
-            pg, current = 1, None  # a new order starts at its head (see the Pairs tab's load)
+    def read_queue(run_id, it, st, rv, od, pg, name, request: gr.Request | None
+                   ) -> tuple[str, pd.DataFrame, int, Any]:
+        """The queue's page and the line above it (rows, page, the team's "reviewed N of M", the trained warning):
+        the read behind every refresh of the table (a filter, the page box, an action, ``j``/``k``).
+        ``(line, rows, total, the page clamp)``: ``clamped``'s update, set when the page asked for is past the last."""
         asked = max(int(pg or 1), 1)
         # A page past the last one (typed, or filters that narrowed the queue) shows the last page, and says so.
         df, total, shown = clamped_page(lambda p: verdict_table(ctx.store, run_id, it, st, rv, p, order=od), asked,
                                         PAGE)
-        keys = list(df["key"])
-        labels = [(verdict_label(q, k, st_), k) for q, k, st_ in zip(df["question"], keys, df["status"])]
         # With no row: why (the iteration has none at all, or the filters; one count without filters tells).
         unfiltered = total or (verdict_table(ctx.store, run_id, it, size=1)[1] if run_id and it is not None else 0)
         why = "" if total else empty_note(it, st, rv, unfiltered,
@@ -260,8 +265,17 @@ def build(ctx: Ctx) -> None:
         if unfiltered:  # an iteration without verdicts has nothing to review: no "reviewed 0 of 0"
             line += review_line(ctx.store, run_id, it, "verdict", who_of(name, request))
             line += trained_line(ctx.store, run_id, it, "verdict")
-        return (line, df, pick_update(labels, keys, current), agreement_markdown(ctx.store, run_id, it), total,
-                [shown, time.monotonic_ns()] if shown != asked or reordered else gr.update())
+        # [page, nonce]: the same clamp twice still moves the page box (see ``clamped`` below)
+        return line, df, total, [shown, time.monotonic_ns()] if shown != asked else gr.update()
+
+    def load(run_id, it, st, rv, od, pg, current, name, request: gr.Request, evt: gr.EventData = None):
+        reordered = getattr(getattr(evt, "target", None), "elem_id", None) == order.elem_id  # (as in tab_pairs)
+        if reordered:
+            pg, current = 1, None  # a new order starts at its head (see the Pairs tab's load)
+        line, df, total, clamp = read_queue(run_id, it, st, rv, od, pg, name, request)
+        return (line, df, pick_update(verdict_labels(df), list(df["key"]), current),
+                agreement_markdown(ctx.store, run_id, it), total,
+                [1, time.monotonic_ns()] if reordered else clamp)
 
     def act(action):
         def handler(run_id, it, key, name, why, request: gr.Request):
@@ -282,7 +296,8 @@ def build(ctx: Ctx) -> None:
         check_lease(ctx, "verdict", run_id, it, key, curator)
         return save_edit(ctx.store, run_id, it, key, actions, curator, why)
 
-    filters = [ctx.run, ctx.iteration, status, reviewed, order, page, pick, ctx.curator]  # the curator: "by you"
+    queue_inputs = [ctx.run, ctx.iteration, status, reviewed, order, page]
+    filters = [*queue_inputs, pick, ctx.curator]  # the curator: "by you"
     remember(ctx, "critic", {"status": (status, [status.change]), "reviewed": (reviewed, [reviewed.change]),
                              "order": (order, [order.change])})
     # A clamped page reaches the page box through a State (clamped_page): /critic_queue keeps the four outputs a
@@ -340,7 +355,20 @@ def build(ctx: Ctx) -> None:
         return info_md, df, agree, pg_update
 
     after_action = [info, table, agreement, clamped]
-    wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE)
+
+    def walked(run_id, it, st, rv, od, pg, key, name, request: gr.Request):
+        """After ``j``/``k`` (``studio.keys.wire_walk``): the queue's table and line read again, not the agreement
+        (a key press must stay cheap; the agreement follows the decisions). ``key``: the verdict walked to; the
+        picker's choices are the new page's while it is on it (a label of its own would otherwise be lost: the
+        picker would show its raw key). None: the walk went to another page, which its page change has loaded."""
+        if key is None:
+            return (gr.skip(),) * 5
+        line, df, total, clamp = read_queue(run_id, it, st, rv, od, pg, name, request)
+        choices = gr.update(choices=verdict_labels(df)) if key in set(df["key"]) else gr.update()
+        return line, df, choices, total, clamp
+
+    wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE, walked, queue_inputs,
+              [info, table, pick, total_rows, clamped])
 
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
                api_name="critic_undo", show_progress=quiet).success(

@@ -19,8 +19,13 @@ the walk and the undo are ``studio.keys.wire_walk`` / ``undo_handler``. API endp
 ``/pairs_search`` (any filter change: one ``always_last`` event), ``/pairs_detail`` (with the GRPO group),
 ``/pairs_evidence`` and
 ``/pairs_<action>`` for swap, exclude, tie, choose and restore, ``/pairs_undo`` (writes); the refreshes after an
-action (``/pairs_<action>_reload``, ``/pairs_<action>_detail``), ``/pairs_claim``, ``/pairs_next``, ``/pairs_prev``
-and ``/pairs_select_row`` are undocumented.
+action (``/pairs_<action>_reload``, ``/pairs_<action>_detail``), ``/pairs_claim``, ``/pairs_next``, ``/pairs_prev``,
+the queue's refresh after them (``/pairs_next_reload``, ``/pairs_prev_reload``: the table and its line, no charts, so
+another curator's decision shows at the next key press) and ``/pairs_select_row`` are undocumented.
+
+The table's second column is the pair's step: an iterative run (``sample.formulation = iterative``) pairs each
+task-step, and two steps of one task otherwise read alike (its key, first, is clipped on screen); a onetime run's
+pairs are all step 0. A row click picks by the key in the row's first cell, whatever the order or filter.
 
 *Choose these plans* picks from the pair's plans (``plan_choices``: log-PPL, "same text as k=0"), filled with the
 shown pair's own chosen/rejected k on every pair change (``choose_fields``); after an action the picker's label
@@ -34,8 +39,10 @@ The queue's reads live in ``studio.pairs_queue`` and the charts and curation tab
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import gradio as gr
+import pandas as pd
 
 from engine import curation
 from engine.rollouts import task_group
@@ -238,23 +245,16 @@ def build(ctx: Ctx) -> None:
                             "overridden": (overridden, [overridden.change]), "excluded": (excluded, [excluded.change]),
                             "ties": (ties, [ties.change])})
 
-    def load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request,
-             evt: gr.EventData = None):
-        # By elem_id, not identity: the served app's event names a copy of the component built here.
-        reordered = getattr(getattr(evt, "target", None), "elem_id", None) == order.elem_id
-        if reordered:
-            # A new order starts at its head: the pick stayed where it was, often last in the new order, where `j`
-            # had nowhere to go and said nothing.
-            pg, current = 1, None
+    def read_queue(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request: gr.Request | None
+                   ) -> tuple[str, pd.DataFrame, int, Any]:
+        """The queue's page and the line above it (rows, page, the team's "reviewed N of M", the trained warning):
+        the read behind every refresh of the table (a filter, the page box, an action, ``j``/``k``).
+        ``(line, rows, total, the page box's update)``: the page shown when the one asked for is past the last."""
         lo, hi, asked = number(lo), number(hi), max(int(pg or 1), 1)
         # A page past the last one (typed, or filters that narrowed the queue) shows the last page, and says so.
         df, total, shown = clamped_page(
             lambda p: pairs_table(ctx.store, run_id, it, min_margin=lo, max_margin=hi, text=txt, overridden=ov,
                                   excluded=ex, ties=ti, order=od, page=p), asked, PAGE)
-        keys = list(df["key"])
-        labels = page_labels(ctx.store, run_id, it, df)
-        # Both charts from one stats query: this page is the one every curator reloads after each action.
-        stats = _pair_stats(ctx.store, run_id, it) if run_id and it is not None else None
         # With no row: why (the iteration has none at all, or the filters; one count without filters tells).
         unfiltered = total or (pairs_table(ctx.store, run_id, it, size=1)[1] if run_id and it is not None else 0)
         line = queue_info(total, asked, shown, PAGE,
@@ -264,9 +264,23 @@ def build(ctx: Ctx) -> None:
         if unfiltered:  # an iteration without pairs has nothing to review: no "reviewed 0 of 0"
             line += review_line(ctx.store, run_id, it, "pair", who_of(name, request))
             line += trained_line(ctx.store, run_id, it, "pair")
-        return (line, df, pick_update(labels, keys, current),
+        return line, df, total, shown if shown != asked else gr.update()
+
+    def load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request,
+             evt: gr.EventData = None):
+        # By elem_id, not identity: the served app's event names a copy of the component built here.
+        reordered = getattr(getattr(evt, "target", None), "elem_id", None) == order.elem_id
+        if reordered:
+            # A new order starts at its head: the pick stayed where it was, often last in the new order, where `j`
+            # had nowhere to go and said nothing.
+            pg, current = 1, None
+        line, df, total, page_box = read_queue(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
+        labels = page_labels(ctx.store, run_id, it, df)
+        # Both charts from one stats query: this page is the one every curator reloads after each action.
+        stats = _pair_stats(ctx.store, run_id, it) if run_id and it is not None else None
+        return (line, df, pick_update(labels, list(df["key"]), current),
                 margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats), total,
-                shown if shown != asked or reordered else gr.update())
+                1 if reordered else page_box)
 
     outputs = [info, table, pair, hist, bias, total_rows, page]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
@@ -322,7 +336,18 @@ def build(ctx: Ctx) -> None:
     evidence_btn.click(lambda r, i, k: pair_evidence(ctx.store, ctx.evidence, r, i, k),
                        [ctx.run, ctx.iteration, pair], evidence, api_name="pairs_evidence")
 
-    wire_walk(ctx, "pair", pair, table, page, total_rows, prev_btn, next_btn, PAGE)
+    def walked(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, key, name, request: gr.Request):
+        """After ``j``/``k`` (``studio.keys.wire_walk``): the queue's table and line read again, no charts (a key press
+        must stay cheap; the charts follow the actions). ``key``: the pair walked to, whose label the picker's new
+        choices keep even when it has left the filtered page; None: the walk went to another page, which its page
+        change has loaded."""
+        if key is None:
+            return (gr.skip(),) * 5
+        line, df, total, page_box = read_queue(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
+        return line, df, gr.update(choices=page_labels(ctx.store, run_id, it, df, key)), total, page_box
+
+    wire_walk(ctx, "pair", pair, table, page, total_rows, prev_btn, next_btn, PAGE, walked, filters,
+              [info, table, pair, total_rows, page])
 
     def reload(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request):
         """After an action: refresh everything but the picked pair, whose label among the picker's choices follows

@@ -9,10 +9,14 @@
   ``studio_db`` for each test (test_studio_handlers.py, test_studio_spaces_ux.py); a module imports them and defines
   ``studio_db``.
 * ``blocking_job``: a studio job that reports one progress row and runs until stopped (the job worker's tests).
+* ``write_iterative_task`` and ``add_iterative_iteration``: plans, scores and pairs as an iterative run
+  (``sample.formulation = iterative``) writes them, several steps per task (test_studio_handlers.py,
+  test_studio_pairs_ux.py).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import threading
@@ -93,3 +97,35 @@ def blocking_job(started: threading.Event, done: int, total: int, eta_s: float, 
             threading.Event().wait(poll_s)
         return "stopped"
     return job
+
+
+def write_iterative_task(store, run_id: str, iteration: int, task_id: str,
+                         steps: dict[int, list[tuple[str, float | None]]]) -> None:
+    """One task's plans and scores as an iterative run writes them: K candidates per step, each step numbering its own
+    from k=0; ``steps`` maps a step to its candidates' ``(text, log-PPL)`` (None: not scored)."""
+    key = {"run_id": run_id, "iteration": iteration, "task_id": task_id}
+    store.write("plans", [{**key, "step": step, "k": k, "prompt": "p", "text": text,
+                           "subgoals_json": json.dumps([text]), "well_formed": True}
+                          for step, plans in steps.items() for k, (text, _) in enumerate(plans)])
+    store.write("scores", [{**key, "step": step, "k": k, "logppl": logppl, "ppl": 2.718 ** logppl, "n_tokens": 4}
+                           for step, plans in steps.items() for k, (_, logppl) in enumerate(plans)
+                           if logppl is not None])
+
+
+def add_iterative_iteration(store) -> int:
+    """The iteration after the hand-made world's (tests/_store_world.py, whose pairs are onetime: step 0) as an
+    iterative run writes it: m1 and m2 in two steps of two candidates each ("m1 second step, plan b", ...), one pair
+    per task-step, step 2's margin (1.2) above step 1's (0.4). Returns that iteration."""
+    from tests._store_world import IT, RUN
+
+    iteration = IT + 1
+    for task_id in ("m1", "m2"):
+        write_iterative_task(store, RUN, iteration, task_id, {
+            1: [(f"{task_id} first step, plan a", 0.5), (f"{task_id} first step, plan b", 0.9)],
+            2: [(f"{task_id} second step, plan a", 1.4), (f"{task_id} second step, plan b", 0.2)]})
+    store.write("pairs", [{"run_id": RUN, "iteration": iteration, "task_id": task_id, "step": step, "pair_idx": 0,
+                           "chosen_k": c, "rejected_k": r, "chosen_logppl": lc, "rejected_logppl": lr,
+                           "margin": lr - lc, "rule": "best_worst"}
+                          for task_id in ("m1", "m2") for step, c, r, lc, lr in ((1, 0, 1, 0.5, 0.9),
+                                                                                  (2, 1, 0, 0.2, 1.4))])
+    return iteration

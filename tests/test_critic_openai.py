@@ -360,10 +360,10 @@ def test_curation_edit_and_its_preview_use_the_runs_qa_model(fake_server, tmp_pa
     actions = "R1 = KnowledgeQuery(Ada Lovelace); R2 = QA([R1], Question: [[qa]] Where was Ada Lovelace born?)"
     with Store(tmp_path / "s.duckdb") as store:
         build_world(store)
-        assert edit_correction(store, RUN, IT, "q1", 0, 0, actions).answer.startswith("London")  # extractive
+        assert edit_correction(store, RUN, IT, "q1", 0, 0, actions).preview.answer.startswith("London")  # extractive
         assert fake.counts["qa"] == 0
         store.write("runs", [{"run_id": RUN, "name": "world", "run_dir": "runs/world", "config_json": {
             "tools": {"qa_model": "qa-model", "qa_base_url": base_url}}}])
         assert "Brindleford" in preview_edit(store, RUN, "q1|0|0", actions) and fake.counts["qa"] == 1
-        result = edit_correction(store, RUN, IT, "q1", 0, 0, actions)
+        result = edit_correction(store, RUN, IT, "q1", 0, 0, actions).preview
         assert result.answer == "Brindleford" and fake.counts["qa"] == 2

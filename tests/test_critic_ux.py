@@ -193,6 +193,27 @@ def test_a_saved_edit_is_what_the_verdict_shows_and_the_next_edit_starts_from(st
     assert verdict_view(store, RUN, IT, "m2|0|0")[3] == critic
 
 
+def test_a_saved_edit_names_the_override_it_wrote_while_another_session_writes(store, monkeypatch):
+    """*Save edit* named its override by reading the newest of this curator's rows on the verdict back after the
+    write: the same curator's other browser tab deciding the verdict in between took its number. It now names the
+    row the edit wrote (``engine.curation.SavedEdit.override_id``)."""
+    from studio.tab_critic import save_edit
+
+    append = store.add_override
+
+    def and_the_other_tab_right_after(row: dict) -> int:
+        written = append(row)
+        if row["action"] == "edit":
+            append({**row, "action": "drop", "after_json": None})
+        return written
+
+    monkeypatch.setattr(store, "add_override", and_the_other_tab_right_after)
+    line = save_edit(store, RUN, IT, "m2|0|0", "R1 = Calculator(10-4)", "ann")
+    rows = store.frame("overrides", RUN, IT, target="verdict")
+    edit, drop = (int(rows.loc[rows["action"] == a, "override_id"].iloc[0]) for a in ("edit", "drop"))
+    assert f"by ann (override #{edit})." in line and f"#{drop}" not in line
+
+
 def test_a_queue_of_an_iteration_whose_training_is_done_says_so(store):
     """The studio picks the newest trained iteration by default; curating it changed data no stage would read again,
     and nothing said so. The Pairs and Critic info lines now do, each for its own training stage."""
@@ -220,7 +241,7 @@ def test_an_iterative_step_is_edited_run_and_named_as_a_step(store):
 
     add_iterative_step(store, 2)
     assert "runs cleanly** · answer: `17`" in preview_edit(store, RUN, "m1|2|0", "R2 = Calculator(R1+5)")
-    result = curation.edit_correction(store, RUN, IT, "m1", 2, 0, "R2 = Calculator(R1+5)", curator="ann")
+    result = curation.edit_correction(store, RUN, IT, "m1", 2, 0, "R2 = Calculator(R1+5)", curator="ann").preview
     assert result.ok and result.values["R2"] == "17"  # alone, R1 was undefined: "execution error"
     assert "Overruled the critic (1):** step 2, plan 0 of m1" in agreement_markdown(store, RUN, IT)
     assert undo_message(store, RUN, IT, "ann").startswith("Undid your edit of step 2, plan 0 for")

@@ -168,7 +168,7 @@ def test_edit_with_invalid_actions_raises_parse_error(store):
 
 
 def test_edit_previews_values_and_feeds_sft(store):
-    result = curation.edit_correction(
+    saved = curation.edit_correction(
         store,
         RUN,
         IT,
@@ -179,12 +179,33 @@ def test_edit_previews_values_and_feeds_sft(store):
         subgoals=["Multiply.", "Subtract."],
         reason="hand-fixed",
     )
+    result = saved.preview
     assert result.ok and result.values == {"R1": "42", "R2": "40"} and result.answer == "40"
     record = sft(store)["q1"]
     assert record["source"] == "override:edit" and record["actions"] == "R1 = Calculator(6*7); R2 = Calculator(R1-2)"
     assert record["subgoals"] == ["Multiply.", "Subtract."]
     stored = store.frame("overrides", RUN, IT, target="verdict")
     assert '"answer": "40"' in stored["after_json"][0]  # the preview is kept with the edit
+    assert saved.override_id == int(stored["override_id"][0]) and stored["action"][0] == "edit"  # the row it wrote
+
+
+def test_an_edit_gives_back_the_override_it_wrote_while_others_write(store, monkeypatch):
+    """The studio named a saved edit by reading ``max(override_id)`` back afterwards: a row another session appended
+    in between took its name. ``edit_correction`` now gives back the id of its own row."""
+    append = store.add_override
+
+    def and_another_session_right_after(row: dict) -> int:
+        written = append(row)
+        if row["action"] == "edit":  # the same curator's other browser tab drops the verdict right after
+            append({**row, "action": "drop", "after_json": None})
+        return written
+
+    monkeypatch.setattr(store, "add_override", and_another_session_right_after)
+    saved = curation.edit_correction(store, RUN, IT, "m2", 0, 0, "R1 = Calculator(10-4)", curator="bo")
+    rows = store.frame("overrides", RUN, IT, target="verdict").set_index("override_id")["action"]
+    assert rows[saved.override_id] == "edit" and rows.index.max() != saved.override_id
+    with pytest.raises(AttributeError):  # frozen: the record of a write is not edited afterwards
+        saved.override_id = 0
 
 
 def test_agreement_numbers(store):
@@ -237,8 +258,9 @@ def _curate(store: Store) -> list[int]:
     ids = [curation.swap_pair(store, RUN, IT, "m1", 0, curator="ann"),
            curation.exclude_pair(store, RUN, IT, "m2", 0, curator="ann"),
            curation.drop_verdict(store, RUN, IT, "m1", 0, 0, curator="bo")]
-    curation.edit_correction(store, RUN, IT, "m2", 0, 0, EDITED, subgoals=["Subtract.", "Double."], curator="bo")
-    return ids + [int(store.query("SELECT max(override_id) AS m FROM overrides")["m"][0])]
+    edit = curation.edit_correction(store, RUN, IT, "m2", 0, 0, EDITED, subgoals=["Subtract.", "Double."],
+                                    curator="bo")
+    return ids + [edit.override_id]
 
 
 def _effect(store: Store, tasks: tuple[str, ...] = ("m1", "m2", "q1")) -> tuple:

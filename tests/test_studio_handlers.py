@@ -18,7 +18,13 @@ from engine.config import load_config
 from engine.loop import create_run, run_stage
 from engine.store import Store
 from engine.tasks import write_tasks
-from tests._studio import blocking_job, studio_run_id, studio_store  # noqa: F401  (fixtures: run_id, store)
+from tests._studio import (  # noqa: F401  (fixtures: run_id, store)
+    add_iterative_iteration,
+    blocking_job,
+    studio_run_id,
+    studio_store,
+    write_iterative_task,
+)
 from tests._tiny import tiny_overrides
 
 
@@ -155,18 +161,10 @@ def test_plan_diff_tells_the_steps_of_an_iterative_task_apart(tmp_path):
     from studio import tab_plans
     from studio.stage_text import stage_summary
 
-    def plan(step: int, k: int, text: str) -> dict:
-        return {"run_id": "r", "iteration": 1, "task_id": "t", "step": step, "k": k, "prompt": "p", "text": text,
-                "subgoals_json": json.dumps([text]), "well_formed": True}
-
-    def score(step: int, k: int, logppl: float) -> dict:
-        return {"run_id": "r", "iteration": 1, "task_id": "t", "step": step, "k": k, "logppl": logppl,
-                "ppl": 2.718 ** logppl, "n_tokens": 4}
-
     with Store(tmp_path / "s.duckdb") as store:
-        store.write("plans", [plan(0, 0, "add the apples"), plan(0, 1, "add the pears"), plan(0, 2, "add the apples"),
-                              plan(1, 0, "share the sum"), plan(1, 1, "halve the sum")])
-        store.write("scores", [score(0, 0, 0.9), score(0, 1, 0.2), score(0, 2, 0.5), score(1, 0, 0.3)])
+        write_iterative_task(store, "r", 1, "t", {0: [("add the apples", 0.9), ("add the pears", 0.2),
+                                                      ("add the apples", 0.5)],
+                                                  1: [("share the sum", 0.3), ("halve the sum", None)]})
         choices = tab_plans.diff_choices(store.task_plans("r", 1, "t"))
         assert choices == [("step 0 · k=1 · log-PPL 0.2000", "0:1"),
                            ("step 0 · k=2 · log-PPL 0.5000 · same text as k=0", "0:2"),
@@ -186,6 +184,44 @@ def test_plan_diff_tells_the_steps_of_an_iterative_task_apart(tmp_path):
                                "margin": 0.7, "rule": "best_worst"} for step in (0, 1)])
         assert stage_summary(store, "r", 1, "pairs", "done", {"groups": 2}) == (
             "2 pairs from 2 of 2 task-steps (1 task), median margin 0.70")
+
+
+def test_the_pairs_table_tells_the_steps_of_an_iterative_task_apart(tmp_path):
+    """An iterative run pairs each task-step: the table had no step column and, its key clipped on screen, two steps
+    of one task read as the same row. Every row now shows its step, whatever the order or filter, and a row click
+    (the key in its first cell) opens that step's pair; a onetime run's pairs are all step 0."""
+    import gradio as gr
+
+    from studio.app import build_app
+    from studio.pairs_queue import COLUMNS, WIDTHS, pairs_table, parse_key
+    from tests._store_world import IT, RUN, build_world
+
+    with Store(tmp_path / "s.duckdb") as store:
+        build_world(store)  # iteration IT: onetime pairs (step 0)
+        iterative = add_iterative_iteration(store)  # the next one: two steps per task, one pair per task-step
+        assert COLUMNS[:2] == ["key", "step"] and len(WIDTHS) == len(COLUMNS)
+        df, total = pairs_table(store, RUN, iterative)
+        assert total == 4 and df["step"].tolist() == [1, 2, 1, 2]
+        assert df["question"][0] == df["question"][1]  # the same task: the step tells the rows apart
+        for order in ("task", "margin", "-margin", "length", "unreviewed", "shuffled"):
+            rows, _ = pairs_table(store, RUN, iterative, order=order)
+            assert [parse_key(k)[1] for k in rows["key"]] == rows["step"].tolist(), order
+        assert pairs_table(store, RUN, iterative, order="-margin")[0]["step"].tolist()[:2] == [2, 2]
+        second, _ = pairs_table(store, RUN, iterative, text="m1 second step")
+        assert second[["key", "step"]].values.tolist() == [["m1|2|0", 2]]
+        assert pairs_table(store, RUN, iterative, min_margin=1.0)[0]["step"].tolist() == [2, 2]
+        assert set(pairs_table(store, RUN, IT)[0]["step"]) == {0}  # onetime
+
+        fns = {f.api_name: f for f in build_app(store, "examples/demo.toml").fns.values() if f.api_name}
+        table = fns["pairs_search"].fn(RUN, iterative, "", "", "", "any", "any", "any", "-margin", 1, None, "ann",
+                                       None)[1]
+        row = table.iloc[1]  # m2's step 2 under "largest margin first"
+        clicked = fns["pairs_select_row"].fn(gr.SelectData(None, {"index": [1, 4], "value": row["margin"],
+                                                                  "row_value": row.tolist(), "selected": True}))
+        assert clicked == row["key"] == "m2|2|0"
+        prompt, chosen, rejected = fns["pairs_detail"].fn(RUN, iterative, clicked)[:3]
+        assert " · step 2 · plan 1 over 0 · m2" in prompt
+        assert "m2 second step, plan b" in chosen and "m2 second step, plan a" in rejected
 
 
 def test_plans_filters_offer_what_the_run_holds(store, run_id):

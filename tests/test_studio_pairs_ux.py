@@ -467,3 +467,91 @@ def test_a_plans_page_past_the_last_shows_the_last_page_and_says_so(store, fns):
     pages = -(-tasks // 20)
     assert info.startswith(f"{tasks} rows · page {pages} of {pages} (page 99 is past the last page)"), info
     assert len(table) == tasks - 20 * (pages - 1)
+
+
+# -- 9. j/k read the queue again -------------------------------------------------------------------------------------
+
+# A tab's queue read (run, iteration, filters, page), and a decision another curator makes on its second item.
+QUEUE = {"pairs": (RUN, IT, *NO_FILTERS, 1), "critic": (RUN, IT, "", "any", "task", 1)}
+BOB_DECIDES = {"pairs": ("swap", lambda store: curation.swap_pair(store, RUN, IT, "m2", 0, curator="bob")),
+               "critic": ("keep_original",
+                          lambda store: curation.keep_original(store, RUN, IT, "m2", 0, 0, curator="bob"))}
+
+
+@pytest.mark.parametrize("tab", ["pairs", "critic"])
+def test_j_and_k_read_the_queue_again_so_another_curators_decision_shows(store, fns, tab):
+    """The table and the team's "reviewed N of M" were read on a filter, a page change or an action, never on j/k:
+    what another curator decided meanwhile showed only later. Each move is now followed by the tab's own queue read
+    (the table and its line; not the charts or the agreement: a key press stays cheap), which moves no pick."""
+    import gradio as gr
+
+    search = fns["pairs_search" if tab == "pairs" else "critic_queue"]
+    df = search.fn(*QUEUE[tab], None, CURATOR, None)[1]
+    keys = df["key"].tolist()
+    move, refresh = fns[f"{tab}_next"], fns[f"{tab}_next_reload"]
+    picked, _, walked_to = move.fn(RUN, IT, keys[0], df, 1, len(keys), CURATOR, None)
+    assert picked == walked_to == keys[1] == "m2|0|0"
+    action, decide = BOB_DECIDES[tab]
+    decide(store)  # meanwhile, in another browser
+    assert refresh.trigger_after == move._id and fns[f"{tab}_prev_reload"].trigger_after == fns[f"{tab}_prev"]._id
+    out = _by_id(fns, f"{tab}_next_reload", refresh.fn(*QUEUE[tab], walked_to, CURATOR, None))
+    assert "reviewed 1 of 3 by the team, 0 by you" in out[f"{tab}-info"]
+    row = out[f"{tab}-table"].set_index("key").loc["m2|0|0"]
+    assert (row["override_action"], row["curator"]) == (action, "bob")
+    assert "value" not in out[f"{tab}-pick"]  # the pick stays where j took it (and a later j's pick stays too)
+    assert "m2|0|0" in [k for _, k in out[f"{tab}-pick"]["choices"]]
+    assert not any(isinstance(o, gr.Plot) for o in refresh.outputs) and "critic-agreement" not in out
+    # A move to another page reads nothing more: that page's own change loads the queue.
+    beyond = move.fn(RUN, IT, keys[-1], df, 1, 21, CURATOR, None)
+    assert beyond[1:] == (2, None)
+    assert refresh.fn(*QUEUE[tab], None, CURATOR, None) == (gr.skip(),) * len(refresh.outputs)
+
+
+def test_in_the_page_j_shows_what_another_curator_decided_meanwhile(tmp_path):
+    """In chromium: another curator swaps a pair and keeps a verdict while this one reads; the next `j` shows both in
+    the table (their name in the curator column) and in the "reviewed" count, and the pick is the one `j` moved to."""
+    held: list[Store] = []
+    with _world_page(tmp_path, held.append) as (page, expect):
+        store = held[0]
+        for tab in ("pairs", "critic"):
+            page.get_by_role("tab", name=tab.capitalize()).click()
+            pick = page.locator(f"#{tab}-pick input")
+            expect(pick).to_have_value(re.compile("m1"))
+            expect(page.locator(f"#{tab}-info")).to_contain_text("reviewed 0 of 3 by the team")
+            expect(page.locator(f"#{tab}-table")).not_to_contain_text("bob")
+            if tab == "pairs":  # on the third item: the one j moves to is not the one that changed
+                curation.swap_pair(store, RUN, IT, "q1", 0, curator="bob")
+            else:
+                curation.keep_original(store, RUN, IT, "q1", 0, 0, curator="bob")
+            page.locator("body").press("j")
+            expect(pick).to_have_value(re.compile("m2"))
+            expect(page.locator(f"#{tab}-info")).to_contain_text("reviewed 1 of 3 by the team", timeout=10_000)
+            expect(page.locator(f"#{tab}-table")).to_contain_text("bob")
+            expect(pick).to_have_value(re.compile("m2"))
+
+
+# -- 10. an iterative run's rows show their step ---------------------------------------------------------------------
+
+
+def test_in_the_page_an_iterative_runs_rows_show_their_step_and_a_sorted_row_click_picks_its_pair(tmp_path):
+    """In chromium, on an iterative iteration (a pair per task-step): the step column tells a task's steps apart, and
+    after the table is sorted by it in the browser (Gradio sorts the rows it shows, not the server's page) a row
+    click still picks that row's pair."""
+    from tests._studio import add_iterative_iteration
+
+    with _world_page(tmp_path, add_iterative_iteration) as (page, expect):
+        expect(page.locator("#pick-iteration input")).to_have_value(str(IT + 1))
+        page.get_by_role("tab", name="Pairs").click()
+        pick, table = page.locator("#pairs-pick input"), page.locator("#pairs-table")
+        expect(pick).to_have_value(re.compile(r"· step 1 · plan 0 over 1 · m1$"))
+        step = table.locator("th").nth(1)
+        expect(step).to_contain_text("step")
+        # rows m1|1|0, m1|2|0, m2|1|0, m2|2|0: a cell's data-testid keeps the row's place in the page as sent
+        expect(table.locator("[data-testid='cell-1-1']")).to_have_text(re.compile(r"^\s*2\s*$"))
+        step.hover()
+        step.get_by_role("button", name="Open cell menu").click()
+        page.get_by_role("menuitem", name="Sort descending").click()
+        expect(table.locator("tbody tr").first).to_contain_text("|2|0")  # step 2 first
+        table.locator("[data-testid='cell-3-8']").click()  # m2's step 2, by its question's cell
+        expect(pick).to_have_value(re.compile(r"· step 2 · plan 1 over 0 · m2$"))
+        expect(page.locator("#pairs-chosen")).to_contain_text("m2 second step, plan b")

@@ -351,9 +351,14 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "pairs_evidence_clear": ("read", None),  # runs in the browser only (js): no server function
         "pairs_next": ("read", None),  # needs the page's table
         "pairs_prev": ("read", None),
+        # The queue read again after j/k (studio.keys.wire_walk); the key walked to is session state.
+        "pairs_next_reload": ("read", pairs_filters[:-1]),
+        "pairs_prev_reload": ("read", pairs_filters[:-1]),
         "critic_next": ("read", None),
         "critic_claim": ("read", (run_id, 1, verdict)),  # a lease in memory, nothing stored
         "critic_prev": ("read", None),
+        "critic_next_reload": ("read", critic_filters[:-1]),
+        "critic_prev_reload": ("read", critic_filters[:-1]),
         "pairs_undo": ("write", (run_id, 1)),
         "pairs_undo_reload": ("read", pairs_filters),
         "pairs_undo_detail": ("read", (run_id, 1, pair)),
