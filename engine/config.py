@@ -306,6 +306,24 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     return merged
 
 
+def _yaml_loader() -> type:
+    """PyYAML's safe loader with YAML 1.2's floats: YAML 1.1 reads ``1e-6`` (no dot) as a string, and a file's
+    string for a number field is refused, so ``learning_rate: 1e-6`` -- the way a TRL or LLaMA-Factory YAML writes
+    it -- would be an error the user never made. A subclass, so PyYAML's own SafeLoader is left as it is."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    # Added after PyYAML's int rule, which is tried first, so "15" stays an int.
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                 re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
+                                 list("-+.0123456789"))
+    return Loader
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
@@ -319,7 +337,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         import yaml
 
         try:
-            data = yaml.safe_load(text) or {}
+            data = yaml.load(text, Loader=_yaml_loader()) or {}
         except yaml.YAMLError as exc:
             raise ConfigError("<yaml>", str(exc).replace("\n", " "), str(path)) from None
         return data
