@@ -1,7 +1,8 @@
 """One config value against its field: type conversion (``--set`` text is parsed; a file's or a snapshot's values
-are checked as they are, so a quoted number or true/false is refused; lists of tables), the declared range and choices, and the
-secret rules for values (a key-shaped string is refused before any message could echo it). Every problem raises
-``ConfigError`` naming the dotted field. Rules that tie fields together live in ``engine.config_checks``.
+are checked as they are, so a quoted number or true/false is refused; lists of tables), the declared range and
+choices, and the secret rules for values (a key-shaped string is refused before any message could echo it). Every
+problem raises ``ConfigError`` naming the dotted field. Rules that tie fields together live in
+``engine.config_checks``.
 """
 
 from __future__ import annotations

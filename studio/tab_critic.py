@@ -156,7 +156,7 @@ def _verdict_name(store: Store, run_id: str, iteration: int, key: str) -> str:
 def _result_markdown(result: ExecutionResult) -> str:
     values = "\n".join(f"- `{name}` = {value}" for name, value in result.values.items())
     status = "runs cleanly" if result.ok else f"execution error: {result.error}"
-    # A parse error, a failing step or actions that assign nothing leave no answer: say so rather than print Python's None.
+    # A parse error, a failing step or actions that assign nothing leave no answer: say so, not Python's None.
     answer = "no answer" if result.answer is None else f"answer: `{result.answer}`"
     return f"**{status}** · {answer}\n\n{values}"
 
