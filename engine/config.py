@@ -47,7 +47,7 @@ from engine.config_training import GrounderGRPOSettings as GrounderGRPOSettings
 from engine.config_training import GRPOSettings as GRPOSettings
 from engine.config_training import SFTSection as SFTSection
 from engine.config_training import TrainSettings as TrainSettings
-from engine.config_values import KEY_FIELD, KEY_VALUE, USE_KEY_ENV, coerce, suggest
+from engine.config_values import KEY_VALUE, coerce, suggest, unknown_field
 from engine.errors import ConfigError
 from engine.tasks import SPLITS
 
@@ -260,10 +260,7 @@ def config_from_dict(data: dict[str, Any], source: str | None = None,
         for name, value in values.items():
             dotted = f"{section_name}.{name}"
             if name not in known:
-                if KEY_FIELD.search(name):
-                    raise ConfigError(dotted, USE_KEY_ENV, source)
-                raise ConfigError(dotted, f"unknown field{suggest(name, known)} (known: {', '.join(sorted(known))})",
-                                  source)
+                raise unknown_field(name, sorted(known), dotted, source)
             setattr(section, name, coerce(value, hints[name], dotted, source, text=dotted in text_fields))
     if config.schedule.phases and "iterations" not in data.get("run", {}):
         config.run.iterations = sum(phase.iterations for phase in config.schedule.phases)

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 KEY_FIELD = re.compile(r"(api_?key|token|secret|passw(or)?d)$", re.IGNORECASE)
 KEY_VALUE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{12,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
                        r"|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})|Bearer\s+\S+|://[^/\s:@]+:[^/\s@]+@")
+# How alike (difflib's ratio) a key-shaped name and a field must be to read as a typo of it: a letter added or
+# dropped in a long name (max_new_token: 0.96), not a different word (hf_token vs max_tokens: 0.67).
+TYPO_RATIO = 0.9
 USE_KEY_ENV = ("never write a key in a config (it is stored with the run and shown in the studio): put it in an "
                "environment variable and set critic.api_key_env (or tools.qa_api_key_env) to that variable's NAME")
 
@@ -149,14 +152,20 @@ def _coerce_tables(value: Any, cls: type, dotted: str, source: str | None, text:
         values = {}
         for name, raw in item.items():
             if name not in fields:
-                if KEY_FIELD.search(str(name)):
-                    raise ConfigError(f"{where}.{name}", USE_KEY_ENV, source)
-                raise ConfigError(f"{where}.{name}", f"unknown field{suggest(name, fields)} (known: "
-                                                     f"{', '.join(fields)})", source)
+                raise unknown_field(name, list(fields), f"{where}.{name}", source)
             values[name] = coerce(raw, hints[name], f"{where}.{name}", source, text)
             check_field(values[name], dict(fields[name].metadata), f"{where}.{name}", source)
         items.append(cls(**values))
     return items
+
+
+def unknown_field(name: Any, known: list[str], dotted: str, source: str | None) -> ConfigError:
+    """The error for a key that names no field (``known``: the fields, in the order listed). A key-shaped name
+    (``api_key``, ``hf_token``) is refused as a secret, unless it is one slip away from a field: ``max_new_token`` is
+    a typo of ``max_new_tokens``, not a key (neither message echoes the value)."""
+    if KEY_FIELD.search(str(name)) and not difflib.get_close_matches(str(name), known, n=1, cutoff=TYPO_RATIO):
+        return ConfigError(dotted, USE_KEY_ENV, source)
+    return ConfigError(dotted, f"unknown field{suggest(name, known)} (known: {', '.join(known)})", source)
 
 
 def suggest(name: Any, known: Any) -> str:

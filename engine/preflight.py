@@ -8,7 +8,8 @@ Contract: ``preflight(config)`` raises ``CheckpointError`` (a ``ConfigError`` na
 * weight files that are missing, or that do not match the config: a tensor the model needs that no file holds
   (transformers would silently initialise it at random), or a tensor of the wrong shape;
 * a tokenizer that does not load, has neither pad nor EOS token, or has more tokens than the model has embedding
-  rows (its ids would index past the embedding table);
+  rows (its ids would index past the embedding table), or has no chat template while ``chat_template = "tokenizer"``
+  asks for it (every prompt would fail to render);
 * a ``device`` naming a CUDA device that is not there.
 
 It also reads ``sft.original_data`` when set (only the train_grounder stage would read it, iterations later), so a
@@ -46,7 +47,7 @@ def preflight(config: RunConfig) -> None:
     """Raise ``CheckpointError``/``DataError`` for the first model or file of ``config`` that cannot be used."""
     for role in ("planner", "grounder"):
         section = getattr(config, role)
-        check_model(section.path, section.adapter, section.device, role)
+        check_model(section.path, section.adapter, section.device, role, chat_template=section.chat_template)
     if config.critic.backend == "hf":
         check_model(config.critic.model, "", "auto", "critic", path_field="critic.model")
     if config.sft.original_data:
@@ -55,8 +56,10 @@ def preflight(config: RunConfig) -> None:
         list(load_tasks(config.sft.original_data))
 
 
-def check_model(path: str, adapter: str, device: str, role: str, path_field: str | None = None) -> None:
-    """Check one model directory (or hub id), its optional adapter, its tokenizer and its device."""
+def check_model(path: str, adapter: str, device: str, role: str, path_field: str | None = None,
+                chat_template: str = "lumos") -> None:
+    """Check one model directory (or hub id), its optional adapter, its tokenizer (and, when ``chat_template`` is
+    ``"tokenizer"``, that it has a chat template) and its device."""
     path_field = path_field or f"{role}.path"
     check_device(device, f"{role}.device")
     local = Path(path).expanduser()
@@ -81,6 +84,10 @@ def check_model(path: str, adapter: str, device: str, role: str, path_field: str
     if len(tokenizer) > rows:
         raise CheckpointError(path_field, f"{path}: the tokenizer has {len(tokenizer)} tokens but the model has "
                                           f"{rows} embedding rows; this tokenizer does not belong to this model")
+    if chat_template == "tokenizer" and not getattr(tokenizer, "chat_template", None):
+        raise CheckpointError(f"{role}.chat_template", f"'tokenizer' asks for the tokenizer's own chat template, but "
+                                                       f"{tokenizer_path} has none: use \"lumos\" (the <|user|>/"
+                                                       "<|assistant|> layout) or give the tokenizer a template")
 
 
 # The agents each stage loads, by role: the ones its iteration starts from (offset 0) or, for evaluate, the ones it

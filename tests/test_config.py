@@ -170,6 +170,10 @@ def test_each_numeric_bound_is_enforced(dotted, hint, meta):
     ("data.domains=[maths", "data.domains: expected a JSON list"),
     ("sample.temprature=0.5", "sample.temprature: unknown field; did you mean 'temperature'?"),
     ("sampel.k=3", "sampel: unknown section; did you mean 'sample'?"),
+    # A key-shaped typo of a real field is a typo, not a secret (it read "never write a key in a config").
+    ("sample.max_new_token=64", "sample.max_new_token: unknown field; did you mean 'max_new_tokens'?"),
+    ("critic.max_token=64", "critic.max_token: unknown field; did you mean 'max_tokens'?"),
+    ("critic.hf_token=abc", "critic.hf_token: never write a key in a config"),  # a secret, not a slip
 ])
 def test_impossible_values_and_typos(override, message):
     with pytest.raises(ConfigError) as info:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -367,3 +368,35 @@ def test_curation_edit_and_its_preview_use_the_runs_qa_model(fake_server, tmp_pa
         assert "Brindleford" in preview_edit(store, RUN, "q1|0|0", actions) and fake.counts["qa"] == 1
         result = edit_correction(store, RUN, IT, "q1", 0, 0, actions).preview
         assert result.answer == "Brindleford" and fake.counts["qa"] == 2
+
+
+def test_a_critic_that_never_answers_fails_the_stage_and_run_prints_its_summary(tiny_run, fake_server, capsys):
+    """A critic server that is down (wrong port, nothing listening) used to leave every verdict "error", the stage
+    "done" and the run "done", with SFT skipped for want of verdicts. Now the stage fails with the critic's
+    settings and first error, stores none of the batch, `run` still ends with its JSON line (exit 1), and judging
+    again with a reachable server finishes the stage."""
+    from engine.__main__ import main
+    from engine.loop import run_stage
+
+    _, url = fake_server
+    with socket.socket() as probe:  # a port nothing listens on: connection refused at once
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    db, run_id = tiny_run("critic.backend=openai", f"critic.base_url={dead}", "critic.model=critic-m",
+                          "critic.max_retries=0", "ground.max_new_tokens=8", stages=("sample", "score", "ground"))
+    with Store(db) as store:
+        with pytest.raises(RuntimeError, match=r"answered none of the \d+ groundings .*critic.base_url = "
+                                               r"http://127.0.0.1:\d+/v1; first error: APIConnectionError"):
+            run_stage(store, run_id, 1, "critique")
+        assert store.stage_status(run_id, 1)["critique"]["status"] == "failed"
+        assert store.count("verdicts", run_id, 1) == 0
+    assert main(["run", "--run", run_id, "--db", str(db), "--iterations", "1", "--quiet"]) == 1
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "failed" and "error: RuntimeError: the critic answered none" in err
+    assert "Traceback" not in err and f"run --run {run_id}" in err
+    assert main(["step", "critique", "--run", run_id, "--iteration", "1", "--db", str(db), "--base-url", url,
+                 "--quiet"]) == 0
+    with Store(db) as store:
+        assert store.stage_status(run_id, 1)["critique"]["status"] == "done"
+        assert store.count("verdicts", run_id, 1) == store.count("groundings", run_id, 1) > 0

@@ -182,3 +182,22 @@ def test_resume_rechecks_the_models_before_any_stage(tmp_path, copy, capsys):
     assert "no run 'no-such-run'" in capsys.readouterr().err
     with Store(db) as store:
         assert store.stage_status(run_id, 0) == {}
+
+
+def test_a_tokenizer_chat_template_that_is_not_there_is_refused_naming_the_field(copy, good):
+    """``chat_template = "tokenizer"`` with a tokenizer that has none (a raw pretrained checkpoint) used to create
+    the run and fail its first stage with transformers' traceback; it is refused up front, naming the field."""
+    check_model(str(good), "", "auto", "planner", chat_template="tokenizer")  # the demo tokenizer has a template
+    bare = copy("bare")
+    (bare / "chat_template.jinja").unlink()
+    settings = json.loads((bare / "tokenizer_config.json").read_text())
+    settings.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(settings))
+    check_model(str(bare), "", "auto", "planner")  # the lumos layout needs no template
+    with pytest.raises(CheckpointError) as info:
+        check_model(str(bare), "", "auto", "grounder", chat_template="tokenizer")
+    assert info.value.field == "grounder.chat_template"
+    assert f"{bare} has none" in info.value.message and '"lumos"' in info.value.message
+    with pytest.raises(CheckpointError, match=r"^planner.chat_template: "):
+        preflight(load_config(None, [f"planner.path={bare}", f"grounder.path={good}",
+                                     "planner.chat_template=tokenizer"]))

@@ -10,9 +10,10 @@ and the run directory's config.toml): a new run is created with it, and ``--run 
 existing run (extends or limits it), so a later ``--run ID`` without it goes to the same N. ``--iterations 0`` runs
 iteration 0 only and records nothing.
 
-The last stdout line is one JSON object ``{"run_id", "status", "db", "iterations"}``. Exit status: 0 done, 1 a stage
-failed, 2 bad input, 3 the store cannot be used (held by another process, a newer schema, ...), 130 stopped by Ctrl-C
-(SIGINT; the batch in flight is finished, the stage recorded ``stopped``, and ``--run ID`` resumes it).
+The last stdout line is one JSON object ``{"run_id", "status", "db", "iterations"}``, also when a stage failed (its
+error on stderr, its traceback in the store). Exit status: 0 done, 1 a stage failed, 2 bad input, 3 the store cannot
+be used (held by another process, a newer schema, ...), 130 stopped by Ctrl-C (SIGINT; the batch in flight is
+finished, the stage recorded ``stopped``, and ``--run ID`` resumes it).
 """
 
 from __future__ import annotations
@@ -132,8 +133,16 @@ def run(args: argparse.Namespace) -> int:
                 run_id = args.run
             else:
                 run_id = create_run(store, config)
-            status = run_loop(store, run_id, iterations=args.iterations, progress=progress_printer(args.quiet),
-                              should_stop=lambda: stop["flag"], record_iterations=True)
+            try:
+                status = run_loop(store, run_id, iterations=args.iterations, progress=progress_printer(args.quiet),
+                                  should_stop=lambda: stop["flag"], record_iterations=True)
+            except (ConfigError, DataError):
+                raise
+            except Exception as exc:  # a stage failed: the store holds it, with its traceback; say so, then summarise
+                print(f"error: {type(exc).__name__}: {exc}\n(the stage is recorded failed, its traceback in "
+                      f"`python -m engine status --db {args.db} --json`; once the cause is fixed, "
+                      f"`python -m engine run --run {run_id} --db {args.db}` resumes it)", file=sys.stderr)
+                status = "failed"
             print_json({"run_id": run_id, "status": status, "db": args.db,
                         "iterations": store.status_summary()["runs"].get(run_id, {})})
     except (ConfigError, DataError) as exc:

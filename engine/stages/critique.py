@@ -3,7 +3,9 @@
 
 The critic comes from ``critic.backend`` (``engine.critics.make_critic``); the stage stores one ``verdicts`` row per
 judged grounding with its backend, model, status, raw text, correction, latency and token usage. A resumed
-stage judges only the chunks that hold a grounding without a verdict.
+stage judges only the chunks that hold a grounding without a verdict. A chunk whose every verdict is an ``error``
+(the critic never answered: server down, wrong URL, model or key) fails the stage and is not stored, so the stage
+reads failed instead of done with nothing to train on, and a resume judges the chunk again.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def run(ctx: StageContext) -> dict[str, int]:
                            {"ok": bool(r.ok), "values": json.loads(r.values_json), "answer": r.answer,
                             "error": r.error}, bool(r.correct)) for r in chunk]
         verdicts = critic.judge(items)
+        if all(v.status == "error" for v in verdicts):
+            raise RuntimeError(f"the critic answered none of the {len(items)} groundings of this batch "
+                               f"({_critic_named(ctx)}; first error: {verdicts[0].raw}); nothing of the batch was "
+                               "stored: fix the critic and resume, or judge with another server: `python -m engine "
+                               f"step critique --run {ctx.run_id} --iteration {ctx.iteration} --base-url URL`")
         rows = [{"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": item.task.id, "step": item.step,
                  "k": item.k, "backend": v.backend, "model": v.model, "status": v.status,
                  "reference_guided": v.reference_guided, "raw": v.raw,
@@ -49,3 +56,10 @@ def run(ctx: StageContext) -> dict[str, int]:
         written += ctx.store.write("verdicts", rows)
         ctx.report(index + 1, n_chunks, f"{written} verdicts")
     return {"rows": ctx.store.count("verdicts", ctx.run_id, ctx.iteration), "new_rows": written}
+
+
+def _critic_named(ctx: StageContext) -> str:
+    """The critic as its config fields name it, so the user sees which setting to check."""
+    critic = ctx.config.critic
+    where = f", critic.base_url = {critic.base_url}" if critic.backend == "openai" else ""
+    return f"critic.backend = {critic.backend}, critic.model = {critic.model}{where}"
