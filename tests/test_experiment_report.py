@@ -270,3 +270,15 @@ def test_one_seed_prints_no_interval_and_no_test():
     single = paired_t([0.5], [0.4])
     assert format_test(single, 100) == "-10.0 (n=1, no test)" and _test(single, 100, 1) == "-10.0 (1 seed, no test)"
     assert format_test(paired_t([0.5, 0.6], [0.4, 0.4]), 100).endswith("p=0.205 (n=2)")
+
+
+def test_wilson_bounds_at_none_and_all_correct_are_exactly_0_and_1():
+    from engine.stats import wilson
+
+    # Computed, the bound is centre - half with rounding left over; JSON readers saw 5.55e-17 for "0".
+    for n in (1, 7, 35, 225):
+        assert wilson(0, n)[0] == 0.0 and wilson(n, n)[1] == 1.0
+        low, high = wilson(0, n)
+        assert 0.0 < high < 1.0 and wilson(n, n)[0] == pytest.approx(1.0 - high)
+    low, high = wilson(13, 50)  # mirrored: 37 of 50 has the bounds 1 - high, 1 - low
+    assert wilson(37, 50) == pytest.approx((1 - high, 1 - low)) and 0 < low < 13 / 50 < high < 1
