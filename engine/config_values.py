@@ -57,7 +57,9 @@ def check_field(value: Any, meta: dict[str, Any], dotted: str, source: str | Non
             if item not in choices:
                 hint = difflib.get_close_matches(str(item), choices, n=1)
                 suggest = f" (did you mean {hint[0]!r}?)" if hint else ""
-                raise ConfigError(dotted, f"{item!r} is not one of {', '.join(choices)}{suggest}", source)
+                # An empty choice is a field's "unset" (data.sources[].split): named, not printed as nothing.
+                named = ", ".join(repr(c) if c == "" else str(c) for c in choices)
+                raise ConfigError(dotted, f"{item!r} is not one of {named}{suggest}", source)
     bounds = {k: meta.get(k) for k in ("ge", "gt", "le", "lt")}
     if all(b is None for b in bounds.values()):
         return

@@ -166,6 +166,8 @@ def test_each_numeric_bound_is_enforced(dotted, hint, meta):
     ("pairs.rule=best_wrost", "pairs.rule: 'best_wrost' is not one of best_worst, all_above_gap, top_bottom_k "
                               "(did you mean 'best_worst'?)"),
     ("data.domains=maths,math", "data.domains: 'math' is not one of maths, qa, web (did you mean 'maths'?)"),
+    ('data.sources=[{"path": "x.jsonl", "split": "test"}]',
+     "data.sources[1].split: 'test' is not one of '', train, dev, held_in, held_out"),  # '' named, not blank
     ("evaluate.splits=[\"held_in\", 3]", "evaluate.splits: expected a list of strings"),
     ("data.domains=[maths", "data.domains: expected a JSON list"),
     ("sample.temprature=0.5", "sample.temprature: unknown field; did you mean 'temperature'?"),
