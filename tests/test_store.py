@@ -482,6 +482,8 @@ def test_status_summary_and_cli(tmp_path, capsys):
     assert it0["rows"]["plans"] == 8 and it0["rows"]["pairs"] == 3 and it0["rows"]["verdicts"] == 3
     assert main(["status", "--db", str(path), "--json"]) == 0
     assert f'"run_id": "{RUN}"' in capsys.readouterr().out
+    assert main(["status", "--db", str(path)]) == 0  # the run's own directory, where its checkpoints are
+    assert f"dir={Path(run['run_dir']) / RUN}\n" in capsys.readouterr().out
     assert main(["status", "--db", str(tmp_path / "none.duckdb")]) == 2
     assert capsys.readouterr().err == f"error: no store at {tmp_path / 'none.duckdb'}\n"  # --db given: no hint
 

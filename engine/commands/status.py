@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 from typing import Any
 
 from engine.commands._common import BAD_INPUT, print_json, store_missing, store_unusable
@@ -43,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
 def _human(summary: dict[str, Any]) -> str:
     lines = [f"{summary['db']} (schema v{summary['schema_version']}): {len(summary['runs'])} run(s)"]
     for run in summary["runs"].values():
-        lines.append(f"run {run['run_id']} ({run['name']}, {run['tasks']} tasks) dir={run['run_dir']}")
+        run_directory = Path(run["run_dir"]) / run["run_id"]  # run_dir holds the workdir; the run's own is below it
+        lines.append(f"run {run['run_id']} ({run['name']}, {run['tasks']} tasks) dir={run_directory}")
         for it in run["iterations"]:
             stages = ", ".join(f"{name}={s['status']}" for name, s in it["stages"].items()) or "no stages"
             rows = ", ".join(f"{t}={n}" for t, n in it["rows"].items() if n) or "no rows"
