@@ -27,11 +27,30 @@ def describe_sources(config: RunConfig) -> str:
     return ", ".join(f"{s.path} ({s.format}, {s.split or 'default split'})" for s in sources)
 
 
+def check_files_exist(config: RunConfig) -> None:
+    """A ``ConfigError`` naming the config field (``data.sources[2].path``, ``data.tasks``) of the first data file
+    that is not there. A file's own errors name the file; a missing one is the config's mistake, and the usual cause
+    is a relative path read from another directory than the one it was written for."""
+    if config.data.sources:
+        fields = [(f"data.sources[{i}]", s.path, s.ground) for i, s in enumerate(config.data.sources, 1)]
+        named = [(f"{where}.path", path) for where, path, _ in fields]
+        named += [(f"{where}.ground", ground) for where, _, ground in fields if ground]
+    else:
+        named = [("data.tasks", config.data.tasks)] + ([("data.ground", config.data.ground)] if config.data.ground
+                                                        else [])
+    for field_name, path in named:
+        if not Path(path).expanduser().is_file():
+            where = "" if Path(path).is_absolute() else f" (a relative path is read from the current directory, " \
+                                                        f"{Path.cwd()}, not from the config file's)"
+            raise ConfigError(field_name, f"no file {path}{where}")
+
+
 def load_run_tasks(config: RunConfig, *, keep_excluded: bool = False) -> list[Task]:
     """Every task of the config's data files, less the train tasks ``data.exclude_tasks`` lists (unless
     ``keep_excluded``), restricted to ``data.domains`` when given. Each source is read whole
     and checked before the next (``engine.formats.load``); an id in two sources is a ``DataError`` naming both,
     since ids key every later join."""
+    check_files_exist(config)
     tasks: list[Task] = []
     seen: dict[str, str] = {}
     for source in data_sources(config):

@@ -3,6 +3,7 @@ evaluate on benchmark test files, as the paper does), with located errors and th
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -49,6 +50,29 @@ def test_an_id_in_two_sources_names_both_files(samples_dir):
     with pytest.raises(DataError, match="duplicate id .* has it too; ids must be unique across data.sources") as info:
         load_run_tasks(config)
     assert info.value.field == "id" and path in str(info.value)
+
+
+@pytest.mark.parametrize(("break_it", "field"), [
+    (lambda sources: sources[1].update(path="data/gsm8k_test.jsonl"), "data.sources[2].path"),
+    (lambda sources: sources[0].update(ground="nowhere/ground.jsonl"), "data.sources[1].ground"),
+])
+def test_a_missing_data_file_names_its_config_field_and_where_relative_paths_are_read(samples_dir, break_it, field,
+                                                                                       tmp_path, monkeypatch):
+    # It read "data/gsm8k_test.jsonl: <file>: cannot open": right file, but not which setting, nor from where.
+    monkeypatch.chdir(tmp_path)
+    sources = _sources(samples_dir)
+    break_it(sources)
+    expected = (rf"^{re.escape(field)}: no file \S+ \(a relative path is read from the current directory, "
+                rf"{tmp_path}, not from the config file's\)$")
+    with pytest.raises(ConfigError, match=expected) as info:
+        load_run_tasks(config_from_dict({**AGENTS, "data": {"sources": sources}}))
+    assert info.value.field == field
+
+
+def test_a_missing_tasks_file_given_absolutely_is_named_without_the_relative_path_note(tmp_path):
+    missing = tmp_path / "tasks.jsonl"
+    with pytest.raises(ConfigError, match=rf"^data.tasks: no file {missing}$"):
+        load_run_tasks(config_from_dict({**AGENTS, "data": {"tasks": str(missing)}}))
 
 
 def test_evaluation_splits_missing_from_every_source_are_refused(samples_dir):
@@ -104,9 +128,9 @@ def test_the_paper_preset_trains_on_lumos_and_evaluates_on_gsm8k_and_svamp(sampl
     config = load_config(Path(__file__).resolve().parents[1] / "examples" / "paper.toml")
     assert [(s.format, s.split) for s in config.data.sources] == [
         ("lumos", "train"), ("gsm8k", "held_in"), ("svamp", "held_out")]
-    with pytest.raises(DataError) as info:
+    with pytest.raises(ConfigError) as info:
         load_run_tasks(config)
-    assert "data/lumos_maths_plan_onetime.jsonl" in str(info.value)
+    assert info.value.field == "data.sources[1].path" and "data/lumos_maths_plan_onetime.jsonl" in str(info.value)
     samples = {"lumos_maths_plan_onetime.jsonl": "lumos_derived_maths_plan_onetime.jsonl",
                "lumos_maths_ground_onetime.jsonl": "lumos_derived_maths_ground_onetime.jsonl",
                "gsm8k_test.jsonl": "gsm8k_test.jsonl", "SVAMP.json": "svamp.jsonl"}
