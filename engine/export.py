@@ -2,10 +2,15 @@
 
 Contract:
 
-* ``export_pairs(store, run_id, iteration, path, fmt)`` writes one TRL preference row per effective pair that is
-  neither excluded nor a tie: ``{"prompt", "chosen", "rejected", "chosen_logppl", "rejected_logppl", "task_id",
-  "step"}``; ``prompt`` is the stored planner prompt of the chosen plan (``plans.prompt``, the rendered chat the
-  plan was sampled from), ``chosen``/``rejected`` the raw plan texts.
+* ``export_pairs(store, run_id, iteration, path, fmt, form)`` writes one TRL preference row per effective pair that
+  is neither excluded nor a tie: ``{"prompt", "chosen", "rejected", "chosen_logppl", "rejected_logppl", "task_id",
+  "step"}``. ``form="text"`` (the default; what train_planner's DPO reads): ``prompt`` is the stored planner prompt
+  of the chosen plan (``plans.prompt``, the rendered chat the plan was sampled from), ``chosen``/``rejected`` the raw
+  plan texts. ``form="messages"``: TRL's conversational preference format, ``prompt`` the planner chat before
+  rendering (``turns.planner_step_messages``, the layout the sample stage rendered: the onetime user turn, or for an
+  iterative step the gold history before it) and ``chosen``/``rejected`` one assistant message each with the raw
+  plan text. TRL renders it with the tokenizer's chat template, which gives the stored prompt when the run's
+  ``planner.chat_template`` is ``"tokenizer"`` (``chat_template_note`` says when it may not).
 * ``export_sft(store, run_id, iteration, path, fmt)`` writes ``{"messages": [...], "task_id", "step", "k"}`` chat
   records from ``curation.effective_sft_records``, rendered as the train_grounder stage renders them
   (``turns.grounding_messages``: the iterative layout, with the gold history, for a step >= 1).
@@ -20,8 +25,9 @@ Contract:
   written; ``probe_folder(path)`` asks the same up front, for callers with long work before the write.
 * ``left_out(store, run_id, iteration, what)`` says in words what curation kept out of an export (tied or excluded
   pairs, verdicts without a record), for the line that reports it.
-* ``ROWS[what](store, run_id, iteration)`` and ``write_rows(what, rows, path, fmt)`` split each export in two (what
-  ``python -m engine export`` does, to look at the rows before it writes them).
+* ``rows_of(what, store, run_id, iteration, pairs_form)`` (``ROWS[what]`` for the default form) and
+  ``write_rows(what, rows, path, fmt, pairs_form)`` split each export in two (what ``python -m engine export`` does,
+  to look at the rows before it writes them).
 """
 
 from __future__ import annotations
@@ -39,11 +45,15 @@ import pyarrow.parquet as pq
 
 from engine.curation import effective_sft_records
 from engine.outcome import gold_step_results
+from engine.prompts import Message
 from engine.store import Store
-from engine.turns import grounding_messages
+from engine.turns import grounding_messages, planner_step_messages
 from engine.views import EFFECTIVE_PAIRS_SQL
 
 FORMATS = ("jsonl", "parquet")
+# How a pair is written: "text", the rendered strings train_planner feeds DPOTrainer; "messages", TRL's conversational
+# preference format (message lists the trainer renders with the tokenizer's chat template).
+PAIRS_FORMS = ("text", "messages")
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "chosen_logppl", "rejected_logppl", "task_id", "step")
 
 _PAIRS_SQL = """
@@ -59,10 +69,12 @@ ORDER BY e.task_id, e.step, e.pair_idx
 """
 
 
-def pair_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]:
-    """The TRL preference rows ``export_pairs`` writes."""
+def pair_rows(store: Store, run_id: str, iteration: int, form: str = "text") -> list[dict[str, Any]]:
+    """The TRL preference rows ``export_pairs`` writes, in ``form`` (``PAIRS_FORMS``; see the module docstring)."""
+    if form not in PAIRS_FORMS:
+        raise ValueError(f"pairs form must be one of {', '.join(PAIRS_FORMS)}, got {form!r}")
     df = store.query(EFFECTIVE_PAIRS_SQL + _PAIRS_SQL, {"run": run_id, "it": iteration})
-    return [
+    rows = [
         {
             "prompt": r["prompt"],
             "chosen": r["chosen"],
@@ -74,6 +86,40 @@ def pair_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]
         }
         for r in df.to_dict("records")
     ]
+    return rows if form == "text" else _as_messages(store, run_id, rows)
+
+
+def _as_messages(store: Store, run_id: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` in TRL's conversational preference format. The prompt is rebuilt from the task and step with the
+    function the sample stage rendered ``plans.prompt`` from (not parsed back out of the rendered text, which a
+    tokenizer's template need not make reversible), so it is the chat the planner was shown and trained on."""
+    tasks: dict[str, Any] = {}
+    results: dict[str, list[str]] = {}
+    out = []
+    for row in rows:
+        task_id, step = row["task_id"], row["step"]
+        if task_id not in tasks:
+            tasks[task_id] = store.get_task(run_id, task_id)
+        if step and task_id not in results:  # an iterative step's prompt shows the executed gold results before it
+            results[task_id] = gold_step_results(tasks[task_id])
+        prompt: list[Message] = planner_step_messages(tasks[task_id], step, results.get(task_id, []))
+        out.append({**row, "prompt": prompt, "chosen": [{"role": "assistant", "content": row["chosen"]}],
+                    "rejected": [{"role": "assistant", "content": row["rejected"]}]})
+    return out
+
+
+def chat_template_note(store: Store, run_id: str) -> str:
+    """A caution for a conversational pairs export of ``run_id`` ("" when none is due). Its prompts were rendered
+    with the lumos layout (``planner.chat_template = "lumos"``, the default) rather than the tokenizer's template,
+    and TRL renders messages with the tokenizer's template only: the same text only where that template reproduces
+    the layout. A ``"tokenizer"`` run rendered its prompts with that very template."""
+    run = store.get_run(run_id) or {}
+    planner = (run.get("config") or {}).get("planner") or {}
+    if planner.get("chat_template", "lumos") == "tokenizer":
+        return ""
+    return ("this run rendered its planner prompts with the lumos layout (planner.chat_template = \"lumos\"), and "
+            "TRL renders these messages with the tokenizer's own chat template: the same prompt text only if that "
+            "template reproduces the lumos layout (the text form is the text the planner trained on)")
 
 
 def sft_rows(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]:
@@ -107,6 +153,17 @@ PAIRS_SCHEMA = pa.schema(
     ]
 )
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+PAIRS_MESSAGES_SCHEMA = pa.schema(
+    [
+        ("prompt", pa.list_(_MESSAGE)),
+        ("chosen", pa.list_(_MESSAGE)),
+        ("rejected", pa.list_(_MESSAGE)),
+        ("chosen_logppl", pa.float64()),
+        ("rejected_logppl", pa.float64()),
+        ("task_id", pa.string()),
+        ("step", pa.int64()),
+    ]
+)
 SFT_SCHEMA = pa.schema([("messages", pa.list_(_MESSAGE)), ("task_id", pa.string()), ("step", pa.int64()),
                         ("k", pa.int64())])
 ROLLOUTS_SCHEMA = pa.schema([("prompt", pa.string()), ("completion", pa.string()), ("task_id", pa.string()),
@@ -141,13 +198,24 @@ ROWS: dict[str, Callable[[Store, str, int], list[dict[str, Any]]]] = {
 SCHEMAS: dict[str, pa.Schema] = {"pairs": PAIRS_SCHEMA, "sft": SFT_SCHEMA, "rollouts": ROLLOUTS_SCHEMA}
 
 
-def write_rows(what: str, rows: list[dict[str, Any]], path: str | Path, fmt: str = "jsonl") -> int:
-    """Write ``rows`` of ``ROWS[what]`` to ``path`` (atomically, see the module docstring); returns their number."""
-    return _write(rows, path, fmt, SCHEMAS[what])
+def rows_of(what: str, store: Store, run_id: str, iteration: int, pairs_form: str = "text") -> list[dict[str, Any]]:
+    """The rows of export ``what``; ``pairs_form`` picks the pairs' form (the other exports have one form each)."""
+    if what == "pairs":
+        return pair_rows(store, run_id, iteration, pairs_form)
+    return ROWS[what](store, run_id, iteration)
 
 
-def export_pairs(store: Store, run_id: str, iteration: int, path: str | Path, fmt: str = "jsonl") -> int:
-    return write_rows("pairs", pair_rows(store, run_id, iteration), path, fmt)
+def write_rows(what: str, rows: list[dict[str, Any]], path: str | Path, fmt: str = "jsonl",
+               pairs_form: str = "text") -> int:
+    """Write ``rows`` of ``rows_of(what, ..., pairs_form)`` to ``path`` (atomically, see the module docstring);
+    returns their number. ``pairs_form`` types the Parquet columns of pairs (strings or message lists)."""
+    schema = PAIRS_MESSAGES_SCHEMA if what == "pairs" and pairs_form == "messages" else SCHEMAS[what]
+    return _write(rows, path, fmt, schema)
+
+
+def export_pairs(store: Store, run_id: str, iteration: int, path: str | Path, fmt: str = "jsonl",
+                 form: str = "text") -> int:
+    return write_rows("pairs", pair_rows(store, run_id, iteration, form), path, fmt, form)
 
 
 def export_sft(store: Store, run_id: str, iteration: int, path: str | Path, fmt: str = "jsonl") -> int:

@@ -1,8 +1,10 @@
 """What each agent is shown and how its output is read: the glue between tasks, prompts and model text.
 
 ``Agent`` bundles a loaded model, its tokenizer and its chat-template choice. ``planner_prompt``/``grounder_prompt``
-render generation or scoring prompts for a task; ``read_plan`` turns raw planner text into subgoals (never
-raising: a malformed plan is data, flagged ``well_formed=False``). Stages, evaluation and benchmarks all go
+render generation or scoring prompts for a task; ``planner_step_messages``/``grounding_messages`` are the planner and
+grounder chats of one step before rendering (the stages render them; the exports write them as messages);
+``read_plan`` turns raw planner text into subgoals (never raising: a malformed plan is data, flagged
+``well_formed=False``). Stages, evaluation, benchmarks and exports all go
 through these, so a prompt is built one way everywhere.
 """
 
@@ -37,13 +39,34 @@ def grounder_prompt(agent: Agent, task: Task, subgoals: list[str]) -> str:
     return _render(agent, prompts.grounder_messages(task, subgoals))
 
 
-def planner_prompt_iterative(agent: Agent, task: Task, subgoals: list[str], results: list[str]) -> str:
-    """The iterative planner prompt after ``subgoals`` with their executed ``results`` (same length)."""
+def planner_turn_messages(task: Task, subgoals: list[str], results: list[str]) -> list[prompts.Message]:
+    """The iterative planner chat after ``subgoals`` with their executed ``results`` (same length), ending on the
+    user turn that asks for the next subgoal."""
     messages = prompts.planner_messages(task, subgoals, "iterative", results) if subgoals else \
         prompts.planner_messages(task)
     if subgoals and messages[-1]["role"] == "assistant" and messages[-1]["content"] == prompts.STOP_PLANNING:
         messages = messages[:-1]  # a result for the last subgoal closes the chat; we want the next turn
-    return _render(agent, messages)
+    return messages
+
+
+def planner_prompt_iterative(agent: Agent, task: Task, subgoals: list[str], results: list[str]) -> str:
+    """The iterative planner prompt after ``subgoals`` with their executed ``results`` (same length)."""
+    return _render(agent, planner_turn_messages(task, subgoals, results))
+
+
+def planner_step_messages(task: Task, step: int, results: list[str]) -> list[prompts.Message]:
+    """The planner chat a plan of ``step`` is sampled from, ending on the user turn: 0 = the onetime prompt; s >= 1
+    = the iterative turn s after the gold history (gold subgoals 1..s-1 with their executed ``results``, the task's
+    ``outcome.gold_step_results``). The sample stage renders it into ``plans.prompt`` (the text DPO trains on) and
+    the conversational pairs export writes it unrendered, so both read this one layout."""
+    if step == 0:
+        return prompts.planner_messages(task)
+    return planner_turn_messages(task, task.gold_subgoals[:step - 1], results[:step - 1])
+
+
+def planner_step_prompt(agent: Agent, task: Task, step: int, results: list[str]) -> str:
+    """``planner_step_messages`` rendered with ``agent``'s chat template, ending where the plan starts."""
+    return _render(agent, planner_step_messages(task, step, results))
 
 
 def grounder_prompt_iterative(agent: Agent, task: Task, subgoals: list[str], actions: list[str],

@@ -1,6 +1,9 @@
 """Export tab: the curated pairs (TRL preference format) or grounder SFT records of an iteration as JSONL or Parquet
 through ``engine.export``, offered as a download, and pushed to a Hugging Face Hub dataset (``datasets``'
-``push_to_hub``) when ``HF_TOKEN`` is set; without a token the tab says so.
+``push_to_hub``) when ``HF_TOKEN`` is set; without a token the tab says so. Pairs come in either form
+(``engine.export.PAIRS_FORMS``, as ``export --pairs-form``): ``text``, the rendered strings the planner trained on,
+or ``messages``, TRL's conversational preference format; the download and the Hub push carry the form picked, and a
+messages file is named ``...-pairs-messages.<format>`` so it never replaces the text one.
 
 Files go to the studio's own export directory (one temp directory per studio process, removed at exit); the
 browser never sends a path, and the file name built from the run id, iteration, kind and format is confined to that
@@ -13,8 +16,9 @@ An iteration that cannot hold the rows asked for (iteration 0's pairs) or not ye
 with the reason and nothing is written (``NothingToExport``, as ``python -m engine export`` refuses it); an empty
 export of a stage that ran and kept nothing is written and said to be so.
 
-Handlers: ``export_path``, ``export_file(store, run_id, iteration, kind, fmt, out_dir) -> (path, rows)``,
-``push_to_hub``.
+Handlers: ``export_path``, ``export_file(store, run_id, iteration, kind, fmt, out_dir, pairs_form="text") -> (path,
+rows)``, ``push_to_hub``. The pairs-form radio is the last input of the ``export_file`` and ``export_push_hub``
+endpoints, so an API client that sends the earlier inputs alone gets the text form, as before.
 """
 
 from __future__ import annotations
@@ -41,34 +45,50 @@ class NothingToExport(ValueError):
     """The iteration cannot hold the rows asked for, or not yet (``engine.export_empty.empty_reason``)."""
 
 
-def export_path(run_id: str, iteration: int, kind: str, fmt: str, out_dir: str | Path) -> Path:
-    """The export's file in ``out_dir`` (never elsewhere: ``ValueError`` for a bad kind/format or an escaping
-    name)."""
+def export_path(run_id: str, iteration: int, kind: str, fmt: str, out_dir: str | Path,
+                pairs_form: str = "text") -> Path:
+    """The export's file in ``out_dir`` (never elsewhere: ``ValueError`` for a bad kind/format/pairs form or an
+    escaping name). Conversational pairs end ``-pairs-messages``; every other name is as it always was."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}")
     if fmt not in export.FORMATS:
         raise ValueError(f"format must be one of {', '.join(export.FORMATS)}")
+    if pairs_form not in export.PAIRS_FORMS:
+        raise ValueError(f"pairs form must be one of {', '.join(export.PAIRS_FORMS)}")
     name = re.sub(r"[^A-Za-z0-9._-]", "_", str(run_id))  # run ids are slugs; anything else cannot name a folder
-    return inside(out_dir, Path(out_dir) / f"{name}-it{int(iteration)}-{kind}.{fmt}", "the export file")
+    what = "pairs-messages" if kind == "pairs" and pairs_form == "messages" else kind
+    return inside(out_dir, Path(out_dir) / f"{name}-it{int(iteration)}-{what}.{fmt}", "the export file")
 
 
-def export_file(store: Store, run_id: str, iteration: int, kind: str, fmt: str, out_dir: str | Path) -> tuple[Path,
-                                                                                                             int]:
-    """Write the export into ``export_path(...)`` and return ``(path, rows)``. An export with no rows is written only
+def export_file(store: Store, run_id: str, iteration: int, kind: str, fmt: str, out_dir: str | Path,
+                pairs_form: str = "text") -> tuple[Path, int]:
+    """Write the export into ``export_path(...)`` and return ``(path, rows)``; ``pairs_form`` picks the pairs' form
+    and is ignored for SFT records (always messages). An export with no rows is written only
     when the stage that makes them is done (it kept none: the empty file is the data); otherwise
     ``NothingToExport`` says why (iteration 0's pairs, a stage not run yet) and nothing is written, as the CLI
     refuses it. A download of an empty file read as "nothing to train on"."""
-    path = export_path(run_id, iteration, kind, fmt, out_dir)
-    rows = export.ROWS[kind](store, run_id, int(iteration))
+    path = export_path(run_id, iteration, kind, fmt, out_dir, pairs_form)
+    rows = export.rows_of(kind, store, run_id, int(iteration), pairs_form)
     if not rows:
         reason = empty_reason(store, run_id, int(iteration), kind, studio=True)
         if reason is not None:
             raise NothingToExport(f"Nothing exported: {reason}.")
-    return path, export.write_rows(kind, rows, path, fmt)
+    return path, export.write_rows(kind, rows, path, fmt, pairs_form)
 
 
-def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: str, token: str | None) -> str:
-    """Push the export to ``repo_id`` (a dataset repo); a message either way, never an exception for no token."""
+def form_caution(store: Store, run_id: str, kind: str, pairs_form: str) -> str:
+    """The sentence added after an export's message about how TRL renders conversational pairs ("" when none is
+    due: text pairs, SFT records, or a run whose prompts came from the tokenizer's own template)."""
+    if kind != "pairs" or pairs_form != "messages":
+        return ""
+    note = export.chat_template_note(store, run_id)
+    return f" Note: {note[:1].upper()}{note[1:]}." if note else ""
+
+
+def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: str, token: str | None,
+                pairs_form: str = "text") -> str:
+    """Push the export (pairs in ``pairs_form``) to ``repo_id`` (a dataset repo); a message either way, never an
+    exception for no token."""
     if not token:
         return "No HF_TOKEN in the studio's environment: download the file and upload it yourself."
     if not repo_id or "/" not in repo_id:
@@ -77,11 +97,13 @@ def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: s
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path, rows = export_file(store, run_id, iteration, kind, "parquet", tmp)
+            path, rows = export_file(store, run_id, iteration, kind, "parquet", tmp, pairs_form)
         except NothingToExport as exc:
             return str(exc)
         datasets.Dataset.from_parquet(str(path)).push_to_hub(repo_id, token=token, split=f"iteration_{iteration}")
-    return f"Pushed {rows} {kind} rows to https://huggingface.co/datasets/{repo_id} (split iteration_{iteration})."
+    form = f" ({pairs_form} form)" if kind == "pairs" else ""
+    return (f"Pushed {rows} {kind} rows{form} to https://huggingface.co/datasets/{repo_id} (split "
+            f"iteration_{iteration}).")
 
 
 def build(ctx: Ctx) -> None:
@@ -90,6 +112,10 @@ def build(ctx: Ctx) -> None:
     with gr.Row():
         kind = gr.Radio(list(KINDS), value="pairs", label="What", elem_id="export-kind")
         fmt = gr.Radio(list(export.FORMATS), value="jsonl", label="Format", elem_id="export-format")
+        pairs_form = gr.Radio(list(export.PAIRS_FORMS), value="text", label="Pairs form",
+                              info="text: the rendered prompt and plan strings the planner trained on; messages: "
+                                   "TRL's conversational format (role/content lists, rendered by the trainer with "
+                                   "the tokenizer's chat template)", elem_id="export-pairs-form")
         make = gr.Button("Export", variant="primary", elem_id="export-go", interactive=not ctx.read_only)
     message = gr.Markdown(elem_id="export-message")
     file = gr.File(label="Download", elem_id="export-file")
@@ -100,22 +126,25 @@ def build(ctx: Ctx) -> None:
         repo = gr.Textbox(label="Hub dataset repo (owner/name)", interactive=has_token and not ctx.read_only)
         push = gr.Button("Push to Hub", interactive=has_token and not ctx.read_only)
 
-    def on_export(run_id, it, k, f, request: gr.Request):
+    def on_export(run_id, it, k, f, form, request: gr.Request):
         check_writable(ctx, request)
         if not run_id or it is None or ctx.store.get_run(run_id) is None:
             raise user_error("Pick a run and an iteration first.")
+        form = form or "text"  # an API client that leaves the radio out: the form exports had before it existed
         with user_errors():
-            path, rows = export_file(ctx.store, run_id, it, k, f, out_dir)
+            path, rows = export_file(ctx.store, run_id, it, k, f, out_dir, form)
         if not rows:  # the stage ran and kept nothing: say so beside the (empty) file
             return (f"Exported 0 {k} rows to `{path.name}`: iteration {int(it)} made its {NOUNS[k]} and none is "
                     "left to export (filtered out by the stage, or excluded or tied by curation).", str(path))
         kept_out = export.left_out(ctx.store, run_id, int(it), k)
-        return (f"Exported {rows} {k} rows to `{path.name}`" + (f"; left out: {kept_out}." if kept_out else "."),
-                str(path))
+        return (f"Exported {rows} {k} rows to `{path.name}`" + (f"; left out: {kept_out}." if kept_out else ".")
+                + form_caution(ctx.store, run_id, k, form), str(path))
 
-    def on_push(run_id, it, k, repo_id, request: gr.Request) -> str:
+    def on_push(run_id, it, k, repo_id, form, request: gr.Request) -> str:
         check_writable(ctx, request)
-        return push_to_hub(ctx.store, run_id, it, k, repo_id, os.environ.get("HF_TOKEN"))
+        with user_errors():  # a bad pairs form from an API client: its message, not a stack trace
+            return push_to_hub(ctx.store, run_id, it, k, repo_id, os.environ.get("HF_TOKEN"), form or "text")
 
-    make.click(on_export, [ctx.run, ctx.iteration, kind, fmt], [message, file], api_name="export_file")
-    push.click(on_push, [ctx.run, ctx.iteration, kind, repo], message, api_name="export_push_hub")
+    # The pairs form goes last: a client sending the earlier inputs alone still gets the text form (its default).
+    make.click(on_export, [ctx.run, ctx.iteration, kind, fmt, pairs_form], [message, file], api_name="export_file")
+    push.click(on_push, [ctx.run, ctx.iteration, kind, repo, pairs_form], message, api_name="export_push_hub")

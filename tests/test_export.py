@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import unittest.mock
 
 import datasets
 import pytest
@@ -10,9 +11,9 @@ import pytest
 from engine import curation
 from engine.commands import export as export_command
 from engine.export import export_pairs, export_sft
-from engine.prompts import grounder_messages
+from engine.prompts import grounder_messages, planner_user
 from engine.store import Store
-from tests._store_world import IT, RUN, TASKS, add_iterative_step, build_world, prompt_of
+from tests._store_world import IT, PLAN_TEXTS, RUN, TASKS, add_iterative_step, build_world, prompt_of
 
 LOADER = {"jsonl": "json", "parquet": "parquet"}
 
@@ -146,3 +147,138 @@ def test_export_cli(tmp_path, capsys):
         == 2
     )
     assert "no run 'nope'" in capsys.readouterr().err
+
+
+# -- the conversational form of the pairs (TRL's "prompt/chosen/rejected as message lists") ---------------------------
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer():
+    """The demo agents' tokenizer, trained in memory on a few lines (milliseconds): its chat template is the lumos
+    layout as Jinja (``engine.demo.tokenizer.LUMOS_CHAT_TEMPLATE``), as the tiny test agents' is."""
+    from engine.demo.tokenizer import train_tokenizer
+
+    return train_tokenizer([t.question for t in TASKS] * 5 + [" ".join(PLAN_TEXTS["m1"])] * 5, vocab_size=300)
+
+
+def add_iterative_pair(store: Store, tokenizer) -> str:
+    """Step 2 of m1 as an iterative run with ``planner.chat_template = "tokenizer"`` samples and pairs it: two
+    candidate next turns after the gold history, each stored with the prompt ``turns.planner_prompt_iterative``
+    renders (the sample stage's layout) through ``tokenizer``'s template. Returns that prompt."""
+    from engine.outcome import gold_step_results
+    from engine.turns import Agent, planner_prompt_iterative
+
+    task, step = TASKS[0], 2
+    prompt = planner_prompt_iterative(Agent(None, tokenizer, "tokenizer"), task, task.gold_subgoals[:step - 1],
+                                      gold_step_results(task)[:step - 1])
+    texts = ["No, I will keep planning. Subgoal 2: Add 5.", "No, I will keep planning. Subgoal 2: Add 4."]
+    key = dict(run_id=RUN, iteration=IT, task_id=task.id, step=step)
+    store.write_batch([
+        ("plans", [{**key, "k": k, "prompt": prompt, "text": text, "subgoals_json": [text.split(": ", 1)[1]],
+                    "well_formed": True} for k, text in enumerate(texts)]),
+        ("scores", [{**key, "k": k, "logppl": lp, "ppl": 2.718**lp, "n_tokens": 8} for k, lp in ((0, 0.3), (1, 1.3))]),
+        ("pairs", [{**key, "pair_idx": 0, "chosen_k": 0, "rejected_k": 1, "chosen_logppl": 0.3,
+                    "rejected_logppl": 1.3, "margin": 1.0, "rule": "best_worst"}]),
+    ])
+    store.set_run_config(RUN, {"planner": {"chat_template": "tokenizer"}})
+    return prompt
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_conversational_pairs_load_and_trl_renders_them_as_the_text_form(store, tmp_path, tiny_tokenizer, fmt):
+    """What DPOTrainer does with a conversational row (trl.data_utils.maybe_apply_chat_template through the
+    tokenizer's template) gives the very prompt the text form carries, onetime and iterative alike, and the plans
+    with the EOS DPOTrainer appends to text completions."""
+    from trl.data_utils import is_conversational, maybe_apply_chat_template
+
+    iterative_prompt = add_iterative_pair(store, tiny_tokenizer)
+    text_path, messages_path = tmp_path / f"text.{fmt}", tmp_path / f"messages.{fmt}"
+    assert export_pairs(store, RUN, IT, text_path, fmt) == export_pairs(store, RUN, IT, messages_path, fmt,
+                                                                         form="messages") == 4
+    text_rows, message_rows = load(text_path, fmt, tmp_path), load(messages_path, fmt, tmp_path)
+    assert [(r["task_id"], r["step"]) for r in message_rows] == [("m1", 0), ("m1", 2), ("m2", 0), ("q1", 0)]
+    assert text_rows[1]["prompt"] == iterative_prompt
+    m1 = TASKS[0]
+    assert message_rows[0]["prompt"] == [{"role": "user", "content": planner_user(m1.question)}]
+    assert [m["role"] for m in message_rows[1]["prompt"]] == ["user", "assistant", "user"]  # the gold step 1 before
+    assert message_rows[1]["prompt"][1]["content"] == "Subgoal 1: Multiply 3 by 4."
+    for text, messages in zip(text_rows, message_rows, strict=True):
+        assert is_conversational(messages) and not is_conversational(text)
+        assert messages["chosen"] == [{"role": "assistant", "content": text["chosen"]}]
+        assert messages["rejected"] == [{"role": "assistant", "content": text["rejected"]}]
+        assert {k: v for k, v in messages.items() if k not in ("prompt", "chosen", "rejected")} == \
+            {k: v for k, v in text.items() if k not in ("prompt", "chosen", "rejected")}
+        rendered = maybe_apply_chat_template(messages, tiny_tokenizer)
+        eos = tiny_tokenizer.eos_token
+        assert rendered == {"prompt": text["prompt"], "chosen": text["chosen"] + eos,
+                            "rejected": text["rejected"] + eos}
+
+
+def test_conversational_prompts_are_built_by_the_sample_stages_function(store, tmp_path):
+    """No second copy of the prompt layout: the exported chat is ``turns.planner_step_messages``, which the lumos
+    layout renders into the stored prompt byte for byte."""
+    from engine.export import pair_rows
+    from engine.prompts import render_chat
+    from engine.turns import planner_step_messages
+
+    text_rows, message_rows = pair_rows(store, RUN, IT), pair_rows(store, RUN, IT, "messages")
+    by_id = {t.id: t for t in TASKS}
+    for text, messages in zip(text_rows, message_rows, strict=True):
+        assert messages["prompt"] == planner_step_messages(by_id[text["task_id"]], text["step"], [])
+        assert render_chat(messages["prompt"], add_generation_prompt=True) == text["prompt"]
+    with pytest.raises(ValueError, match="pairs form"):
+        pair_rows(store, RUN, IT, "chat")
+
+
+def test_export_cli_pairs_form(store, tmp_path, tiny_tokenizer, capsys):
+    """``--pairs-form messages`` writes the conversational rows and says so; a lumos-layout run gets a note that TRL
+    renders with the tokenizer's template instead, a tokenizer-template run none; the flag with sft is refused."""
+    from engine.commands.export import PAIRS_FORMS
+    from engine.export import PAIRS_FORMS as ENGINE_PAIRS_FORMS
+
+    assert PAIRS_FORMS == ENGINE_PAIRS_FORMS  # the parser's copy (kept light for --help) is the engine's
+    db = store.path
+    argv = ["export", "--db", str(db), "--run", RUN, "--iteration", str(IT), "--what", "pairs"]
+    store.close()
+    out = tmp_path / "p.parquet"
+    assert main([*argv, "--pairs-form", "messages", "--out", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert '"pairs_form": "messages"' in captured.out and 'planner.chat_template = "lumos"' in captured.err
+    assert main([*argv, "--out", str(tmp_path / "t.jsonl")]) == 0  # the default: text, as before
+    captured = capsys.readouterr()
+    assert captured.out.startswith("wrote 3 pairs rows to ") and "(jsonl, text form)" in captured.out
+    assert captured.err == ""
+    assert load(out, "parquet", tmp_path)[0]["chosen"][0]["role"] == "assistant"
+    assert isinstance(load(tmp_path / "t.jsonl", "jsonl", tmp_path)[0]["prompt"], str)
+    capsys.readouterr()  # datasets' progress lines
+    with Store(db) as s:
+        add_iterative_pair(s, tiny_tokenizer)  # and the run's planner now renders with the tokenizer's template
+    assert main([*argv, "--pairs-form", "messages", "--out", str(tmp_path / "m.jsonl")]) == 0
+    assert capsys.readouterr().err == ""
+    sft = ["export", "--db", str(db), "--run", RUN, "--iteration", str(IT), "--what", "sft", "--pairs-form", "text"]
+    assert main([*sft, "--out", str(tmp_path / "s.jsonl")]) == 2
+    assert "--pairs-form applies to --what pairs only" in capsys.readouterr().err
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_export_tab_offers_the_pairs_form_for_download_and_push(store, tmp_path):
+    """The Export tab writes the form picked under its own name, so the text download is never replaced; the Hub
+    push exports the same form; SFT records ignore it."""
+    from studio import tab_export
+
+    text_path, _ = tab_export.export_file(store, RUN, IT, "pairs", "jsonl", tmp_path)
+    path, rows = tab_export.export_file(store, RUN, IT, "pairs", "jsonl", tmp_path, "messages")
+    assert (text_path.name, path.name, rows) == (f"{RUN}-it0-pairs.jsonl", f"{RUN}-it0-pairs-messages.jsonl", 3)
+    assert load(path, "jsonl", tmp_path)[0]["prompt"][0]["role"] == "user"
+    assert isinstance(load(text_path, "jsonl", tmp_path)[0]["prompt"], str)
+    sft_path, _ = tab_export.export_file(store, RUN, IT, "sft", "jsonl", tmp_path, "messages")
+    assert sft_path.name == f"{RUN}-it0-sft.jsonl"
+    assert "lumos layout" in tab_export.form_caution(store, RUN, "pairs", "messages")
+    assert tab_export.form_caution(store, RUN, "pairs", "text") == ""
+    with pytest.raises(ValueError, match="pairs form"):
+        tab_export.export_file(store, RUN, IT, "pairs", "jsonl", tmp_path, "../x")
+
+    pushed: list[datasets.Dataset] = []
+    with unittest.mock.patch.object(datasets.Dataset, "push_to_hub", lambda ds, *a, **k: pushed.append(ds)):
+        said = tab_export.push_to_hub(store, RUN, IT, "pairs", "me/data", "hf_token", "messages")  # no network
+    assert said.startswith("Pushed 3 pairs rows (messages form) to https://huggingface.co/datasets/me/data")
+    assert pushed[0].to_list()[0]["chosen"][0]["role"] == "assistant"

@@ -1,10 +1,14 @@
 """``python -m engine export``: write curated DPO pairs or grounder SFT records of one iteration to a file.
 
-Contract: ``export --db D --run R --iteration T --what pairs|sft|rollouts --format jsonl|parquet --out FILE [--json]``
-writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides applied) / ``export_rollouts`` (a GRPO
-iteration's rollouts) atomically, with the mode ``open()`` would give the file, and prints
-``{"what", "format", "path", "rows"}`` (``--json``) or a one-line summary; exits 0. An unknown run, a missing DuckDB
-file, an iteration the run does not have, or a ``--out`` whose folder takes no new file prints
+Contract: ``export --db D --run R --iteration T --what pairs|sft|rollouts --format jsonl|parquet
+[--pairs-form text|messages] --out FILE [--json]`` writes the rows of ``engine.export.export_pairs`` / ``export_sft``
+(overrides applied) / ``export_rollouts`` (a GRPO iteration's rollouts) atomically, with the mode ``open()`` would
+give the file, and prints ``{"what", "format", "path", "rows"}`` (pairs: and ``"pairs_form"``; ``--json``) or a
+one-line summary; exits 0. ``--pairs-form`` (pairs only; default ``text``, the rendered strings train_planner trains
+on) ``messages`` writes TRL's conversational preference format; a run whose planner prompts were rendered with the
+lumos layout gets a ``note:`` line on stderr that TRL renders messages with the tokenizer's template instead
+(``engine.export.chat_template_note``). ``--pairs-form`` with another ``--what`` is refused (exit 2). An unknown
+run, a missing DuckDB file, an iteration the run does not have, or a ``--out`` whose folder takes no new file prints
 ``error: ...`` on stderr and exits 2, writing nothing. So does an iteration that cannot hold the rows asked for:
 iteration 0 samples and grounds no plans (no pairs, no SFT records), an iteration that trained neither agent by GRPO
 has no rollouts, and one whose pairs / ground / GRPO training stage is not done has none yet (the message says
@@ -24,6 +28,9 @@ from pathlib import Path
 from engine.commands._common import BAD_INPUT, print_json, store_missing, writable_file
 from engine.export_empty import NOUNS, empty_reason
 
+# Not imported from engine.export: that pulls in pyarrow, and every command's parser is built for `--help`.
+PAIRS_FORMS = ("text", "messages")
+
 HELP = "Export an iteration's curated DPO pairs, grounder SFT records or GRPO rollouts as JSONL or Parquet."
 
 
@@ -37,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default=None, choices=("jsonl", "parquet"),
                         help="output format (default: from --out's name, .parquet or .jsonl/.json; another name "
                              "needs --format, and a name that says the other format is refused)")
+    parser.add_argument("--pairs-form", default=None, choices=PAIRS_FORMS,
+                        help="pairs only: text (default), the rendered prompt and plan strings DPO trained on; or "
+                             "messages, TRL's conversational preference format (prompt/chosen/rejected as "
+                             "role/content message lists, rendered by the trainer with the tokenizer's chat template)")
     parser.add_argument("--out", required=True, metavar="FILE", type=writable_file,
                         help="output file (written atomically)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -44,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.commands._common import store_unusable
-    from engine.export import ROWS, left_out, write_rows
+    from engine.export import chat_template_note, left_out, rows_of, write_rows
     from engine.store import Store, StoreError
 
     if store_missing(args.db):  # bad input (2); a file that cannot be used as a store is 3
@@ -62,7 +73,12 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     args.format = args.format or named or "jsonl"
+    if args.pairs_form is not None and args.what != "pairs":  # sft records are always messages, rollouts text
+        print(f"error: --pairs-form applies to --what pairs only, not {args.what}", file=sys.stderr)
+        return 2
+    pairs_form = args.pairs_form or "text"
     note = None
+    form_note = ""
     try:
         with Store(args.db, read_only=True) as store:
             if store.get_run(args.run) is None:
@@ -72,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: run {args.run!r} has no iteration {args.iteration} (its iterations: "
                       f"{', '.join(map(str, store.iterations(args.run))) or 'none yet'})", file=sys.stderr)
                 return 2
-            rows = ROWS[args.what](store, args.run, args.iteration)
+            rows = rows_of(args.what, store, args.run, args.iteration, pairs_form)
+            if args.what == "pairs" and pairs_form == "messages":
+                form_note = chat_template_note(store, args.run)
             kept_out = left_out(store, args.run, args.iteration, args.what)
             if not rows:
                 # An empty file with exit 0 read as "exported, nothing to train on" for data the iteration can
@@ -87,16 +105,21 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:  # held by another process, a newer schema, not a store
         return store_unusable(exc)
     try:
-        write_rows(args.what, rows, args.out, args.format)
+        write_rows(args.what, rows, args.out, args.format, pairs_form)
     except OSError as exc:  # a folder that takes no new file (/proc, read-only), a full disk: nothing is left behind
         print(f"error: --out: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     if note:
         print(note, file=sys.stderr)
+    if form_note:
+        print(f"note: {form_note}", file=sys.stderr)
     result = {"what": args.what, "format": args.format, "path": args.out, "rows": len(rows)}
+    if args.what == "pairs":
+        result["pairs_form"] = pairs_form
     if args.json:
         print_json(result)
     else:
-        print(f"wrote {len(rows)} {args.what} rows to {args.out} ({args.format})"
+        form = f", {pairs_form} form" if args.what == "pairs" else ""
+        print(f"wrote {len(rows)} {args.what} rows to {args.out} ({args.format}{form})"
               + (f"; left out: {kept_out}" if kept_out else ""))
     return 0

@@ -19,20 +19,21 @@ from engine.generators import generator_for
 from engine.outcome import gold_step_results
 from engine.stages.context import StageContext, batches, pending_batches
 from engine.tasks import Task
-from engine.turns import planner_prompt, planner_prompt_iterative, read_plan
+from engine.turns import planner_step_prompt, read_plan
 
 
 def planning_units(ctx: StageContext, tasks: list[Task]) -> list[tuple[Task, int, str]]:
     """``(task, step, planner prompt)``: one unit per task (step 0) or per gold planning step (1..n)."""
     planner = ctx.agent("planner")
+    # One layout (engine.turns.planner_step_messages) for the prompt stored here, which DPO trains on, and for the
+    # messages the conversational pairs export writes.
     if ctx.config.sample.formulation == "onetime":
-        return [(t, 0, planner_prompt(planner, t)) for t in tasks]
+        return [(t, 0, planner_step_prompt(planner, t, 0, [])) for t in tasks]
     units = []
     for task in tasks:
         results = gold_step_results(task)
-        for s in range(1, len(task.gold_subgoals) + 1):
-            history = task.gold_subgoals[:s - 1]
-            units.append((task, s, planner_prompt_iterative(planner, task, history, results[:s - 1])))
+        units += [(task, s, planner_step_prompt(planner, task, s, results))
+                  for s in range(1, len(task.gold_subgoals) + 1)]
     return units
 
 
