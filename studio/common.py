@@ -384,6 +384,20 @@ def pick_update(labels: list[tuple[str, str]], keys: list[str], current: str | N
     return gr.update(choices=labels, value=keys[0] if keys else None)
 
 
+def with_own_label(labels: list[tuple[str, str]], current: str | None,
+                   label_of: Callable[[str], str]) -> list[tuple[str, str]]:
+    """A queue picker's choices for a page (``(label, key)`` each) with ``current``, the pick, kept among them under
+    its own label (``label_of(current)``) when it is not on the page: an action took it off the filtered queue, or a
+    refresh read a page it has since left. Without it the picker shows the pick as its raw key. A pick
+    ``label_of`` cannot name (ValueError, KeyError, LookupError: ``studio.picker`` passes stale ones) is left out."""
+    if not current or current in {key for _, key in labels}:
+        return labels
+    try:
+        return [*labels, (label_of(current), current)]
+    except (ValueError, KeyError, LookupError):
+        return labels
+
+
 def first_cell(evt: gr.SelectData) -> Any:
     """A Dataframe row click -> the row's first cell (its key), for wiring ``table.select`` to a picker."""
     return evt.row_value[0] if evt.row_value else gr.update()

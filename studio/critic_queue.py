@@ -1,5 +1,6 @@
 """The Critic tab's queue, read from the store (no Gradio events): a page of verdicts as a table (``verdict_table``),
-a verdict's key (``task|step|k``) and the label the picker shows (``verdict_label``; a page's: ``verdict_labels``),
+a verdict's key (``task|step|k``) and the label the picker shows (``verdict_label``, ``verdict_name``; a page's:
+``verdict_labels``, ``page_labels``: with the pick's own label when it has left the page),
 its view: the judged plan, the grounder's actions, the critic's correction and the action-by-action diff
 (``verdict_detail``, ``verdict_view``), and why a queue is empty (``empty_note``). ``studio.tab_critic`` wires them to
 the page.
@@ -15,7 +16,7 @@ import pandas as pd
 
 from engine.dbutil import records
 from engine.store import Store
-from studio.common import action_diff_html, nothing_in_iteration, pre
+from studio.common import action_diff_html, nothing_in_iteration, pre, with_own_label
 from studio.pairs_queue import excerpt
 
 PAGE = 20
@@ -87,6 +88,25 @@ def verdict_label(question: str, key: str, status: str) -> str:
 def verdict_labels(df: pd.DataFrame) -> list[tuple[str, str]]:
     """The verdict picker's choices for a page of ``verdict_table``: ``(verdict_label, key)`` per row."""
     return [(verdict_label(q, k, status), k) for q, k, status in zip(df["question"], df["key"], df["status"])]
+
+
+def verdict_name(store: Store, run_id: str, iteration: int, key: str) -> str:
+    """A verdict as the picker names it (question, step, plan, status), not by its task|step|k key."""
+    task_id, step, k = parse_key(key)
+    row = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=step, k=k)
+    return verdict_label(store.get_task(run_id, task_id).question, key,
+                         str(row["status"].iloc[0]) if len(row) else "gone")
+
+
+def page_labels(store: Store, run_id: str | None, iteration: int | None, df: pd.DataFrame,
+                current: str | None = None) -> list[tuple[str, str]]:
+    """The verdict picker's choices for a page (``verdict_labels``); with ``current`` not on the page (a refresh after
+    ``j``/``k`` read a page the verdict has left: another curator's decision took it off a *Reviewed = no* queue), its
+    own label kept among them, as the Pairs tab's ``page_labels`` does (``studio.common.with_own_label``)."""
+    labels = verdict_labels(df)
+    if not run_id or iteration is None:
+        return labels
+    return with_own_label(labels, current, lambda key: verdict_name(store, run_id, int(iteration), key))
 
 
 def _row(store: Store, run_id: str, iteration: int, key: str) -> dict[str, Any] | None:

@@ -4,8 +4,8 @@ Keys (outside text fields, no modifier): ``j``/``k`` next/previous item, ``y`` l
 restore, ``u`` undo this curator's last action (both tabs); ``s`` swap, ``x`` exclude, ``t`` tie, ``v`` evidence
 (Pairs); ``a``/``c`` accept the original/the correction, ``d`` drop, ``e`` edit (focuses the editor) (Critic).
 A key clicks the first *visible* button it names, so one key serves whichever tab is open. ``neighbour`` is the
-server side of ``j``/``k``; ``wire_walk`` wires it, and after each move the tab's queue read again (its table and the
-team's counters), so a decision another curator made shows at the next key press.
+server side of ``j``/``k``; ``wire_walk`` wires it, and after each move the tab's queue is read again (its table and
+the team's counters), so a decision another curator made shows at the next key press.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable
 import gradio as gr
 
 from studio.common import Ctx, check_writable, curator_of, user_errors, who_of
+from studio.queue_sessions import QueueSessions, WalkedTo
 
 # key -> element ids, first visible wins (hidden tabs' buttons have no offsetParent)
 KEYS: dict[str, list[str]] = {
@@ -95,21 +96,28 @@ def action_words(action: str) -> str:
 
 
 def wire_walk(ctx: Ctx, kind: str, picker: gr.Dropdown, table: gr.Dataframe, page: gr.Number, total: gr.State,
-              prev_btn: gr.Button, next_btn: gr.Button, page_size: int, refresh: Callable[..., tuple],
-              queue_inputs: list[gr.components.Component], refresh_outputs: list[gr.components.Component]) -> None:
+              prev_btn: gr.Button, next_btn: gr.Button, page_size: int, sessions: QueueSessions,
+              refresh: Callable[..., tuple], queue_inputs: list[gr.components.Component],
+              refresh_outputs: list[gr.components.Component]) -> None:
     """``j``/``k`` on a queue tab: the previous/next buttons move ``picker`` through the page in ``table`` and across
     pages (``neighbour``), skipping items another curator holds (``ctx.leases``, queue ``(kind, run, iteration)``).
 
     Then the queue is read again, so what other curators decided meanwhile shows at each key press (the table's
     override and curator columns, the team's "reviewed N of M"):
     ``refresh(*queue_inputs, walked_to, curator, request)``, with ``queue_inputs`` the run, iteration, filters and page
-    the tab's own queue read takes and ``walked_to`` the key the walk moved to (or stayed on); None when it went to
-    another page, whose page change reloads the queue already. The refresh is its own event after the move, so the
-    pick moves as fast as before; it sends the picker's choices, never its value (a later key press keeps its pick).
+    the tab's own queue read takes and ``walked_to`` a ``studio.queue_sessions.WalkedTo`` (the key the walk moved to
+    or stayed on, and the generation of the tab's ``sessions`` the move started); None when it went to another page,
+    whose page change reloads the queue already. The tab's ``refresh`` hands its read to
+    ``sessions.after_walk``, which sends nothing when a newer read of the queue began meanwhile and only the parts
+    that changed otherwise; ``refresh_outputs``: the line, table, picker (its choices, never its value: a later key
+    press keeps its pick), row count and page box (or the tab's page clamp). The refresh is its own event after the
+    move, so the pick moves as fast as before.
     Endpoints ``/{prefix}_next`` and ``/{prefix}_prev`` and their refreshes ``/{prefix}_next_reload`` and
     ``/{prefix}_prev_reload`` (all undocumented), prefix ``pairs`` or ``critic``."""
     def move(delta: int):
         def handler(run_id, it, current, df, pg, total_n, name, request: gr.Request):
+            # A new generation: the refresh of an earlier move, still reading, is superseded by this one's.
+            generation = sessions.begin(request)
             keys = list(df["key"]) if df is not None and "key" in df else []
             taken = ctx.leases.taken((kind, run_id, it), keys, who_of(name, request))
             key, new_page = neighbour(current, keys, int(pg or 1), int(total_n or 0), delta, page_size, taken)
@@ -121,10 +129,10 @@ def wire_walk(ctx: Ctx, kind: str, picker: gr.Dropdown, table: gr.Dataframe, pag
             same_page = new_page == int(pg or 1)
             return (gr.update() if key is None or key == current else key,
                     gr.update() if same_page else new_page,
-                    key if same_page else None)
+                    WalkedTo(key, generation) if same_page and key is not None else None)
         return handler
 
-    walked_to = gr.State(None)  # the key the last move went to; None: it went to another page
+    walked_to = gr.State(None)  # the last move's WalkedTo; None: it went to another page
     prefix = "pairs" if kind == "pair" else "critic"
     for btn, delta, name in ((next_btn, 1, f"{prefix}_next"), (prev_btn, -1, f"{prefix}_prev")):
         btn.click(move(delta), [ctx.run, ctx.iteration, picker, table, page, total, ctx.curator],

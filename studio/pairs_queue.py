@@ -13,7 +13,16 @@ import gradio as gr
 import pandas as pd
 
 from engine.store import Store
-from studio.common import md_quote, nothing_in_iteration, plan_labels, pre, tri, user_error, word_diff_html
+from studio.common import (
+    md_quote,
+    nothing_in_iteration,
+    plan_labels,
+    pre,
+    tri,
+    user_error,
+    with_own_label,
+    word_diff_html,
+)
 from studio.keys import action_words
 
 PAGE = 20
@@ -151,18 +160,18 @@ def page_labels(store: Store, run_id: str | None, iteration: int | None, df: pd.
                 current: str | None = None) -> list[tuple[str, str]]:
     """The pair picker's choices for a page of ``pairs_table`` (``pair_label``, so plan numbers as they are now); with
     ``current`` not on the page (an action took it off the filtered queue), its own label is kept among them, so the
-    picked pair still reads as a pair rather than as its key."""
+    picked pair still reads as a pair rather than as its key (``studio.common.with_own_label``)."""
     labels = [(pair_label(q, k, c, r), k) for q, k, c, r in zip(df["question"], df["key"], df["chosen_k"],
                                                                df["rejected_k"])]
-    if current and run_id and iteration is not None and current not in set(df["key"]):
-        try:
-            question = store.get_task(run_id, parse_key(current)[0]).question
-            pair = _effective_pair(store, run_id, int(iteration), current)
-        except (ValueError, KeyError, LookupError):  # an odd pick (studio.picker passes stale ones): leave it out
-            return labels
-        labels.append((excerpt(question) if pair is None else
-                       pair_label(question, current, pair["chosen_k"], pair["rejected_k"]), current))
-    return labels
+    if not run_id or iteration is None:
+        return labels
+
+    def own_label(key: str) -> str:
+        question = store.get_task(run_id, parse_key(key)[0]).question
+        pair = _effective_pair(store, run_id, int(iteration), key)
+        return excerpt(question) if pair is None else pair_label(question, key, pair["chosen_k"], pair["rejected_k"])
+
+    return with_own_label(labels, current, own_label)
 
 
 def empty_note(iteration: int | None, lo: float | None = None, hi: float | None = None, text: str = "",

@@ -18,8 +18,9 @@ Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the butt
 (writes); the refreshes after an action (``/critic_<action>_reload``, ``/critic_<action>_detail``,
 ``/critic_save_edit_reload``), ``/critic_next``, ``/critic_prev``, the queue's refresh after them
 (``/critic_next_reload``, ``/critic_prev_reload``: the table and its line, not the agreement, so another curator's
-decision shows at the next key press), ``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one:
-the page box moves to the last page, which the queue shows) are undocumented. *Save edit* names the override the
+decision shows at the next key press; nothing over a newer read of the queue, only what changed:
+``studio.queue_sessions``), ``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one: the page box
+moves to the last page, which the queue shows) are undocumented. *Save edit* names the override the
 edit wrote (``engine.curation.SavedEdit``). An empty queue says why (iteration 0 has no verdicts, or which filters
 match nothing); the buttons that need a verdict are off while none is picked; the table's grounding columns are
 "runs" (executes without an error) and "correct" (reaches the gold answer); the original -> correction diff goes
@@ -86,6 +87,9 @@ from studio.critic_queue import (
     empty_note as empty_note,
 )
 from studio.critic_queue import (
+    page_labels as page_labels,
+)
+from studio.critic_queue import (
     parse_key as parse_key,
 )
 from studio.critic_queue import (
@@ -101,6 +105,9 @@ from studio.critic_queue import (
     verdict_labels as verdict_labels,
 )
 from studio.critic_queue import (
+    verdict_name as verdict_name,
+)
+from studio.critic_queue import (
     verdict_table as verdict_table,
 )
 from studio.critic_queue import (
@@ -108,6 +115,7 @@ from studio.critic_queue import (
 )
 from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler, wire_walk
 from studio.picker import Picker
+from studio.queue_sessions import QueueRead, QueueSessions
 from studio.remember import remember
 from studio.stage_text import skipped_reason
 from studio.tab_pairs import excerpt
@@ -141,16 +149,8 @@ def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: 
                                      reason=reason)
     else:
         oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
-    return f"{button_words(action)} recorded for “{_verdict_name(store, run_id, iteration, key)}” by {curator} " \
+    return f"{button_words(action)} recorded for “{verdict_name(store, run_id, iteration, key)}” by {curator} " \
            f"(override #{oid})."
-
-
-def _verdict_name(store: Store, run_id: str, iteration: int, key: str) -> str:
-    """A verdict as the picker names it (question, step, plan, status), not by its task|step|k key."""
-    task_id, step, k = parse_key(key)
-    row = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=step, k=k)
-    return verdict_label(store.get_task(run_id, task_id).question, key,
-                         str(row["status"].iloc[0]) if len(row) else "gone")
 
 
 def _result_markdown(result: ExecutionResult) -> str:
@@ -180,7 +180,7 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
         return f"**Not saved — parse error:** {exc.parse_error}"
     # Named as the other actions name a verdict, by the override the edit wrote (not the newest row read back, which
     # may be another curator's written in between).
-    label = _verdict_name(store, run_id, iteration, key)
+    label = verdict_name(store, run_id, iteration, key)
     return (f"Edit saved for “{label}” by {curator} (override #{saved.override_id}).\n\n"
             + _result_markdown(saved.preview))
 
@@ -268,13 +268,23 @@ def build(ctx: Ctx) -> None:
         # [page, nonce]: the same clamp twice still moves the page box (see ``clamped`` below)
         return line, df, total, [shown, time.monotonic_ns()] if shown != asked else gr.update()
 
+    def full_read(run_id, it, st, rv, od, pg, name, request: gr.Request | None
+                  ) -> tuple[str, pd.DataFrame, int, Any, str]:
+        """What the load and an action's reload both send: ``read_queue``'s ``(line, rows, total, page clamp)`` and
+        the agreement. A new generation of the session's queue (``studio.queue_sessions``): a walk's refresh still
+        reading paints nothing over it."""
+        sessions.begin(request)
+        line, df, total, clamp = read_queue(run_id, it, st, rv, od, pg, name, request)
+        return line, df, total, clamp, agreement_markdown(ctx.store, run_id, it)
+
     def load(run_id, it, st, rv, od, pg, current, name, request: gr.Request, evt: gr.EventData = None):
         reordered = getattr(getattr(evt, "target", None), "elem_id", None) == order.elem_id  # (as in tab_pairs)
         if reordered:
             pg, current = 1, None  # a new order starts at its head (see the Pairs tab's load)
-        line, df, total, clamp = read_queue(run_id, it, st, rv, od, pg, name, request)
-        return (line, df, pick_update(verdict_labels(df), list(df["key"]), current),
-                agreement_markdown(ctx.store, run_id, it), total,
+        line, df, total, clamp, agree = full_read(run_id, it, st, rv, od, pg, name, request)
+        labels = verdict_labels(df)
+        sessions.drew(request, line=line, table=df, choices=labels, total=total)
+        return (line, df, pick_update(labels, list(df["key"]), current), agree, total,
                 [1, time.monotonic_ns()] if reordered else clamp)
 
     def act(action):
@@ -296,7 +306,10 @@ def build(ctx: Ctx) -> None:
         check_lease(ctx, "verdict", run_id, it, key, curator)
         return save_edit(ctx.store, run_id, it, key, actions, curator, why)
 
+    # The queue's reads: the run, the iteration, the filters and the page. The filters apply at each change (no text
+    # box waits for Enter), so what they hold is what the queue shows.
     queue_inputs = [ctx.run, ctx.iteration, status, reviewed, order, page]
+    sessions = QueueSessions()  # the newest read of the queue and what it drew, per session (studio.queue_sessions)
     filters = [*queue_inputs, pick, ctx.curator]  # the curator: "by you"
     remember(ctx, "critic", {"status": (status, [status.change]), "reviewed": (reviewed, [reviewed.change]),
                              "order": (order, [order.change])})
@@ -350,25 +363,28 @@ def build(ctx: Ctx) -> None:
           [lease, held_as], api_name="critic_claim", api_visibility="undocumented")
 
     def reload(run_id, it, st, rv, od, pg, current, name, request: gr.Request):
-        """After an action: refresh everything but the picked verdict."""
-        info_md, df, _, agree, _total, pg_update = load(run_id, it, st, rv, od, pg, current, name, request)
-        return info_md, df, agree, pg_update
+        """After an action: refresh everything but the picked verdict (and its choices: an action changes no verdict's
+        label, which names the critic's status)."""
+        line, df, _total, clamp, agree = full_read(run_id, it, st, rv, od, pg, name, request)
+        sessions.drew(request, line=line, table=df)  # only what it sends: not the choices or the row count
+        return line, df, agree, clamp
 
     after_action = [info, table, agreement, clamped]
 
-    def walked(run_id, it, st, rv, od, pg, key, name, request: gr.Request):
+    def walked(run_id, it, st, rv, od, pg, walk, name, request: gr.Request):
         """After ``j``/``k`` (``studio.keys.wire_walk``): the queue's table and line read again, not the agreement
-        (a key press must stay cheap; the agreement follows the decisions). ``key``: the verdict walked to; the
-        picker's choices are the new page's while it is on it (a label of its own would otherwise be lost: the
-        picker would show its raw key). None: the walk went to another page, which its page change has loaded."""
-        if key is None:
-            return (gr.skip(),) * 5
-        line, df, total, clamp = read_queue(run_id, it, st, rv, od, pg, name, request)
-        choices = gr.update(choices=verdict_labels(df)) if key in set(df["key"]) else gr.update()
-        return line, df, choices, total, clamp
+        (a key press must stay cheap; the agreement follows the decisions), sent through ``sessions.after_walk``
+        (nothing over a newer read, only what changed). The picker's choices keep the label of the verdict walked to
+        even when it has left the page (another curator's decision took it off a *Reviewed = no* queue): without it
+        the picker showed its raw key."""
+        def read(key: str) -> QueueRead:
+            line, df, total, clamp = read_queue(run_id, it, st, rv, od, pg, name, request)
+            return QueueRead(line, df, page_labels(ctx.store, run_id, it, df, key), total, clamp)
 
-    wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE, walked, queue_inputs,
-              [info, table, pick, total_rows, clamped])
+        return sessions.after_walk(request, walk, read)
+
+    wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE, sessions, walked,
+              queue_inputs, [info, table, pick, total_rows, clamped])
 
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
                api_name="critic_undo", show_progress=quiet).success(

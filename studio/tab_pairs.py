@@ -21,7 +21,10 @@ the walk and the undo are ``studio.keys.wire_walk`` / ``undo_handler``. API endp
 ``/pairs_<action>`` for swap, exclude, tie, choose and restore, ``/pairs_undo`` (writes); the refreshes after an
 action (``/pairs_<action>_reload``, ``/pairs_<action>_detail``), ``/pairs_claim``, ``/pairs_next``, ``/pairs_prev``,
 the queue's refresh after them (``/pairs_next_reload``, ``/pairs_prev_reload``: the table and its line, no charts, so
-another curator's decision shows at the next key press) and ``/pairs_select_row`` are undocumented.
+another curator's decision shows at the next key press) and ``/pairs_select_row`` are undocumented. The Search / Min
+/ Max boxes filter on Enter: the action reloads and the walk's refresh read the text the last load applied (a
+``gr.State``), never text typed and not submitted. The walk's refresh paints nothing over a newer read of the queue
+and sends only what changed (``studio.queue_sessions``).
 
 The table's second column is the pair's step: an iterative run (``sample.formulation = iterative``) pairs each
 task-step, and two steps of one task otherwise read alike (its key, first, is clipped on screen); a onetime run's
@@ -117,9 +120,13 @@ from studio.pairs_queue import (
     plan_choices as plan_choices,
 )
 from studio.picker import Picker
+from studio.queue_sessions import QueueRead, QueueSessions
 from studio.remember import remember
 from studio.rollout_view import group_table
 from studio.stage_text import skipped_reason
+
+# The text filters before any load applied one: none.
+NO_TEXT_FILTERS = ("", "", "")
 
 
 def pair_group(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> str:
@@ -240,6 +247,14 @@ def build(ctx: Ctx) -> None:
     summary = gr.Markdown(elem_id="pairs-curation")
 
     filters = [ctx.run, ctx.iteration, min_m, max_m, text, overridden, excluded, ties, order, page]
+    # The Search / Min / Max text the last load applied: those boxes filter on Enter only (and studio.remember keeps
+    # them only then), so what the queue shows is what the load read, not what the boxes hold now (text typed and
+    # never submitted). The walk's refresh and the action reloads read the queue through it; the radios and the
+    # order filter at each change, so their boxes are what was applied.
+    applied = gr.State(None)
+    # Those reads: the run, the iteration, the filters as applied and the page.
+    queue_inputs = [ctx.run, ctx.iteration, applied, overridden, excluded, ties, order, page]
+    sessions = QueueSessions()  # the newest read of the queue and what it drew, per session (studio.queue_sessions)
     remember(ctx, "pairs", {"text": (text, [text.submit]), "min_margin": (min_m, [min_m.submit]),
                             "max_margin": (max_m, [max_m.submit]), "order": (order, [order.change]),
                             "overridden": (overridden, [overridden.change]), "excluded": (excluded, [excluded.change]),
@@ -266,6 +281,18 @@ def build(ctx: Ctx) -> None:
             line += trained_line(ctx.store, run_id, it, "pair")
         return line, df, total, shown if shown != asked else gr.update()
 
+    def full_read(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request: gr.Request | None
+                ) -> tuple[str, pd.DataFrame, int, Any, Any, Any]:
+        """What the load and an action's reload both send: ``read_queue``'s ``(line, rows, total, page box)`` and
+        the two charts. A new generation of the session's queue (``studio.queue_sessions``): a walk's refresh still
+        reading paints nothing over it."""
+        sessions.begin(request)
+        line, df, total, page_box = read_queue(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
+        # Both charts from one stats query: this page is the one every curator reloads after each action.
+        stats = _pair_stats(ctx.store, run_id, it) if run_id and it is not None else None
+        return (line, df, total, page_box, margin_figure(ctx.store, run_id, it, stats),
+                length_figure(ctx.store, run_id, it, stats))
+
     def load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request,
              evt: gr.EventData = None):
         # By elem_id, not identity: the served app's event names a copy of the component built here.
@@ -274,15 +301,14 @@ def build(ctx: Ctx) -> None:
             # A new order starts at its head: the pick stayed where it was, often last in the new order, where `j`
             # had nowhere to go and said nothing.
             pg, current = 1, None
-        line, df, total, page_box = read_queue(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
+        line, df, total, page_box, hist_fig, bias_fig = full_read(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name,
+                                                                request)
         labels = page_labels(ctx.store, run_id, it, df)
-        # Both charts from one stats query: this page is the one every curator reloads after each action.
-        stats = _pair_stats(ctx.store, run_id, it) if run_id and it is not None else None
-        return (line, df, pick_update(labels, list(df["key"]), current),
-                margin_figure(ctx.store, run_id, it, stats), length_figure(ctx.store, run_id, it, stats), total,
+        sessions.drew(request, line=line, table=df, choices=labels, total=total)
+        return (line, df, pick_update(labels, list(df["key"]), current), hist_fig, bias_fig, total, [lo, hi, txt],
                 1 if reordered else page_box)
 
-    outputs = [info, table, pair, hist, bias, total_rows, page]
+    outputs = [info, table, pair, hist, bias, total_rows, applied, page]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
     search = gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change,
                     ties.change, page.change, ctx.view.change, ctx.curator.change], load,
@@ -336,25 +362,32 @@ def build(ctx: Ctx) -> None:
     evidence_btn.click(lambda r, i, k: pair_evidence(ctx.store, ctx.evidence, r, i, k),
                        [ctx.run, ctx.iteration, pair], evidence, api_name="pairs_evidence")
 
-    def walked(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, key, name, request: gr.Request):
+    def walked(run_id, it, filtered, ov, ex, ti, od, pg, walk, name, request: gr.Request):
         """After ``j``/``k`` (``studio.keys.wire_walk``): the queue's table and line read again, no charts (a key press
-        must stay cheap; the charts follow the actions). ``key``: the pair walked to, whose label the picker's new
-        choices keep even when it has left the filtered page; None: the walk went to another page, which its page
-        change has loaded."""
-        if key is None:
-            return (gr.skip(),) * 5
-        line, df, total, page_box = read_queue(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
-        return line, df, gr.update(choices=page_labels(ctx.store, run_id, it, df, key)), total, page_box
+        must stay cheap; the charts follow the actions), sent through ``sessions.after_walk`` (nothing over a newer
+        read, only what changed). The picker's choices keep the label of the pair walked to even when it has left the
+        filtered page."""
+        lo, hi, txt = filtered or NO_TEXT_FILTERS
 
-    wire_walk(ctx, "pair", pair, table, page, total_rows, prev_btn, next_btn, PAGE, walked, filters,
+        def read(key: str) -> QueueRead:
+            line, df, total, page_box = read_queue(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
+            return QueueRead(line, df, page_labels(ctx.store, run_id, it, df, key), total, page_box)
+
+        return sessions.after_walk(request, walk, read)
+
+    wire_walk(ctx, "pair", pair, table, page, total_rows, prev_btn, next_btn, PAGE, sessions, walked, queue_inputs,
               [info, table, pair, total_rows, page])
 
-    def reload(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request):
+    def reload(run_id, it, filtered, ov, ex, ti, od, pg, current, name, request: gr.Request):
         """After an action: refresh everything but the picked pair, whose label among the picker's choices follows
-        the action (a swap reads "plan 7 over 4" from then on): choices only, never the value."""
-        info_md, df, _, h, b, _total, pg_update = load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name,
-                                                       request)
-        return info_md, df, gr.update(choices=page_labels(ctx.store, run_id, it, df, current)), h, b, pg_update
+        the action (a swap reads "plan 7 over 4" from then on): choices only, never the value. The filters as the
+        last load applied them (``applied``)."""
+        lo, hi, txt = filtered or NO_TEXT_FILTERS
+        line, df, _total, page_box, hist_fig, bias_fig = full_read(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name,
+                                                                 request)
+        labels = page_labels(ctx.store, run_id, it, df, current)
+        sessions.drew(request, line=line, table=df, choices=labels)  # not the row count: no output here
+        return line, df, gr.update(choices=labels), hist_fig, bias_fig, page_box
 
     after_action = [info, table, pair, hist, bias, page]
     shown_pair = [prompt, chosen, rejected, ck, rk]
@@ -366,7 +399,7 @@ def build(ctx: Ctx) -> None:
     # red "Error" over the status line, above the previous action's message (as on the Critic tab).
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], status,
                api_name="pairs_undo", show_progress="hidden").success(
-        reload, [*filters, pair, ctx.curator], after_action, api_name="pairs_undo_reload",
+        reload, [*queue_inputs, pair, ctx.curator], after_action, api_name="pairs_undo_reload",
         api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
         shown, [ctx.run, ctx.iteration, pair], shown_pair, api_name="pairs_undo_detail",
         api_visibility="undocumented")
@@ -374,7 +407,7 @@ def build(ctx: Ctx) -> None:
     for action, btn in [*acts.items(), ("choose", choose)]:
         btn.click(action_handler(ctx, action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status,
                   api_name=f"pairs_{action}", show_progress="hidden").success(
-            reload, [*filters, pair, ctx.curator], after_action, api_name=f"pairs_{action}_reload",
+            reload, [*queue_inputs, pair, ctx.curator], after_action, api_name=f"pairs_{action}_reload",
             api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
             shown, [ctx.run, ctx.iteration, pair], shown_pair, api_name=f"pairs_{action}_detail",
             api_visibility="undocumented")

@@ -53,6 +53,17 @@ def _search(fns, it=IT, filters=NO_FILTERS, page=1, current=None, endpoint="pair
     return fns[endpoint].fn(RUN, it, *filters, page, current, CURATOR, None)
 
 
+def _applied(filters=NO_FILTERS) -> tuple:
+    """The Pairs filters as the action reloads and the walk's refresh take them: the Search / Min / Max text as the
+    last load applied it (one State, ``[min, max, text]``), then the radios and the order."""
+    lo, hi, text, *rest = filters
+    return ([lo, hi, text], *rest)
+
+
+def _reload(fns, endpoint: str, filters=NO_FILTERS, current=None):
+    return fns[endpoint].fn(RUN, IT, *_applied(filters), 1, current, CURATOR, None)
+
+
 # -- 1. Choose these plans starts from the shown pair ----------------------------------------------------------------
 
 
@@ -114,7 +125,7 @@ def test_the_pair_pickers_label_follows_a_swap_a_choose_and_an_undo(store, fns, 
     else:
         fns["pairs_choose"].fn(RUN, IT, key, CURATOR, 1, 3, "", None)
         want = "plan 1 over 3"
-    out = _by_id(fns, f"pairs_{action}_reload", _search(fns, current=key, endpoint=f"pairs_{action}_reload"))
+    out = _by_id(fns, f"pairs_{action}_reload", _reload(fns, f"pairs_{action}_reload", current=key))
     picker = out["pairs-pick"]
     assert "value" not in picker  # a `j` pressed meanwhile keeps its pick
     assert want in _label_of(picker, key)
@@ -124,8 +135,7 @@ def test_a_pair_an_action_takes_off_the_filtered_page_keeps_its_fresh_label(stor
     """With *Overridden = no*, a swapped pair leaves the page; the picker still names it (swapped), not by its key."""
     filters = ("", "", "", "no", "any", "any", "task")
     fns["pairs_swap"].fn(RUN, IT, "m1|0|0", CURATOR, None, None, "", None)
-    picker = _by_id(fns, "pairs_swap_reload", _search(fns, filters=filters, current="m1|0|0",
-                                                      endpoint="pairs_swap_reload"))["pairs-pick"]
+    picker = _by_id(fns, "pairs_swap_reload", _reload(fns, "pairs_swap_reload", filters, "m1|0|0"))["pairs-pick"]
     assert "plan 3 over 0" in _label_of(picker, "m1|0|0") and len(picker["choices"]) == 3
 
 
@@ -471,8 +481,10 @@ def test_a_plans_page_past_the_last_shows_the_last_page_and_says_so(store, fns):
 
 # -- 9. j/k read the queue again -------------------------------------------------------------------------------------
 
-# A tab's queue read (run, iteration, filters, page), and a decision another curator makes on its second item.
-QUEUE = {"pairs": (RUN, IT, *NO_FILTERS, 1), "critic": (RUN, IT, "", "any", "task", 1)}
+# A tab's queue read (run, iteration, filters, page) as its load takes it, as its walk's refresh takes it, and a
+# decision another curator makes on its second item.
+LOAD = {"pairs": (RUN, IT, *NO_FILTERS, 1), "critic": (RUN, IT, "", "any", "task", 1)}
+QUEUE = {"pairs": (RUN, IT, *_applied(), 1), "critic": LOAD["critic"]}
 BOB_DECIDES = {"pairs": ("swap", lambda store: curation.swap_pair(store, RUN, IT, "m2", 0, curator="bob")),
                "critic": ("keep_original",
                           lambda store: curation.keep_original(store, RUN, IT, "m2", 0, 0, curator="bob"))}
@@ -486,11 +498,11 @@ def test_j_and_k_read_the_queue_again_so_another_curators_decision_shows(store, 
     import gradio as gr
 
     search = fns["pairs_search" if tab == "pairs" else "critic_queue"]
-    df = search.fn(*QUEUE[tab], None, CURATOR, None)[1]
+    df = search.fn(*LOAD[tab], None, CURATOR, None)[1]
     keys = df["key"].tolist()
     move, refresh = fns[f"{tab}_next"], fns[f"{tab}_next_reload"]
     picked, _, walked_to = move.fn(RUN, IT, keys[0], df, 1, len(keys), CURATOR, None)
-    assert picked == walked_to == keys[1] == "m2|0|0"
+    assert picked == walked_to.key == keys[1] == "m2|0|0"
     action, decide = BOB_DECIDES[tab]
     decide(store)  # meanwhile, in another browser
     assert refresh.trigger_after == move._id and fns[f"{tab}_prev_reload"].trigger_after == fns[f"{tab}_prev"]._id
@@ -499,12 +511,215 @@ def test_j_and_k_read_the_queue_again_so_another_curators_decision_shows(store, 
     row = out[f"{tab}-table"].set_index("key").loc["m2|0|0"]
     assert (row["override_action"], row["curator"]) == (action, "bob")
     assert "value" not in out[f"{tab}-pick"]  # the pick stays where j took it (and a later j's pick stays too)
-    assert "m2|0|0" in [k for _, k in out[f"{tab}-pick"]["choices"]]
+    if tab == "pairs":  # the swap renamed the pair ("plan 1 over 0"): the new choices say so
+        assert "plan 1 over 0" in _label_of(out["pairs-pick"], "m2|0|0")
+    else:  # a verdict's label names the critic's status, which bob's decision leaves: the choices are not re-sent
+        assert out["critic-pick"] == gr.skip()
     assert not any(isinstance(o, gr.Plot) for o in refresh.outputs) and "critic-agreement" not in out
     # A move to another page reads nothing more: that page's own change loads the queue.
     beyond = move.fn(RUN, IT, keys[-1], df, 1, 21, CURATOR, None)
     assert beyond[1:] == (2, None)
     assert refresh.fn(*QUEUE[tab], None, CURATOR, None) == (gr.skip(),) * len(refresh.outputs)
+
+
+SEARCH = {"pairs": "pairs_search", "critic": "critic_queue"}
+
+
+class _Session:
+    """One browser session of the studio at handler level: the values its page and its session state hold, by
+    component. An event's inputs are read from here and its outputs written back, as Gradio does; an update without a
+    value (``gr.skip()``) leaves the value as it was. Starts on ``RUN``/``IT`` with ``CURATOR``'s name."""
+
+    def __init__(self, fns: dict) -> None:
+        self.fns = fns
+        self.values: dict[int, object] = {}
+        run, iteration, *_, curator = fns["pairs_search"].inputs
+        self.set(run, RUN), self.set(iteration, IT), self.set(curator, CURATOR)
+
+    def set(self, component, value) -> None:
+        self.values[component._id] = value
+
+    def get(self, component):
+        import gradio as gr
+
+        value = self.values.get(component._id, getattr(component, "value", None))
+        return "" if value is None and isinstance(component, gr.Textbox) else value  # as the browser sends it
+
+    def component(self, endpoint: str, label: str):
+        """An input of ``endpoint`` by its label (the Search box, the Reviewed radio...)."""
+        return next(c for c in self.fns[endpoint].inputs if getattr(c, "label", None) == label)
+
+    def type(self, endpoint: str, label: str, value) -> None:
+        """Type (or click) ``value`` into the input ``label`` of ``endpoint``, firing nothing."""
+        self.set(self.component(endpoint, label), value)
+
+    def call(self, endpoint: str) -> dict:
+        """Run ``endpoint`` on this session's values (no gr.Request: one session); its outputs by elem_id."""
+        fn = self.fns[endpoint]
+        out = fn.fn(*(self.get(c) for c in fn.inputs), None)
+        out = out if isinstance(out, tuple) else (out,)
+        for component, value in zip(fn.outputs, out):
+            if not (isinstance(value, dict) and value.get("__type__") == "update"):
+                self.set(component, value)
+            elif "value" in value:
+                self.set(component, value["value"])
+        return {getattr(c, "elem_id", None) or c._id: v for c, v in zip(fn.outputs, out)}
+
+    def shown(self, endpoint: str, elem_id: str):
+        """What the page shows in the output ``elem_id`` of ``endpoint``."""
+        return self.get(next(c for c in self.fns[endpoint].outputs if getattr(c, "elem_id", None) == elem_id))
+
+
+def _newer_read(fns, tab: str, what: str) -> None:
+    """A read of the queue that starts after a walk's move, in the same session: the load of the page a second `j`
+    crossed to (the move, then the page box's change), a filter's load, or an action and its reload."""
+    if what == "second j to page 2":
+        df = fns[SEARCH[tab]].fn(*LOAD[tab], None, CURATOR, None)[1]
+        assert fns[f"{tab}_next"].fn(RUN, IT, df["key"].iloc[-1], df, 1, 21, CURATOR, None)[1] == 2
+        fns[SEARCH[tab]].fn(*LOAD[tab][:-1], 2, None, CURATOR, None)
+    elif what == "a filter's load":
+        fns[SEARCH[tab]].fn(*LOAD[tab], None, CURATOR, None)
+    elif tab == "pairs":
+        fns["pairs_swap"].fn(RUN, IT, "m2|0|0", CURATOR, None, None, "", None)
+        fns["pairs_swap_reload"].fn(*QUEUE[tab], "m2|0|0", CURATOR, None)
+    else:
+        fns["critic_keep_original"].fn(RUN, IT, "m2|0|0", CURATOR, "", None)
+        fns["critic_keep_original_reload"].fn(*QUEUE[tab], "m2|0|0", CURATOR, None)
+
+
+# The store read behind each tab's page of the queue.
+STORE_READ = {"pairs": "pairs_page", "critic": "verdict_queue"}
+
+
+@pytest.mark.parametrize("tab", ["pairs", "critic"])
+@pytest.mark.parametrize("newer", ["second j to page 2", "a filter's load", "an action and its reload"])
+def test_a_walks_refresh_never_paints_over_a_newer_read_of_the_queue(store, fns, monkeypatch, tab, newer):
+    """The refresh after `j` is an event of its own beside the tab's load and the action reloads, and a session's
+    events overlap: one that had read the queue before a newer read started, and answered after it, painted the older
+    page over the newer (the page box on 2 under page 1's table and choices; after a swap, the pair as it was before
+    the swap). It now sends nothing when another read of the queue (a load, an action's reload) or another move has
+    started since its move (``studio.queue_sessions``)."""
+    import gradio as gr
+
+    session = _Session(fns)
+    session.call(SEARCH[tab])
+    session.call(f"{tab}_next")
+    read = getattr(store, STORE_READ[tab])
+    started: list[str] = []
+
+    def then_the_newer_read(*args, **kwargs):
+        page = read(*args, **kwargs)  # the refresh has read the queue; before it answers, the newer read runs
+        if not started:
+            started.append(newer)
+            _newer_read(fns, tab, newer)
+        return page
+
+    monkeypatch.setattr(store, STORE_READ[tab], then_the_newer_read)
+    out = session.call(f"{tab}_next_reload")
+    assert started and list(out.values()) == [gr.skip()] * len(out)
+    monkeypatch.undo()
+    curation.mark_reviewed(store, RUN, IT, "pair" if tab == "pairs" else "verdict", "q1", 0, 0, curator="bob")
+    session.call(f"{tab}_next")  # the next key press's refresh paints again
+    assert "by the team" in session.call(f"{tab}_next_reload")[f"{tab}-info"]
+
+
+def test_j_applies_no_search_text_that_was_typed_but_never_submitted(store, fns):
+    """The Pairs tab's Search / Min / Max boxes filter on Enter only (and are remembered only then), but the walk's
+    refresh read the boxes as they stood: text typed and not submitted emptied the table at the next `j`, and an
+    action's reload did the same. Both now read the filters the last load applied."""
+    session = _Session(fns)
+    session.call("pairs_search")
+    assert len(session.shown("pairs_search", "pairs-table")) == 3
+    session.type("pairs_search", "Search", "zzz")  # typed, no Enter
+    session.type("pairs_search", "Min margin", "9")
+    session.call("pairs_next")
+    session.call("pairs_next_reload")
+    assert len(session.shown("pairs_search", "pairs-table")) == 3
+    session.call("pairs_reviewed")
+    out = session.call("pairs_reviewed_reload")
+    assert len(out["pairs-table"]) == 3 and "reviewed 1 of 3 by the team" in out["pairs-info"]
+    session.call("pairs_search")  # Enter: now the text applies
+    assert len(session.shown("pairs_search", "pairs-table")) == 0
+
+
+@pytest.mark.parametrize("tab", ["pairs", "critic"])
+def test_j_sends_only_the_parts_of_the_queue_that_changed(store, fns, tab):
+    """The refresh after each `j` re-sent the table, its line and the picker's choices unchanged: a table sent again
+    is drawn again, and on the Pairs tab its change computed the whole run's curation summary. Now the parts the page
+    already shows are skipped, whoever drew them (the load, an action's reload, the previous refresh)."""
+    import gradio as gr
+
+    session = _Session(fns)
+    session.call(SEARCH[tab])
+    session.call(f"{tab}_next")
+    out = session.call(f"{tab}_next_reload")
+    assert list(out.values()) == [gr.skip()] * len(out)  # nothing changed since the load
+    session.call(f"{tab}_prev")
+    session.call(f"{tab}_reviewed")  # y on the first item, then j: the reload drew the reviewed row already
+    session.call(f"{tab}_reviewed_reload")
+    session.call(f"{tab}_next")
+    assert session.call(f"{tab}_next_reload")[f"{tab}-table"] == gr.skip()
+    BOB_DECIDES[tab][1](store)  # meanwhile, in another browser: the second item
+    session.call(f"{tab}_prev")
+    out = session.call(f"{tab}_prev_reload")
+    assert "bob" in set(out[f"{tab}-table"]["curator"]) and "reviewed 2 of 3 by the team" in out[f"{tab}-info"]
+    session.call(f"{tab}_next")
+    out = session.call(f"{tab}_next_reload")  # the other key's refresh drew it: not again
+    assert out[f"{tab}-table"] == gr.skip() and out[f"{tab}-info"] == gr.skip()
+
+
+def test_a_row_count_an_action_reload_did_not_send_is_sent_by_the_next_j(store, fns):
+    """An action's reload sends no row count (the walk reads it to cross pages); a swap on a *Overridden = no* queue
+    takes a pair off it. The refresh after the next `j` sends the new count: a reload records only what it sent."""
+    session = _Session(fns)
+    row_count = fns["pairs_next"].inputs[5]  # what j/k read to cross pages
+    session.type("pairs_search", "Overridden", "no")
+    session.call("pairs_search")
+    session.call("pairs_swap")
+    assert session.call("pairs_swap_reload")["pairs-info"].startswith("2 rows") and session.get(row_count) == 3
+    session.call("pairs_next")
+    session.call("pairs_next_reload")
+    assert session.get(row_count) == 2
+
+
+def test_the_critic_pickers_label_stays_when_the_verdict_j_moved_to_leaves_the_page(store, fns):
+    """On a *Reviewed = no* queue, another curator's decision takes a verdict off it: the refresh after `j` to that
+    verdict sent the new page's table but kept the old choices, so the picker's labels no longer matched the table.
+    It now sends the page's labels and the verdict's own, as the Pairs tab does, and never moves the pick."""
+    session = _Session(fns)
+    session.type("critic_queue", "Reviewed", "no")
+    session.call("critic_queue")
+    session.call("critic_next")
+    BOB_DECIDES["critic"][1](store)  # bob decides the verdict j went to: it is reviewed now
+    out = session.call("critic_next_reload")
+    assert out["critic-table"]["key"].tolist() == ["m1|0|0", "q1|0|0"] and "value" not in out["critic-pick"]
+    labels = dict((key, label) for label, key in out["critic-pick"]["choices"])
+    assert list(labels) == ["m1|0|0", "q1|0|0", "m2|0|0"]
+    assert labels["m2|0|0"].endswith(" · plan 0 · accepted · m2") or " · plan 0 · " in labels["m2|0|0"]
+    assert session.shown("critic_queue", "critic-pick") == "m2|0|0"
+
+
+def test_the_walks_session_record_is_bounded_and_a_forgotten_session_never_paints_stale():
+    """``QueueSessions`` keeps a generation and four digests per browser session, on the server: at most ``limit``
+    sessions, the least recently used forgotten first. A forgotten session's walk in flight is skipped (its new
+    generation is not the one its move kept), and its next refresh sends every part once."""
+    from types import SimpleNamespace
+
+    import gradio as gr
+    import pandas as pd
+
+    from studio.queue_sessions import QueueRead, QueueSessions, WalkedTo
+
+    sessions = QueueSessions(limit=2)
+    ann, bob, cy = (SimpleNamespace(session_hash=h) for h in ("ann", "bob", "cy"))
+    queue = QueueRead("3 rows", pd.DataFrame({"key": ["a|0|0"]}), [("a", "a|0|0")], 3, gr.update())
+    ann_walk = WalkedTo("a|0|0", sessions.begin(ann))
+    sessions.begin(bob), sessions.begin(cy)  # a third session: ann's, the least recently used, is forgotten
+    assert list(sessions._sessions) == ["bob", "cy"]
+    assert sessions.after_walk(ann, ann_walk, lambda key: queue) == (gr.skip(),) * 5
+    out = sessions.after_walk(ann, WalkedTo("a|0|0", sessions.begin(ann)), lambda key: queue)
+    assert out[0] == "3 rows" and out[2] == gr.update(choices=[("a", "a|0|0")]) and out[3] == 3
+    assert len(sessions._sessions) == 2
 
 
 def test_in_the_page_j_shows_what_another_curator_decided_meanwhile(tmp_path):

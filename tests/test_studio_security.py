@@ -314,6 +314,8 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
     A new endpoint fails ``test_every_endpoint_is_classified`` until it is added here."""
     pairs_filters = (run_id, 1, "", "", "", "any", "any", "any", "task", 1, None)
     critic_filters = (run_id, 1, "", "any", "task", 1, None)
+    # The Pairs reloads read the Search / Min / Max text the last load applied (session state), not the boxes.
+    pairs_applied = (run_id, 1, "any", "any", "any", "task", 1, None)
     out: dict[str, tuple[str, tuple | None]] = {
         "studio_load": ("read", ()),
         "studio_pick_run": ("read", (run_id,)),
@@ -352,15 +354,15 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "pairs_next": ("read", None),  # needs the page's table
         "pairs_prev": ("read", None),
         # The queue read again after j/k (studio.keys.wire_walk); the key walked to is session state.
-        "pairs_next_reload": ("read", pairs_filters[:-1]),
-        "pairs_prev_reload": ("read", pairs_filters[:-1]),
+        "pairs_next_reload": ("read", pairs_applied[:-1]),
+        "pairs_prev_reload": ("read", pairs_applied[:-1]),
         "critic_next": ("read", None),
         "critic_claim": ("read", (run_id, 1, verdict)),  # a lease in memory, nothing stored
         "critic_prev": ("read", None),
         "critic_next_reload": ("read", critic_filters[:-1]),
         "critic_prev_reload": ("read", critic_filters[:-1]),
         "pairs_undo": ("write", (run_id, 1)),
-        "pairs_undo_reload": ("read", pairs_filters),
+        "pairs_undo_reload": ("read", pairs_applied),
         "pairs_undo_detail": ("read", (run_id, 1, pair)),
         "critic_undo": ("write", (run_id, 1)),
         "critic_undo_reload": ("read", critic_filters),
@@ -395,7 +397,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
     }
     for action in ("swap", "exclude", "tie", "restore", "choose", "reviewed"):
         out[f"pairs_{action}"] = ("write", (run_id, 1, pair, 0, 1, "why"))
-        out[f"pairs_{action}_reload"] = ("read", pairs_filters)
+        out[f"pairs_{action}_reload"] = ("read", pairs_applied)
         out[f"pairs_{action}_detail"] = ("read", (run_id, 1, pair))
     for action in ("keep_original", "accept_correction", "drop", "restore", "reviewed"):
         out[f"critic_{action}"] = ("write", (run_id, 1, verdict, "why"))
