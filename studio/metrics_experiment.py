@@ -9,12 +9,17 @@ Handlers (plain functions of the store or the report dict):
   before any evaluation; ``held_out_by_domain`` only when held-out has domains):
   per figure, one mean line per variant (trace ``name`` = the variant) over a shaded 95% interval polygon
   (``"<variant> 95% CI"``, ``fill="toself"``), integer iteration ticks, one colour per variant in every figure.
-  Accuracies are fractions shown as %.
+  Accuracies are fractions shown as %. A variant whose points all have one seed gets no band (no zero-width
+  polygon), and a figure with no interval anywhere says "1 seed: no interval" in its title; hovering a point shows
+  the table's cell (``mean [lo, hi] (n seeds)``).
 * ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure shown
   in the figures and under it, in the same cell, the paired t test against the baseline variant
   (``Δ vs <baseline>: diff (p=..., n=...)``; one seed: ``(1 seed, no interval)`` / ``(1 seed, no test)``), then
   incomplete and missing runs, and the wall time (the clock time with any run under way, ``wall_s.busy``, beside the
   stage time summed over runs) once a stage has finished.
+* ``experiment_changes(report) -> str``: markdown, the CLI's "Change vs iteration 0" table (``vs_iteration_0``):
+  accuracy Δ pp per evaluated split and the gap PPL's Δ % on held-out and dev, all domains and per domain, each
+  ``diff (p=..., n=...)`` or ``(1 seed, no test)``; "" before any iteration past 0.
 * ``experiment_swaps(store, report) -> str``: the stored swap table of each baseline-variant run
   (``studio.metrics_swaps.swap_markdown``).
 * ``breakdown_choices(store, experiment_id)``: ``(label, split)`` pairs of the splits its runs have traces of
@@ -36,7 +41,7 @@ from engine.report import SPLIT_NAMES, known_experiments
 from engine.report_markdown import duration_text
 from engine.store import Store
 from studio.metrics_swaps import swap_markdown
-from studio.plots import ITERATION_AXIS, band_and_mean, colours, figure
+from studio.plots import ITERATION_AXIS, PERCENT_AXIS, band_and_mean, colours, figure
 
 FIGURES = ("held_in_accuracy", "held_out_accuracy", "dev_accuracy", "held_out_gap_ppl", "dev_gap_ppl",
            "held_out_by_domain")
@@ -60,11 +65,31 @@ def _iterations(report: dict[str, Any], variant: str) -> list[tuple[int, dict[st
     return sorted((int(t), cell) for t, cell in report["variants"][variant]["iterations"].items())
 
 
-def _series(cells: list[tuple[int, dict[str, Any] | None]]) -> tuple[list[int], list[float], list[float], list[float]]:
-    """(iterations, means, lows, highs) of the cells that have a mean."""
+def _series(cells: list[tuple[int, dict[str, Any] | None]]) -> tuple[list[int], list[float], list[float], list[float],
+                                                                  list[dict[str, Any]]]:
+    """(iterations, means, lows, highs, the cells themselves) of the cells that have a mean."""
     kept = [(t, s) for t, s in cells if s and s.get("mean") is not None]
     return ([t for t, _ in kept], [s["mean"] for _, s in kept], [s["ci95"][0] for _, s in kept],
-            [s["ci95"][1] for _, s in kept])
+            [s["ci95"][1] for _, s in kept], [s for _, s in kept])
+
+
+def _draw(fig: go.Figure, cells: list[tuple[int, dict[str, Any] | None]], variant: str, colour: str, unit: str,
+          scale: float, digits: int, **where: Any) -> bool:
+    """One variant's mean line, its band when some point has two seeds or more (one seed has no interval: no
+    zero-width band), and a hover that reads as the table's cell (``_interval``). True when some point has an
+    interval."""
+    x, mean, lo, hi, kept = _series(cells)
+    if not x:
+        return False
+    spread = any(c["n"] > 1 for c in kept)
+    band_and_mean(fig, x, mean, lo, hi, variant, colour, band=spread,
+                  hover=[f"{unit}: {_interval(c, scale, digits)}" for c in kept], **where)
+    return spread
+
+
+def _caption(spread: bool) -> str:
+    """What a figure's shading is: a 95% interval over seeds, or none when every point has one seed."""
+    return "mean over seeds, 95% interval" if spread else "1 seed: no interval"
 
 
 def _has(report: dict[str, Any], key: str) -> bool:
@@ -87,28 +112,31 @@ def experiment_figures(report: dict[str, Any]) -> dict[str, go.Figure]:
         if key not in shown:
             continue
         accuracy = key.endswith("accuracy")
-        fig = figure(f"{title} (mean over seeds, 95% interval)", "iteration", "accuracy" if accuracy else "PPL",
-                     percent=accuracy)
+        fig = figure(title, "iteration", "accuracy" if accuracy else "PPL", percent=accuracy)
+        unit, scale, digits = ("accuracy %", 100, 1) if accuracy else ("gap PPL", 1, 3)
+        spread = False
         for variant in report["variants"]:
-            x, mean, lo, hi = _series([(t, cell.get(key)) for t, cell in _iterations(report, variant)])
-            if x:
-                band_and_mean(fig, x, mean, lo, hi, variant, palette[variant])
+            cells = [(t, cell.get(key)) for t, cell in _iterations(report, variant)]
+            spread |= _draw(fig, cells, variant, palette[variant], unit, scale, digits)
+        fig.update_layout(title=f"{title} ({_caption(spread)})")
         figs[key] = fig
     domains = sorted({d for v in report["variants"] for _, cell in _iterations(report, v)
                       for d in cell.get("by_domain", {}).get("held_out", {})})
     if domains:
         fig = make_subplots(rows=1, cols=len(domains), subplot_titles=[f"held-out {d}" for d in domains],
                             shared_yaxes=True)
+        spread = False
         for col, domain in enumerate(domains, start=1):
             for variant in report["variants"]:
-                x, mean, lo, hi = _series([(t, cell.get("by_domain", {}).get("held_out", {}).get(domain, {})
-                                            .get("accuracy")) for t, cell in _iterations(report, variant)])
-                if x:
-                    band_and_mean(fig, x, mean, lo, hi, variant, palette[variant], legend=col == 1, row=1, col=col)
-        fig.update_layout(title="Held-out accuracy per domain (mean over seeds, 95% interval)", height=320,
+                cells = [(t, cell.get("by_domain", {}).get("held_out", {}).get(domain, {}).get("accuracy"))
+                         for t, cell in _iterations(report, variant)]
+                spread |= _draw(fig, cells, variant, palette[variant], "accuracy %", 100, 1, legend=col == 1,
+                                row=1, col=col)
+        fig.update_layout(title=f"Held-out accuracy per domain ({_caption(spread)})", height=320,
                           margin=dict(l=40, r=10, t=60, b=40))
         fig.update_xaxes(title="iteration", **ITERATION_AXIS)
-        fig.update_yaxes(tickformat=".0%")
+        fig.update_yaxes(**PERCENT_AXIS)
+        fig.update_yaxes(title="accuracy", row=1, col=1)
         figs["held_out_by_domain"] = fig
     return figs
 
@@ -164,6 +192,31 @@ def experiment_table(report: dict[str, Any]) -> str:
     if wall.get("total"):
         lines += ["", f"Wall time: {duration_text(wall.get('busy', 0.0))} with any run under way (runs side by "
                       f"side counted once), {duration_text(wall['total'])} of stage time summed over the runs."]
+    return "\n".join(lines)
+
+
+def experiment_changes(report: dict[str, Any]) -> str:
+    """The change against iteration 0, paired over seeds (the report's ``vs_iteration_0``, as the CLI's "Change vs
+    iteration 0" table): accuracy in percentage points per evaluated split, the gap PPL in % of iteration 0's on
+    held-out and dev, all domains and each domain; "" before a variant has an iteration past 0."""
+    its = [(v, t, cell) for v in report["variants"] for t, cell in _iterations(report, v) if "vs_iteration_0" in cell]
+    if not its:
+        return ""
+    accuracy = [s for s in SPLIT_NAMES if any(f"{s}_accuracy" in cell["vs_iteration_0"] for _, _, cell in its)]
+    gaps = [(s, None) for s in ("held_out", "dev") if any(f"{s}_gap_ppl_pct" in c["vs_iteration_0"] for *_, c in its)]
+    gaps = [(s, d) for s, _ in gaps for d in (None, *sorted({d for *_, c in its for d in
+                                                             c["vs_iteration_0"].get(f"{s}_gap_ppl_pct_by_domain")
+                                                             or {}}))]
+    head = ["variant", "iteration", *(f"{SPLIT_NAMES[s]} accuracy Δ pp" for s in accuracy),
+            *(f"{SPLIT_NAMES[s]}{f' {d}' if d else ''} gap PPL Δ %" for s, d in gaps)]
+    lines = ["**Change vs iteration 0** (paired over seeds; accuracy in percentage points, the gap PPL in % of "
+             "iteration 0's: below 0, the gap closed)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for variant, t, cell in its:
+        change = cell["vs_iteration_0"]
+        row = [variant, str(t), *(_test(change.get(f"{s}_accuracy"), 100, 1) for s in accuracy),
+               *(_test(change.get(f"{s}_gap_ppl_pct") if d is None else
+                       (change.get(f"{s}_gap_ppl_pct_by_domain") or {}).get(d), 1, 1) for s, d in gaps)]
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 

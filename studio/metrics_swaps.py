@@ -5,7 +5,8 @@ Only renders: nothing here computes a swap (that evaluates models and writes ``s
 starts ``studio.jobs.swap_job``, or ``python -m engine swap`` with the studio stopped, as the hint says) or a
 statistic.
 
-* ``swap_markdown(store, run_id)``: rows ``P{a}G{b}`` and the grounders on gold plans (``G{b}``), one column per split
+* ``swap_markdown(store, run_id)``: rows ``P{a}G{b}`` and the grounders on gold plans (``G{b}``), each named as the
+  CLI report names it ("stage 1 only: planner trained", "starting grounder on gold plans"), one column per split
   x domain (``"all"`` last when a split has several domains) holding ``correct/n (xx.x%)``; then the McNemar rows
   (stage 1 alone, stage 2 alone, both, grounder on gold plans: ``+gained / −lost / p=...``). A run without swap rows
   gives one line with the CLI command that computes them; on Spaces (``spaces``; None: env ``SPACE_ID`` set, as
@@ -76,12 +77,16 @@ def swap_markdown(store: Store, run_id: str, spaces: bool | None = None) -> str:
     rows = {**table["cells"], **table["gold_plans"]}
     columns = _columns(list(rows.values()))
     heads = [f"{split.replace('_', '-')} {domain}" for split, domain in columns]
-    labels = {f"P{base}G{base}": "start" if base == 0 else f"after iteration {base}",
-              f"P{after}G{base}": "stage 1 only", f"P{base}G{after}": "stage 2 only", f"P{after}G{after}": "both"}
+    # The CLI report's words (engine.report_markdown): which agent trained, and which grounder reads gold plans.
+    start = "starting" if base == 0 else f"iteration {base}"
+    labels = {f"P{base}G{base}": "starting agents" if base == 0 else f"agents after iteration {base}",
+              f"P{after}G{base}": "stage 1 only: planner trained",
+              f"P{base}G{after}": "stage 2 only: grounder trained", f"P{after}G{after}": "both: the trained system",
+              f"G{base}": f"{start} grounder on gold plans", f"G{after}": "trained grounder on gold plans"}
     lines = [f"**Swap table** of `{run_id}`: planners (P) x grounders (G) after iterations {base} and {after}, on the "
              "run's evaluation tasks (correct/n)", "", _row(["agents", *heads]), _row(["---"] * (len(heads) + 1))]
     for cell, summary in rows.items():
-        label = labels.get(cell, "on gold plans")
+        label = labels.get(cell, "grounder on gold plans")
         lines.append(_row([f"{cell} ({label})", *(_accuracy(summary.get(s, {}).get(d)) for s, d in columns)]))
     lines += ["", "**Which stage moved what**: exact McNemar on the same tasks (+gained / −lost / p)", "",
               _row(["change", *heads]), _row(["---"] * (len(heads) + 1))]

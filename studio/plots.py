@@ -1,5 +1,7 @@
 """Plotly building blocks shared by the Metrics tab's run and experiment views: one palette, integer iteration axes,
-a line with optional error bars, a mean line with its shaded interval band.
+a line with optional error bars, a mean line with its shaded interval band. A percent axis shows whole percents on
+its ticks and one decimal on hover (``PERCENT_AXIS``), as the tables do: a hover of "60%" beside a table's 60.4 read
+as another number.
 
 Pure rendering: every function takes numbers already computed (by the engine) and returns or changes a figure.
 """
@@ -15,6 +17,8 @@ PALETTE = ("#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E
            "#17BECF")  # D3's category10
 # Integer ticks on an iteration axis: one tick per iteration, never 0.5.
 ITERATION_AXIS = dict(tickmode="linear", tick0=0, dtick=1, tickformat="d")
+# A y axis of fractions shown as %: whole percents on the ticks, one decimal on hover (the tables' precision).
+PERCENT_AXIS = dict(tickformat=".0%", hoverformat=".1%")
 
 
 def colours(keys: Iterable[Hashable]) -> dict[Hashable, str]:
@@ -36,7 +40,7 @@ def figure(title: str, x: str, y: str, iterations: bool = True, percent: bool = 
     if iterations:
         fig.update_xaxes(**ITERATION_AXIS)
     if percent:
-        fig.update_yaxes(tickformat=".0%")
+        fig.update_yaxes(**PERCENT_AXIS)
     return fig
 
 
@@ -82,18 +86,23 @@ def second_axis(fig: go.Figure, title: str, percent: bool = False) -> go.Figure:
     count): traces drawn with ``line(..., yaxis="y2")`` use it; ``percent``: 0-100% of a fraction. The legend moves
     past the axis' tick labels."""
     fig.update_layout(yaxis2=dict(title=title, overlaying="y", side="right", showgrid=False, rangemode="tozero",
-                                  **(dict(tickformat=".0%") if percent else {})),
+                                  **(PERCENT_AXIS if percent else {})),
                       legend=dict(x=1.12, xanchor="left"))
     return fig
 
 
 def band_and_mean(fig: go.Figure, x: Sequence, mean: Sequence, lo: Sequence, hi: Sequence, name: str, colour: str,
-                  legend: bool = True, **where: int) -> None:
+                  legend: bool = True, band: bool = True, hover: Sequence[str] | None = None, **where: int) -> None:
     """A shaded interval polygon (``fill="toself"``, named ``"<name> 95% CI"``) under the mean line (``name``);
-    ``where`` (row=, col=) places both in a subplot."""
+    ``band=False``: the line alone (one seed has no interval, and a zero-width polygon would claim one); ``hover``:
+    one text per point, shown under the name and iteration in place of plotly's bare ``(x, y)``; ``where`` (row=,
+    col=) places both in a subplot."""
     x = list(x)
-    fig.add_trace(go.Scatter(x=x + x[::-1], y=list(hi) + list(lo)[::-1], fill="toself", fillcolor=rgba(colour, 0.18),
-                             line=dict(width=0, color=colour), hoverinfo="skip", showlegend=False, legendgroup=name,
-                             name=f"{name} 95% CI", mode="lines"), **where)
+    if band:
+        fig.add_trace(go.Scatter(x=x + x[::-1], y=list(hi) + list(lo)[::-1], fill="toself",
+                                 fillcolor=rgba(colour, 0.18), line=dict(width=0, color=colour), hoverinfo="skip",
+                                 showlegend=False, legendgroup=name, name=f"{name} 95% CI", mode="lines"), **where)
+    text = dict(customdata=list(hover), hovertemplate="<b>%{fullData.name}</b> · iteration %{x}<br>"
+                "%{customdata}<extra></extra>") if hover is not None else {}
     fig.add_trace(go.Scatter(x=x, y=list(mean), mode="lines+markers", name=name, legendgroup=name,
-                             showlegend=legend, line=dict(color=colour)), **where)
+                             showlegend=legend, line=dict(color=colour), **text), **where)

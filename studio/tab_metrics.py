@@ -1,7 +1,8 @@
 """Metrics tab: the run view (plotly charts across iterations from the store's ``metrics``, ``train_logs``,
 ``pairs``/overrides and ``verdicts`` tables, for one run or two runs overlaid: run A solid, run B dashed, e.g. an
 ablation; the run's stored swap table and iteration-to-iteration McNemar tests) or, when an experiment is picked, the
-experiment view (``studio.metrics_experiment``: figures, table, swap tables, the per-template view of a chosen split).
+experiment view (``studio.metrics_experiment``: figures, table, the change vs iteration 0, swap tables, the
+per-template view of a chosen split).
 
 Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``FIGURES``). Iteration axes have integer
 ticks; accuracy lines carry their 95% Wilson interval as error bars (``accuracy_lo``/``accuracy_hi``, when stored);
@@ -16,7 +17,8 @@ The training charts follow how the runs train (``studio.stage_text.run_objective
 and named DPO or GRPO, the grounder's SFT or GRPO; the rewards chart draws DPO's rewards / margins / accuracies or
 GRPO's mean reward and each reward's mean, and a GRPO run without reward logs says DPO rewards do not apply; the
 pairs chart says when the planner does not train on the pairs (GRPO), and draws the tie rate (a fraction) on its own
-right-hand percent axis beside the pair count. The keys of ``FIGURES`` stay as they are (element ids, the API).
+right-hand percent axis beside the pair count; the critic's status shares are in % too, as every rate here is.
+The keys of ``FIGURES`` stay as they are (element ids, the API).
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
         "dpo_loss": figure(titles["dpo_loss"], "logged step", "loss", iterations=False),
         "sft_loss": figure(titles["sft_loss"], "logged step", "loss", iterations=False),
         "pairs": second_axis(figure(titles["pairs"], "iteration", "pairs"), "tie rate", percent=True),
-        "critic": figure("Critic status rates", "iteration", "share of verdicts"),
+        "critic": figure("Critic status rates", "iteration", "share of verdicts", percent=True),
     }
     wide = {run_id: _metric_lines(store, run_id) for run_id in runs}
     palette = colours(sorted({(s, d) for df in wide.values() for s, d in zip(df["split"], df["domain"])}))
@@ -273,6 +275,7 @@ def build(ctx: Ctx) -> None:
                 for name in mexp.FIGURES[i:i + 2]:
                     exp_plots[name] = gr.Plot(elem_id=f"metrics-exp-{name}", min_width=420)
         exp_table = gr.Markdown(elem_id="metrics-experiment-table")
+        exp_changes = gr.Markdown(elem_id="metrics-experiment-changes")  # the gap's % change: the paper's number
         # The swap tables before the per-template tables: those run to a table per variant of a row per template
         # (thousands of pixels on the demo), and the swap tables under them were out of a reader's reach.
         exp_swaps = gr.Markdown(elem_id="metrics-experiment-swaps")
@@ -295,7 +298,7 @@ def build(ctx: Ctx) -> None:
     def show_experiment(experiment_id):
         hidden = [gr.update(value=None, visible=True) for _ in mexp.FIGURES]
         if not experiment_id:
-            return [gr.update(visible=True), gr.update(visible=False), *hidden, "",
+            return [gr.update(visible=True), gr.update(visible=False), *hidden, "", "",
                     gr.update(choices=[], value=None), "", ""]
         try:
             report = experiment_report(ctx.store, experiment_id)
@@ -306,7 +309,7 @@ def build(ctx: Ctx) -> None:
         first = splits[0][1] if splits else None
         return [gr.update(visible=False), gr.update(visible=True),
                 *(gr.update(value=figs.get(n), visible=n in figs) for n in mexp.FIGURES),
-                mexp.experiment_table(report), gr.update(choices=splits, value=first),
+                mexp.experiment_table(report), mexp.experiment_changes(report), gr.update(choices=splits, value=first),
                 mexp.experiment_breakdown(ctx.store, experiment_id, first), mexp.experiment_swaps(ctx.store, report)]
 
     def show_breakdown(experiment_id, split_name):
@@ -339,7 +342,8 @@ def build(ctx: Ctx) -> None:
     gr.on([ctx.run.change, compare.change, refresh.click], draw, [ctx.run, compare],
           [*(plots[n] for n in FIGURES), changes, swaps], api_name="metrics_figures", trigger_mode="always_last")
     gr.on([experiment.change, refresh.click], show_experiment, experiment,
-          [run_view, exp_view, *(exp_plots[n] for n in mexp.FIGURES), exp_table, split, exp_breakdown, exp_swaps],
+          [run_view, exp_view, *(exp_plots[n] for n in mexp.FIGURES), exp_table, exp_changes, split, exp_breakdown,
+           exp_swaps],
           api_name="metrics_experiment", trigger_mode="always_last")
     # .input, not .change: show_experiment sets the split too, and that must not draw the table a second time
     split.input(show_breakdown, [experiment, split], exp_breakdown, api_name="metrics_breakdown",

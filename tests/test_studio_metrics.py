@@ -192,7 +192,7 @@ def test_swap_table_renders_counts_and_mcnemar_rows(store):
         row = [line for line in text.splitlines() if line.startswith(f"| {cell} (")][0]
         cells = [f"{c}/{n} ({100 * c / n:.1f}%)" for c, n in ((maths, SWAP_N), (qa, SWAP_N), (maths + qa, 2 * SWAP_N))]
         assert row.endswith(" | ".join(cells) + " |"), row
-    assert "| P2G0 (stage 1 only) | 5/10 (50.0%) | 2/10 (20.0%) | 7/20 (35.0%) |" in text
+    assert "| P2G0 (stage 1 only: planner trained) | 5/10 (50.0%) | 2/10 (20.0%) | 7/20 (35.0%) |" in text
     for label, cell in (("stage 1 alone", (2, 0)), ("stage 2 alone", (0, 2)), ("both stages", (2, 2)),
                         ("grounder on gold plans", (-1, 2))):
         row = [line for line in text.splitlines() if line.startswith(f"| {label}:")][0]
@@ -313,3 +313,117 @@ def test_empty_charts_say_what_writes_them(store):
     store.set_stage("just-started", 3, "critique", "running")
     running = figures(store, "just-started")["critic"]
     assert note(running) == "Nothing in this run yet: the critique stage writes verdicts"
+
+
+def test_swap_rows_say_which_agent_trained_and_which_grounder_reads_gold_plans(store):
+    """The swap table's rows in the CLI report's words: "G0 (on gold plans)" and "G2 (on gold plans)" did not say
+    which grounder is the starting one, nor "stage 1 only" which agent trained."""
+    from studio.metrics_swaps import swap_markdown
+
+    rows = {line.split(" | ")[0].removeprefix("| ") for line in swap_markdown(store, SWAP_RUN).splitlines()
+            if line.startswith("| P") or line.startswith("| G")}
+    assert rows == {"P0G0 (starting agents)", "P2G0 (stage 1 only: planner trained)",
+                    "P0G2 (stage 2 only: grounder trained)", "P2G2 (both: the trained system)",
+                    "G0 (starting grounder on gold plans)", "G2 (trained grounder on gold plans)"}
+
+
+def _one_seed(store) -> dict:
+    """The experiment's report with seed 12's runs taken out of it: every cell one seed."""
+    for variant in VARIANTS:
+        store.delete("experiment_runs", run_of(variant, 12))
+    return experiment_report(store, EXP)
+
+
+def test_one_seed_figures_draw_no_band_and_say_there_is_no_interval(store):
+    """One seed has no interval: no zero-width band under the line, and no title promising a 95% interval."""
+    from studio.metrics_experiment import experiment_figures
+
+    figs = experiment_figures(_one_seed(store))
+    for name, fig in figs.items():
+        bands, lines = _bands_and_lines(fig)
+        assert not bands and lines, name
+        assert "1 seed: no interval" in fig.layout.title.text and "95%" not in fig.layout.title.text, name
+
+
+def test_two_seed_figures_keep_their_band_and_title(store):
+    from studio.metrics_experiment import experiment_figures
+
+    for fig in experiment_figures(experiment_report(store, EXP)).values():
+        assert "(mean over seeds, 95% interval)" in fig.layout.title.text
+
+
+def test_experiment_hover_reads_as_the_table_cell(store):
+    """Hovering a mean point shows the table's cell (mean, interval, seeds), not plotly's bare "(1, 60%)", which
+    rounded 60.4% to 60% beside the table's 60.4."""
+    from studio.metrics_experiment import experiment_figures
+
+    report = experiment_report(store, EXP)
+    figs = experiment_figures(report)
+    full = [t for t in _bands_and_lines(figs["held_in_accuracy"])[1] if t.name == "full"][0]
+    assert "%{customdata}" in full.hovertemplate and "%{fullData.name}" in full.hovertemplate
+    mean, lo, hi = _hand([HELD_IN["full", s][1] for s in SEEDS])
+    assert full.customdata[1] == f"accuracy %: {100 * mean:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] (2 seeds)"
+    gap = [t for t in _bands_and_lines(figs["held_out_gap_ppl"])[1] if t.name == "no_stage1"][0]
+    cell = report["variants"]["no_stage1"]["iterations"]["2"]["held_out_gap_ppl"]
+    assert gap.customdata[2] == (f"gap PPL: {cell['mean']:.3f} [{cell['ci95'][0]:.3f}, {cell['ci95'][1]:.3f}] "
+                                 "(2 seeds)")
+    one = experiment_figures(_one_seed(store))["held_out_by_domain"]
+    maths = [t for t in _bands_and_lines(one)[1] if t.name == "full" and t.xaxis == "x"][0]
+    assert maths.customdata[0] == f"accuracy %: {100 * (HELD_OUT['full', 11][0] + 0.1):.1f} (1 seed, no interval)"
+
+
+def test_percent_axes_hover_with_one_decimal_and_name_their_quantity(store):
+    """Percent axes: whole % on the ticks, one decimal on hover (the run view's accuracy hover said "49%" for
+    49.3%); the per-domain figure names its y axis; the critic's shares are % as the other rates are."""
+    from studio.metrics_experiment import experiment_figures
+    from studio.tab_metrics import figures
+
+    run = figures(store, SWAP_RUN)
+    for name, axis in (("accuracy", "yaxis"), ("pairs", "yaxis2"), ("critic", "yaxis")):
+        layout = run[name].layout[axis]
+        assert (layout.tickformat, layout.hoverformat) == (".0%", ".1%"), name
+    exp = experiment_figures(experiment_report(store, EXP))
+    for name in ("held_in_accuracy", "held_out_accuracy"):
+        assert exp[name].layout.yaxis.hoverformat == ".1%"
+    by_domain = exp["held_out_by_domain"].layout
+    assert by_domain.yaxis.title.text == "accuracy"
+    assert by_domain.yaxis.hoverformat == by_domain.yaxis2.hoverformat == ".1%"
+
+
+def test_experiment_table_shows_the_change_vs_iteration_0_as_the_cli_does(store):
+    """The CLI report's "Change vs iteration 0" (accuracy Δ pp, the gap PPL's Δ % overall and per domain) in the
+    studio too: the gap's % change is the paper's number, and the studio showed no change vs iteration 0 at all."""
+    from engine.report_markdown import report_markdown
+    from studio.metrics_experiment import experiment_changes
+
+    report = experiment_report(store, EXP)
+    text = experiment_changes(report)
+    assert "**Change vs iteration 0**" in text
+    head = [line for line in text.splitlines() if line.startswith("| variant | iteration | held-in accuracy Δ")][0]
+    assert head == ("| variant | iteration | held-in accuracy Δ pp | held-out accuracy Δ pp | held-out gap PPL Δ % |")
+    pct = [100 * (GAP["full", s][2] - GAP["full", s][0]) / GAP["full", s][0] for s in SEEDS]  # by hand
+    row = [line for line in text.split("**Change vs iteration 0**")[1].splitlines()
+           if line.startswith("| full | 2 |")][0]
+    assert f"{statistics.fmean(pct):+.1f} (p=" in row.split(" | ")[4], row
+    cli = report_markdown(report)  # the same differences as the CLI's table
+    cli_row = [line for line in cli.split("## Change vs iteration 0")[1].splitlines()
+               if line.startswith("| full | 2 |")][0]
+    assert [c.split(" ")[0] for c in row.split(" | ")[2:]] == [c.split(" ")[0] for c in cli_row.split(" | ")[2:]]
+    one = experiment_changes(_one_seed(store))
+    assert f"| full | 2 | {100 * (HELD_IN['full', 11][2] - HELD_IN['full', 11][0]):+.1f} (1 seed, no test) |" in one
+
+
+def test_the_experiment_view_shows_the_change_table(store):
+    """The tab's experiment endpoint draws the change vs iteration 0 beside the table (and clears it for the run
+    view)."""
+    from studio.app import build_app
+    from studio.metrics_experiment import experiment_changes
+
+    demo = build_app(store, "examples/demo.toml")
+    try:
+        show = {f.api_name: f.fn for f in demo.fns.values()}["metrics_experiment"]
+        changes = experiment_changes(experiment_report(store, EXP))
+        assert changes and changes in show(EXP)
+        assert changes not in show("")
+    finally:
+        demo.close()
