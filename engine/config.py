@@ -314,9 +314,9 @@ def _yaml_loader() -> type:
     class Loader(yaml.SafeLoader):
         pass
 
-    # Added after PyYAML's int rule, which is tried first, so "15" stays an int.
+    # Only what YAML 1.1 misses, a number with an exponent (1e-6, 2.5E3): "15" stays an int and "08" a string.
     Loader.add_implicit_resolver("tag:yaml.org,2002:float",
-                                 re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
+                                 re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
                                  list("-+.0123456789"))
     return Loader
 

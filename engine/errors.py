@@ -79,3 +79,15 @@ class StoreVersionError(StoreError):
 
 class StageStopped(Exception):
     """Raised inside a stage when the stop flag is seen between batches; the loop records status 'stopped'."""
+
+
+def mark_stage_failed(exc: BaseException, iteration: int, stage: str) -> None:
+    """Note on ``exc`` that it failed the stage ``stage`` of ``iteration`` (recorded ``failed`` in the store), so a
+    caller tells a stage's failure (exit 1, resumable) from bad input or a bug before any stage ran. An attribute,
+    not a wrapper: the studio, experiments and tests catch the stage's own exception types."""
+    exc.moat_failed_stage = (iteration, stage)  # type: ignore[attr-defined]
+
+
+def failed_stage(exc: BaseException) -> tuple[int, str] | None:
+    """``(iteration, stage)`` when ``exc`` failed a recorded stage (``mark_stage_failed``), else None."""
+    return getattr(exc, "moat_failed_stage", None)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import ITERATION_STAGES, RunConfig, config_from_dict, config_to_dict, config_to_toml
-from engine.errors import StageStopped, UnknownRun
+from engine.errors import StageStopped, UnknownRun, mark_stage_failed
 from engine.preflight import check_stage_agents, preflight
 from engine.runtime import check_eval_splits, load_run_tasks
 from engine.schedule import iteration_config, phase_of, skip_reason
@@ -180,6 +180,7 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
         return "stopped"
     except Exception as exc:
         store.set_stage(run_id, iteration, stage, "failed", error=f"{exc}\n{traceback.format_exc(limit=8)}")
+        mark_stage_failed(exc, iteration, stage)
         raise
     if ctx.shared_base is not None:  # agents.topology = shared: the stage's log says what the one model held
         counts = {**counts, "agents": ctx.shared_base.describe()}

@@ -39,10 +39,13 @@ def check_files_exist(config: RunConfig) -> None:
         named = [("data.tasks", config.data.tasks)] + ([("data.ground", config.data.ground)] if config.data.ground
                                                         else [])
     for field_name, path in named:
-        if not Path(path).expanduser().is_file():
-            where = "" if Path(path).is_absolute() else f" (a relative path is read from the current directory, " \
-                                                        f"{Path.cwd()}, not from the config file's)"
-            raise ConfigError(field_name, f"no file {path}{where}")
+        found = Path(path)
+        if found.exists() and not found.is_dir():  # a pipe (<(zcat x.gz), /dev/stdin) is read as a file is
+            continue
+        what = f"{path} is a directory, not a file" if found.is_dir() else f"no file {path}"
+        where = "" if found.is_absolute() else (f" (a relative path is read from the current directory, "
+                                                f"{Path.cwd()}, not from the config file's)")
+        raise ConfigError(field_name, what + where)
 
 
 def load_run_tasks(config: RunConfig, *, keep_excluded: bool = False) -> list[Task]:

@@ -93,10 +93,11 @@ def test_yaml_refuses_a_quoted_number(tmp_path):
 def test_yaml_reads_an_exponent_without_a_dot_as_a_number(tmp_path):
     # YAML 1.1 (PyYAML's default) would read 1e-6 as the string "1e-6", which a number field refuses.
     path = tmp_path / "c.yaml"
-    path.write_text("dpo:\n  learning_rate: 1e-6\nsample:\n  k: 15\n  temperature: 7E-1\n")
+    path.write_text("dpo:\n  learning_rate: 1e-6\nsample:\n  k: 15\n  temperature: 7E-1\nrun:\n  name: 08\n")
     config = load_config(path)
     assert config.dpo.learning_rate == 1e-6 and config.sample.temperature == 0.7
     assert config.sample.k == 15 and isinstance(config.sample.k, int)
+    assert config.run.name == "08"  # YAML 1.1 reads 08 (no octal digit) as a string: kept so
 
 
 def test_every_field_has_help():

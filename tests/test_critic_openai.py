@@ -385,18 +385,81 @@ def test_a_critic_that_never_answers_fails_the_stage_and_run_prints_its_summary(
     db, run_id = tiny_run("critic.backend=openai", f"critic.base_url={dead}", "critic.model=critic-m",
                           "critic.max_retries=0", "ground.max_new_tokens=8", stages=("sample", "score", "ground"))
     with Store(db) as store:
-        with pytest.raises(RuntimeError, match=r"answered none of the \d+ groundings .*critic.base_url = "
-                                               r"http://127.0.0.1:\d+/v1; first error: APIConnectionError"):
+        with pytest.raises(RuntimeError, match=r"could not judge any of the \d+ groundings .*critic.base_url = "
+                                               r"http://127.0.0.1:\d+/v1; first error: APIConnectionError.*"
+                                               rf"step critique --db {re.escape(str(db))} --run {run_id} "):
             run_stage(store, run_id, 1, "critique")
         assert store.stage_status(run_id, 1)["critique"]["status"] == "failed"
         assert store.count("verdicts", run_id, 1) == 0
     assert main(["run", "--run", run_id, "--db", str(db), "--iterations", "1", "--quiet"]) == 1
     out, err = capsys.readouterr()
     summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["status"] == "failed" and "error: RuntimeError: the critic answered none" in err
+    assert summary["status"] == "failed"
+    assert "error: iteration 1, stage critique failed: RuntimeError: the critic could not judge" in err
     assert "Traceback" not in err and f"run --run {run_id}" in err
     assert main(["step", "critique", "--run", run_id, "--iteration", "1", "--db", str(db), "--base-url", url,
                  "--quiet"]) == 0
     with Store(db) as store:
         assert store.stage_status(run_id, 1)["critique"]["status"] == "done"
         assert store.count("verdicts", run_id, 1) == store.count("groundings", run_id, 1) > 0
+
+
+class _RefusesEveryItem(FakeOpenAI):
+    """A critic server that is up and answers every request with a 400 about the request itself."""
+
+    def behave(self, marker: str, n: int, auth: str | None, body: dict) -> tuple[int, dict, bytes, float]:
+        return self.failure(400, "this model's maximum context length is 8 tokens")
+
+
+def test_an_item_the_critic_refuses_is_its_error_verdict_and_the_stage_finishes(tiny_run):
+    """Only a critic that cannot be used at all fails the stage: a 400 about each prompt would fail again on every
+    resume (a final batch of one such grounding could never finish), so it is stored as the item's verdict."""
+    from engine.loop import run_stage
+
+    with local_server(Handler, _RefusesEveryItem()) as (_, url):
+        db, run_id = tiny_run("critic.backend=openai", f"critic.base_url={url}", "critic.model=critic-m",
+                              "critic.max_retries=0", "ground.max_new_tokens=8", stages=("sample", "score", "ground"))
+        with Store(db) as store:
+            run_stage(store, run_id, 1, "critique")
+            assert store.stage_status(run_id, 1)["critique"]["status"] == "done"
+            verdicts = store.query("SELECT status, raw FROM verdicts WHERE run_id = ?", [run_id])
+    assert len(verdicts) > 0 and set(verdicts["status"]) == {"error"}
+    assert verdicts["raw"].str.contains("maximum context length").all()
+
+
+@pytest.mark.parametrize(("marker", "unreachable"), [("500", True), ("400", False), ("notjson", False)])
+def test_an_error_verdict_says_whether_the_critic_could_be_used_at_all(fake_server, marker, unreachable):
+    _, url = fake_server
+    verdict = _critic(url, max_retries=0).judge([_item(marker)])[0]
+    assert verdict.status == "error" and verdict.extra["unreachable"] is unreachable
+
+
+def test_bad_data_met_inside_a_stage_fails_the_stage_and_keeps_the_store_the_run_made(
+        tmp_path, tiny_agents_dir, demo_tasks, monkeypatch, capsys):
+    """Bad input found by a stage (a file a stage reads, iterations in) is a failed stage: exit 1 with the run's
+    JSON line, resumable. It was taken for bad input before any stage ran: exit 2, and the store this command had
+    just made (with its run and iteration 0) deleted under the run directory it left behind."""
+    from engine import loop
+    from engine.__main__ import main
+    from engine.errors import DataError
+    from engine.tasks import write_tasks
+
+    def reads_a_bad_file(ctx):
+        raise DataError("extra.jsonl", 3, "answer", "not a number")
+
+    for table in (loop.STAGES, loop.WARM_START):
+        for name in list(table):
+            monkeypatch.setitem(table, name, reads_a_bad_file)
+    write_tasks(demo_tasks, tmp_path / "tasks.jsonl")
+    db = tmp_path / "new" / "s.duckdb"
+    code = main(["run", "--db", str(db), "--iterations", "1", "--quiet",
+                 "--set", f"data.tasks={tmp_path / 'tasks.jsonl'}", "--set", f"run.workdir={tmp_path / 'runs'}",
+                 "--set", f"planner.path={tiny_agents_dir / 'planner'}",
+                 "--set", f"grounder.path={tiny_agents_dir / 'grounder'}"])
+    out, err = capsys.readouterr()
+    assert code == 1 and db.exists()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "failed"
+    assert "stage evaluate failed: DataError: extra.jsonl:3: answer: not a number" in err
+    with Store(db) as store:
+        assert store.stage_status(summary["run_id"], 0)["evaluate"]["status"] == "failed"

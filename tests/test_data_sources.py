@@ -73,6 +73,8 @@ def test_a_missing_tasks_file_given_absolutely_is_named_without_the_relative_pat
     missing = tmp_path / "tasks.jsonl"
     with pytest.raises(ConfigError, match=rf"^data.tasks: no file {missing}$"):
         load_run_tasks(config_from_dict({**AGENTS, "data": {"tasks": str(missing)}}))
+    with pytest.raises(ConfigError, match=rf"^data.tasks: {tmp_path} is a directory, not a file$"):
+        load_run_tasks(config_from_dict({**AGENTS, "data": {"tasks": str(tmp_path)}}))
 
 
 def test_evaluation_splits_missing_from_every_source_are_refused(samples_dir):

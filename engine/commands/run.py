@@ -93,12 +93,13 @@ def _remove_new(made: Path | None, db: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import shlex
     import signal
     import sys
 
     from engine.commands._common import fail, no_store, print_json, store_unusable
     from engine.config import load_config
-    from engine.errors import ConfigError, DataError
+    from engine.errors import ConfigError, DataError, failed_stage
     from engine.loop import create_run, run_loop
     from engine.store import Store, StoreError
 
@@ -136,12 +137,16 @@ def run(args: argparse.Namespace) -> int:
             try:
                 status = run_loop(store, run_id, iterations=args.iterations, progress=progress_printer(args.quiet),
                                   should_stop=lambda: stop["flag"], record_iterations=True)
-            except (ConfigError, DataError):
-                raise
-            except Exception as exc:  # a stage failed: the store holds it, with its traceback; say so, then summarise
-                print(f"error: {type(exc).__name__}: {exc}\n(the stage is recorded failed, its traceback in "
-                      f"`python -m engine status --db {args.db} --json`; once the cause is fixed, "
-                      f"`python -m engine run --run {run_id} --db {args.db}` resumes it)", file=sys.stderr)
+            except Exception as exc:
+                where = failed_stage(exc)
+                if where is None:  # before or between stages: bad input (exit 2) or a bug (its traceback)
+                    raise
+                # A stage failed: the store holds it, with its traceback, and keeps the run (a store this command
+                # made is not removed). Say so, then summarise.
+                db_arg = shlex.quote(args.db)
+                print(f"error: iteration {where[0]}, stage {where[1]} failed: {type(exc).__name__}: {exc}\n(its "
+                      f"traceback is in `python -m engine status --db {db_arg} --json`; once the cause is fixed, "
+                      f"`python -m engine run --run {run_id} --db {db_arg}` resumes it)", file=sys.stderr)
                 status = "failed"
             print_json({"run_id": run_id, "status": status, "db": args.db,
                         "iterations": store.status_summary()["runs"].get(run_id, {})})

@@ -21,7 +21,10 @@ raises for an item: any failure becomes ``Verdict(status="error", raw="<Exceptio
   reply's). The key ignores ``base_url``: the same model name on two servers shares entries.
 * Per verdict: ``backend="openai"``, ``model``, ``latency_s`` (the item's wall time, retries included),
   ``prompt_tokens``/``completion_tokens`` from ``usage``, ``finish_reason``, ``status``; ``extra`` has
-  ``cache`` (hit/miss), ``attempts`` and, when unparsed, ``parse_error``.
+  ``cache`` (hit/miss), ``attempts`` and, when unparsed, ``parse_error``; an error verdict's ``extra`` has
+  ``unreachable`` (``is_unreachable``): true when the server was never reached or refused every request of its kind
+  (connection, timeout, 401/403/404, 429 or 5xx after the retries), false when it answered this item with a refusal
+  of the item itself (400, 422, a malformed body).
 """
 
 from __future__ import annotations
@@ -108,6 +111,15 @@ def is_retryable(exc: BaseException) -> bool:
     """429, 5xx, timeouts and connection errors; never another 4xx or a malformed body."""
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError))
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether a final failure says the critic cannot be used at all (a wrong URL, key or model name, a server down
+    or out of quota), not that it refused this one item (400 context too long, 422, a malformed body): the critique
+    stage fails on a batch of the former and stores the latter as the item's ``error`` verdict."""
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in (401, 403, 404, 429) or exc.status_code >= 500
     return isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError))
 
 
@@ -240,7 +252,7 @@ class OpenAICritic:
 
     def _error(self, exc: BaseException, latency: float, attempts: int) -> Verdict:
         return Verdict("error", self.name, model=self.config.model, raw=self._describe(exc), latency_s=latency,
-                       extra={"cache": "miss", "attempts": attempts})
+                       extra={"cache": "miss", "attempts": attempts, "unreachable": is_unreachable(exc)})
 
     def _describe(self, exc: BaseException) -> str:
         return self._redact(f"{type(exc).__name__}: {exc}")

@@ -3,14 +3,17 @@
 
 The critic comes from ``critic.backend`` (``engine.critics.make_critic``); the stage stores one ``verdicts`` row per
 judged grounding with its backend, model, status, raw text, correction, latency and token usage. A resumed
-stage judges only the chunks that hold a grounding without a verdict. A chunk whose every verdict is an ``error``
-(the critic never answered: server down, wrong URL, model or key) fails the stage and is not stored, so the stage
-reads failed instead of done with nothing to train on, and a resume judges the chunk again.
+stage judges only the chunks that hold a grounding without a verdict. A chunk the critic could not judge at all
+(every verdict an ``error`` with ``extra["unreachable"]``: the server down, a wrong URL, key or model, out of quota)
+fails the stage and is not stored, so the stage reads failed instead of done with nothing to train on, and a
+resume judges the chunk again. An error about one item (a prompt too long, a malformed reply) is that item's
+verdict, stored as before: it would fail again on every resume.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 
 from engine.critics import make_critic
 from engine.critics.base import Grounding
@@ -40,11 +43,8 @@ def run(ctx: StageContext) -> dict[str, int]:
                            {"ok": bool(r.ok), "values": json.loads(r.values_json), "answer": r.answer,
                             "error": r.error}, bool(r.correct)) for r in chunk]
         verdicts = critic.judge(items)
-        if all(v.status == "error" for v in verdicts):
-            raise RuntimeError(f"the critic answered none of the {len(items)} groundings of this batch "
-                               f"({_critic_named(ctx)}; first error: {verdicts[0].raw}); nothing of the batch was "
-                               "stored: fix the critic and resume, or judge with another server: `python -m engine "
-                               f"step critique --run {ctx.run_id} --iteration {ctx.iteration} --base-url URL`")
+        if all(v.status == "error" and v.extra.get("unreachable") for v in verdicts):
+            raise RuntimeError(_unreachable_message(ctx, len(items), verdicts[0].raw))
         rows = [{"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": item.task.id, "step": item.step,
                  "k": item.k, "backend": v.backend, "model": v.model, "status": v.status,
                  "reference_guided": v.reference_guided, "raw": v.raw,
@@ -56,6 +56,17 @@ def run(ctx: StageContext) -> dict[str, int]:
         written += ctx.store.write("verdicts", rows)
         ctx.report(index + 1, n_chunks, f"{written} verdicts")
     return {"rows": ctx.store.count("verdicts", ctx.run_id, ctx.iteration), "new_rows": written}
+
+
+def _unreachable_message(ctx: StageContext, n_items: int, first_error: str) -> str:
+    """Why the stage stopped and the two ways on: resume once the critic answers, or judge with another server."""
+    groundings = "grounding" if n_items == 1 else f"{n_items} groundings"
+    shown = first_error if len(first_error) <= 300 else first_error[:300] + " ..."  # a proxy's whole HTML page
+    db = shlex.quote(str(ctx.store.path))
+    return (f"the critic could not judge {'the' if n_items == 1 else 'any of the'} {groundings} of this batch "
+            f"({_critic_named(ctx)}; first error: {shown}); nothing of the batch was stored. Once the critic "
+            f"answers, resume the run, or judge with another server: `python -m engine step critique --db {db} "
+            f"--run {ctx.run_id} --iteration {ctx.iteration} --base-url URL --model MODEL`")
 
 
 def _critic_named(ctx: StageContext) -> str:
