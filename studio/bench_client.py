@@ -19,6 +19,12 @@ import time
 FIRST_PAGE = (1, "", "", "", "any", "any", "any", "task", 1)
 
 
+def reload_filters(run_id: str) -> tuple:
+    """An action reload's filters: the first page's, less the text filters the session's last load applied."""
+    iteration, _low, _high, _text, *choices = FIRST_PAGE
+    return (run_id, iteration, *choices)
+
+
 def decide(url: str, user: str, password: str, run_id: str, decisions: int) -> dict:
     """Open a session on the studio at ``url`` and make ``decisions`` "reviewed" decisions, timing each."""
     from gradio_client import Client
@@ -37,7 +43,8 @@ def decide(url: str, user: str, password: str, run_id: str, decisions: int) -> d
             key, following = keys[i % len(keys)], keys[(i + 1) % len(keys)]
             started = time.perf_counter()
             client.predict(run_id, 1, key, 0, 1, "", api_name="/pairs_reviewed")
-            client.predict(*filters, key, api_name="/pairs_reviewed_reload")
+            # The action reloads read the Search / Min / Max text the last load applied (session state): not sent.
+            client.predict(*reload_filters(run_id), key, api_name="/pairs_reviewed_reload")
             client.predict(run_id, 1, following, api_name="/pairs_detail")
             times.append(time.perf_counter() - started)
     finally:
