@@ -50,7 +50,7 @@ from engine.store import Store
 SPLITS = ("held_in", "held_out", "dev")
 NAMES = ("accuracy", "gap_ppl", "gap_logppl")
 PAIRED = ("held_in_accuracy", "held_out_accuracy", "dev_accuracy", "held_out_gap_ppl", "held_out_gap_logppl",
-          "dev_gap_ppl")
+          "dev_gap_ppl", "dev_gap_logppl")
 
 
 class UnknownExperiment(KeyError):

@@ -2,7 +2,8 @@
 the studio and the other reports share.
 
 Contract: pure functions of the report dict; nothing here reads a store or recomputes a statistic.
-``report_markdown(report)`` gives one table per evaluated split, the change against iteration 0 and against the
+``report_markdown(report)`` gives one table per evaluated split (accuracy, the gap as mean PPL and as mean log-PPL,
+accuracy per domain), the change against iteration 0 and against the
 baseline (paired over seeds), each swap table, and the runs with their wall times. ``format_interval`` prints a
 summary as ``mean [lo, hi]`` (``mean (n=1)`` for one seed, whose zero-width JSON interval is no interval);
 ``format_test`` prints a paired test as ``diff [lo, hi] p=.. (n=..)`` (``(n=1, no test)`` for one pair);
@@ -70,11 +71,12 @@ def report_markdown(report: dict[str, Any]) -> str:
                     continue
                 rows.append([name, t, str(it[f"{split}_accuracy"]["n"]), format_interval(it[f"{split}_accuracy"], 100),
                              format_interval(it.get(f"{split}_gap_ppl"), 1, 3),
+                             format_interval(it.get(f"{split}_gap_logppl"), 1, 3),
                              *(format_interval(it["by_domain"].get(split, {}).get(d, {}).get("accuracy"), 100)
                                for d in domains)])
         if rows:
             lines += [f"## {split}", ""]
-            lines += markdown_table(["variant", "iteration", "seeds", "accuracy %", "gap PPL",
+            lines += markdown_table(["variant", "iteration", "seeds", "accuracy %", "gap PPL", "gap log-PPL",
                                      *(f"{d} accuracy %" for d in domains)], rows)
     # Accuracy columns for the splits the runs evaluated (a dev-only tuning experiment has no held-out column).
     evaluated = [s for s in ("held_in", "held_out", "dev")

@@ -12,8 +12,9 @@ Handlers (plain functions of the store or the report dict):
   Accuracies are fractions shown as %. A variant whose points all have one seed gets no band (no zero-width
   polygon), and a figure with no interval anywhere says "1 seed: no interval" in its title; hovering a point shows
   the table's cell (``mean [lo, hi] (n seeds)``).
-* ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure shown
-  in the figures and under it, in the same cell, the paired t test against the baseline variant
+* ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure (the
+  figures' accuracies and gap PPL, and the gap as mean log-PPL too, the loss the PPL scores are made of) and under
+  it, in the same cell, the paired t test against the baseline variant
   (``Δ vs <baseline>: diff (p=..., n=...)``; one seed: ``(1 seed, no interval)`` / ``(1 seed, no test)``), then
   incomplete and missing runs, and the wall time (the clock time with any run under way, ``wall_s.busy``, beside the
   stage time summed over runs) once a stage has finished.
@@ -48,11 +49,12 @@ FIGURES = ("held_in_accuracy", "held_out_accuracy", "dev_accuracy", "held_out_ga
 TITLES = {"held_in_accuracy": "Held-in accuracy", "held_out_accuracy": "Held-out accuracy",
           "dev_accuracy": "Dev accuracy", "held_out_gap_ppl": "Held-out capability gap: mean gold-action PPL",
           "dev_gap_ppl": "Dev capability gap: mean gold-action PPL"}
-OPTIONAL = ("dev_accuracy", "dev_gap_ppl")  # shown only when a variant was evaluated on dev
+OPTIONAL = ("dev_accuracy", "dev_gap_ppl", "dev_gap_logppl")  # shown only when a variant was evaluated on dev
 # (report key, column head, scale, digits) of the table; accuracies in %.
 COLUMNS = (("held_in_accuracy", "held-in accuracy %", 100, 1), ("held_out_accuracy", "held-out accuracy %", 100, 1),
            ("dev_accuracy", "dev accuracy %", 100, 1), ("held_out_gap_ppl", "held-out gap PPL", 1, 3),
-           ("dev_gap_ppl", "dev gap PPL", 1, 3))
+           ("held_out_gap_logppl", "held-out gap log-PPL", 1, 3), ("dev_gap_ppl", "dev gap PPL", 1, 3),
+           ("dev_gap_logppl", "dev gap log-PPL", 1, 3))
 
 
 def experiment_choices(store: Store) -> list[tuple[str, str]]:

@@ -167,6 +167,14 @@ def test_report_markdown_and_cli(hand_store, capsys, tmp_path):
     for heading in ("## held_in", "## held_out", "## Change vs iteration 0", "## vs full", "## Runs"):
         assert heading in text
     assert "maths accuracy %" in text and "| no_stage2 | 2 | - | missing |" in text
+    # the gap both ways, as the issue asks: mean PPL and mean log-PPL (the loss the PPL scores are made of)
+    assert "| variant | iteration | seeds | accuracy % | gap PPL | gap log-PPL | maths accuracy % |" in text
+    held_out = text.split("## held_out")[1].split("## ")[0]
+    ppl = hand_interval([HAND["full"][s][1][2] for s in (1, 2, 3)])
+    log_ppl = hand_interval([math.log(HAND["full"][s][1][2]) for s in (1, 2, 3)])
+    row = [r for r in held_out.splitlines() if r.startswith("| full | 1 |")][0]
+    assert row.split(" | ")[4:6] == [f"{ppl[0]:.3f} [{ppl[1]:.3f}, {ppl[2]:.3f}]",
+                                     f"{log_ppl[0]:.3f} [{log_ppl[1]:.3f}, {log_ppl[2]:.3f}]"], row
     db = hand_store.path
     hand_store.close()
     assert main(["report", "--db", str(db), "--experiment", "abl-0000beef", "--json"]) == 0
