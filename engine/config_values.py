@@ -132,14 +132,16 @@ def coerce(value: Any, annotation: Any, dotted: str, source: str | None, text: b
 
 def _coerce_tables(value: Any, cls: type, dotted: str, source: str | None, text: bool) -> list[Any]:
     """A list of tables (``[[data.sources]]``; from ``--set``: a JSON list of objects) as ``cls`` instances, each
-    field coerced (``text`` as the list's own) and range-checked; errors name the item, 1-based:
-    ``data.sources[2].format``."""
+    field coerced and range-checked; errors name the item, 1-based: ``data.sources[2].format``. JSON text (from
+    ``--set``) is parsed once, and its items then carry JSON's types as a file's do: ``{"iterations": "2"}`` is
+    refused like ``iterations = "2"`` in a file."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             raise ConfigError(dotted, f"expected a JSON list of tables: {exc.msg} at column {exc.colno}",
                               source) from None
+        text = False
     if not isinstance(value, list):
         raise ConfigError(dotted, f"expected a list of tables ([[{dotted}]]), got {value!r}", source)
     hints = typing.get_type_hints(cls)

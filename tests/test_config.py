@@ -232,3 +232,12 @@ def test_create_run_writes_its_config_beside_the_checkpoints(tmp_path, loop_conf
         assert written.is_file() and not list(written.parent.glob("*.partial"))
         assert config_to_dict(load_config(written)) == config_to_dict(run_config(store, run_id))
     assert load_config(written).dpo.sft_weight == 0.5 and load_config(written).evaluate.splits == ["held_in"]
+
+
+def test_set_json_tables_carry_json_types_and_refuse_a_quoted_number():
+    """--set's JSON text is parsed once; inside it a quoted number is a string, refused as in a file (it was
+    silently converted), naming the item."""
+    with pytest.raises(ConfigError, match=r'schedule.phases\[1\].iterations: expected an integer, got the string "2"'):
+        load_config(None, ['schedule.phases=[{"name": "a", "iterations": "2"}]'])
+    config = load_config(None, ['schedule.phases=[{"name": "a", "iterations": 2, "set": ["sample.k=4"]}]'])
+    assert config.schedule.phases[0].iterations == 2 and config.run.iterations == 2
