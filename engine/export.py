@@ -10,7 +10,12 @@ Contract:
   rendering (``turns.planner_step_messages``, the layout the sample stage rendered: the onetime user turn, or for an
   iterative step the gold history before it) and ``chosen``/``rejected`` one assistant message each with the raw
   plan text. TRL renders it with the tokenizer's chat template, which gives the stored prompt when the run's
-  ``planner.chat_template`` is ``"tokenizer"`` (``chat_template_note`` says when it may not).
+  ``planner.chat_template`` is ``"tokenizer"`` (``chat_template_note`` says when it may not). Every rebuilt chat is
+  first rendered as the iteration's sample stage rendered it (``turns.planner_step_prompt`` with the run's
+  ``planner.chat_template`` and, where the rendering reads it, the tokenizer of the checkpoint that stage loaded)
+  and compared with the stored prompt: any difference (a run sampled by older code or in another layout) raises
+  ``PromptMismatch`` (a ``ValueError``: how many pairs differ of how many, the first one's task, step and iteration,
+  and the character offset where it parts), a tokenizer that does not load ``CheckpointError``; nothing is returned.
 * ``export_sft(store, run_id, iteration, path, fmt)`` writes ``{"messages": [...], "task_id", "step", "k"}`` chat
   records from ``curation.effective_sft_records``, rendered as the train_grounder stage renders them
   (``turns.grounding_messages``: the iterative layout, with the gold history, for a step >= 1).
@@ -44,16 +49,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.curation import effective_sft_records
+from engine.export_forms import FORMATS, PAIRS_FORMS
 from engine.outcome import gold_step_results
-from engine.prompts import Message
 from engine.store import Store
-from engine.turns import grounding_messages, planner_step_messages
+from engine.turns import Agent, grounding_messages, planner_step_messages, planner_step_prompt
 from engine.views import EFFECTIVE_PAIRS_SQL
 
-FORMATS = ("jsonl", "parquet")
-# How a pair is written: "text", the rendered strings train_planner feeds DPOTrainer; "messages", TRL's conversational
-# preference format (message lists the trainer renders with the tokenizer's chat template).
-PAIRS_FORMS = ("text", "messages")
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "chosen_logppl", "rejected_logppl", "task_id", "step")
 
 _PAIRS_SQL = """
@@ -69,8 +70,15 @@ ORDER BY e.task_id, e.step, e.pair_idx
 """
 
 
+class PromptMismatch(ValueError):
+    """Conversational pairs whose rebuilt planner chat, rendered as the run rendered its prompts, is not the prompt
+    stored with the plan (``plans.prompt``): the messages would not be what the planner was sampled and trained on."""
+
+
 def pair_rows(store: Store, run_id: str, iteration: int, form: str = "text") -> list[dict[str, Any]]:
-    """The TRL preference rows ``export_pairs`` writes, in ``form`` (``PAIRS_FORMS``; see the module docstring)."""
+    """The TRL preference rows ``export_pairs`` writes, in ``form`` (``PAIRS_FORMS``; see the module docstring).
+    ``form="messages"`` raises ``PromptMismatch`` when any row's rebuilt chat does not render to its stored prompt,
+    and ``CheckpointError`` when the planner's tokenizer that check needs does not load (``_sampled_planner``)."""
     if form not in PAIRS_FORMS:
         raise ValueError(f"pairs form must be one of {', '.join(PAIRS_FORMS)}, got {form!r}")
     df = store.query(EFFECTIVE_PAIRS_SQL + _PAIRS_SQL, {"run": run_id, "it": iteration})
@@ -86,26 +94,84 @@ def pair_rows(store: Store, run_id: str, iteration: int, form: str = "text") -> 
         }
         for r in df.to_dict("records")
     ]
-    return rows if form == "text" else _as_messages(store, run_id, rows)
+    return rows if form == "text" else _as_messages(store, run_id, iteration, rows)
 
 
-def _as_messages(store: Store, run_id: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _as_messages(store: Store, run_id: str, iteration: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` in TRL's conversational preference format. The prompt is rebuilt from the task and step with the
     function the sample stage rendered ``plans.prompt`` from (not parsed back out of the rendered text, which a
-    tokenizer's template need not make reversible), so it is the chat the planner was shown and trained on."""
+    tokenizer's template need not make reversible), then rendered as the sample stage renders it and compared with
+    the stored prompt: a run sampled by older code or in another layout would otherwise export, silently, chats the
+    planner never saw. Any difference raises ``PromptMismatch`` before a row is returned."""
     tasks: dict[str, Any] = {}
     results: dict[str, list[str]] = {}
-    out = []
+    built = []
     for row in rows:
         task_id, step = row["task_id"], row["step"]
         if task_id not in tasks:
             tasks[task_id] = store.get_task(run_id, task_id)
         if step and task_id not in results:  # an iterative step's prompt shows the executed gold results before it
             results[task_id] = gold_step_results(tasks[task_id])
-        prompt: list[Message] = planner_step_messages(tasks[task_id], step, results.get(task_id, []))
-        out.append({**row, "prompt": prompt, "chosen": [{"role": "assistant", "content": row["chosen"]}],
-                    "rejected": [{"role": "assistant", "content": row["rejected"]}]})
-    return out
+        built.append(planner_step_messages(tasks[task_id], step, results.get(task_id, [])))
+    if rows:
+        # The lumos layout reads the tokenizer only for the EOS after an assistant turn: a onetime run's prompts
+        # (one user turn each) are checked without loading it, so they export where the model is not at hand.
+        needs = any(m["role"] == "assistant" for messages in built for m in messages)
+        planner = _sampled_planner(store, run_id, iteration, needs)
+        differ = [(row, rendered) for row in rows
+                  if (rendered := planner_step_prompt(planner, tasks[row["task_id"]], row["step"],
+                                                      results.get(row["task_id"], []))) != row["prompt"]]
+        if differ:
+            raise PromptMismatch(_mismatch_message(run_id, iteration, planner.chat_template, len(rows), differ))
+    return [{**row, "prompt": prompt, "chosen": [{"role": "assistant", "content": row["chosen"]}],
+             "rejected": [{"role": "assistant", "content": row["rejected"]}]}
+            for row, prompt in zip(rows, built, strict=True)]
+
+
+def _sampled_planner(store: Store, run_id: str, iteration: int, needs_tokenizer: bool) -> Agent:
+    """The planner of ``iteration``'s sample stage as far as rendering goes: its ``planner.chat_template`` (the
+    iteration's config, phase settings applied) and, when ``needs_tokenizer`` or that template is ``"tokenizer"``,
+    the tokenizer of the checkpoint the stage loaded (``StageContext.agent_path``). No model is loaded.
+    ``CheckpointError`` (naming ``planner.path``) when that tokenizer does not load."""
+    from engine.config import config_from_dict
+    from engine.schedule import iteration_config
+
+    run = store.get_run(run_id) or {}
+    config = iteration_config(config_from_dict(run.get("config") or {}), iteration)
+    section = config.planner
+    if not needs_tokenizer and section.chat_template == "lumos":
+        return Agent(None, None, section.chat_template)
+    from engine.errors import CheckpointError
+    from engine.models import load_tokenizer
+    from engine.stages.context import StageContext
+
+    ctx = StageContext(store, run_id, iteration, config, Path(run.get("run_dir") or "."), stage="sample")
+    path = ctx.agent_path("planner", iteration)
+    path = (section.adapter or path) if path == section.path else path  # as runtime.load_agent loads it
+    try:
+        tokenizer = load_tokenizer(path)
+    except Exception as exc:  # transformers raises OSError, ValueError... for a tokenizer that is gone or broken
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CheckpointError("planner.path", f"{path}: the tokenizer the sample stage of iteration {iteration} "
+                                              f"rendered its prompts with does not load ({first}), so the messages "
+                                              "cannot be checked against the stored prompts; the text form writes "
+                                              "the stored prompts as they are") from None
+    return Agent(None, tokenizer, section.chat_template)
+
+
+def _mismatch_message(run_id: str, iteration: int, template: str, total: int,
+                      differ: list[tuple[dict[str, Any], str]]) -> str:
+    """How many pairs differ, and where the first one does: its task, step and iteration and the first character
+    offset at which the stored and the rebuilt prompt part, with a few characters of each from there."""
+    row, rendered = differ[0]
+    stored = row["prompt"]
+    at = len(os.path.commonprefix([stored, rendered]))
+    return (f"run {run_id!r} iteration {iteration}: {len(differ)} of {total} pairs' planner prompts, rebuilt as "
+            f"messages and rendered as the run renders them (planner.chat_template = \"{template}\"), differ from "
+            f"the prompts their plans were sampled from (plans.prompt); first: task {row['task_id']!r}, step "
+            f"{row['step']}, iteration {iteration}, from character {at} (stored {stored[at:at + 30]!r}, rebuilt "
+            f"{rendered[at:at + 30]!r}). The plans were sampled by other code or in another prompt layout, so these "
+            "messages are not what the planner saw: the text form writes the stored prompts")
 
 
 def chat_template_note(store: Store, run_id: str) -> str:

@@ -58,11 +58,12 @@ def create_run(store: Store, config: RunConfig) -> str:
     """Register a run: its config snapshot, its run directory, and the tasks it will use.
 
     The task file and the models are checked first (``engine.preflight``): a bad one raises before anything is
-    written, so a failed create leaves no run behind.
+    written, so a failed create leaves no run behind. Its cautions (a config that runs, but likely not as meant: a
+    prompt layout, a formulation) go to stderr now, while the config can still change.
     """
     tasks = load_run_tasks(config)
     check_eval_splits(config, tasks)
-    preflight(config)
+    preflight(config, tasks)
     run_dir = Path(config.run.workdir)
     run_id = store.create_run(config.run.name, config_to_dict(config), run_dir, tasks)
     write_run_config(run_directory(store, run_id), config)

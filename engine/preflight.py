@@ -15,8 +15,19 @@ Contract: ``preflight(config)`` raises ``CheckpointError`` (a ``ConfigError`` na
 It also reads ``sft.original_data`` when set (only the train_grounder stage would read it, iterations later), so a
 bad file raises its ``DataError`` now. Only configs, tokenizers and weight-file headers are read: the model is built
 on the meta device and no weight is loaded. A hub id that is not a local directory gets the config and tokenizer
-checks only (weights are not downloaded here). ``preflight`` returns nothing; a missing pad token is not an error
-(``engine.models.load_tokenizer`` pads with EOS and logs it).
+checks only (weights are not downloaded here). A missing pad token is not an error (``engine.models.load_tokenizer``
+pads with EOS and logs it).
+
+Cautions, for a config that runs but likely not as meant: ``preflight(config, tasks)`` returns them and prints each
+on stderr as ``warning: ...`` once per process (a command that creates runs and then runs them, or an experiment's
+runs of one model set, checks the same config again; stdout stays for a command's JSON):
+
+* ``planner.chat_template`` / ``grounder.chat_template`` = ``"lumos"`` with a tokenizer whose own chat template lays
+  out a user turn otherwise (an instruct model, prompted in a layout it was not trained on, works poorly): each names
+  the field and ``"tokenizer"``. A template that renders the lumos layout (the demo agents') draws none.
+* ``tasks`` (the run's, when given) holding train tasks from Lumos iterative records while an iteration samples with
+  ``sample.formulation = "onetime"`` (phase settings applied): their steps are joined into one onetime plan; it names
+  ``sample.formulation = "iterative"``.
 
 ``check_stage_agents(store, run_id, iteration, stage, config)`` is the quick check before one stage of a stored run
 (``python -m engine step``): every model directory that stage would load -- a configured model, or a checkpoint an
@@ -29,37 +40,60 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.config import RunConfig
 from engine.errors import CheckpointError
 
 if TYPE_CHECKING:
     from engine.store import Store
+    from engine.tasks import Task
 
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+\Z")  # "org/name"; anything else that is not a directory is a local path
 _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
-def preflight(config: RunConfig) -> None:
-    """Raise ``CheckpointError``/``DataError`` for the first model or file of ``config`` that cannot be used."""
+def preflight(config: RunConfig, tasks: list[Task] | None = None) -> list[str]:
+    """Raise ``CheckpointError``/``DataError`` for the first model or file of ``config`` that cannot be used; return
+    the cautions (see the module docstring), each printed on stderr the first time this process meets it."""
+    cautions = []
     for role in ("planner", "grounder"):
         section = getattr(config, role)
-        check_model(section.path, section.adapter, section.device, role, chat_template=section.chat_template)
-    if config.critic.backend == "hf":
-        check_model(config.critic.model, "", "auto", "critic", path_field="critic.model")
+        cautions += check_model(section.path, section.adapter, section.device, role,
+                                chat_template=section.chat_template)
+    if config.critic.backend == "hf":  # it renders with the tokenizer's own template when there is one
+        check_model(config.critic.model, "", "auto", "critic", path_field="critic.model", chat_template=None)
     if config.sft.original_data:
         from engine.tasks import load_tasks
 
         list(load_tasks(config.sft.original_data))
+    if tasks is not None:
+        cautions += formulation_cautions(config, tasks)
+    for caution in cautions:
+        warn(caution)
+    return cautions
+
+
+# The cautions this process has printed: one line each, however many times a command checks the same config.
+_WARNED: set[str] = set()
+
+
+def warn(caution: str) -> None:
+    """Print ``caution`` on stderr as ``warning: ...``, unless this process printed it before."""
+    if caution not in _WARNED:
+        _WARNED.add(caution)
+        print(f"warning: {caution}", file=sys.stderr)
 
 
 def check_model(path: str, adapter: str, device: str, role: str, path_field: str | None = None,
-                chat_template: str = "lumos") -> None:
+                chat_template: str | None = "lumos") -> list[str]:
     """Check one model directory (or hub id), its optional adapter, its tokenizer (and, when ``chat_template`` is
-    ``"tokenizer"``, that it has a chat template) and its device."""
+    ``"tokenizer"``, that it has a chat template) and its device. Returns the cautions about it: with
+    ``chat_template = "lumos"``, a tokenizer template of another layout (``layout_caution``); ``None`` for a model
+    that renders with its tokenizer's template whenever it has one (the hf critic), which draws none."""
     path_field = path_field or f"{role}.path"
     check_device(device, f"{role}.device")
     local = Path(path).expanduser()
@@ -88,6 +122,61 @@ def check_model(path: str, adapter: str, device: str, role: str, path_field: str
         raise CheckpointError(f"{role}.chat_template", f"'tokenizer' asks for the tokenizer's own chat template, but "
                                                        f"{tokenizer_path} has none: use \"lumos\" (the <|user|>/"
                                                        "<|assistant|> layout) or give the tokenizer a template")
+    caution = layout_caution(tokenizer, tokenizer_path, role) if chat_template == "lumos" else None
+    return [caution] if caution else []
+
+
+def layout_caution(tokenizer: Any, tokenizer_path: str, role: str) -> str | None:
+    """The caution for ``{role}.chat_template = "lumos"`` with a tokenizer whose own chat template renders a user
+    turn in another layout (None: no template, or one that renders the lumos layout, as the demo agents' does). One
+    user turn is compared, not a longer chat: templates that are the lumos layout part in details after an assistant
+    turn (the demo one drops the newline after EOS), and the question is only which layout the model was taught."""
+    from engine.prompts import render_chat
+
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    probe = [{"role": "user", "content": "Q"}]
+    try:
+        own = render_chat(probe, "tokenizer", tokenizer, add_generation_prompt=True)
+    except Exception:  # jinja raises anything: a template that cannot render one user turn is no layout to advise
+        return None
+    if own == render_chat(probe, "lumos", tokenizer, add_generation_prompt=True):
+        return None
+    return (f"{role}.chat_template = \"lumos\": {tokenizer_path} has a chat template of its own, which lays a "
+            f"prompt out otherwise ({own[:60]!r}), and the {role} will be prompted in the Lumos <|user|>/<|assistant|>"
+            f" layout instead; an instruct model prompted in a layout it was not trained on works poorly. Set "
+            f"{role}.chat_template = \"tokenizer\" to prompt it with its own template (keep \"lumos\" for a model "
+            "fine-tuned on the Lumos layout)")
+
+
+def formulation_cautions(config: RunConfig, tasks: list[Task]) -> list[str]:
+    """The caution for train tasks from Lumos iterative records (planner or grounder) in a run that samples an
+    iteration onetime: the records' steps are joined into one onetime plan (gold subgoals and actions as a whole), so
+    the step-by-step turns and executed results they hold are not what the agents are trained on. Not an error: a
+    onetime run on iterative data is a valid choice, just seldom the one meant."""
+    from engine.schedule import iteration_config, skip_reason
+
+    iterative = [t for t in tasks if t.split == "train" and t.source.startswith("lumos:")
+                 and "iterative" in (t.meta.get("formulation"), t.meta.get("plan_formulation"))]
+    # GRPO trains onetime agents only (engine.config_checks): there is no other formulation to point such a run to.
+    onetime = [t for t in range(1, config.run.iterations + 1) if skip_reason(config, t, "sample") is None
+               and (c := iteration_config(config, t)).sample.formulation == "onetime"
+               and "grpo" not in (c.stages.planner_objective, c.stages.grounder_objective)]
+    if not iterative or not onetime:
+        return []
+    if config.data.sources:  # they replace data.tasks (engine.runtime.data_sources)
+        files = [f"data.sources[{i}].path = {s.path}" for i, s in enumerate(config.data.sources, 1)
+                 if s.format == "lumos"]
+    else:
+        files = [f"data.tasks = {config.data.tasks}"] if config.data.format == "lumos" else []
+    where = f" in {', '.join(files)}" if files else ""
+    sources = ", ".join(sorted({t.source for t in iterative}))
+    when = "" if len(onetime) == config.run.iterations else \
+        f" in iteration(s) {', '.join(map(str, onetime))} (schedule.phases)"
+    return [f"sample.formulation = \"onetime\"{when}: {len(iterative)} train task(s) ({sources}) come from Lumos "
+            f"iterative records{where}, whose steps are then joined into one onetime plan per task, so the agents "
+            "are not trained on the step-by-step turns and executed results the records hold. Set "
+            "sample.formulation = \"iterative\" to train on them as recorded"]
 
 
 # The agents each stage loads, by role: the ones its iteration starts from (offset 0) or, for evaluate, the ones it

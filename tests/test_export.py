@@ -160,10 +160,21 @@ def tiny_tokenizer():
     return train_tokenizer([t.question for t in TASKS] * 5 + [" ".join(PLAN_TEXTS["m1"])] * 5, vocab_size=300)
 
 
-def add_iterative_pair(store: Store, tokenizer) -> str:
+@pytest.fixture(scope="module")
+def tokenizer_dir(tiny_tokenizer, tmp_path_factory):
+    """``tiny_tokenizer`` saved as the run's planner checkpoint holds it (the export loads it from ``planner.path``
+    to render the prompts it checks)."""
+    path = tmp_path_factory.mktemp("planner")
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+def add_iterative_pair(store: Store, tokenizer, planner_path, chat_template: str = "tokenizer") -> str:
     """Step 2 of m1 as an iterative run with ``planner.chat_template = "tokenizer"`` samples and pairs it: two
     candidate next turns after the gold history, each stored with the prompt ``turns.planner_prompt_iterative``
-    renders (the sample stage's layout) through ``tokenizer``'s template. Returns that prompt."""
+    renders (the sample stage's layout) through ``tokenizer``'s template. The run's config then says
+    ``planner.path = planner_path`` (where ``tokenizer`` is saved) and ``planner.chat_template = chat_template``
+    (another value makes a run whose stored prompts are not in its configured layout). Returns that prompt."""
     from engine.outcome import gold_step_results
     from engine.turns import Agent, planner_prompt_iterative
 
@@ -179,18 +190,19 @@ def add_iterative_pair(store: Store, tokenizer) -> str:
         ("pairs", [{**key, "pair_idx": 0, "chosen_k": 0, "rejected_k": 1, "chosen_logppl": 0.3,
                     "rejected_logppl": 1.3, "margin": 1.0, "rule": "best_worst"}]),
     ])
-    store.set_run_config(RUN, {"planner": {"chat_template": "tokenizer"}})
+    store.set_run_config(RUN, {"planner": {"chat_template": chat_template, "path": str(planner_path)}})
     return prompt
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
-def test_conversational_pairs_load_and_trl_renders_them_as_the_text_form(store, tmp_path, tiny_tokenizer, fmt):
+def test_conversational_pairs_load_and_trl_renders_them_as_the_text_form(store, tmp_path, tiny_tokenizer,
+                                                                           tokenizer_dir, fmt):
     """What DPOTrainer does with a conversational row (trl.data_utils.maybe_apply_chat_template through the
     tokenizer's template) gives the very prompt the text form carries, onetime and iterative alike, and the plans
     with the EOS DPOTrainer appends to text completions."""
     from trl.data_utils import is_conversational, maybe_apply_chat_template
 
-    iterative_prompt = add_iterative_pair(store, tiny_tokenizer)
+    iterative_prompt = add_iterative_pair(store, tiny_tokenizer, tokenizer_dir)
     text_path, messages_path = tmp_path / f"text.{fmt}", tmp_path / f"messages.{fmt}"
     assert export_pairs(store, RUN, IT, text_path, fmt) == export_pairs(store, RUN, IT, messages_path, fmt,
                                                                          form="messages") == 4
@@ -229,13 +241,9 @@ def test_conversational_prompts_are_built_by_the_sample_stages_function(store, t
         pair_rows(store, RUN, IT, "chat")
 
 
-def test_export_cli_pairs_form(store, tmp_path, tiny_tokenizer, capsys):
+def test_export_cli_pairs_form(store, tmp_path, tiny_tokenizer, tokenizer_dir, capsys):
     """``--pairs-form messages`` writes the conversational rows and says so; a lumos-layout run gets a note that TRL
     renders with the tokenizer's template instead, a tokenizer-template run none; the flag with sft is refused."""
-    from engine.commands.export import PAIRS_FORMS
-    from engine.export import PAIRS_FORMS as ENGINE_PAIRS_FORMS
-
-    assert PAIRS_FORMS == ENGINE_PAIRS_FORMS  # the parser's copy (kept light for --help) is the engine's
     db = store.path
     argv = ["export", "--db", str(db), "--run", RUN, "--iteration", str(IT), "--what", "pairs"]
     store.close()
@@ -251,13 +259,128 @@ def test_export_cli_pairs_form(store, tmp_path, tiny_tokenizer, capsys):
     assert isinstance(load(tmp_path / "t.jsonl", "jsonl", tmp_path)[0]["prompt"], str)
     capsys.readouterr()  # datasets' progress lines
     with Store(db) as s:
-        add_iterative_pair(s, tiny_tokenizer)  # and the run's planner now renders with the tokenizer's template
+        add_iterative_pair(s, tiny_tokenizer, tokenizer_dir)  # the run's planner now renders with its template
     assert main([*argv, "--pairs-form", "messages", "--out", str(tmp_path / "m.jsonl")]) == 0
     assert capsys.readouterr().err == ""
     sft = ["export", "--db", str(db), "--run", RUN, "--iteration", str(IT), "--what", "sft", "--pairs-form", "text"]
     assert main([*sft, "--out", str(tmp_path / "s.jsonl")]) == 2
     assert "--pairs-form applies to --what pairs only" in capsys.readouterr().err
     assert not (tmp_path / "s.jsonl").exists()
+
+
+# -- the messages are checked against the prompts the planner was sampled from ------------------------------------
+
+def export_messages(db, out) -> int:
+    return main(["export", "--db", str(db), "--run", RUN, "--iteration", str(IT), "--what", "pairs", "--pairs-form",
+                 "messages", "--out", str(out)])
+
+
+def test_conversational_pairs_of_a_normal_run_pass_the_prompt_check(store, tmp_path, tiny_tokenizer, tokenizer_dir,
+                                                                    capsys):
+    """Every rebuilt chat renders, as the run rendered it, to its stored prompt: onetime pairs in the lumos layout
+    (no tokenizer needed) and an iterative pair through the tokenizer's template loaded from ``planner.path``."""
+    from engine.export import pair_rows
+
+    assert len(pair_rows(store, RUN, IT, "messages")) == 3  # the lumos layout, the default config
+    add_iterative_pair(store, tiny_tokenizer, tokenizer_dir)
+    assert len(pair_rows(store, RUN, IT, "messages")) == 4
+    db = store.path
+    store.close()
+    assert export_messages(db, tmp_path / "m.jsonl") == 0
+    assert capsys.readouterr().err == ""
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", ["lumos", "tokenizer"])
+def test_the_prompts_a_real_iterative_run_sampled_pass_the_check(tiny_run, tmp_path, template, capsys):
+    """The sample stage's own prompts (tiny agents, iterative steps after the gold history) are what the check
+    rebuilds, in either layout: the lumos one reads the tokenizer's EOS after each gold step, loaded from the
+    checkpoint the stage sampled with."""
+    db, run_id = tiny_run("sample.formulation=iterative", "pairs.min_gap=0.0", f"planner.chat_template={template}",
+                          stages=("sample", "score", "pairs"))
+    out = tmp_path / "m.jsonl"
+    assert main(["export", "--db", str(db), "--run", run_id, "--iteration", "1", "--what", "pairs", "--pairs-form",
+                 "messages", "--out", str(out), "--json"]) == 0, capsys.readouterr().err
+    rows = load(out, "jsonl", tmp_path)
+    assert rows and any(r["step"] >= 2 for r in rows)  # a prompt with an assistant turn (a gold step) in it
+
+
+def test_a_stored_prompt_the_messages_do_not_render_to_refuses_the_export(store, tmp_path, capsys):
+    """A prompt the planner was sampled from that today's code does not rebuild (tampered here, as older code or
+    another layout would have left it) refuses the whole messages export: exit 2, the count, the first differing
+    pair and where it parts, and no file, not even a temp one; the text form still writes the stored prompts."""
+    import duckdb
+
+    from engine.export import PromptMismatch, pair_rows
+    from studio import tab_export
+
+    stored = prompt_of(TASKS[1])
+    db = store.path
+    store.close()
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE plans SET prompt = replace(prompt, '<|assistant|>', '<|assistant|> ') WHERE task_id = 'm2'")
+    con.close()
+    out = tmp_path / "out" / "m.jsonl"
+    out.parent.mkdir()
+    assert export_messages(db, out) == 2
+    err = capsys.readouterr().err
+    at = stored.index("<|assistant|>") + len("<|assistant|>")
+    assert err.startswith(f"error: --pairs-form messages: run {RUN!r} iteration {IT}: 1 of 3 pairs' planner prompts")
+    assert f"first: task 'm2', step 0, iteration {IT}, from character {at} (stored ' \\n', rebuilt '\\n')" in err
+    assert 'planner.chat_template = "lumos"' in err and err.rstrip().endswith("; nothing written")
+    assert list(out.parent.iterdir()) == []
+    with Store(db) as s:
+        with pytest.raises(PromptMismatch, match="1 of 3 pairs"):  # the studio's Export tab refuses it too
+            tab_export.export_file(s, RUN, IT, "pairs", "jsonl", out.parent, "messages")
+        assert list(out.parent.iterdir()) == []
+        tampered = {r["task_id"]: r["prompt"] for r in pair_rows(s, RUN, IT)}["m2"]  # the text form: as stored
+        assert tampered == stored.replace("<|assistant|>", "<|assistant|> ")
+    assert main(["export", "--db", str(db), "--run", RUN, "--iteration", str(IT), "--what", "pairs", "--out",
+                 str(out)]) == 0
+
+
+def test_prompts_sampled_in_another_layout_than_the_config_says_are_refused(store, tmp_path, tiny_tokenizer,
+                                                                            tokenizer_dir, capsys):
+    """An iterative pair sampled through the tokenizer's template in a run whose config says the lumos layout: the
+    demo template ends an assistant turn without the lumos layout's newline, so the messages would be rendered into
+    another prompt than the planner saw. A tokenizer that is gone cannot check them, and says so."""
+    add_iterative_pair(store, tiny_tokenizer, tokenizer_dir, chat_template="lumos")
+    db = store.path
+    store.close()
+    assert export_messages(db, tmp_path / "m.jsonl") == 2
+    err = capsys.readouterr().err
+    assert "1 of 4 pairs' planner prompts" in err and "first: task 'm1', step 2, iteration 0" in err
+    assert not (tmp_path / "m.jsonl").exists()
+    with Store(db) as s:
+        s.set_run_config(RUN, {"planner": {"chat_template": "tokenizer", "path": str(tmp_path / "gone")}})
+    assert export_messages(db, tmp_path / "m.jsonl") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --pairs-form messages: planner.path: {tmp_path / 'gone'}: the tokenizer the "
+                          "sample stage of iteration 0 rendered its prompts with does not load")
+    assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_the_export_parser_offers_the_engines_names_without_loading_the_writers():
+    """``--format``/``--pairs-form`` offer ``engine.export_forms``' tuples, the very ones the writers check, and
+    building the parser (every ``--help``) loads neither ``engine.export`` (pyarrow) nor the training stack: the
+    parser once kept a copy of ``PAIRS_FORMS`` for that, which a new form would have left behind."""
+    import subprocess
+    import sys
+
+    from engine import export, export_forms
+
+    probe = ("import argparse, sys; from engine.commands import export; "
+             "export.add_arguments(argparse.ArgumentParser()); "
+             "print(sorted(m for m in ('engine.export', 'pyarrow', 'torch', 'transformers', 'trl') "
+             "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    parser = argparse.ArgumentParser()
+    export_command.add_arguments(parser)
+    choices = {a.dest: a.choices for a in parser._actions}
+    assert choices["pairs_form"] is export_forms.PAIRS_FORMS is export.PAIRS_FORMS
+    assert choices["format"] is export_forms.FORMATS is export.FORMATS
 
 
 def test_export_tab_offers_the_pairs_form_for_download_and_push(store, tmp_path):

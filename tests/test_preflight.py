@@ -201,3 +201,82 @@ def test_a_tokenizer_chat_template_that_is_not_there_is_refused_naming_the_field
     with pytest.raises(CheckpointError, match=r"^planner.chat_template: "):
         preflight(load_config(None, [f"planner.path={bare}", f"grounder.path={good}",
                                      "planner.chat_template=tokenizer"]))
+
+
+# -- cautions: a config that runs, but likely not as meant -----------------------------------------------------------
+
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def instruct(copy, name: str) -> Path:
+    """A copy of the good checkpoint whose tokenizer has a ChatML template of its own, as an instruct model's has."""
+    model = copy(name)
+    (model / "chat_template.jinja").write_text(CHATML)
+    return model
+
+
+def test_an_instruct_tokenizer_kept_on_the_lumos_layout_is_warned_once_per_role(copy, capsys):
+    """``chat_template = "lumos"`` (the default) with a tokenizer that lays prompts out its own way: one warning line
+    per role on stderr, naming the field and the fix, printed once however often the config is checked (a ``run``
+    creates the run and checks it again); a role set to ``"tokenizer"`` draws none, nor does the hf critic."""
+    model = instruct(copy, "chatml")
+    config = load_config(None, [f"planner.path={model}", f"grounder.path={model}"])
+    cautions = preflight(config)
+    assert [c.split(" = ")[0] for c in cautions] == ["planner.chat_template", "grounder.chat_template"]
+    assert 'Set planner.chat_template = "tokenizer"' in cautions[0] and str(model) in cautions[0]
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [f"warning: {c}" for c in cautions]
+    assert preflight(config) == cautions and capsys.readouterr().err == ""  # said once
+    assert preflight(load_config(None, [f"planner.path={model}", f"grounder.path={model}",
+                                        "grounder.chat_template=tokenizer"])) == cautions[:1]
+    assert check_model(str(model), "", "auto", "critic", path_field="critic.model", chat_template=None) == []
+
+
+def test_the_demo_agents_lumos_template_draws_no_warning(good, capsys):
+    """The committed demo agents' tokenizers carry the lumos layout as their template: nothing to warn about."""
+    assert preflight(load_config(ROOT / "examples" / "demo.toml", [])) == []
+    assert check_model(str(good), "", "auto", "planner") == []
+    assert capsys.readouterr().err == ""
+
+
+def test_the_warning_stays_off_a_commands_json_stdout(tmp_path, copy, capsys):
+    """``run`` prints its JSON on stdout; the warning goes to stderr, once, though the run is checked twice."""
+    model = instruct(copy, "chatml-cli")
+    db = tmp_path / "s.duckdb"
+    assert run_cli(db, tmp_path, "--iterations", "0", "--set", "stages.evaluate_initial=false", "--set",
+                   f"planner.path={model}") == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["status"] == "done"
+    warnings = [line for line in captured.err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and warnings[0].startswith('warning: planner.chat_template = "lumos": ')
+
+
+def lumos_config(samples: Path, formulation: str, *extra: str):
+    """The default config on the carried Lumos maths sample of ``formulation`` (planner and grounder files)."""
+    plan, ground = (samples / f"lumos_derived_maths_{role}_{formulation}.jsonl" for role in ("plan", "ground"))
+    return load_config(None, ["data.format=lumos", f"data.tasks={plan}", f"data.ground={ground}", *extra])
+
+
+def test_lumos_iterative_records_sampled_onetime_are_warned(samples_dir, capsys):
+    """Lumos iterative records with ``sample.formulation = "onetime"`` (the default): their steps are joined into one
+    plan, so the warning names the file and ``sample.formulation = "iterative"``; iterative sampling, onetime records,
+    or a GRPO run (onetime only, nothing to advise) draw none."""
+    from engine.runtime import load_run_tasks
+
+    config = lumos_config(samples_dir, "iterative")
+    cautions = preflight(config, load_run_tasks(config))
+    path = samples_dir / "lumos_derived_maths_plan_iterative.jsonl"
+    assert cautions == [f'sample.formulation = "onetime": 10 train task(s) (lumos:maths) come from Lumos iterative '
+                        f"records in data.tasks = {path}, whose steps are then joined into one onetime plan per task, "
+                        "so the agents are not trained on the step-by-step turns and executed results the records "
+                        'hold. Set sample.formulation = "iterative" to train on them as recorded']
+    assert capsys.readouterr().err == f"warning: {cautions[0]}\n"
+    config = lumos_config(samples_dir, "iterative", "sample.formulation=iterative")
+    assert preflight(config, load_run_tasks(config)) == []
+    config = lumos_config(samples_dir, "iterative", "stages.planner_objective=grpo")  # GRPO trains onetime only
+    assert preflight(config, load_run_tasks(config)) == []
+    config = lumos_config(samples_dir, "onetime")
+    assert preflight(config, load_run_tasks(config)) == []
+    assert capsys.readouterr().err == ""

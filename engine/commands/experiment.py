@@ -95,8 +95,9 @@ def _preflight(exp, variants: list[str], seeds: list[int], iterations: int) -> N
             continue
         seen.add(key)
         try:
-            check_eval_splits(config, load_run_tasks(config))
-            preflight(config)
+            tasks = load_run_tasks(config)
+            check_eval_splits(config, tasks)
+            preflight(config, tasks)
         except ConfigError as exc:
             raise ConfigError(f"variants.{variant}", f"{exc.field}: {exc.message}", str(exp.source)) from None
 

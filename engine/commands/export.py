@@ -7,7 +7,11 @@ give the file, and prints ``{"what", "format", "path", "rows"}`` (pairs: and ``"
 one-line summary; exits 0. ``--pairs-form`` (pairs only; default ``text``, the rendered strings train_planner trains
 on) ``messages`` writes TRL's conversational preference format; a run whose planner prompts were rendered with the
 lumos layout gets a ``note:`` line on stderr that TRL renders messages with the tokenizer's template instead
-(``engine.export.chat_template_note``). ``--pairs-form`` with another ``--what`` is refused (exit 2). An unknown
+(``engine.export.chat_template_note``). Before anything is written, each messages prompt is rendered as the run
+rendered its prompts and compared with the prompt stored with the plan: when any differs (plans sampled by older code
+or in another layout) or the planner's tokenizer that check needs does not load, ``error: ...`` names how many pairs
+differ of how many and where the first one parts, and the command exits 2, writing nothing
+(``engine.export.PromptMismatch``). ``--pairs-form`` with another ``--what`` is refused (exit 2). An unknown
 run, a missing DuckDB file, an iteration the run does not have, or a ``--out`` whose folder takes no new file prints
 ``error: ...`` on stderr and exits 2, writing nothing. So does an iteration that cannot hold the rows asked for:
 iteration 0 samples and grounds no plans (no pairs, no SFT records), an iteration that trained neither agent by GRPO
@@ -27,9 +31,7 @@ from pathlib import Path
 
 from engine.commands._common import BAD_INPUT, print_json, store_missing, writable_file
 from engine.export_empty import NOUNS, empty_reason
-
-# Not imported from engine.export: that pulls in pyarrow, and every command's parser is built for `--help`.
-PAIRS_FORMS = ("text", "messages")
+from engine.export_forms import FORMATS, PAIRS_FORMS  # not from engine.export: pyarrow, for every `--help`
 
 HELP = "Export an iteration's curated DPO pairs, grounder SFT records or GRPO rollouts as JSONL or Parquet."
 
@@ -41,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iteration", required=True, type=int, help="iteration whose data to export")
     parser.add_argument("--what", required=True, choices=("pairs", "sft", "rollouts"),
                         help="DPO pairs, grounder SFT records, or the rollouts of a GRPO iteration")
-    parser.add_argument("--format", default=None, choices=("jsonl", "parquet"),
+    parser.add_argument("--format", default=None, choices=FORMATS,
                         help="output format (default: from --out's name, .parquet or .jsonl/.json; another name "
                              "needs --format, and a name that says the other format is refused)")
     parser.add_argument("--pairs-form", default=None, choices=PAIRS_FORMS,
@@ -55,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.commands._common import store_unusable
-    from engine.export import chat_template_note, left_out, rows_of, write_rows
+    from engine.errors import CheckpointError
+    from engine.export import PromptMismatch, chat_template_note, left_out, rows_of, write_rows
     from engine.store import Store, StoreError
 
     if store_missing(args.db):  # bad input (2); a file that cannot be used as a store is 3
@@ -88,7 +91,11 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: run {args.run!r} has no iteration {args.iteration} (its iterations: "
                       f"{', '.join(map(str, store.iterations(args.run))) or 'none yet'})", file=sys.stderr)
                 return 2
-            rows = rows_of(args.what, store, args.run, args.iteration, pairs_form)
+            try:
+                rows = rows_of(args.what, store, args.run, args.iteration, pairs_form)
+            except (PromptMismatch, CheckpointError) as exc:  # messages that are not the prompts the planner saw
+                print(f"error: --pairs-form {pairs_form}: {exc}; nothing written", file=sys.stderr)
+                return 2
             if args.what == "pairs" and pairs_form == "messages":
                 form_note = chat_template_note(store, args.run)
             kept_out = left_out(store, args.run, args.iteration, args.what)
