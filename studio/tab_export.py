@@ -17,7 +17,8 @@ with the reason and nothing is written (``NothingToExport``, as ``python -m engi
 export of a stage that ran and kept nothing is written and said to be so.
 
 Handlers: ``export_path``, ``export_file(store, run_id, iteration, kind, fmt, out_dir, pairs_form="text") -> (path,
-rows)``, ``push_to_hub``. The pairs-form radio is the last input of the ``export_file`` and ``export_push_hub``
+rows)``, ``push_to_hub`` (to the config ``hub_config_name`` names: ``pairs``, ``pairs_messages``, ``sft``, ...; one
+split per iteration). The pairs-form radio is the last input of the ``export_file`` and ``export_push_hub``
 endpoints, so an API client that sends the earlier inputs alone gets the text form, as before.
 """
 
@@ -100,10 +101,19 @@ def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: s
             path, rows = export_file(store, run_id, iteration, kind, "parquet", tmp, pairs_form)
         except NothingToExport as exc:
             return str(exc)
-        datasets.Dataset.from_parquet(str(path)).push_to_hub(repo_id, token=token, split=f"iteration_{iteration}")
+        config = hub_config_name(kind, pairs_form)
+        datasets.Dataset.from_parquet(str(path)).push_to_hub(repo_id, config_name=config, token=token,
+                                                             split=f"iteration_{iteration}")
     form = f" ({pairs_form} form)" if kind == "pairs" else ""
-    return (f"Pushed {rows} {kind} rows{form} to https://huggingface.co/datasets/{repo_id} (split "
+    return (f"Pushed {rows} {kind} rows{form} to https://huggingface.co/datasets/{repo_id} (config {config}, split "
             f"iteration_{iteration}).")
+
+
+def hub_config_name(kind: str, pairs_form: str) -> str:
+    """The Hub dataset config a push goes to: one per kind of row and pair form, so every config's splits share one
+    schema. Into one config, an SFT push would replace the pairs' split of the same iteration, and messages pairs
+    would sit beside text ones under one set of features, which the Hub's viewer and ``load_dataset`` refuse."""
+    return f"{kind}_messages" if kind == "pairs" and pairs_form == "messages" else kind
 
 
 def build(ctx: Ctx) -> None:

@@ -400,8 +400,14 @@ def test_export_tab_offers_the_pairs_form_for_download_and_push(store, tmp_path)
     with pytest.raises(ValueError, match="pairs form"):
         tab_export.export_file(store, RUN, IT, "pairs", "jsonl", tmp_path, "../x")
 
-    pushed: list[datasets.Dataset] = []
-    with unittest.mock.patch.object(datasets.Dataset, "push_to_hub", lambda ds, *a, **k: pushed.append(ds)):
+    pushed: list[tuple[datasets.Dataset, dict]] = []
+    with unittest.mock.patch.object(datasets.Dataset, "push_to_hub", lambda ds, *a, **k: pushed.append((ds, k))):
         said = tab_export.push_to_hub(store, RUN, IT, "pairs", "me/data", "hf_token", "messages")  # no network
-    assert said.startswith("Pushed 3 pairs rows (messages form) to https://huggingface.co/datasets/me/data")
-    assert pushed[0].to_list()[0]["chosen"][0]["role"] == "assistant"
+        tab_export.push_to_hub(store, RUN, IT, "pairs", "me/data", "hf_token", "text")
+        tab_export.push_to_hub(store, RUN, IT, "sft", "me/data", "hf_token", "messages")
+    assert said.startswith("Pushed 3 pairs rows (messages form) to https://huggingface.co/datasets/me/data "
+                           "(config pairs_messages, split iteration_0)")
+    assert pushed[0][0].to_list()[0]["chosen"][0]["role"] == "assistant"
+    # one config per schema: neither replaces another's split of the same iteration, nor mixes features with it
+    assert [(k["config_name"], k["split"]) for _, k in pushed] == [
+        ("pairs_messages", "iteration_0"), ("pairs", "iteration_0"), ("sft", "iteration_0")]
