@@ -341,8 +341,8 @@ class Store(RunLedger, StudioViews, VerdictViews):
         order = ", ".join(f'"{k}"' for k in self._keys.get(table, [])) or "1"
         return self.query(f'SELECT * FROM "{table}" WHERE {clause} ORDER BY {order}', params)
 
-    def count(self, table: str, run_id: str, iteration: int | None = None) -> int:
-        clause, params = self._where(table, run_id, iteration, {})
+    def count(self, table: str, run_id: str, iteration: int | None = None, **equals: Any) -> int:
+        clause, params = self._where(table, run_id, iteration, equals)
         with self._cursor() as cur:
             return int(cur.execute(f'SELECT count(*) FROM "{table}" WHERE {clause}', params).fetchall()[0][0])
 

@@ -463,3 +463,66 @@ def test_bad_data_met_inside_a_stage_fails_the_stage_and_keeps_the_store_the_run
     assert "stage evaluate failed: DataError: extra.jsonl:3: answer: not a number" in err
     with Store(db) as store:
         assert store.stage_status(summary["run_id"], 0)["evaluate"]["status"] == "failed"
+
+
+class _DownForSome(FakeOpenAI):
+    """A critic server that answers 503 for the prompts holding any text of ``down_for`` (a server overloaded for
+    part of a batch), and judges everything else."""
+
+    def __init__(self):
+        super().__init__()
+        self.down_for: set[str] = set()
+
+    def behave(self, marker: str, n: int, auth: str | None, body: dict) -> tuple[int, dict, bytes, float]:
+        text = " ".join(m.get("content", "") for m in body["messages"])
+        if any(part in text for part in self.down_for):
+            return self.failure(503, "overloaded")
+        return super().behave(marker, n, auth, body)
+
+
+def test_retry_errors_judges_again_only_the_error_verdicts_before_the_grounder_trains(tiny_run, capsys):
+    """Part of a batch the critic could not judge is stored as error verdicts and the stage finishes; nothing could
+    judge them again (a done stage refused the step). `step critique --retry-errors` now judges those groundings
+    alone, keeps every other verdict as it was, and is refused where it would rewrite what SFT trained on."""
+    from engine.__main__ import main
+    from engine.loop import run_stage
+
+    fake = _DownForSome()
+    with local_server(Handler, fake) as (_, url):
+        db, run_id = tiny_run("critic.backend=openai", f"critic.base_url={url}", "critic.model=critic-m",
+                              "critic.max_retries=0", "ground.max_new_tokens=8", stages=("sample", "score", "ground"))
+        with Store(db) as store:
+            first = store.query("SELECT task_id FROM groundings WHERE run_id = ? ORDER BY task_id LIMIT 1",
+                                [run_id])["task_id"][0]
+            fake.down_for = {store.get_task(run_id, first).question}
+            assert run_stage(store, run_id, 1, "critique") == "done"
+            before = store.query("SELECT task_id, k, status, raw, created_at FROM verdicts WHERE run_id = ? "
+                                 "ORDER BY task_id, k", [run_id])
+        errors = before[before["status"] == "error"]
+        assert set(errors["task_id"]) == {first} and len(errors) < len(before)
+        args = ["step", "critique", "--run", run_id, "--iteration", "1", "--db", str(db), "--quiet"]
+        assert main([*args, "--retry-errors"]) == 1  # still down: the stage fails, resumable, nothing lost
+        assert "could not judge" in capsys.readouterr().err
+        with Store(db) as store:
+            assert store.stage_status(run_id, 1)["critique"]["status"] == "failed"
+            assert store.count("verdicts", run_id, 1) == len(before) - len(errors)
+        fake.down_for = set()
+        requests = fake.total
+        assert main(args) == 0  # a plain step resumes it too; here: the server is back
+        assert fake.total - requests == len(errors)  # only the groundings that had no verdict were sent
+        with Store(db) as store:
+            after = store.query("SELECT task_id, k, status, raw, created_at FROM verdicts WHERE run_id = ? "
+                                "ORDER BY task_id, k", [run_id])
+        assert len(after) == len(before) and "error" not in set(after["status"])
+        kept = before[before["status"] != "error"].reset_index(drop=True)
+        assert after[after["task_id"] != first].reset_index(drop=True).equals(kept)  # untouched, not rewritten
+        assert main([*args, "--retry-errors"]) == 2
+        assert "has no error verdicts to judge again" in capsys.readouterr().err
+        with Store(db) as store:
+            store.write("verdicts", [{**after.iloc[0].to_dict(), "run_id": run_id, "iteration": 1, "step": 0,
+                                      "backend": "openai", "reference_guided": False, "status": "error"}])
+            store.set_stage(run_id, 1, "train_grounder", "done")
+        assert main([*args, "--retry-errors"]) == 2
+        assert "train_grounder of iteration 1 is done" in capsys.readouterr().err
+        assert main(["step", "ground", "--run", run_id, "--iteration", "1", "--db", str(db), "--retry-errors"]) == 2
+        assert "applies to the critique stage only" in capsys.readouterr().err

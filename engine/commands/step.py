@@ -6,12 +6,20 @@ iteration does not have), a critic override (``--critic``/``--base-url``/``--mod
 stage other than critique, or for a critique that is done already (it would judge nothing), a model directory the
 stage would load that is gone (``engine.preflight.check_stage_agents``: a configured model, named by its field, or a
 checkpoint an earlier iteration recorded, named by that iteration and role). A refused stage is not recorded (not as
-failed either).
+failed either). A stage that fails prints ``error: iteration T, stage S failed: ...`` (its traceback is in
+``status --json``) and the JSON line, and exits 1, as a stage that stopped does.
+
+``step critique --retry-errors`` judges again the groundings whose verdict is an ``error`` (a critic that was down
+for part of a batch, or refused an item; with ``--base-url``/``--model``, on another server): it is refused when the
+iteration has none, or when its train_grounder stage has run or is running (the grounder read those verdicts). The
+stage is marked stopped, the error verdicts removed, then the stage runs on them alone (other verdicts are kept), so
+a command killed between the steps leaves a stage that ``run --run ID`` resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from engine.commands._common import add_quiet_flag
 
@@ -29,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override critic.backend")
     parser.add_argument("--base-url", default=None, help="override critic.base_url (OpenAI-compatible /v1 URL)")
     parser.add_argument("--model", default=None, help="override critic.model")
+    parser.add_argument("--retry-errors", action="store_true",
+                        help="critique only: judge again the groundings whose verdict is an error (the critic was "
+                             "down for part of a batch, or refused an item), before the iteration's grounder "
+                             "trains; other verdicts are kept")
     add_quiet_flag(parser)
 
 
@@ -38,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.commands._common import BAD_INPUT, fail, print_json, store_missing, store_unusable
     from engine.commands.run import progress_printer
     from engine.config import config_from_dict, config_to_dict
-    from engine.errors import ConfigError, DataError
+    from engine.errors import ConfigError, DataError, failed_stage
     from engine.loop import out_of_order, run_config, run_stage
     from engine.store import Store, StoreError
 
@@ -60,10 +72,13 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: {'/'.join(overrides)} apply to the critique stage only, not {args.stage}",
                       file=sys.stderr)
                 return 2
+            if args.retry_errors and (problem := _retry_refused(store, args)):
+                print(f"error: {problem}", file=sys.stderr)
+                return 2
             state = store.stage_status(args.run, args.iteration).get(args.stage) or {}
             unjudged = store.count("groundings", args.run, args.iteration) - store.count("verdicts", args.run,
                                                                                           args.iteration)
-            if overrides and state.get("status") == "done" and unjudged <= 0:  # every grounding has its verdict
+            if overrides and state.get("status") == "done" and unjudged <= 0 and not args.retry_errors:
                 print(f"error: critique of iteration {args.iteration} is done already (its verdicts came from "
                       f"critic.backend = {config.critic.backend}); {'/'.join(overrides)} would judge nothing. "
                       "They apply to a critique that has not run or did not finish; to compare critics, start a "
@@ -75,8 +90,18 @@ def run(args: argparse.Namespace) -> int:
                 if value is not None:
                     data["critic"][key] = value
             config = config_from_dict(data, "--critic/--base-url/--model")
-            status = run_stage(store, args.run, args.iteration, args.stage, config=config,
-                               progress=progress_printer(args.quiet))
+            if args.retry_errors:
+                _remove_error_verdicts(store, args.run, args.iteration)
+            try:
+                status = run_stage(store, args.run, args.iteration, args.stage, config=config,
+                                   progress=progress_printer(args.quiet))
+            except Exception as exc:
+                if failed_stage(exc) is None:  # not a recorded stage failure: bad input (2) or a bug (traceback)
+                    raise
+                db_arg = shlex.quote(args.db)
+                print(f"error: iteration {args.iteration}, stage {args.stage} failed: {type(exc).__name__}: {exc}\n"
+                      f"(its traceback is in `python -m engine status --db {db_arg} --json`)", file=sys.stderr)
+                status = "failed"
             print_json({"run_id": args.run, "iteration": args.iteration, "stage": args.stage, "status": status,
                         "state": store.stage_status(args.run, args.iteration).get(args.stage)})
     except (ConfigError, DataError) as exc:  # e.g. --critic openai without --model
@@ -84,3 +109,27 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
         return store_unusable(exc)
     return 0 if status in ("done", "skipped") else 1
+
+
+def _retry_refused(store, args: argparse.Namespace) -> str | None:
+    """Why ``--retry-errors`` cannot run here, or None."""
+    if args.stage != "critique":
+        return f"--retry-errors applies to the critique stage only, not {args.stage}"
+    trained = (store.stage_status(args.run, args.iteration).get("train_grounder") or {}).get("status")
+    if trained in ("running", "done"):
+        return (f"train_grounder of iteration {args.iteration} is {trained}: the grounder was trained on these "
+                "verdicts, and judging them again now would leave the store saying otherwise. Start a new run to "
+                "judge with another critic")
+    errors = store.count("verdicts", args.run, args.iteration, status="error")
+    if not errors:
+        return f"iteration {args.iteration} has no error verdicts to judge again"
+    return None
+
+
+def _remove_error_verdicts(store, run_id: str, iteration: int) -> None:
+    """Mark the stage stopped, then remove its error verdicts: a command killed in between leaves a stage that a
+    resume runs again, never a "done" one with groundings unjudged."""
+    errors = store.count("verdicts", run_id, iteration, status="error")
+    store.set_stage(run_id, iteration, "critique", "stopped",
+                    error=f"{errors} error verdict(s) removed to be judged again (step critique --retry-errors)")
+    store.delete("verdicts", run_id, iteration, status="error")

@@ -7,7 +7,9 @@ stage judges only the chunks that hold a grounding without a verdict. A chunk th
 (every verdict an ``error`` with ``extra["unreachable"]``: the server down, a wrong URL, key or model, out of quota)
 fails the stage and is not stored, so the stage reads failed instead of done with nothing to train on, and a
 resume judges the chunk again. An error about one item (a prompt too long, a malformed reply) is that item's
-verdict, stored as before: it would fail again on every resume.
+verdict, stored as before: it would fail again on every resume. ``python -m engine step critique --retry-errors``
+removes an iteration's error verdicts (before its grounder trains on the verdicts) and runs this stage again, which
+judges those groundings alone.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ def run(ctx: StageContext) -> dict[str, int]:
     n_chunks = len(batches(rows_in, size))
     for index, chunk in chunks:
         ctx.check_stop()
+        # A chunk is stored in one transaction, so on a resume none of it is judged; only error verdicts removed for
+        # judging again (`step critique --retry-errors`) leave part of one, and the rest keeps the verdicts it had.
+        chunk = [r for r in chunk if (r.task_id, r.step, r.k) not in judged]
         items = [Grounding(tasks[r.task_id], int(r.step), int(r.k), json.loads(r.subgoals_json), r.actions,
                            {"ok": bool(r.ok), "values": json.loads(r.values_json), "answer": r.answer,
                             "error": r.error}, bool(r.correct)) for r in chunk]
