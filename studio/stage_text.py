@@ -9,6 +9,7 @@ iteration trains by, ``run_objectives`` those of every iteration of a run, for e
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from engine.config import RunConfig, config_from_dict
@@ -85,7 +86,12 @@ def _critique(store: Store, run_id: str, iteration: int, counts: dict[str, Any])
     statuses = store.query("SELECT status, count(*) AS n FROM verdicts WHERE run_id = ? AND iteration = ? "
                            "GROUP BY status ORDER BY n DESC, status", [run_id, iteration])
     parts = ", ".join(f"{int(r.n):,} {r.status}" for r in statuses.itertuples(index=False))
-    return f"{_n(counts.get('rows'))} verdicts" + (f": {parts}" if parts else "")
+    line = f"{_n(counts.get('rows'))} verdicts" + (f": {parts}" if parts else "")
+    trained = (store.stage_status(run_id, iteration).get("train_grounder") or {}).get("status")
+    if "error" in set(statuses["status"]) and trained not in ("running", "done"):  # the way on, while it is open
+        line += (f"; `python -m engine step critique --db {shlex.quote(str(store.path))} --run {run_id} "
+                 f"--iteration {iteration} --retry-errors` judges the errors again")
+    return line
 
 
 def _evaluate(store: Store, run_id: str, iteration: int, counts: dict[str, Any]) -> str:

@@ -557,6 +557,25 @@ def test_the_run_tab_says_what_each_stage_did_in_words(tmp_path):
                                  "evaluate"]
 
 
+def test_the_critique_line_says_how_to_judge_error_verdicts_again_until_the_grounder_trains(tmp_path):
+    from studio.tab_run import stage_table
+    from tests._store_world import IT, RUN, build_world
+
+    with Store(tmp_path / "ws.duckdb") as s:
+        build_world(s)
+        s.query("UPDATE verdicts SET status = 'error' WHERE run_id = ? AND status = 'unfixable'", [RUN])
+        s.set_stage(RUN, IT, "critique", "running")
+        s.set_stage(RUN, IT, "critique", "done", counts={"rows": 3})
+        line = stage_table(s, RUN).set_index("stage").loc["critique", "summary"]
+        assert line == (f"3 verdicts: 1 accepted, 1 corrected, 1 error; `python -m engine step critique --db "
+                        f"{s.path} --run {RUN} --iteration {IT} --retry-errors` judges the errors again")
+        s.set_stage(RUN, IT, "train_grounder", "running")
+        s.set_stage(RUN, IT, "train_grounder", "done", counts={"rows": 4})
+        # trained on them: too late to judge again (the step refuses), so the line no longer offers it
+        assert stage_table(s, RUN).set_index("stage").loc["critique", "summary"] == (
+            "3 verdicts: 1 accepted, 1 corrected, 1 error")
+
+
 def test_no_empty_chart_is_drawn(tmp_path):
     """Without data a chart says so in words instead of drawing empty axes; with data it draws the data only."""
     from studio import tab_metrics, tab_run
