@@ -20,6 +20,7 @@ several triggers refresh is one ``always_last`` event, so one session's calls of
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gradio as gr
@@ -114,6 +115,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         # clears it.
         auto_pick = gr.Number(None, visible="hidden", precision=0, elem_id="iteration-auto")
         view = gr.Textbox("", visible="hidden", elem_id="view-key")  # see Ctx.view
+        shown_tab = gr.Textbox(next(iter(TABS)), visible="hidden", elem_id="tab-key")  # see Ctx.tab
 
         def on_run(run_id, wanted, shown=None):
             if run_id and isinstance(shown, dict) and shown.get("run") == run_id:
@@ -145,7 +147,8 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
                         api_name="studio_iteration_picked", api_visibility="undocumented")
         ctx = Ctx(store=store, jobs=jobs, read_only=read_only, spaces=spaces, run=run, iteration=iteration,
                   curator=curator, viewers=frozenset(viewers),
-                  workspace=Path(workspace).resolve() if workspace else Path.cwd(), browser_secret=secret, view=view)
+                  workspace=Path(workspace).resolve() if workspace else Path.cwd(), browser_secret=secret, view=view,
+                  tab=shown_tab)
         builders = {"run": lambda: tab_run.build(ctx, config_path), "plans": lambda: tab_plans.build(ctx),
                     "pairs": lambda: tab_pairs.build(ctx), "critic": lambda: tab_critic.build(ctx),
                     "metrics": lambda: tab_metrics.build(ctx), "export": lambda: tab_export.build(ctx)}
@@ -207,6 +210,10 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         for tab_id, block in tab_blocks.items():
             block.select(None, [run, iteration, auto_pick, saved_place], saved_place, js=place.save_js(tab_id),
                          show_progress="hidden", api_name=f"studio_tab_{tab_id}", api_visibility="undocumented")
+            # The tab shown (Ctx.tab), set by the browser itself: no server call at each tab switch. The restore's
+            # pick of the saved tab fires it too (a reload on the Pairs tab: "pairs").
+            block.select(None, None, shown_tab, js=f"() => {json.dumps(tab_id)}", show_progress="hidden",
+                         api_name=f"studio_tab_shown_{tab_id}", api_visibility="undocumented")
         gr.on([run.change, iteration.change, auto_pick.change], None, [run, iteration, auto_pick, saved_place],
               saved_place, js=place.save_js(),
               show_progress="hidden", api_name="studio_place_save", api_visibility="undocumented")

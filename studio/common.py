@@ -62,6 +62,10 @@ class Ctx:
     # iteration (studio.app.view_key): a view of one iteration listens to its change, not to both pickers', which
     # fired it twice per load and per run switch (once with the new run and the old iteration).
     view: gr.Textbox | None = None
+    # A hidden component whose value is the id of the tab the page shows (studio.app.TABS), set in the browser when a
+    # tab is picked or the place restored: a timer of one tab ticks only while its tab is shown (every tick costs the
+    # whole page a pass over its components, studio.pace).
+    tab: gr.Textbox | None = None
 
 
 def user_error(message: str) -> gr.Error:
@@ -348,6 +352,7 @@ def review_line(store: Store, run_id: str | None, iteration: int | None, target:
 
     done = review_progress(store, run_id, int(iteration), target, curator or "")
     mine = f", {done['mine']} by you" if curator else ""
+    # studio.team_counters.COUNTER reads this back out of a queue's line: its timer rewrites the counter in place.
     return f" · reviewed {done['reviewed']} of {done['total']} by the team{mine}"
 
 

@@ -2,8 +2,8 @@
 a verdict's key (``task|step|k``) and the label the picker shows (``verdict_label``, ``verdict_name``; a page's:
 ``verdict_labels``, ``page_labels``: with the pick's own label when it has left the page),
 its view: the judged plan, the grounder's actions, the critic's correction and the action-by-action diff
-(``verdict_detail``, ``verdict_view``), and why a queue is empty (``empty_note``). ``studio.tab_critic`` wires them to
-the page.
+(``verdict_detail``, ``verdict_view``), why a queue is empty (``empty_note``), and the critic-curator agreement above
+the queue (``agreement_markdown``). ``studio.tab_critic`` wires them to the page.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from engine import curation
 from engine.dbutil import records
 from engine.store import Store
 from studio.common import action_diff_html, nothing_in_iteration, pre, with_own_label
+from studio.keys import action_words
 from studio.pairs_queue import excerpt
 
 PAGE = 20
@@ -183,3 +185,36 @@ def _curator_edit(v: dict[str, Any]) -> str | None:
     after = v["override_after_json"]
     after = json.loads(after) if isinstance(after, str) else after
     return str(after.get("actions") or "") or None
+
+
+def _step_words(step: int | None) -> str:
+    """``"step 2, "`` before a plan number of an iterative run (each step numbers its plans from 0); ``""`` for a
+    onetime plan (step 0)."""
+    return f"step {int(step)}, " if step else ""
+
+
+def _decision_words(action: str) -> str:
+    """A curator decision in the agreement line: a review is the curator's "looks right"."""
+    return "looks right" if action == "reviewed" else action_words(action)
+
+
+def _rates(table: dict[str, dict[str, int]], words=str) -> str:
+    return ", ".join(f"{words(name)} {v['agreed']}/{v['reviewed']}" for name, v in sorted(table.items())) or "—"
+
+
+def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) -> str:
+    """The critic-curator agreement: overall, per domain, per tool the grounding calls, per decision and per curator,
+    and the verdicts where curators overruled the critic (the *Overruled* button filters the queue to them). A
+    "looks right" counts as agreeing (``curation.agreement``), so its "reviewed" matches the page's counter."""
+    if not run_id or iteration is None:
+        return ""
+    a = curation.agreement(store, run_id, int(iteration))
+    rate = "—" if a["rate"] is None else f"{a['rate']:.0%}"
+    overruled = ", ".join(f"{_step_words(d.get('step'))}plan {d['k']} of {d['task_id']} "
+                          f"({d['status']} → {_decision_words(d['action'])})"
+                          for d in a["disagreements"][:3])
+    more = f" and {len(a['disagreements']) - 3} more" if len(a["disagreements"]) > 3 else ""
+    return (f"**Agreement critic ↔ curators: {rate}** ({a['agreed']}/{a['reviewed']} reviewed of {a['verdicts']} "
+            f"verdicts) · by domain: {_rates(a['by_domain'])} · by tool: {_rates(a['by_tool'])} · by decision: "
+            f"{_rates(a['by_action'], _decision_words)} · by curator: {_rates(a['by_curator'])}"
+            + (f"\n\n**Overruled the critic ({len(a['disagreements'])}):** {overruled}{more}" if overruled else ""))

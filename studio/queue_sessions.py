@@ -19,6 +19,12 @@ they sent (``studio.redraw.signature``), and the refresh sends only the parts wh
 (``studio.redraw.only_changed``). A painter records only the parts it sends: an action's reload that leaves the
 picker's choices or the row count as they are must not claim to have drawn them.
 
+The team counters' timer (``studio.team_counters``) paints the line alone, between the others: ``recount`` rewrites the
+counter inside the line the session last drew (kept as text with what its counter counts, ``counts``), sends it only
+when it changed, and sends nothing when the session began another generation while it read (it paints over no newer
+read; it begins none itself, so a walk's refresh in flight still sends its table). A read that began before the
+tick's and lands after it may paint its slightly older counter over the tick's: the next tick puts it right.
+
 Kept on the server, keyed by ``request.session_hash``: a ``gr.State`` reaches a handler as it was when its event
 started, so a refresh could not see a load that began after it. At most ``SESSIONS`` sessions are kept, the least
 recently used forgotten first; a forgotten session's next refresh is skipped (its generation is new) or sends every
@@ -39,7 +45,7 @@ import pandas as pd
 
 from studio.redraw import only_changed, signature
 
-SESSIONS = 1024  # far more browser sessions than a team opens at once; each keeps an int and four digests
+SESSIONS = 1024  # far more browser sessions than a team opens at once; each keeps an int, four digests and a line
 # The parts of the queue a painter or the walk's refresh sends, in the refresh's output order (before the page box).
 PARTS = ("line", "table", "choices", "total")
 
@@ -54,19 +60,23 @@ class WalkedTo(NamedTuple):
 
 class QueueRead(NamedTuple):
     """A tab's queue as the walk's refresh read it: the line above the table, the page's rows, the picker's choices,
-    the row count and the page box's update (sent as it is: a clamp to the last page)."""
+    the row count, the page box's update (sent as it is: a clamp to the last page) and what the line's team counter
+    counts (``studio.team_counters.Counts``; None: the tick leaves the line alone)."""
 
     line: str
     table: pd.DataFrame
     choices: list[tuple[str, str]]
     total: int
     page: Any
+    counts: Any = None
 
 
 @dataclass
 class _Session:
     generation: int
     drawn: dict[str, str] = field(default_factory=dict)  # part -> signature of what the page shows
+    # The line the page shows, as text, and what its team counter counts: the counters' tick rewrites it in place.
+    line: tuple[str, Any] | None = None
 
 
 class QueueSessions:
@@ -98,12 +108,15 @@ class QueueSessions:
             session.generation = next(self._generations)
             return session.generation
 
-    def drew(self, request: gr.Request | None, **parts: Any) -> None:
+    def drew(self, request: gr.Request | None, counts: Any = None, **parts: Any) -> None:
         """A painter has read what it sends: the signatures of those parts (names from ``PARTS``; the choices as the
-        ``(label, key)`` list), and a new generation (a refresh that began before is older than this drawing)."""
+        ``(label, key)`` list), and a new generation (a refresh that began before is older than this drawing). With
+        the line: its text and ``counts``, what its team counter counts (see ``recount``)."""
         with self._lock:
             session = self._session(request)
             session.drawn.update({name: signature(value) for name, value in parts.items()})
+            if "line" in parts:
+                session.line = (parts["line"], counts)
             session.generation = next(self._generations)
 
     def after_walk(self, request: gr.Request | None, walked: WalkedTo | None,
@@ -126,4 +139,26 @@ class QueueSessions:
                 return nothing
             outputs, signatures = only_changed([session.drawn.get(name) for name in PARTS], parts)
             session.drawn = dict(zip(PARTS, signatures))
+            session.line = (queue.line, queue.counts)
         return (*outputs, queue.page)
+
+    def recount(self, request: gr.Request | None, rewrite: Callable[[str, Any], str | None]) -> Any:
+        """The team counters' tick: ``rewrite(line, counts)`` (read outside the lock) is the line the session last drew
+        with its counter read again, None when there is nothing to rewrite. Sent, and recorded as drawn, only when it
+        differs from that line and the session began no generation meanwhile; ``gr.skip()`` otherwise, and for a
+        session that has drawn no line (or was forgotten: a tick makes no entry)."""
+        key = getattr(request, "session_hash", None)
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None or session.line is None:
+                return gr.skip()
+            self._sessions.move_to_end(key)
+            generation, (line, counts) = session.generation, session.line
+        new = rewrite(line, counts)
+        with self._lock:  # the check and the record at once, as in after_walk
+            session = self._sessions.get(key)
+            if new is None or new == line or session is None or session.generation != generation:
+                return gr.skip()
+            session.line = (new, counts)
+            session.drawn["line"] = signature(new)
+        return new

@@ -19,23 +19,21 @@ Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the butt
 ``/critic_save_edit_reload``), ``/critic_next``, ``/critic_prev``, the queue's refresh after them
 (``/critic_next_reload``, ``/critic_prev_reload``: the table and its line, not the agreement, so another curator's
 decision shows at the next key press; nothing over a newer read of the queue, only what changed:
-``studio.queue_sessions``), ``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one: the page box
+``studio.queue_sessions``), the team counters' timer (``/critic_counters``, ``/critic_counters_on``:
+``studio.team_counters``), ``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one: the page box
 moves to the last page, which the queue shows) are undocumented. *Save edit* names the override the
 edit wrote (``engine.curation.SavedEdit``). An empty queue says why (iteration 0 has no verdicts, or which filters
 match nothing); the buttons that need a verdict are off while none is picked; the table's grounding columns are
 "runs" (executes without an error) and "correct" (reaches the gold answer); the original -> correction diff goes
 action by action (``studio.common.action_diff_html``).
 
-The queue's reads live in ``studio.critic_queue`` (re-exported here: this module is the tab's handler surface).
+The queue's reads and the agreement live in ``studio.critic_queue`` (re-exported here: this module is the tab's
+handler surface), its refreshes (the load, the action reloads, the walk's refresh) in ``studio.critic_refresh``.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import gradio as gr
-import pandas as pd
 
 from engine import curation
 from engine.executor import ExecutionResult
@@ -46,18 +44,12 @@ from studio.common import (
     check_lease,
     check_writable,
     claim_note,
-    clamped_page,
     curator_of,
     first_cell,
     leasing_name,
-    pick_update,
-    queue_info,
-    review_line,
     static_table_css,
-    trained_line,
     user_error,
     user_errors,
-    who_of,
 )
 from studio.critic_queue import (
     COLUMNS as COLUMNS,
@@ -78,10 +70,16 @@ from studio.critic_queue import (
     _row as _row,
 )
 from studio.critic_queue import (
+    _step_words,
+)
+from studio.critic_queue import (
     _subgoals as _subgoals,
 )
 from studio.critic_queue import (
     _yes_no as _yes_no,
+)
+from studio.critic_queue import (
+    agreement_markdown as agreement_markdown,
 )
 from studio.critic_queue import (
     empty_note as empty_note,
@@ -113,18 +111,12 @@ from studio.critic_queue import (
 from studio.critic_queue import (
     verdict_view as verdict_view,
 )
+from studio.critic_refresh import CriticRefresh
 from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler, wire_walk
 from studio.picker import Picker
-from studio.queue_sessions import QueueRead, QueueSessions
 from studio.remember import remember
-from studio.stage_text import skipped_reason
 from studio.tab_pairs import excerpt
-
-
-def _step_words(step: int | None) -> str:
-    """``"step 2, "`` before a plan number of an iterative run (each step numbers its plans from 0); ``""`` for a
-    onetime plan (step 0)."""
-    return f"step {int(step)}, " if step else ""
+from studio.team_counters import wire_counters
 
 
 def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:
@@ -185,33 +177,6 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
             + _result_markdown(saved.preview))
 
 
-def _decision_words(action: str) -> str:
-    """A curator decision in the agreement line: a review is the curator's "looks right"."""
-    return "looks right" if action == "reviewed" else action_words(action)
-
-
-def _rates(table: dict[str, dict[str, int]], words=str) -> str:
-    return ", ".join(f"{words(name)} {v['agreed']}/{v['reviewed']}" for name, v in sorted(table.items())) or "—"
-
-
-def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) -> str:
-    """The critic-curator agreement: overall, per domain, per tool the grounding calls, per decision and per curator,
-    and the verdicts where curators overruled the critic (the *Overruled* button filters the queue to them). A
-    "looks right" counts as agreeing (``curation.agreement``), so its "reviewed" matches the page's counter."""
-    if not run_id or iteration is None:
-        return ""
-    a = curation.agreement(store, run_id, int(iteration))
-    rate = "—" if a["rate"] is None else f"{a['rate']:.0%}"
-    overruled = ", ".join(f"{_step_words(d.get('step'))}plan {d['k']} of {d['task_id']} "
-                          f"({d['status']} → {_decision_words(d['action'])})"
-                          for d in a["disagreements"][:3])
-    more = f" and {len(a['disagreements']) - 3} more" if len(a["disagreements"]) > 3 else ""
-    return (f"**Agreement critic ↔ curators: {rate}** ({a['agreed']}/{a['reviewed']} reviewed of {a['verdicts']} "
-            f"verdicts) · by domain: {_rates(a['by_domain'])} · by tool: {_rates(a['by_tool'])} · by decision: "
-            f"{_rates(a['by_action'], _decision_words)} · by curator: {_rates(a['by_curator'])}"
-            + (f"\n\n**Overruled the critic ({len(a['disagreements'])}):** {overruled}{more}" if overruled else ""))
-
-
 def build(ctx: Ctx) -> None:
     with gr.Row():
         status = gr.Dropdown(STATUSES, value="", label="Critic status", elem_id="critic-status")
@@ -248,45 +213,6 @@ def build(ctx: Ctx) -> None:
         save_btn = gr.Button("Save edit", variant="primary", elem_id="critic-save", interactive=not ctx.read_only)
     result = gr.Markdown(elem_id="critic-result")
 
-    def read_queue(run_id, it, st, rv, od, pg, name, request: gr.Request | None
-                   ) -> tuple[str, pd.DataFrame, int, Any]:
-        """The queue's page and the line above it (rows, page, the team's "reviewed N of M", the trained warning):
-        the read behind every refresh of the table (a filter, the page box, an action, ``j``/``k``).
-        ``(line, rows, total, the page clamp)``: ``clamped``'s update, set when the page asked for is past the last."""
-        asked = max(int(pg or 1), 1)
-        # A page past the last one (typed, or filters that narrowed the queue) shows the last page, and says so.
-        df, total, shown = clamped_page(lambda p: verdict_table(ctx.store, run_id, it, st, rv, p, order=od), asked,
-                                        PAGE)
-        # With no row: why (the iteration has none at all, or the filters; one count without filters tells).
-        unfiltered = total or (verdict_table(ctx.store, run_id, it, size=1)[1] if run_id and it is not None else 0)
-        why = "" if total else empty_note(it, st, rv, unfiltered,
-                                          None if unfiltered else skipped_reason(ctx.store, run_id, it, "critique"))
-        line = queue_info(total, asked, shown, PAGE, why)
-        if unfiltered:  # an iteration without verdicts has nothing to review: no "reviewed 0 of 0"
-            line += review_line(ctx.store, run_id, it, "verdict", who_of(name, request))
-            line += trained_line(ctx.store, run_id, it, "verdict")
-        # [page, nonce]: the same clamp twice still moves the page box (see ``clamped`` below)
-        return line, df, total, [shown, time.monotonic_ns()] if shown != asked else gr.update()
-
-    def full_read(run_id, it, st, rv, od, pg, name, request: gr.Request | None
-                  ) -> tuple[str, pd.DataFrame, int, Any, str]:
-        """What the load and an action's reload both send: ``read_queue``'s ``(line, rows, total, page clamp)`` and
-        the agreement. A new generation of the session's queue (``studio.queue_sessions``): a walk's refresh still
-        reading paints nothing over it."""
-        sessions.begin(request)
-        line, df, total, clamp = read_queue(run_id, it, st, rv, od, pg, name, request)
-        return line, df, total, clamp, agreement_markdown(ctx.store, run_id, it)
-
-    def load(run_id, it, st, rv, od, pg, current, name, request: gr.Request, evt: gr.EventData = None):
-        reordered = getattr(getattr(evt, "target", None), "elem_id", None) == order.elem_id  # (as in tab_pairs)
-        if reordered:
-            pg, current = 1, None  # a new order starts at its head (see the Pairs tab's load)
-        line, df, total, clamp, agree = full_read(run_id, it, st, rv, od, pg, name, request)
-        labels = verdict_labels(df)
-        sessions.drew(request, line=line, table=df, choices=labels, total=total)
-        return (line, df, pick_update(labels, list(df["key"]), current), agree, total,
-                [1, time.monotonic_ns()] if reordered else clamp)
-
     def act(action):
         def handler(run_id, it, key, name, why, request: gr.Request):
             check_writable(ctx, request)
@@ -309,7 +235,7 @@ def build(ctx: Ctx) -> None:
     # The queue's reads: the run, the iteration, the filters and the page. The filters apply at each change (no text
     # box waits for Enter), so what they hold is what the queue shows.
     queue_inputs = [ctx.run, ctx.iteration, status, reviewed, order, page]
-    sessions = QueueSessions()  # the newest read of the queue and what it drew, per session (studio.queue_sessions)
+    queue = CriticRefresh(ctx, order.elem_id)  # the queue's reads and refreshes, per session (studio.critic_refresh)
     filters = [*queue_inputs, pick, ctx.curator]  # the curator: "by you"
     remember(ctx, "critic", {"status": (status, [status.change]), "reviewed": (reviewed, [reviewed.change]),
                              "order": (order, [order.change])})
@@ -334,7 +260,7 @@ def build(ctx: Ctx) -> None:
     quiet = "hidden"
     # in order: see studio.app.CONCURRENCY
     search = gr.on([status.change, reviewed.change, order.change, page.change, ctx.view.change,
-                    ctx.curator.change], load,
+                    ctx.curator.change], queue.load,
           filters, outputs, api_name="critic_queue", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pick, api_name="critic_select_row", api_visibility="undocumented")
     # One click from the agreement line to the disagreements: the queue filtered to them (its change reloads it).
@@ -362,40 +288,22 @@ def build(ctx: Ctx) -> None:
     gr.on([pick.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pick, ctx.curator, held_as],
           [lease, held_as], api_name="critic_claim", api_visibility="undocumented")
 
-    def reload(run_id, it, st, rv, od, pg, current, name, request: gr.Request):
-        """After an action: refresh everything but the picked verdict (and its choices: an action changes no verdict's
-        label, which names the critic's status)."""
-        line, df, _total, clamp, agree = full_read(run_id, it, st, rv, od, pg, name, request)
-        sessions.drew(request, line=line, table=df)  # only what it sends: not the choices or the row count
-        return line, df, agree, clamp
-
     after_action = [info, table, agreement, clamped]
 
-    def walked(run_id, it, st, rv, od, pg, walk, name, request: gr.Request):
-        """After ``j``/``k`` (``studio.keys.wire_walk``): the queue's table and line read again, not the agreement
-        (a key press must stay cheap; the agreement follows the decisions), sent through ``sessions.after_walk``
-        (nothing over a newer read, only what changed). The picker's choices keep the label of the verdict walked to
-        even when it has left the page (another curator's decision took it off a *Reviewed = no* queue): without it
-        the picker showed its raw key."""
-        def read(key: str) -> QueueRead:
-            line, df, total, clamp = read_queue(run_id, it, st, rv, od, pg, name, request)
-            return QueueRead(line, df, page_labels(ctx.store, run_id, it, df, key), total, clamp)
-
-        return sessions.after_walk(request, walk, read)
-
-    wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE, sessions, walked,
+    wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE, queue.sessions, queue.walked,
               queue_inputs, [info, table, pick, total_rows, clamped])
+    wire_counters(ctx, "verdict", info, queue.sessions)  # the team's "reviewed N of M", kept current between keys
 
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
                api_name="critic_undo", show_progress=quiet).success(
-        reload, filters, after_action, api_name="critic_undo_reload", api_visibility="undocumented",
+        queue.reload, filters, after_action, api_name="critic_undo_reload", api_visibility="undocumented",
         show_progress=QUEUE_PROGRESS).then(
         view, [ctx.run, ctx.iteration, pick], detail, api_name="critic_undo_detail", api_visibility="undocumented")
 
     for action, btn in acts.items():
         btn.click(act(action), [ctx.run, ctx.iteration, pick, ctx.curator, reason], result,
                   api_name=f"critic_{action}", show_progress=quiet).success(
-            reload, filters, after_action, api_name=f"critic_{action}_reload",
+            queue.reload, filters, after_action, api_name=f"critic_{action}_reload",
             api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
             view, [ctx.run, ctx.iteration, pick], detail, api_name=f"critic_{action}_detail",
             api_visibility="undocumented")
@@ -403,7 +311,7 @@ def build(ctx: Ctx) -> None:
                       result, api_name="critic_preview_edit")
     save_btn.click(on_save, [ctx.run, ctx.iteration, pick, edit, ctx.curator, reason], result,
                    api_name="critic_save_edit", show_progress=quiet).success(
-        reload, filters, after_action, api_name="critic_save_edit_reload", api_visibility="undocumented",
+        queue.reload, filters, after_action, api_name="critic_save_edit_reload", api_visibility="undocumented",
         show_progress=QUEUE_PROGRESS).then(  # the saved edit is drawn, as every other decision's outcome is
         view, [ctx.run, ctx.iteration, pick], detail, api_name="critic_save_edit_detail",
         api_visibility="undocumented")

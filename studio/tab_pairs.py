@@ -21,10 +21,9 @@ the walk and the undo are ``studio.keys.wire_walk`` / ``undo_handler``. API endp
 ``/pairs_<action>`` for swap, exclude, tie, choose and restore, ``/pairs_undo`` (writes); the refreshes after an
 action (``/pairs_<action>_reload``, ``/pairs_<action>_detail``), ``/pairs_claim``, ``/pairs_next``, ``/pairs_prev``,
 the queue's refresh after them (``/pairs_next_reload``, ``/pairs_prev_reload``: the table and its line, no charts, so
-another curator's decision shows at the next key press) and ``/pairs_select_row`` are undocumented. The Search / Min
-/ Max boxes filter on Enter: the action reloads and the walk's refresh read the text the last load applied (a
-``gr.State``), never text typed and not submitted. The walk's refresh paints nothing over a newer read of the queue
-and sends only what changed (``studio.queue_sessions``).
+another curator's decision shows at the next key press), the team counters' timer (``/pairs_counters``,
+``/pairs_counters_on``: ``studio.team_counters``) and ``/pairs_select_row`` are undocumented. The Search / Min / Max
+boxes filter on Enter.
 
 The table's second column is the pair's step: an iterative run (``sample.formulation = iterative``) pairs each
 task-step, and two steps of one task otherwise read alike (its key, first, is clipped on screen); a onetime run's
@@ -35,17 +34,16 @@ shown pair's own chosen/rejected k on every pair change (``choose_fields``); aft
 follows the pair (``page_labels``); an empty queue says why (``empty_note``); a page past the last shows the last
 (``studio.common.clamped_page``); the buttons that need a pair are off while none is shown.
 
-The queue's reads live in ``studio.pairs_queue`` and the charts and curation table in ``studio.pairs_charts``
-(re-exported here: this module is the tab's handler surface).
+The queue's reads live in ``studio.pairs_queue``, its refreshes (the load, the action reloads, the walk's refresh:
+which filters they apply, and nothing painted over a newer read) in ``studio.pairs_refresh``, and the charts and
+curation table in ``studio.pairs_charts`` (re-exported here: this module is the tab's handler surface).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import gradio as gr
-import pandas as pd
 
 from engine import curation
 from engine.rollouts import task_group
@@ -55,22 +53,18 @@ from studio.common import (
     check_lease,
     check_writable,
     claim_note,
-    clamped_page,
     curator_of,
     first_cell,
     leasing_name,
-    pick_update,
-    queue_info,
-    review_line,
     static_table_css,
-    trained_line,
     user_error,
     user_errors,
-    who_of,
 )
 from studio.evidence import pair_evidence_html
 from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler, wire_walk
-from studio.pairs_charts import _pair_stats, curation_markdown, length_figure, margin_figure
+from studio.pairs_charts import curation_markdown as curation_markdown
+from studio.pairs_charts import length_figure as length_figure
+from studio.pairs_charts import margin_figure as margin_figure
 from studio.pairs_queue import (
     COLUMNS as COLUMNS,
 )
@@ -119,14 +113,11 @@ from studio.pairs_queue import (
 from studio.pairs_queue import (
     plan_choices as plan_choices,
 )
+from studio.pairs_refresh import PairsRefresh
 from studio.picker import Picker
-from studio.queue_sessions import QueueRead, QueueSessions
 from studio.remember import remember
 from studio.rollout_view import group_table
-from studio.stage_text import skipped_reason
-
-# The text filters before any load applied one: none.
-NO_TEXT_FILTERS = ("", "", "")
+from studio.team_counters import wire_counters
 
 
 def pair_group(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> str:
@@ -247,71 +238,21 @@ def build(ctx: Ctx) -> None:
     summary = gr.Markdown(elem_id="pairs-curation")
 
     filters = [ctx.run, ctx.iteration, min_m, max_m, text, overridden, excluded, ties, order, page]
-    # The Search / Min / Max text the last load applied: those boxes filter on Enter only (and studio.remember keeps
-    # them only then), so what the queue shows is what the load read, not what the boxes hold now (text typed and
-    # never submitted). The walk's refresh and the action reloads read the queue through it; the radios and the
-    # order filter at each change, so their boxes are what was applied.
+    # The Search / Min / Max text the last load applied (studio.pairs_refresh): the action reloads and the walk's
+    # refresh read the queue through it, never through text typed and not submitted.
     applied = gr.State(None)
     # Those reads: the run, the iteration, the filters as applied and the page.
     queue_inputs = [ctx.run, ctx.iteration, applied, overridden, excluded, ties, order, page]
-    sessions = QueueSessions()  # the newest read of the queue and what it drew, per session (studio.queue_sessions)
+    queue = PairsRefresh(ctx, order.elem_id)  # the queue's reads and refreshes, per session (studio.pairs_refresh)
     remember(ctx, "pairs", {"text": (text, [text.submit]), "min_margin": (min_m, [min_m.submit]),
                             "max_margin": (max_m, [max_m.submit]), "order": (order, [order.change]),
                             "overridden": (overridden, [overridden.change]), "excluded": (excluded, [excluded.change]),
                             "ties": (ties, [ties.change])})
 
-    def read_queue(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request: gr.Request | None
-                   ) -> tuple[str, pd.DataFrame, int, Any]:
-        """The queue's page and the line above it (rows, page, the team's "reviewed N of M", the trained warning):
-        the read behind every refresh of the table (a filter, the page box, an action, ``j``/``k``).
-        ``(line, rows, total, the page box's update)``: the page shown when the one asked for is past the last."""
-        lo, hi, asked = number(lo), number(hi), max(int(pg or 1), 1)
-        # A page past the last one (typed, or filters that narrowed the queue) shows the last page, and says so.
-        df, total, shown = clamped_page(
-            lambda p: pairs_table(ctx.store, run_id, it, min_margin=lo, max_margin=hi, text=txt, overridden=ov,
-                                  excluded=ex, ties=ti, order=od, page=p), asked, PAGE)
-        # With no row: why (the iteration has none at all, or the filters; one count without filters tells).
-        unfiltered = total or (pairs_table(ctx.store, run_id, it, size=1)[1] if run_id and it is not None else 0)
-        line = queue_info(total, asked, shown, PAGE,
-                          "" if total else empty_note(it, lo, hi, txt, ov, ex, ti, unfiltered,
-                                                      None if unfiltered else skipped_reason(ctx.store, run_id, it,
-                                                                                              "pairs")))
-        if unfiltered:  # an iteration without pairs has nothing to review: no "reviewed 0 of 0"
-            line += review_line(ctx.store, run_id, it, "pair", who_of(name, request))
-            line += trained_line(ctx.store, run_id, it, "pair")
-        return line, df, total, shown if shown != asked else gr.update()
-
-    def full_read(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request: gr.Request | None
-                ) -> tuple[str, pd.DataFrame, int, Any, Any, Any]:
-        """What the load and an action's reload both send: ``read_queue``'s ``(line, rows, total, page box)`` and
-        the two charts. A new generation of the session's queue (``studio.queue_sessions``): a walk's refresh still
-        reading paints nothing over it."""
-        sessions.begin(request)
-        line, df, total, page_box = read_queue(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
-        # Both charts from one stats query: this page is the one every curator reloads after each action.
-        stats = _pair_stats(ctx.store, run_id, it) if run_id and it is not None else None
-        return (line, df, total, page_box, margin_figure(ctx.store, run_id, it, stats),
-                length_figure(ctx.store, run_id, it, stats))
-
-    def load(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request,
-             evt: gr.EventData = None):
-        # By elem_id, not identity: the served app's event names a copy of the component built here.
-        reordered = getattr(getattr(evt, "target", None), "elem_id", None) == order.elem_id
-        if reordered:
-            # A new order starts at its head: the pick stayed where it was, often last in the new order, where `j`
-            # had nowhere to go and said nothing.
-            pg, current = 1, None
-        line, df, total, page_box, hist_fig, bias_fig = full_read(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name,
-                                                                request)
-        labels = page_labels(ctx.store, run_id, it, df)
-        sessions.drew(request, line=line, table=df, choices=labels, total=total)
-        return (line, df, pick_update(labels, list(df["key"]), current), hist_fig, bias_fig, total, [lo, hi, txt],
-                1 if reordered else page_box)
-
     outputs = [info, table, pair, hist, bias, total_rows, applied, page]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
     search = gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change,
-                    ties.change, page.change, ctx.view.change, ctx.curator.change], load,
+                    ties.change, page.change, ctx.view.change, ctx.curator.change], queue.load,
                    [*filters, pair, ctx.curator], outputs,
                    api_name="pairs_search", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")
@@ -362,32 +303,9 @@ def build(ctx: Ctx) -> None:
     evidence_btn.click(lambda r, i, k: pair_evidence(ctx.store, ctx.evidence, r, i, k),
                        [ctx.run, ctx.iteration, pair], evidence, api_name="pairs_evidence")
 
-    def walked(run_id, it, filtered, ov, ex, ti, od, pg, walk, name, request: gr.Request):
-        """After ``j``/``k`` (``studio.keys.wire_walk``): the queue's table and line read again, no charts (a key press
-        must stay cheap; the charts follow the actions), sent through ``sessions.after_walk`` (nothing over a newer
-        read, only what changed). The picker's choices keep the label of the pair walked to even when it has left the
-        filtered page."""
-        lo, hi, txt = filtered or NO_TEXT_FILTERS
-
-        def read(key: str) -> QueueRead:
-            line, df, total, page_box = read_queue(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
-            return QueueRead(line, df, page_labels(ctx.store, run_id, it, df, key), total, page_box)
-
-        return sessions.after_walk(request, walk, read)
-
-    wire_walk(ctx, "pair", pair, table, page, total_rows, prev_btn, next_btn, PAGE, sessions, walked, queue_inputs,
-              [info, table, pair, total_rows, page])
-
-    def reload(run_id, it, filtered, ov, ex, ti, od, pg, current, name, request: gr.Request):
-        """After an action: refresh everything but the picked pair, whose label among the picker's choices follows
-        the action (a swap reads "plan 7 over 4" from then on): choices only, never the value. The filters as the
-        last load applied them (``applied``)."""
-        lo, hi, txt = filtered or NO_TEXT_FILTERS
-        line, df, _total, page_box, hist_fig, bias_fig = full_read(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name,
-                                                                 request)
-        labels = page_labels(ctx.store, run_id, it, df, current)
-        sessions.drew(request, line=line, table=df, choices=labels)  # not the row count: no output here
-        return line, df, gr.update(choices=labels), hist_fig, bias_fig, page_box
+    wire_walk(ctx, "pair", pair, table, page, total_rows, prev_btn, next_btn, PAGE, queue.sessions, queue.walked,
+              queue_inputs, [info, table, pair, total_rows, page])
+    wire_counters(ctx, "pair", info, queue.sessions)  # the team's "reviewed N of M", kept current between keys
 
     after_action = [info, table, pair, hist, bias, page]
     shown_pair = [prompt, chosen, rejected, ck, rk]
@@ -399,7 +317,7 @@ def build(ctx: Ctx) -> None:
     # red "Error" over the status line, above the previous action's message (as on the Critic tab).
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], status,
                api_name="pairs_undo", show_progress="hidden").success(
-        reload, [*queue_inputs, pair, ctx.curator], after_action, api_name="pairs_undo_reload",
+        queue.reload, [*queue_inputs, pair, ctx.curator], after_action, api_name="pairs_undo_reload",
         api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
         shown, [ctx.run, ctx.iteration, pair], shown_pair, api_name="pairs_undo_detail",
         api_visibility="undocumented")
@@ -407,7 +325,7 @@ def build(ctx: Ctx) -> None:
     for action, btn in [*acts.items(), ("choose", choose)]:
         btn.click(action_handler(ctx, action), [ctx.run, ctx.iteration, pair, ctx.curator, ck, rk, reason], status,
                   api_name=f"pairs_{action}", show_progress="hidden").success(
-            reload, [*queue_inputs, pair, ctx.curator], after_action, api_name=f"pairs_{action}_reload",
+            queue.reload, [*queue_inputs, pair, ctx.curator], after_action, api_name=f"pairs_{action}_reload",
             api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
             shown, [ctx.run, ctx.iteration, pair], shown_pair, api_name=f"pairs_{action}_detail",
             api_visibility="undocumented")

@@ -2,7 +2,8 @@
 shown pair's own plans (and lists which texts repeat), the pair picker's label follows a swap / choose / undo, an
 empty queue says why (iteration 0, filters that match nothing, an empty margin range, a page past the last), the
 buttons that need a pick are off without one, the Critic status filter's "no filter" reads "any", the grounding
-columns say "runs" and "correct" apart, and the original -> correction diff is labelled and goes action by action.
+columns say "runs" and "correct" apart, the original -> correction diff is labelled and goes action by action, j/k
+read the queue again, and the team's "reviewed N of M" follows the team while a curator only reads.
 
 Handlers are called as the page's events call them (``build_app``'s functions by endpoint name) on the hand-made
 store of ``tests/_store_world.py`` (no models); the one browser test checks what only the page shows (the read-only
@@ -10,6 +11,7 @@ tables' look and the status filter's label)."""
 
 from __future__ import annotations
 
+import json
 import re
 from contextlib import contextmanager
 
@@ -770,3 +772,118 @@ def test_in_the_page_an_iterative_runs_rows_show_their_step_and_a_sorted_row_cli
         table.locator("[data-testid='cell-3-8']").click()  # m2's step 2, by its question's cell
         expect(pick).to_have_value(re.compile(r"· step 2 · plan 1 over 0 · m2$"))
         expect(page.locator("#pairs-chosen")).to_contain_text("m2 second step, plan b")
+
+
+# -- 11. the team's counters follow the team between keys ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tab", ["pairs", "critic"])
+def test_the_team_counters_follow_another_curators_decision_without_a_key_press(store, fns, tab):
+    """The team's "reviewed N of M" was read again only when this curator pressed a key or acted: one who only read
+    never saw a teammate's progress. The counters' timer (``studio.team_counters``) reads the counts again and
+    rewrites the counter inside the line the page shows, and nothing else; it sends nothing while the counts are
+    unchanged, and what it drew is not sent again by the next key press (the table still is: it is the key's)."""
+    import gradio as gr
+
+    assert _outputs(fns, f"{tab}_counters") == [f"{tab}-info"]  # the line alone: no table, picker or detail
+    session = _Session(fns)
+    line = session.call(SEARCH[tab])[f"{tab}-info"]
+    assert "reviewed 0 of 3 by the team, 0 by you" in line
+    assert session.call(f"{tab}_counters")[f"{tab}-info"] == gr.skip()  # nothing changed: nothing sent
+    BOB_DECIDES[tab][1](store)  # meanwhile, in another browser
+    ticked = session.call(f"{tab}_counters")[f"{tab}-info"]
+    assert ticked == line.replace("reviewed 0 of 3 by the team, 0 by you", "reviewed 1 of 3 by the team, 0 by you")
+    assert session.call(f"{tab}_counters")[f"{tab}-info"] == gr.skip()  # sent once
+    session.call(f"{tab}_next")
+    out = session.call(f"{tab}_next_reload")
+    assert out[f"{tab}-info"] == gr.skip() and "bob" in set(out[f"{tab}-table"]["curator"])
+
+
+@pytest.mark.parametrize("tab", ["pairs", "critic"])
+@pytest.mark.parametrize("newer", ["second j to page 2", "a filter's load", "an action and its reload"])
+def test_the_counters_tick_never_paints_over_a_newer_read_of_the_queue(store, fns, monkeypatch, tab, newer):
+    """A tick reads the counts beside the tab's other reads of the queue: one that read before a newer read started
+    (a load, an action's reload, a move) and answered after it would paint the older line's head over the newer. It
+    sends nothing then (``QueueSessions.recount``), and the next tick counts again from what the newer read drew."""
+    import gradio as gr
+
+    session = _Session(fns)
+    session.call(SEARCH[tab])
+    BOB_DECIDES[tab][1](store)  # so that the tick has a new count to send
+    read = curation.review_progress
+    started: list[str] = []
+
+    def then_the_newer_read(*args, **kwargs):
+        counts = read(*args, **kwargs)  # the tick has read the counts; before it answers, the newer read runs
+        if not started:
+            started.append(newer)
+            _newer_read(fns, tab, newer)
+        return counts
+
+    monkeypatch.setattr(curation, "review_progress", then_the_newer_read)
+    assert session.call(f"{tab}_counters")[f"{tab}-info"] == gr.skip() and started
+    monkeypatch.undo()
+    assert session.call(f"{tab}_counters")[f"{tab}-info"] == gr.skip()  # the newer read drew the counts of now
+    target = "pair" if tab == "pairs" else "verdict"
+    curation.mark_reviewed(store, RUN, IT, target, "q1", 0, 0, curator="bob")
+    assert "reviewed" in session.call(f"{tab}_counters")[f"{tab}-info"]
+
+
+def test_the_counters_timer_is_off_until_shown_and_reads_nothing_for_a_line_without_a_counter(store, fns,
+                                                                                             monkeypatch):
+    """Each queue tab's timer starts off and is switched in the browser (no server call) by the view key and the tab
+    shown; a tick reads nothing from the store for a session that has drawn no line, or a line without a counter (an
+    iteration without pairs). The switch itself is checked in the page (the next test)."""
+    import gradio as gr
+
+    from studio.team_counters import COUNTERS_S
+
+    for tab in ("pairs", "critic"):
+        on = fns[f"{tab}_counters_on"]
+        (timer,) = on.outputs
+        assert isinstance(timer, gr.Timer) and not timer.active and timer.value == COUNTERS_S
+        assert on.fn is None and [c.elem_id for c in on.inputs] == ["view-key", "tab-key"]
+        assert fns[f"{tab}_counters"].targets == [(timer._id, "tick")]
+    monkeypatch.setattr(curation, "review_progress", lambda *a, **k: pytest.fail("the tick read the store"))
+    assert fns["pairs_counters"].fn(None) == gr.skip()  # no line drawn in this session yet
+    line = _search(fns, it=IT + 5)[0]
+    assert line.startswith("0 rows") and "reviewed" not in line
+    assert fns["pairs_counters"].fn(None) == gr.skip()
+
+
+def test_in_the_page_the_team_counters_follow_another_curator_while_this_one_only_reads(tmp_path, monkeypatch):
+    """In chromium, the counters' timer at 1 s: another curator decides while this one reads; the "reviewed" count
+    follows on each tab without a key press, while the table and the pick stay as they were (the next key's). A hidden
+    tab's timer is off (its counter waits until the tab is shown again), and so is one without a run or iteration."""
+    from studio import team_counters
+
+    monkeypatch.setattr(team_counters, "COUNTERS_S", 1.0)  # read when the app is built
+    held: list[Store] = []
+    with _world_page(tmp_path, held.append) as (page, expect):
+        store = held[0]
+        for tab in ("pairs", "critic"):
+            page.get_by_role("tab", name=tab.capitalize()).click()
+            pick, info = page.locator(f"#{tab}-pick input"), page.locator(f"#{tab}-info")
+            expect(pick).to_have_value(re.compile("m1"))
+            expect(info).to_contain_text("reviewed 0 of 3 by the team")
+            BOB_DECIDES[tab][1](store)
+            expect(info).to_contain_text("reviewed 1 of 3 by the team", timeout=10_000)
+            expect(page.locator(f"#{tab}-table")).not_to_contain_text("bob")
+            expect(pick).to_have_value(re.compile("m1"))
+        # On the Critic tab the Pairs tab's timer is off: bob's next pair decision waits for the Pairs tab.
+        curation.mark_reviewed(store, RUN, IT, "pair", "q1", 0, 0, curator="bob")
+        page.wait_for_timeout(3000)
+        assert "reviewed 1 of 3 by the team" in page.locator("#pairs-info").text_content()
+        page.get_by_role("tab", name="Pairs").click()
+        expect(page.locator("#pairs-info")).to_contain_text("reviewed 2 of 3 by the team", timeout=10_000)
+        switch = f"({team_counters.active_js('pairs')})"
+        views = {"": False, f"{RUN}\n": False, f"\n{IT}": False, f"{RUN}\n{IT}": True}
+        for view, active in views.items():
+            assert page.evaluate(f"{switch}({json.dumps(view)}, 'pairs')") == {"__type__": "update", "active": active}
+        shown = json.dumps(f"{RUN}\n{IT}")
+        assert page.evaluate(f"{switch}({shown}, 'critic')")["active"] is False  # another tab's timer stays off
+        # A reload comes back to the Pairs tab (studio.place) without a click: its timer is on all the same.
+        page.reload()
+        expect(page.locator("#pairs-info")).to_contain_text("reviewed 2 of 3 by the team")
+        curation.mark_reviewed(store, RUN, IT, "pair", "m1", 0, 0, curator="bob")
+        expect(page.locator("#pairs-info")).to_contain_text("reviewed 3 of 3 by the team", timeout=10_000)

@@ -328,6 +328,8 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "studio_iteration_picked": ("read", None),  # runs in the browser only (js): the curator's pick is not auto
         "studio_view_key": ("read", None),  # runs in the browser only (js): the run and iteration the page shows
         **{f"studio_tab_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
+        # The tab shown (studio.common.Ctx.tab), set in the browser only (js).
+        **{f"studio_tab_shown_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
         "pairs_filters_save": ("read", None),  # runs in the browser only (js): the filters into localStorage
         "critic_filters_save": ("read", None),
         "pairs_filters_restore": ("read", ({"order": "margin", "text": "x' OR 1=1 --"},)),  # validated, then shown
@@ -361,6 +363,10 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "critic_prev": ("read", None),
         "critic_next_reload": ("read", critic_filters[:-1]),
         "critic_prev_reload": ("read", critic_filters[:-1]),
+        # The team counters' timer (studio.team_counters): the counts read again, the line this session drew rewritten;
+        # switched on and off in the browser only (js), by the view key and the tab shown.
+        **{f"{tab}_counters": ("read", ()) for tab in ("pairs", "critic")},
+        **{f"{tab}_counters_on": ("read", None) for tab in ("pairs", "critic")},
         "pairs_undo": ("write", (run_id, 1)),
         "pairs_undo_reload": ("read", pairs_applied),
         "pairs_undo_detail": ("read", (run_id, 1, pair)),
