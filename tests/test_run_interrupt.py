@@ -158,3 +158,22 @@ def test_an_experiment_stopped_by_ctrl_c_exits_130_and_the_same_command_resumes_
         plans = plan_runs(store, exp, ["full"], [1, 2], 1)  # what the same command does next
     assert plans[0].run_id == run_id and plans[0].units > 0  # resumes this run, not a new one
     assert plans[1].run_id is None  # the second seed's run is created then
+
+
+def test_a_step_stopped_by_ctrl_c_exits_130_with_its_json_line_and_runs_again(tmp_path, loop_config, monkeypatch,
+                                                                              capsys):
+    """`step` had no Ctrl-C handler: a SIGINT ended it in a KeyboardInterrupt traceback with the stage left
+    "running". Like `run`, it now lets the batch in flight finish, records "stopped" and exits 130."""
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        run_id = create_run(store, loop_config)
+    events = ctrl_c_at_first_event(monkeypatch)
+    args = ["step", "evaluate", "--db", str(db), "--run", run_id, "--iteration", "0"]
+    assert main(args) == 130
+    assert (events[0]["iteration"], events[0]["stage"]) == (0, "evaluate")
+    assert summary(capsys.readouterr().out)["status"] == "stopped"
+    with Store(db) as store:
+        assert store.stage_status(run_id, 0)["evaluate"]["status"] == "stopped"
+    monkeypatch.undo()
+    assert main([*args, "--quiet"]) == 0
+    assert summary(capsys.readouterr().out)["state"]["status"] == "done"

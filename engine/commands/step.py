@@ -7,7 +7,8 @@ stage other than critique, or for a critique that is done already (it would judg
 stage would load that is gone (``engine.preflight.check_stage_agents``: a configured model, named by its field, or a
 checkpoint an earlier iteration recorded, named by that iteration and role). A refused stage is not recorded (not as
 failed either). A stage that fails prints ``error: iteration T, stage S failed: ...`` (its traceback is in
-``status --json``) and the JSON line, and exits 1, as a stage that stopped does.
+``status --json``) and the JSON line, and exits 1; Ctrl-C (SIGINT) lets the batch in flight finish, records the
+stage "stopped", prints the JSON line and exits 130, as ``run`` does.
 
 ``step critique --retry-errors`` judges again the groundings whose verdict is an ``error`` (a critic that was down
 for part of a batch, or refused an item; with ``--base-url``/``--model``, on another server): it is refused when the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 
 from engine.commands._common import add_quiet_flag
 
@@ -92,9 +94,15 @@ def run(args: argparse.Namespace) -> int:
             config = config_from_dict(data, "--critic/--base-url/--model")
             if args.retry_errors:
                 _remove_error_verdicts(store, args.run, args.iteration)
+            stop = {"flag": False}
+
+            def request_stop(*_: object) -> None:  # Ctrl-C: finish the batch in flight, record "stopped", exit 130
+                stop["flag"] = True
+
+            previous = signal.signal(signal.SIGINT, request_stop)
             try:
                 status = run_stage(store, args.run, args.iteration, args.stage, config=config,
-                                   progress=progress_printer(args.quiet))
+                                   progress=progress_printer(args.quiet), should_stop=lambda: stop["flag"])
             except Exception as exc:
                 if failed_stage(exc) is None:  # not a recorded stage failure: bad input (2) or a bug (traceback)
                     raise
@@ -102,13 +110,15 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: iteration {args.iteration}, stage {args.stage} failed: {type(exc).__name__}: {exc}\n"
                       f"(its traceback is in `python -m engine status --db {db_arg} --json`)", file=sys.stderr)
                 status = "failed"
+            finally:
+                signal.signal(signal.SIGINT, previous)
             print_json({"run_id": args.run, "iteration": args.iteration, "stage": args.stage, "status": status,
                         "state": store.stage_status(args.run, args.iteration).get(args.stage)})
     except (ConfigError, DataError) as exc:  # e.g. --critic openai without --model
         return fail(exc)
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
         return store_unusable(exc)
-    return 0 if status in ("done", "skipped") else 1
+    return 0 if status in ("done", "skipped") else 130 if status == "stopped" else 1
 
 
 def _retry_refused(store, args: argparse.Namespace) -> str | None:
