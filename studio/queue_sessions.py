@@ -145,19 +145,24 @@ class QueueSessions:
     def recount(self, request: gr.Request | None, rewrite: Callable[[str, Any], str | None]) -> Any:
         """The team counters' tick: ``rewrite(line, counts)`` (read outside the lock) is the line the session last drew
         with its counter read again, None when there is nothing to rewrite. Sent, and recorded as drawn, only when it
-        differs from that line and the session began no generation meanwhile; ``gr.skip()`` otherwise, and for a
-        session that has drawn no line (or was forgotten: a tick makes no entry)."""
+        differs from that line, the session began no generation meanwhile and drew no other line (a walk's refresh
+        draws within its move's generation); ``gr.skip()`` otherwise, and for a session that has drawn no line (or
+        was forgotten: a tick makes no entry)."""
         key = getattr(request, "session_hash", None)
         with self._lock:
             session = self._sessions.get(key)
             if session is None or session.line is None:
                 return gr.skip()
             self._sessions.move_to_end(key)
-            generation, (line, counts) = session.generation, session.line
+            generation, drawn = session.generation, session.line
+        line, counts = drawn
         new = rewrite(line, counts)
         with self._lock:  # the check and the record at once, as in after_walk
             session = self._sessions.get(key)
-            if new is None or new == line or session is None or session.generation != generation:
+            # The same generation is not enough: a walk's refresh draws a newer line within the generation its move
+            # began, so the line read must still be the one drawn (the same record, not an equal text).
+            if (new is None or new == line or session is None or session.generation != generation
+                    or session.line is not drawn):
                 return gr.skip()
             session.line = (new, counts)
             session.drawn["line"] = signature(new)

@@ -90,7 +90,8 @@ def _critique(store: Store, run_id: str, iteration: int, counts: dict[str, Any])
     trained = (store.stage_status(run_id, iteration).get("train_grounder") or {}).get("status")
     if "error" in set(statuses["status"]) and trained not in ("running", "done"):  # the way on, while it is open
         line += (f"; `python -m engine step critique --db {shlex.quote(str(store.path))} --run {run_id} "
-                 f"--iteration {iteration} --retry-errors` judges the errors again")
+                 f"--iteration {iteration} --retry-errors`, with the studio stopped (one process per store), "
+                 "judges the errors again")
     return line
 
 

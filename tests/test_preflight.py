@@ -22,6 +22,15 @@ ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    """Each test starts with no caution printed yet: the warn-once set is per process, so an earlier test (or a rerun
+    in the same process) meeting the same caution would otherwise keep it off this test's stderr."""
+    from engine import preflight as preflight_module
+
+    monkeypatch.setattr(preflight_module, "_WARNED", set())
+
+
 def demo_vocab() -> int:
     """How many tokens the committed demo tokenizer has (it changes when the demo agents are rebuilt)."""
     from transformers import AutoTokenizer

@@ -568,7 +568,8 @@ def test_the_critique_line_says_how_to_judge_error_verdicts_again_until_the_grou
         s.set_stage(RUN, IT, "critique", "done", counts={"rows": 3})
         line = stage_table(s, RUN).set_index("stage").loc["critique", "summary"]
         assert line == (f"3 verdicts: 1 accepted, 1 corrected, 1 error; `python -m engine step critique --db "
-                        f"{s.path} --run {RUN} --iteration {IT} --retry-errors` judges the errors again")
+                        f"{s.path} --run {RUN} --iteration {IT} --retry-errors`, with the studio stopped (one process "
+                        "per store), judges the errors again")
         s.set_stage(RUN, IT, "train_grounder", "running")
         s.set_stage(RUN, IT, "train_grounder", "done", counts={"rows": 4})
         # trained on them: too late to judge again (the step refuses), so the line no longer offers it

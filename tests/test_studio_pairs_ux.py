@@ -829,6 +829,35 @@ def test_the_counters_tick_never_paints_over_a_newer_read_of_the_queue(store, fn
     assert "reviewed" in session.call(f"{tab}_counters")[f"{tab}-info"]
 
 
+def test_a_tick_that_reads_across_a_walks_refresh_sends_nothing():
+    """A walk's refresh draws a newer line within the generation its move began: a tick that read the older line
+    before it and answered after it passed the generation check and painted the older line (its row count, its note)
+    over the newer one, with a fresh counter. The tick now sends only when the line it read is still the one drawn."""
+    from types import SimpleNamespace
+
+    import gradio as gr
+    import pandas as pd
+
+    from studio.queue_sessions import QueueRead, QueueSessions, WalkedTo
+
+    sessions, ann = QueueSessions(), SimpleNamespace(session_hash="ann")
+    rows = pd.DataFrame({"key": ["a|0|0", "b|0|0"]})
+    older = "20 rows · page 1 of 1 · reviewed 0 of 3 by the team"
+    newer = "19 rows · page 1 of 1 · reviewed 1 of 3 by the team"
+    sessions.drew(ann, ("run", 1, None), line=older, table=rows, choices=[("a", "a|0|0")], total=20)
+    walk = WalkedTo("b|0|0", sessions.begin(ann))  # j: the move begins a generation
+    sent: list[str] = []
+
+    def rewrite(line: str, counts) -> str:  # the tick reads the counts; meanwhile the walk's refresh lands
+        out = sessions.after_walk(ann, walk, lambda key: QueueRead(newer, rows[:1], [("b", "b|0|0")], 19,
+                                                                   gr.update(), counts))
+        sent.append(out[0])
+        return line.replace("reviewed 0 of 3", "reviewed 1 of 3")
+
+    assert sessions.recount(ann, rewrite) == gr.skip()
+    assert sent == [newer] and sessions._sessions["ann"].line[0] == newer
+
+
 def test_the_counters_timer_is_off_until_shown_and_reads_nothing_for_a_line_without_a_counter(store, fns,
                                                                                              monkeypatch):
     """Each queue tab's timer starts off and is switched in the browser (no server call) by the view key and the tab

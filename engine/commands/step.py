@@ -13,8 +13,11 @@ stage "stopped", prints the JSON line and exits 130, as ``run`` does.
 ``step critique --retry-errors`` judges again the groundings whose verdict is an ``error`` (a critic that was down
 for part of a batch, or refused an item; with ``--base-url``/``--model``, on another server): it is refused when the
 iteration has none, or when its train_grounder stage has run or is running (the grounder read those verdicts). The
-stage is marked stopped, the error verdicts removed, then the stage runs on them alone (other verdicts are kept), so
-a command killed between the steps leaves a stage that ``run --run ID`` resumes.
+stage is marked stopped, the error verdicts removed, then the stage runs on the groundings without a verdict (those,
+and any a stopped or failed critique had not judged yet); every other verdict is kept, so a command killed between
+the steps leaves a stage that ``run --run ID`` resumes. Curators' decisions on those groundings (an edited
+correction, a review) are keyed by the grounding, not the verdict, and carry over to the new verdict. The stage's
+recorded time is then the retry's.
 """
 
 from __future__ import annotations

@@ -44,6 +44,8 @@ def run(ctx: StageContext) -> dict[str, int]:
         # A chunk is stored in one transaction, so on a resume none of it is judged; only error verdicts removed for
         # judging again (`step critique --retry-errors`) leave part of one, and the rest keeps the verdicts it had.
         chunk = [r for r in chunk if (r.task_id, r.step, r.k) not in judged]
+        if not chunk:  # pending_batches yields only chunks with an unjudged item; kept so, cheaply
+            continue
         items = [Grounding(tasks[r.task_id], int(r.step), int(r.k), json.loads(r.subgoals_json), r.actions,
                            {"ok": bool(r.ok), "values": json.loads(r.values_json), "answer": r.answer,
                             "error": r.error}, bool(r.correct)) for r in chunk]
