@@ -593,6 +593,23 @@ def _newer_read(fns, tab: str, what: str) -> None:
 STORE_READ = {"pairs": "pairs_page", "critic": "verdict_queue"}
 
 
+def _newer_read_after(monkeypatch, owner, name: str, fns, tab: str, newer: str) -> list[str]:
+    """Patch ``owner.name`` so that, the first time it is called, the ``newer`` read of the queue runs after it has
+    read and before its caller answers; the list returned names that read once it has run."""
+    read = getattr(owner, name)
+    started: list[str] = []
+
+    def then_the_newer_read(*args, **kwargs):
+        value = read(*args, **kwargs)
+        if not started:
+            started.append(newer)
+            _newer_read(fns, tab, newer)
+        return value
+
+    monkeypatch.setattr(owner, name, then_the_newer_read)
+    return started
+
+
 @pytest.mark.parametrize("tab", ["pairs", "critic"])
 @pytest.mark.parametrize("newer", ["second j to page 2", "a filter's load", "an action and its reload"])
 def test_a_walks_refresh_never_paints_over_a_newer_read_of_the_queue(store, fns, monkeypatch, tab, newer):
@@ -606,17 +623,7 @@ def test_a_walks_refresh_never_paints_over_a_newer_read_of_the_queue(store, fns,
     session = _Session(fns)
     session.call(SEARCH[tab])
     session.call(f"{tab}_next")
-    read = getattr(store, STORE_READ[tab])
-    started: list[str] = []
-
-    def then_the_newer_read(*args, **kwargs):
-        page = read(*args, **kwargs)  # the refresh has read the queue; before it answers, the newer read runs
-        if not started:
-            started.append(newer)
-            _newer_read(fns, tab, newer)
-        return page
-
-    monkeypatch.setattr(store, STORE_READ[tab], then_the_newer_read)
+    started = _newer_read_after(monkeypatch, store, STORE_READ[tab], fns, tab, newer)  # the refresh's read
     out = session.call(f"{tab}_next_reload")
     assert started and list(out.values()) == [gr.skip()] * len(out)
     monkeypatch.undo()
@@ -810,17 +817,7 @@ def test_the_counters_tick_never_paints_over_a_newer_read_of_the_queue(store, fn
     session = _Session(fns)
     session.call(SEARCH[tab])
     BOB_DECIDES[tab][1](store)  # so that the tick has a new count to send
-    read = curation.review_progress
-    started: list[str] = []
-
-    def then_the_newer_read(*args, **kwargs):
-        counts = read(*args, **kwargs)  # the tick has read the counts; before it answers, the newer read runs
-        if not started:
-            started.append(newer)
-            _newer_read(fns, tab, newer)
-        return counts
-
-    monkeypatch.setattr(curation, "review_progress", then_the_newer_read)
+    started = _newer_read_after(monkeypatch, curation, "review_progress", fns, tab, newer)  # the tick's read
     assert session.call(f"{tab}_counters")[f"{tab}-info"] == gr.skip() and started
     monkeypatch.undo()
     assert session.call(f"{tab}_counters")[f"{tab}-info"] == gr.skip()  # the newer read drew the counts of now

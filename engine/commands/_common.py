@@ -8,8 +8,11 @@ import argparse
 import json
 import os
 import re
+import shlex
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +127,38 @@ def writable_file(text: str) -> str:
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"the directory of {text} does not exist")
     return text
+
+
+@contextmanager
+def ctrl_c_stops(note: str | None = None) -> Iterator[Callable[[], bool]]:
+    """While the block runs, Ctrl-C (SIGINT) asks the stages to stop instead of raising: the batch in flight
+    finishes, the stage records "stopped" and the command exits 130 (128 + SIGINT, the shell's convention). Yields
+    the ``should_stop`` the loop polls; ``note`` is printed on stderr at the first Ctrl-C. The previous handler is put
+    back on the way out."""
+    asked = [False]
+
+    def request_stop(*_: object) -> None:
+        if note and not asked[0]:
+            print(note, file=sys.stderr)
+        asked[0] = True
+
+    previous = signal.signal(signal.SIGINT, request_stop)
+    try:
+        yield lambda: asked[0]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def said_stage_failed(exc: BaseException, db: str, resume: str = "") -> bool:
+    """For an exception that failed a recorded stage (``engine.errors.failed_stage``), say so on stderr, where its
+    traceback is kept and ``resume`` (a sentence, optional), and return True; False for any other exception, which the
+    caller re-raises (bad input before or between stages, or a bug)."""
+    from engine.errors import failed_stage
+
+    where = failed_stage(exc)
+    if where is None:
+        return False
+    then = f"; {resume}" if resume else ""
+    print(f"error: iteration {where[0]}, stage {where[1]} failed: {type(exc).__name__}: {exc}\n(its traceback is in "
+          f"`python -m engine status --db {shlex.quote(db)} --json`{then})", file=sys.stderr)
+    return True

@@ -103,11 +103,10 @@ def _preflight(exp, variants: list[str], seeds: list[int], iterations: int) -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    import signal
     import sys
     import time
 
-    from engine.commands._common import fail, print_json, store_unusable
+    from engine.commands._common import ctrl_c_stops, fail, print_json, store_unusable
     from engine.errors import ConfigError, DataError, StoreError
     from engine.experiment import load_experiment
 
@@ -128,52 +127,44 @@ def run(args: argparse.Namespace) -> int:
     from engine.store import Store
 
     quiet_libraries()  # the trainers' tokenizing bars would break up the experiment's own bar
-    stop = {"flag": False}
-
-    def request_stop(*_: object) -> None:  # Ctrl-C: finish the batch in flight, record "stopped", exit 130
-        if not stop["flag"]:
-            print("\nstopping after the batch in flight (the same command resumes) ...", file=sys.stderr)
-        stop["flag"] = True
-
-    previous = signal.signal(signal.SIGINT, request_stop)
     started = time.perf_counter()
     exp_id = exp.experiment_id
-    try:
-        with Store(args.db) as store:
-            new, others = register(store, exp, seeds, iterations)
-            if new and others:
-                print(f"note: {exp.source} differs from the definition of experiment(s) {', '.join(others)}: this "
-                      f"is a new experiment {exp_id} (the runs of unchanged variants are reused, the others start "
-                      "afresh)", file=sys.stderr)
-            print(f"experiment {exp_id}: {len(variants)} variant(s) x {len(seeds)} seed(s), {iterations} "
-                  f"iteration(s), {'in this process' if args.jobs == 1 else f'{args.jobs} jobs'}; db {args.db}",
-                  file=sys.stderr)
-            if args.jobs == 1:
-                absorb_job_files(store, exp_id)
-            plans = plan_runs(store, exp, variants, seeds, iterations, use_job_files=args.jobs > 1)
-            bar = tqdm(total=sum(p.units for p in plans), unit="stage", disable=args.quiet, file=sys.stderr,
-                       dynamic_ncols=True)
-            hooks = {"on_start": bar.set_description,
-                     "on_unit": lambda name: (bar.set_description(name, refresh=False), bar.update(1)),
-                     "should_stop": lambda: stop["flag"]}
-            try:
+    # Ctrl-C: finish the batch in flight, record "stopped", exit 130
+    with ctrl_c_stops("\nstopping after the batch in flight (the same command resumes) ...") as should_stop:
+        try:
+            with Store(args.db) as store:
+                new, others = register(store, exp, seeds, iterations)
+                if new and others:
+                    print(f"note: {exp.source} differs from the definition of experiment(s) {', '.join(others)}: "
+                          f"this is a new experiment {exp_id} (the runs of unchanged variants are reused, the others "
+                          "start afresh)", file=sys.stderr)
+                jobs = "in this process" if args.jobs == 1 else f"{args.jobs} jobs"
+                print(f"experiment {exp_id}: {len(variants)} variant(s) x {len(seeds)} seed(s), {iterations} "
+                      f"iteration(s), {jobs}; db {args.db}", file=sys.stderr)
                 if args.jobs == 1:
-                    results = run_inprocess(store, exp, plans, iterations, **hooks)
-                else:
-                    results = run_parallel(store, exp, plans, iterations, args.jobs, **hooks)
-                swaps = swap_finished(store, exp, seeds, iterations, on_start=bar.set_description,
-                                      should_stop=hooks["should_stop"])
-            finally:
-                bar.close()
-    except ConfigError as exc:  # the model or task files changed under a recorded experiment
-        return fail(exc)
-    except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
-        return store_unusable(exc)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+                    absorb_job_files(store, exp_id)
+                plans = plan_runs(store, exp, variants, seeds, iterations, use_job_files=args.jobs > 1)
+                bar = tqdm(total=sum(p.units for p in plans), unit="stage", disable=args.quiet,
+                           file=sys.stderr, dynamic_ncols=True)
+                hooks = {"on_start": bar.set_description,
+                         "on_unit": lambda name: (bar.set_description(name, refresh=False), bar.update(1)),
+                         "should_stop": should_stop}
+                try:
+                    if args.jobs == 1:
+                        results = run_inprocess(store, exp, plans, iterations, **hooks)
+                    else:
+                        results = run_parallel(store, exp, plans, iterations, args.jobs, **hooks)
+                    swaps = swap_finished(store, exp, seeds, iterations, on_start=bar.set_description,
+                                          should_stop=hooks["should_stop"])
+                finally:
+                    bar.close()
+        except ConfigError as exc:  # the model or task files changed under a recorded experiment
+            return fail(exc)
+        except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
+            return store_unusable(exc)
     wall = time.perf_counter() - started
     statuses = [r.status for r in results]
-    status = "failed" if "failed" in statuses else "stopped" if stop["flag"] or "stopped" in statuses else "done"
+    status = "failed" if "failed" in statuses else "stopped" if should_stop() or "stopped" in statuses else "done"
     width = max(len(r.name) for r in results)
     id_width = max(len(r.run_id or "-") for r in results)  # run ids differ in length: keep the statuses in a column
     for r in results:

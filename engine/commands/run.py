@@ -94,21 +94,14 @@ def _remove_new(made: Path | None, db: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import shlex
-    import signal
     import sys
 
-    from engine.commands._common import fail, no_store, print_json, store_unusable
+    from engine.commands._common import ctrl_c_stops, fail, no_store, print_json, said_stage_failed, store_unusable
     from engine.config import load_config
-    from engine.errors import ConfigError, DataError, failed_stage
+    from engine.errors import ConfigError, DataError
     from engine.loop import create_run, run_loop
     from engine.store import Store, StoreError
 
-    stop = {"flag": False}
-
-    def request_stop(*_):  # Ctrl-C: finish the batch in flight, record "stopped", print the summary, exit 130
-        stop["flag"] = True
-
-    signal.signal(signal.SIGINT, request_stop)
     db = Path(args.db)
     if args.iterations is not None and args.iterations < 0:
         print(f"error: --iterations must be 0 or more, not {args.iterations}", file=sys.stderr)
@@ -116,43 +109,43 @@ def run(args: argparse.Namespace) -> int:
     if args.run and not db.exists():  # opening it would create an empty store
         print(f"error: {no_store(args.db)}, so no run {args.run!r}", file=sys.stderr)
         return 2
-    made = _first_missing(db)  # removed again if the run is refused: a refusal leaves nothing behind
-    try:
-        target = [f"run.iterations={args.iterations}"] if args.iterations else []  # a new run records N
-        config = None if args.run else load_config(args.config or DEFAULT_CONFIG, [*args.set, *target])
-        with Store(args.db) as store:
-            if args.run:
-                if store.get_run(args.run) is None:
-                    print(f"error: {store.unknown_run(args.run, args.db)}", file=sys.stderr)
-                    return 2
-                if args.set or args.config:  # silently running the stored config would mislead
-                    given = " ".join(["--config"] * bool(args.config) + ["--set"] * bool(args.set))
-                    print(f"error: {given} cannot change run {args.run!r}: a run keeps the config it was created "
-                          f"with (its run directory's config.toml). Resume it without them, or create a new run: "
-                          f"python -m engine run --config FILE --set ...", file=sys.stderr)
-                    return 2
-                run_id = args.run
-            else:
-                run_id = create_run(store, config)
-            try:
-                status = run_loop(store, run_id, iterations=args.iterations, progress=progress_printer(args.quiet),
-                                  should_stop=lambda: stop["flag"], record_iterations=True)
-            except Exception as exc:
-                where = failed_stage(exc)
-                if where is None:  # before or between stages: bad input (exit 2) or a bug (its traceback)
-                    raise
-                # A stage failed: the store holds it, with its traceback, and keeps the run (a store this command
-                # made is not removed). Say so, then summarise.
-                db_arg = shlex.quote(args.db)
-                print(f"error: iteration {where[0]}, stage {where[1]} failed: {type(exc).__name__}: {exc}\n(its "
-                      f"traceback is in `python -m engine status --db {db_arg} --json`; once the cause is fixed, "
-                      f"`python -m engine run --run {run_id} --db {db_arg}` resumes it)", file=sys.stderr)
-                status = "failed"
-            print_json({"run_id": run_id, "status": status, "db": args.db,
-                        "iterations": store.status_summary()["runs"].get(run_id, {})})
-    except (ConfigError, DataError) as exc:
-        _remove_new(made, db)
-        return fail(exc)
-    except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
-        return store_unusable(exc)
+    # Ctrl-C: finish the batch in flight, record "stopped", print the summary, exit 130
+    with ctrl_c_stops() as should_stop:
+        made = _first_missing(db)  # removed again if the run is refused: a refusal leaves nothing behind
+        try:
+            target = [f"run.iterations={args.iterations}"] if args.iterations else []  # a new run records N
+            config = None if args.run else load_config(args.config or DEFAULT_CONFIG, [*args.set, *target])
+            with Store(args.db) as store:
+                if args.run:
+                    if store.get_run(args.run) is None:
+                        print(f"error: {store.unknown_run(args.run, args.db)}", file=sys.stderr)
+                        return 2
+                    if args.set or args.config:  # silently running the stored config would mislead
+                        given = " ".join(["--config"] * bool(args.config) + ["--set"] * bool(args.set))
+                        print(f"error: {given} cannot change run {args.run!r}: a run keeps the config it was created "
+                              f"with (its run directory's config.toml). Resume it without them, or create a new run: "
+                              f"python -m engine run --config FILE --set ...", file=sys.stderr)
+                        return 2
+                    run_id = args.run
+                else:
+                    run_id = create_run(store, config)
+                try:
+                    status = run_loop(store, run_id, iterations=args.iterations,
+                                      progress=progress_printer(args.quiet), should_stop=should_stop,
+                                      record_iterations=True)
+                except Exception as exc:
+                    # A stage failed: the store holds it, with its traceback, and keeps the run (a store this
+                    # command made is not removed). Say so, then summarise. Else bad input (2) or a bug (traceback).
+                    resume = (f"once the cause is fixed, `python -m engine run --run {run_id} --db "
+                              f"{shlex.quote(args.db)}` resumes it")
+                    if not said_stage_failed(exc, args.db, resume):
+                        raise
+                    status = "failed"
+                print_json({"run_id": run_id, "status": status, "db": args.db,
+                            "iterations": store.status_summary()["runs"].get(run_id, {})})
+        except (ConfigError, DataError) as exc:
+            _remove_new(made, db)
+            return fail(exc)
+        except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
+            return store_unusable(exc)
     return EXIT_STATUS.get(status, 1)

@@ -23,8 +23,6 @@ recorded time is then the retry's.
 from __future__ import annotations
 
 import argparse
-import shlex
-import signal
 
 from engine.commands._common import add_quiet_flag
 
@@ -52,10 +50,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from engine.commands._common import BAD_INPUT, fail, print_json, store_missing, store_unusable
+    from engine.commands._common import (
+        BAD_INPUT,
+        ctrl_c_stops,
+        fail,
+        print_json,
+        said_stage_failed,
+        store_missing,
+        store_unusable,
+    )
     from engine.commands.run import progress_printer
     from engine.config import config_from_dict, config_to_dict
-    from engine.errors import ConfigError, DataError, failed_stage
+    from engine.errors import ConfigError, DataError
     from engine.loop import out_of_order, run_config, run_stage
     from engine.store import Store, StoreError
 
@@ -97,24 +103,14 @@ def run(args: argparse.Namespace) -> int:
             config = config_from_dict(data, "--critic/--base-url/--model")
             if args.retry_errors:
                 _remove_error_verdicts(store, args.run, args.iteration)
-            stop = {"flag": False}
-
-            def request_stop(*_: object) -> None:  # Ctrl-C: finish the batch in flight, record "stopped", exit 130
-                stop["flag"] = True
-
-            previous = signal.signal(signal.SIGINT, request_stop)
-            try:
-                status = run_stage(store, args.run, args.iteration, args.stage, config=config,
-                                   progress=progress_printer(args.quiet), should_stop=lambda: stop["flag"])
-            except Exception as exc:
-                if failed_stage(exc) is None:  # not a recorded stage failure: bad input (2) or a bug (traceback)
-                    raise
-                db_arg = shlex.quote(args.db)
-                print(f"error: iteration {args.iteration}, stage {args.stage} failed: {type(exc).__name__}: {exc}\n"
-                      f"(its traceback is in `python -m engine status --db {db_arg} --json`)", file=sys.stderr)
-                status = "failed"
-            finally:
-                signal.signal(signal.SIGINT, previous)
+            with ctrl_c_stops() as should_stop:
+                try:
+                    status = run_stage(store, args.run, args.iteration, args.stage, config=config,
+                                       progress=progress_printer(args.quiet), should_stop=should_stop)
+                except Exception as exc:
+                    if not said_stage_failed(exc, args.db):  # bad input (2) or a bug (its traceback)
+                        raise
+                    status = "failed"
             print_json({"run_id": args.run, "iteration": args.iteration, "stage": args.stage, "status": status,
                         "state": store.stage_status(args.run, args.iteration).get(args.stage)})
     except (ConfigError, DataError) as exc:  # e.g. --critic openai without --model
