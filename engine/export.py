@@ -2,20 +2,21 @@
 
 Contract:
 
-* ``export_pairs(store, run_id, iteration, path, fmt, form)`` writes one TRL preference row per effective pair that
-  is neither excluded nor a tie: ``{"prompt", "chosen", "rejected", "chosen_logppl", "rejected_logppl", "task_id",
-  "step"}``. ``form="text"`` (the default; what train_planner's DPO reads): ``prompt`` is the stored planner prompt
-  of the chosen plan (``plans.prompt``, the rendered chat the plan was sampled from), ``chosen``/``rejected`` the raw
-  plan texts. ``form="messages"``: TRL's conversational preference format, ``prompt`` the planner chat before
-  rendering (``turns.planner_step_messages``, the layout the sample stage rendered: the onetime user turn, or for an
-  iterative step the gold history before it) and ``chosen``/``rejected`` one assistant message each with the raw
-  plan text. TRL renders it with the tokenizer's chat template, which gives the stored prompt when the run's
+* ``export_pairs(store, run_id, iteration, path, fmt, form)`` writes one TRL preference row per effective pair that is
+  neither excluded nor a tie: ``{"prompt", "chosen", "rejected", "chosen_logppl", "rejected_logppl", "task_id",
+  "step"}``. ``form="text"`` (the default; what train_planner's DPO reads): ``prompt`` is the stored planner prompt of
+  the chosen plan (``plans.prompt``, the rendered chat the plan was sampled from), ``chosen``/``rejected`` the raw plan
+  texts. ``form="messages"``: TRL's conversational preference format, ``prompt`` the planner chat before rendering
+  (``turns.planner_step_messages``, the layout the sample stage rendered: the onetime user turn, or for an iterative
+  step the gold history before it) and ``chosen``/``rejected`` one assistant message each with the raw plan text. TRL
+  renders it with the tokenizer's chat template, which gives the stored prompt when the iteration's
   ``planner.chat_template`` is ``"tokenizer"`` (``chat_template_note`` says when it may not). Every rebuilt chat is
-  first rendered as the iteration's sample stage rendered it (``turns.planner_step_prompt`` with the run's
-  ``planner.chat_template`` and, where the rendering reads it, the tokenizer of the checkpoint that stage loaded)
-  and compared with the stored prompt: any difference (a run sampled by older code or in another layout) raises
-  ``PromptMismatch`` (a ``ValueError``: how many pairs differ of how many, the first one's task, step and iteration,
-  and the character offset where it parts), a tokenizer that does not load ``CheckpointError``; nothing is returned.
+  first rendered as the iteration's sample stage rendered it (``turns.planner_step_prompt`` with the iteration's
+  ``planner.chat_template``, its curriculum phase applied, and, where the rendering reads it, the tokenizer of the
+  checkpoint that stage loaded) and compared with the stored prompt: any difference (a run sampled by older code or in
+  another layout) raises ``PromptMismatch`` (a ``ValueError``: how many pairs differ of how many, the first one's task,
+  step and iteration, and the character offset where it parts), a tokenizer that does not load ``CheckpointError``;
+  nothing is returned.
 * ``export_sft(store, run_id, iteration, path, fmt)`` writes ``{"messages": [...], "task_id", "step", "k"}`` chat
   records from ``curation.effective_sft_records``, rendered as the train_grounder stage renders them
   (``turns.grounding_messages``: the iterative layout, with the gold history, for a step >= 1).
@@ -43,7 +44,7 @@ import secrets
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -54,6 +55,9 @@ from engine.outcome import gold_step_results
 from engine.store import Store
 from engine.turns import Agent, grounding_messages, planner_step_messages, planner_step_prompt
 from engine.views import EFFECTIVE_PAIRS_SQL
+
+if TYPE_CHECKING:
+    from engine.config import RunConfig
 
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "chosen_logppl", "rejected_logppl", "task_id", "step")
 
@@ -133,11 +137,8 @@ def _sampled_planner(store: Store, run_id: str, iteration: int, needs_tokenizer:
     iteration's config, phase settings applied) and, when ``needs_tokenizer`` or that template is ``"tokenizer"``,
     the tokenizer of the checkpoint the stage loaded (``StageContext.agent_path``). No model is loaded.
     ``CheckpointError`` (naming ``planner.path``) when that tokenizer does not load."""
-    from engine.config import config_from_dict
-    from engine.schedule import iteration_config
-
     run = store.get_run(run_id) or {}
-    config = iteration_config(config_from_dict(run.get("config") or {}), iteration)
+    config = _iteration_config(run, iteration)
     section = config.planner
     if not needs_tokenizer and section.chat_template == "lumos":
         return Agent(None, None, section.chat_template)
@@ -159,6 +160,14 @@ def _sampled_planner(store: Store, run_id: str, iteration: int, needs_tokenizer:
     return Agent(None, tokenizer, section.chat_template)
 
 
+def _iteration_config(run: dict[str, Any], iteration: int) -> RunConfig:
+    """The config ``iteration`` of ``run`` (a ``Store.get_run`` dict) ran under: its phase's settings applied."""
+    from engine.config import config_from_dict
+    from engine.schedule import iteration_config
+
+    return iteration_config(config_from_dict(run.get("config") or {}), iteration)
+
+
 def _mismatch_message(run_id: str, iteration: int, template: str, total: int,
                       differ: list[tuple[dict[str, Any], str]]) -> str:
     """How many pairs differ, and where the first one does: its task, step and iteration and the first character
@@ -174,14 +183,14 @@ def _mismatch_message(run_id: str, iteration: int, template: str, total: int,
             "messages are not what the planner saw: the text form writes the stored prompts")
 
 
-def chat_template_note(store: Store, run_id: str) -> str:
-    """A caution for a conversational pairs export of ``run_id`` ("" when none is due). Its prompts were rendered
-    with the lumos layout (``planner.chat_template = "lumos"``, the default) rather than the tokenizer's template,
-    and TRL renders messages with the tokenizer's template only: the same text only where that template reproduces
-    the layout. A ``"tokenizer"`` run rendered its prompts with that very template."""
-    run = store.get_run(run_id) or {}
-    planner = (run.get("config") or {}).get("planner") or {}
-    if planner.get("chat_template", "lumos") == "tokenizer":
+def chat_template_note(store: Store, run_id: str, iteration: int) -> str:
+    """A caution for a conversational pairs export of ``run_id``'s ``iteration`` ("" when none is due). Its prompts
+    were rendered with the lumos layout (``planner.chat_template = "lumos"``, the default) rather than the tokenizer's
+    template, and TRL renders messages with the tokenizer's template only: the same text only where that template
+    reproduces the layout. A ``"tokenizer"`` iteration rendered its prompts with that very template. The template is
+    the iteration's, read as the prompt check reads it (``_iteration_config``: its curriculum phase applied), so the
+    note and the check never speak of two layouts."""
+    if _iteration_config(store.get_run(run_id) or {}, iteration).planner.chat_template == "tokenizer":
         return ""
     return ("this run rendered its planner prompts with the lumos layout (planner.chat_template = \"lumos\"), and "
             "TRL renders these messages with the tokenizer's own chat template: the same prompt text only if that "

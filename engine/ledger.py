@@ -4,6 +4,12 @@ iterations, summarise a store for ``python -m engine status``, and copy one run'
 (``copy_run``: how ``engine.jobs`` moves a run into and out of a job's own file). Stage timestamps are UTC (stored as
 naive ``TIMESTAMP``): a stage's duration and ``report``'s busy time stay right across a daylight-saving change and in
 a store merged from machines in other time zones. Run ids keep the local clock, which is what their reader knows.
+
+A stage's time counts every span it ran: ``started_at`` .. ``finished_at`` is the latest span (what "running since"
+and an ETA read) and ``earlier_s`` the seconds of the spans that ended before it (a stage stopped or failed and run
+again, a critique judged again by ``step critique --retry-errors``); ``active_seconds(row)`` is their sum. A span
+that never recorded its end (a killed process, SIGKILL) adds nothing: when it ended is not known. ``pending`` starts
+the stage afresh (``earlier_s`` = 0).
 Relies on the host's ``_cursor``, ``_transaction``, ``_touched``, ``_insert``, ``_frame_for``, ``task_rows``,
 ``query`` and ``_columns``.
 """
@@ -34,6 +40,15 @@ _PIPELINE_POSITION = {name: n for n, name in enumerate(STAGE_ORDER)}
 def utc_now() -> datetime:
     """The current UTC time as a naive ``datetime``: what the ``stages`` table's ``TIMESTAMP`` columns hold."""
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+def active_seconds(row: dict[str, Any]) -> float | None:
+    """A stage's time under way over every span it ran: ``earlier_s`` plus its latest span (``started_at`` ..
+    ``finished_at``); None while the latest span has no end (running, killed, or never started)."""
+    started, finished = row.get("started_at"), row.get("finished_at")
+    if started is None or finished is None:
+        return None
+    return float(row.get("earlier_s") or 0.0) + (finished - started).total_seconds()
 
 
 class RunLedger:
@@ -122,43 +137,53 @@ class RunLedger:
         counts: dict[str, Any] | None = None,
         error: str | None = None,
     ) -> None:
-        """Record a stage transition: ``running`` stamps started_at (and clears the finish), done/failed/stopped
-        stamp finished_at; ``counts`` and ``error`` replace the stored ones when given (error is cleared on a run).
+        """Record a stage transition: ``running`` stamps started_at (and clears the finish), adding the span that
+        ended before it to ``earlier_s``; done/failed/stopped stamp finished_at when a span is open (a finished stage
+        marked stopped, as ``step critique --retry-errors`` does, keeps the end it had: it did not run since);
+        ``pending`` clears both and ``earlier_s``. ``counts`` and ``error`` replace the stored ones when given (error
+        is cleared on a run).
         """
         if status not in STAGE_STATUSES:
             raise ValueError(f"stage status must be one of {', '.join(STAGE_STATUSES)}, got {status!r}")
 
         def body(cur: duckdb.DuckDBPyConnection) -> None:
             old = cur.execute(
-                "SELECT started_at, finished_at, counts_json, error FROM stages "
+                "SELECT started_at, finished_at, earlier_s, counts_json, error FROM stages "
                 "WHERE run_id = ? AND iteration = ? AND stage = ?",
                 [run_id, iteration, stage],
             ).fetchall()
-            old = old[0] if old else None
-            started, finished, counts_json, err = old or (None, None, None, None)
+            started, finished, earlier, counts_json, err = old[0] if old else (None, None, 0.0, None, None)
             now = utc_now()
             if status == "running":
+                if started is not None and finished is not None and finished >= started:
+                    earlier += (finished - started).total_seconds()
+                # (an open span, left by a killed process, has no known end: it adds nothing)
                 started, finished, err = now, None, None
             elif status in FINISHED:
-                finished = now
+                if finished is None:
+                    finished = now
             elif status == "pending":
                 started = finished = None
+                earlier = 0.0
             if counts is not None:
                 counts_json = json.dumps(counts, ensure_ascii=False, default=str)
             if error is not None:
                 err = error
             cur.execute(
-                "INSERT OR REPLACE INTO stages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [run_id, iteration, stage, status, started, finished, counts_json, err],
+                "INSERT OR REPLACE INTO stages (run_id, iteration, stage, status, started_at, finished_at, earlier_s, "
+                "counts_json, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [run_id, iteration, stage, status, started, finished, earlier, counts_json, err],
             )
 
         with self._cursor() as cur:
             self._transaction(cur, body)
 
     def stage_status(self, run_id: str, iteration: int) -> dict[str, dict[str, Any]]:
-        """``{stage: {"status", "started_at", "finished_at", "counts", "error"}}`` for one iteration, in pipeline
-        order (``STAGE_ORDER``; a stage name outside it last, by start). By start time alone, a skipped stage (never
-        started) was listed after the evaluation that follows it, in ``status`` and in the studio."""
+        """``{stage: {"status", "started_at", "finished_at", "earlier_s", "seconds", "counts", "error"}}`` for one
+        iteration, in pipeline order (``STAGE_ORDER``; a stage name outside it last, by start). ``started_at`` ..
+        ``finished_at`` is the latest span, ``seconds`` the time over every span (``active_seconds``; None until the
+        latest has ended). By start time alone, a skipped stage (never started) was listed after the evaluation that
+        follows it, in ``status`` and in the studio."""
         df = self.query(
             "SELECT * FROM stages WHERE run_id = ? AND iteration = ? ORDER BY started_at NULLS LAST, stage",
             [run_id, iteration],
@@ -169,6 +194,8 @@ class RunLedger:
                 "status": r["status"],
                 "started_at": r["started_at"],
                 "finished_at": r["finished_at"],
+                "earlier_s": float(r["earlier_s"]),
+                "seconds": active_seconds(r),
                 "counts": loads(r["counts_json"], {}),
                 "error": r["error"],
             }

@@ -26,10 +26,14 @@ is absent or null); ``UnknownExperiment`` (a ``KeyError`` carrying the known ids
 ``engine.stats.paired_t`` (``{"diff", "ci95", "p", "n"}``) plus ``"seeds"``, over the seeds both sides have:
 ``vs_iteration_0`` pairs iteration t with iteration 0 of the same run (for the gap, the per-seed % change of
 ``gap_ppl``, tested against 0); ``vs_baseline`` pairs a variant with the baseline variant (``full`` unless the file
-names another) at the same iteration. Wall times are the sums of the runs' stage durations (``stages.started_at`` ..
-``finished_at``); ``busy`` is the clock time during which any of the runs had a stage under way (the union of those
-intervals): with ``--jobs N`` it is what the runs took, without the idle hours between a kill and its resume, and
-without the swap tables, which run after the runs and record no times. A run is ``done`` once its ``evaluate`` stage is
+names another) at the same iteration. Wall times are the sums of the runs' stage durations, every span a stage ran
+(``engine.ledger.active_seconds``: the latest span ``stages.started_at`` .. ``finished_at`` plus ``earlier_s``, the
+spans before a stop or failure and its resume); ``busy`` is the clock time during which any of the runs had a stage
+under way: the union of the latest spans, plus the earlier spans' seconds counted apart. Only the latest span's clock
+times are stored, so an earlier span is taken not to overlap any other: exact for runs one after another, at most
+those seconds too many where ``--jobs N`` ran it beside another run (``busy`` never exceeds ``total``). With
+``--jobs N`` it is what the runs took, without the idle hours between a kill and its resume, and without the swap
+tables, which run after the runs and record no times. A run is ``done`` once its ``evaluate`` stage is
 done for every iteration up to the largest requested; others are ``incomplete`` (with the stage where they stand), and
 an iteration lists only the seeds that reached it. ``swaps`` aggregates the stored swap tables (``engine.swap``,
 written for the variants an experiment's ``swap`` lists) of each variant's runs over seeds: every cell's accuracy
@@ -135,16 +139,19 @@ def _seconds(delta: Any) -> float:
 
 
 def _busy(store: Store, experiment_id: str) -> float:
+    """The union of the stages' latest spans plus their earlier spans' seconds (see the module docstring)."""
     df = store.query("SELECT s.started_at, s.finished_at FROM experiment_runs r JOIN stages s USING (run_id) "
                      "WHERE r.experiment_id = ? AND s.started_at IS NOT NULL AND s.finished_at IS NOT NULL",
                      [experiment_id])
-    return busy_seconds([(a, b) for a, b in df.itertuples(index=False) if b >= a])
+    earlier = store.query("SELECT coalesce(sum(s.earlier_s), 0) AS s FROM experiment_runs r JOIN stages s "
+                          "USING (run_id) WHERE r.experiment_id = ?", [experiment_id])
+    return busy_seconds([(a, b) for a, b in df.itertuples(index=False) if b >= a]) + float(earlier["s"].iloc[0])
 
 
 def _runs(store: Store, experiment_id: str, requested: int) -> list[dict[str, Any]]:
     df = store.query(
         "SELECT r.variant, r.seed, r.run_id, s.iteration, s.stage, s.status, "
-        "date_diff('microsecond', s.started_at, s.finished_at) / 1e6 AS seconds "
+        "coalesce(date_diff('microsecond', s.started_at, s.finished_at) / 1e6, 0) + s.earlier_s AS seconds "
         "FROM experiment_runs r LEFT JOIN stages s USING (run_id) WHERE r.experiment_id = ? "
         "ORDER BY r.seed, r.variant, s.iteration, s.started_at NULLS LAST", [experiment_id])
     runs: dict[str, dict[str, Any]] = {}

@@ -3,7 +3,9 @@
 Every row a stage produces is keyed by ``(run_id, iteration, task_id, step, k)`` or a prefix of it: ``step`` is
 the planning step (0 for onetime plans, 1.. for the iterative formulation), ``k`` the index of a sampled plan.
 Primary keys make re-running a stage idempotent (``INSERT OR REPLACE``), so a resumed stage never duplicates
-rows. JSON columns hold lists/dicts as text. ``MIGRATIONS[v]`` upgrades a store from version ``v`` to ``v + 1``.
+rows. JSON columns hold lists/dicts as text. A stage's ``started_at`` .. ``finished_at`` is its latest span and
+``earlier_s`` the seconds of the spans before it (``engine.ledger``). ``MIGRATIONS[v]`` upgrades a store from
+version ``v`` to ``v + 1``.
 
 ``migrate(cur, ...)`` brings an opened file to ``SCHEMA_VERSION``: a new file gets ``DDL_V1`` and every migration, an
 older one every missing migration in ONE transaction (a failure or a kill leaves it at its old version), and a
@@ -20,7 +22,7 @@ import duckdb
 
 from engine.errors import StoreError, StoreVersionError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 DDL_V1 = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL);
@@ -291,6 +293,12 @@ INSERT INTO rollouts_v6 SELECT run_id, iteration, 'planner', batch, n, task_id, 
     advantage FROM rollouts;
 DROP TABLE rollouts;
 ALTER TABLE rollouts_v6 RENAME TO rollouts;
+""",
+    # v7: a stage stopped (or failed) and run again keeps the time of its earlier spans; started_at .. finished_at
+    # stay the latest span (what the studio's "running" card and ETA read). A store from before v7 kept only the
+    # latest span, so its stages start at 0 earlier seconds: the spans it overwrote are not known.
+    6: """
+ALTER TABLE stages ADD COLUMN earlier_s DOUBLE NOT NULL DEFAULT 0;  -- seconds of the spans before the latest one
 """,
 }
 

@@ -3,8 +3,9 @@
 ``pipeline_html(store, run_id, snapshot, live)`` draws the iteration a job is working on (else the run's newest
 iteration with stages): one card per stage (iteration 0: warm start, if any, and the evaluation of the starting
 agents; later iterations: the eight MOAT stages), each with its state, a progress bar, the ETA while it runs, its
-wall time once done and the one-line summary of ``studio.stage_text``. Progress and ETA come from the job worker's
-events (``snapshot``); states, times and summaries from the store. A stage the store marks running while no job of
+wall time once done (every span it ran: a stop and its resume count both) and the one-line summary of
+``studio.stage_text``. Progress and ETA come from the job worker's events (``snapshot``); states, times and
+summaries from the store. A stage the store marks running while no job of
 this studio runs it is shown interrupted (``live`` is False), as the stage table does. In a curriculum
 (``[[schedule.phases]]``) the title names the iteration's phase and the stages it leaves out show as skipped. The two
 training cards name how the iteration trains each role (``stages.planner_objective``: "4 · DPO planner" or

@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.config import RunConfig, config_from_dict
 from engine.errors import ConfigError
+from engine.ledger import active_seconds
 from engine.schedule import iteration_config
 from engine.store import Store
 
@@ -142,10 +143,10 @@ def shown_status(status: str, live: bool) -> str:
 
 
 def stage_seconds(row: dict[str, Any]) -> float | None:
-    """A finished stage's wall time in seconds (one decimal), None while it has not finished."""
-    if not (row.get("started_at") and row.get("finished_at")):
-        return None
-    return round((row["finished_at"] - row["started_at"]).total_seconds(), 1)
+    """A finished stage's wall time in seconds (one decimal), every span it ran counted (a stop and its resume, a
+    critique judged again: ``engine.ledger.active_seconds``); None while it has not finished."""
+    seconds = active_seconds(row)
+    return None if seconds is None else round(seconds, 1)
 
 
 def stage_summary(store: Store, run_id: str, iteration: int, stage: str, status: str,

@@ -77,12 +77,12 @@ def export_file(store: Store, run_id: str, iteration: int, kind: str, fmt: str, 
     return path, export.write_rows(kind, rows, path, fmt, pairs_form)
 
 
-def form_caution(store: Store, run_id: str, kind: str, pairs_form: str) -> str:
+def form_caution(store: Store, run_id: str, iteration: int, kind: str, pairs_form: str) -> str:
     """The sentence added after an export's message about how TRL renders conversational pairs ("" when none is
-    due: text pairs, SFT records, or a run whose prompts came from the tokenizer's own template)."""
+    due: text pairs, SFT records, or an iteration whose prompts came from the tokenizer's own template)."""
     if kind != "pairs" or pairs_form != "messages":
         return ""
-    note = export.chat_template_note(store, run_id)
+    note = export.chat_template_note(store, run_id, int(iteration))
     return f" Note: {note[:1].upper()}{note[1:]}." if note else ""
 
 
@@ -148,7 +148,7 @@ def build(ctx: Ctx) -> None:
                     "left to export (filtered out by the stage, or excluded or tied by curation).", str(path))
         kept_out = export.left_out(ctx.store, run_id, int(it), k)
         return (f"Exported {rows} {k} rows to `{path.name}`" + (f"; left out: {kept_out}." if kept_out else ".")
-                + form_caution(ctx.store, run_id, k, form), str(path))
+                + form_caution(ctx.store, run_id, it, k, form), str(path))
 
     def on_push(run_id, it, k, repo_id, form, request: gr.Request) -> str:
         check_writable(ctx, request)

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow  # kills and resumes runs of tiny models: `pytest 
 
 ROOT = Path(__file__).resolve().parents[1]
 # Columns that legitimately differ between two runs of the same config: ids, clocks, and paths under the run dir.
-VOLATILE = {"run_id", "created_at", "started_at", "finished_at", "latency_s"}
+VOLATILE = {"run_id", "created_at", "started_at", "finished_at", "earlier_s", "latency_s"}
 # The 8 stages of an iteration, each killed once, in loop order; training is killed mid-training and mid-save.
 KILLS = ["1:sample:1", "1:score:1", "1:pairs:1", "1:train_planner:save", "1:ground:1", "1:critique:1",
          "1:train_grounder:1", "1:evaluate:2"]

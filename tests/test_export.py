@@ -361,6 +361,24 @@ def test_prompts_sampled_in_another_layout_than_the_config_says_are_refused(stor
     assert not (tmp_path / "m.jsonl").exists()
 
 
+def test_the_chat_template_note_reads_the_iterations_template_as_the_check_does(store, monkeypatch):
+    """The lumos-layout note reads the config the prompt check renders with: the iteration's, its curriculum phase
+    applied, not the run-level section. No phase may set ``planner`` today (``config_checks.SETTABLE_SECTIONS``);
+    with that lifted, a phase switching to the tokenizer's template at iteration 2 leaves the note on iterations 0
+    and 1 (the lumos layout) and takes it off iteration 2, in the CLI's note and the Export tab's caution alike."""
+    from engine import config_checks
+    from engine.export import chat_template_note
+    from studio import tab_export
+
+    monkeypatch.setattr(config_checks, "SETTABLE_SECTIONS", (*config_checks.SETTABLE_SECTIONS, "planner"))
+    store.set_run_config(RUN, {"schedule": {"phases": [
+        {"name": "lumos", "iterations": 1},
+        {"name": "chat", "iterations": 1, "set": ["planner.chat_template=tokenizer"]}]}})
+    for iteration, noted in ((0, True), (1, True), (2, False)):
+        assert ("lumos layout" in chat_template_note(store, RUN, iteration)) is noted, iteration
+        assert bool(tab_export.form_caution(store, RUN, iteration, "pairs", "messages")) is noted, iteration
+
+
 def test_the_export_parser_offers_the_engines_names_without_loading_the_writers():
     """``--format``/``--pairs-form`` offer ``engine.export_forms``' tuples, the very ones the writers check, and
     building the parser (every ``--help``) loads neither ``engine.export`` (pyarrow) nor the training stack: the
@@ -395,8 +413,8 @@ def test_export_tab_offers_the_pairs_form_for_download_and_push(store, tmp_path)
     assert isinstance(load(text_path, "jsonl", tmp_path)[0]["prompt"], str)
     sft_path, _ = tab_export.export_file(store, RUN, IT, "sft", "jsonl", tmp_path, "messages")
     assert sft_path.name == f"{RUN}-it0-sft.jsonl"
-    assert "lumos layout" in tab_export.form_caution(store, RUN, "pairs", "messages")
-    assert tab_export.form_caution(store, RUN, "pairs", "text") == ""
+    assert "lumos layout" in tab_export.form_caution(store, RUN, IT, "pairs", "messages")
+    assert tab_export.form_caution(store, RUN, IT, "pairs", "text") == ""
     with pytest.raises(ValueError, match="pairs form"):
         tab_export.export_file(store, RUN, IT, "pairs", "jsonl", tmp_path, "../x")
 

@@ -317,7 +317,7 @@ def test_a_version_5_store_keeps_its_rollouts_as_the_planners(tmp_path):
     con.execute("INSERT INTO rollouts VALUES ('r', 1, 0, 0, 't', 'p', 'plan', '{}', 1.0, 0.5)")
     con.close()
     with Store(path) as store:
-        assert store.version == schema.SCHEMA_VERSION == 6
+        assert store.version == schema.SCHEMA_VERSION == 7
         frame = store.frame("rollouts", "r")
         assert frame[["role", "text", "advantage"]].values.tolist() == [["planner", "plan", 0.5]]
         store.write("rollouts", [{"run_id": "r", "iteration": 1, "role": "grounder", "batch": 0, "n": 0,

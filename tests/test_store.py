@@ -79,8 +79,8 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
                 "VALUES ('r', 1, 't', 0, 0, 'reference', 'accepted', true)")
     con.close()
     with Store(path) as s:
-        assert s.version == schema.SCHEMA_VERSION == 6
-        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [6]
+        assert s.version == schema.SCHEMA_VERSION == 7
+        assert s.query("SELECT version FROM schema_info")["version"].tolist() == [7]
         assert {"experiments", "experiment_runs", "swaps", "rollouts"} <= set(s.query("SHOW TABLES")["name"])
         rows = s.query("SELECT status, extra_json FROM verdicts")
         assert rows["status"].tolist() == ["accepted"] and rows["extra_json"].isna().all()
@@ -113,11 +113,12 @@ def test_newer_version_error_names_both_versions(tmp_path):
     path = tmp_path / "ws.duckdb"
     Store(path).close()
     con = duckdb.connect(str(path))
-    con.execute("UPDATE schema_info SET version = 7")
+    con.execute("UPDATE schema_info SET version = 99")
     con.close()
-    with pytest.raises(StoreVersionError, match=f"schema version 7, newer than this engine's {schema.SCHEMA_VERSION}"):
+    newer = f"schema version 99, newer than this engine's {schema.SCHEMA_VERSION}"
+    with pytest.raises(StoreVersionError, match=newer):
         Store(path)
-    assert _raw_version(path)[0] == 7  # refused, not touched
+    assert _raw_version(path)[0] == 99  # refused, not touched
 
 
 def test_engine_run_refuses_a_newer_store_with_a_message_not_a_traceback(tmp_path, capsys):
@@ -126,7 +127,7 @@ def test_engine_run_refuses_a_newer_store_with_a_message_not_a_traceback(tmp_pat
     path = tmp_path / "ws.duckdb"
     Store(path).close()
     con = duckdb.connect(str(path))
-    con.execute("UPDATE schema_info SET version = 7")
+    con.execute("UPDATE schema_info SET version = 99")
     con.close()
     parser = argparse.ArgumentParser()
     run_command.add_arguments(parser)
@@ -136,7 +137,7 @@ def test_engine_run_refuses_a_newer_store_with_a_message_not_a_traceback(tmp_pat
     finally:
         signal.signal(signal.SIGINT, sigint)
     captured = capsys.readouterr()  # on stderr, as every command says it: stdout ends with the run's JSON line
-    assert f"error: {path} has schema version 7, newer than this engine's" in captured.err
+    assert f"error: {path} has schema version 99, newer than this engine's" in captured.err
     assert "error" not in captured.out
 
 

@@ -1,26 +1,26 @@
 """``python -m engine export``: write curated DPO pairs or grounder SFT records of one iteration to a file.
 
-Contract: ``export --db D --run R --iteration T --what pairs|sft|rollouts --format jsonl|parquet
-[--pairs-form text|messages] --out FILE [--json]`` writes the rows of ``engine.export.export_pairs`` / ``export_sft``
-(overrides applied) / ``export_rollouts`` (a GRPO iteration's rollouts) atomically, with the mode ``open()`` would
-give the file, and prints ``{"what", "format", "path", "rows"}`` (pairs: and ``"pairs_form"``; ``--json``) or a
-one-line summary; exits 0. ``--pairs-form`` (pairs only; default ``text``, the rendered strings train_planner trains
-on) ``messages`` writes TRL's conversational preference format; a run whose planner prompts were rendered with the
-lumos layout gets a ``note:`` line on stderr that TRL renders messages with the tokenizer's template instead
-(``engine.export.chat_template_note``). Before anything is written, each messages prompt is rendered as the run
-rendered its prompts and compared with the prompt stored with the plan: when any differs (plans sampled by older code
-or in another layout) or the planner's tokenizer that check needs does not load, ``error: ...`` names how many pairs
-differ of how many and where the first one parts, and the command exits 2, writing nothing
-(``engine.export.PromptMismatch``). ``--pairs-form`` with another ``--what`` is refused (exit 2). An unknown
-run, a missing DuckDB file, an iteration the run does not have, or a ``--out`` whose folder takes no new file prints
-``error: ...`` on stderr and exits 2, writing nothing. So does an iteration that cannot hold the rows asked for:
-iteration 0 samples and grounds no plans (no pairs, no SFT records), an iteration that trained neither agent by GRPO
-has no rollouts, and one whose pairs / ground / GRPO training stage is not done has none yet (the message says
-which). When that stage is done but kept nothing (every pair filtered, or excluded by curation), the empty file is
-the data: it is written, exit 0, and a ``note: 0 ... rows`` line on stderr says why. A store that cannot be used
-(held by another process, a newer schema, not a store) exits 3, as in every command. ``--out`` may be any path: the
-caller owns the shell and its files, so the CLI is not confined to a workspace (the studio, which takes requests from
-browsers, is; see ``engine.workspace``).
+Contract: ``export --db D --run R --iteration T --what pairs|sft|rollouts --format jsonl|parquet [--pairs-form
+text|messages] --out FILE [--json]`` writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides
+applied) / ``export_rollouts`` (a GRPO iteration's rollouts) atomically, with the mode ``open()`` would give the file,
+and prints ``{"what", "format", "path", "rows"}`` (pairs: and ``"pairs_form"``; ``--json``) or a one-line summary;
+exits 0. ``--pairs-form`` (pairs only; default ``text``, the rendered strings train_planner trains on) ``messages``
+writes TRL's conversational preference format; an iteration whose planner prompts were rendered with the lumos layout
+gets a ``note:`` line on stderr that TRL renders messages with the tokenizer's template instead
+(``engine.export.chat_template_note``, reading the iteration's ``planner.chat_template`` as the prompt check does).
+Before anything is written, each messages prompt is rendered as the run rendered its prompts and compared with the
+prompt stored with the plan: when any differs (plans sampled by older code or in another layout) or the planner's
+tokenizer that check needs does not load, ``error: ...`` names how many pairs differ of how many and where the first
+one parts, and the command exits 2, writing nothing (``engine.export.PromptMismatch``). ``--pairs-form`` with another
+``--what`` is refused (exit 2). An unknown run, a missing DuckDB file, an iteration the run does not have, or a
+``--out`` whose folder takes no new file prints ``error: ...`` on stderr and exits 2, writing nothing. So does an
+iteration that cannot hold the rows asked for: iteration 0 samples and grounds no plans (no pairs, no SFT records), an
+iteration that trained neither agent by GRPO has no rollouts, and one whose pairs / ground / GRPO training stage is not
+done has none yet (the message says which). When that stage is done but kept nothing (every pair filtered, or excluded
+by curation), the empty file is the data: it is written, exit 0, and a ``note: 0 ... rows`` line on stderr says why. A
+store that cannot be used (held by another process, a newer schema, not a store) exits 3, as in every command.
+``--out`` may be any path: the caller owns the shell and its files, so the CLI is not confined to a workspace (the
+studio, which takes requests from browsers, is; see ``engine.workspace``).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: --pairs-form {pairs_form}: {exc}; nothing written", file=sys.stderr)
                 return 2
             if args.what == "pairs" and pairs_form == "messages":
-                form_note = chat_template_note(store, args.run)
+                form_note = chat_template_note(store, args.run, args.iteration)
             kept_out = left_out(store, args.run, args.iteration, args.what)
             if not rows:
                 # An empty file with exit 0 read as "exported, nothing to train on" for data the iteration can
