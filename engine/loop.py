@@ -7,7 +7,8 @@ pending -> running -> done | failed | stopped | skipped. ``run_loop`` runs every
 so an interrupted run resumes where it stopped, and a stage left ``running`` by a killed process runs again (its
 committed batches are kept; a training stage discards its partial output and trains again); ``run_stage`` runs one.
 ``create_run`` and ``run_loop`` first run ``engine.preflight`` on the config, so a bad task file or model path fails
-before any stage writes anything.
+before any stage writes anything; ``create_run_with_cautions`` also returns the config's cautions (the studio shows
+them), and ``check_new_run`` makes create's checks alone (the studio's *Validate*).
 ``should_stop`` is polled between batches and after every optimizer step; ``progress`` receives events
 ``{run_id, iteration, stage, done, total, eta_s, ...}``.
 A run goes to its config's ``run.iterations`` unless ``run_loop`` is given ``iterations``; an explicit target (the
@@ -23,7 +24,7 @@ import shlex
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.config import ITERATION_STAGES, RunConfig, config_from_dict, config_to_dict, config_to_toml
 from engine.errors import StageStopped, UnknownRun, mark_stage_failed
@@ -34,6 +35,9 @@ from engine.stages import critique, evaluation, ground, pairs, sample, score, tr
 from engine.stages.context import ProgressSink, StageContext, crash_point, one_set_of_weights
 from engine.store import Store
 from engine.threads import adapt_to_load
+
+if TYPE_CHECKING:
+    from engine.tasks import Task
 
 STAGES: dict[str, Callable[[StageContext], dict[str, Any]]] = {
     "sample": sample.run,
@@ -59,15 +63,29 @@ def create_run(store: Store, config: RunConfig) -> str:
 
     The task file and the models are checked first (``engine.preflight``): a bad one raises before anything is
     written, so a failed create leaves no run behind. Its cautions (a config that runs, but likely not as meant: a
-    prompt layout, a formulation) go to stderr now, while the config can still change.
+    prompt layout, a formulation) go to stderr now, while the config can still change; a caller that shows them
+    itself (the studio) uses ``create_run_with_cautions``.
     """
-    tasks = load_run_tasks(config)
-    check_eval_splits(config, tasks)
-    preflight(config, tasks)
+    return create_run_with_cautions(store, config)[0]
+
+
+def create_run_with_cautions(store: Store, config: RunConfig) -> tuple[str, list[str]]:
+    """``create_run``, returning ``(run_id, cautions)``: every caution of this config, however often this process
+    printed it before (only the stderr line is once per process), so a page can show the run it just created."""
+    tasks, cautions = check_new_run(config)
     run_dir = Path(config.run.workdir)
     run_id = store.create_run(config.run.name, config_to_dict(config), run_dir, tasks)
     write_run_config(run_directory(store, run_id), config)
-    return run_id
+    return run_id, cautions
+
+
+def check_new_run(config: RunConfig) -> tuple[list[Task], list[str]]:
+    """What ``create_run`` checks before it writes anything, writing nothing: the run's tasks (a bad file raises its
+    ``DataError``), that every evaluated split has tasks, and ``engine.preflight`` (a model that cannot be used
+    raises ``CheckpointError``). Returns the tasks and the cautions (also printed on stderr, once per process)."""
+    tasks = load_run_tasks(config)
+    check_eval_splits(config, tasks)
+    return tasks, preflight(config, tasks)
 
 
 def write_run_config(directory: Path, config: RunConfig) -> Path:

@@ -18,9 +18,11 @@ on the meta device and no weight is loaded. A hub id that is not a local directo
 checks only (weights are not downloaded here). A missing pad token is not an error (``engine.models.load_tokenizer``
 pads with EOS and logs it).
 
-Cautions, for a config that runs but likely not as meant: ``preflight(config, tasks)`` returns them and prints each
-on stderr as ``warning: ...`` once per process (a command that creates runs and then runs them, or an experiment's
-runs of one model set, checks the same config again; stdout stays for a command's JSON):
+Cautions, for a config that runs but likely not as meant: ``preflight(config, tasks)`` returns them, all of them on
+every call, and prints each on stderr as ``warning: ...`` once per process (a command that creates runs and then runs
+them, or an experiment's runs of one model set, checks the same config again; stdout stays for a command's JSON). Only
+the printing is once: a caller that shows the cautions itself (the studio, through
+``engine.loop.create_run_with_cautions``) gets the whole list however often this process met them.
 
 * ``planner.chat_template`` / ``grounder.chat_template`` = ``"lumos"`` with a tokenizer whose own chat template lays
   out a user turn otherwise (an instruct model, prompted in a layout it was not trained on, works poorly): each names
@@ -58,7 +60,7 @@ _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 def preflight(config: RunConfig, tasks: list[Task] | None = None) -> list[str]:
     """Raise ``CheckpointError``/``DataError`` for the first model or file of ``config`` that cannot be used; return
-    the cautions (see the module docstring), each printed on stderr the first time this process meets it."""
+    every caution (see the module docstring), each printed on stderr only the first time this process meets it."""
     cautions = []
     for role in ("planner", "grounder"):
         section = getattr(config, role)

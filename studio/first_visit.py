@@ -7,7 +7,9 @@ iteration (plans, pairs, DPO, groundings, critic verdicts, SFT, evaluation). ``w
 one paragraph the page shows, from the run's state in the store and the worker each time it is asked: ``WELCOME``
 while the run is being prepared (what is happening, how long it usually takes, and a line saying which stage is under
 way and how long the run has taken so far), ``FINISHED`` once every stage is done (where to look), ``UNFINISHED`` when
-it stopped or failed before that (where to see why, how to continue).
+it stopped or failed before that (where to see why, how to continue). Each ends with the demo run's config cautions
+(``engine.preflight``: it runs, but likely not as meant; ``studio.tab_run.cautions_markdown``), kept from when
+``start_showcase`` created the run, when it has any: a visitor never sees the server's stderr.
 
 How long it takes is said only for the demo agents at the sizes measured (``expected_duration``); for other agents
 the live line is all the visitor gets, rather than a figure that was never measured for them.
@@ -20,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import RunConfig, load_config
-from engine.loop import STAGES, create_run, pending, run_config, run_loop
+from engine.loop import STAGES, create_run_with_cautions, pending, run_config, run_loop
 from engine.report_markdown import duration_text
 from engine.store import Store
 from studio.common import DEMO_AGENTS, SPACES_CAPS, spaces_capped
 from studio.jobs import JobWorker
 from studio.pipeline import label
 from studio.stage_text import objectives
+from studio.tab_run import cautions_markdown
 
 SHOWCASE_NAME = "demo-first-visit"
 DEMO_TASKS = "examples/demo/tasks.jsonl"
@@ -39,6 +42,10 @@ DEMO_TASKS = "examples/demo/tasks.jsonl"
 #     --set data.eval_limit=20 --set sample.k=4] --db /tmp/fv.duckdb --set run.workdir=/tmp/fv --quiet
 CAPPED_DURATION = "under a minute on 2 CPU cores"
 FULL_DURATION = "2 to 6 minutes on 2 CPU cores, by the CPU"
+# The cautions of each demo run this process created, by store file and run id (an id is unique within a store only),
+# for its welcome: a welcome is shown only for the run this process's start_showcase started (studio.app), and
+# preflight again every 2 s would cost a second each time.
+_CAUTIONS: dict[tuple[Path, str], list[str]] = {}
 
 WELCOME = (
     "**Welcome.** A demo run is being prepared for you: the starting planner and grounder are evaluated, then one "
@@ -72,7 +79,8 @@ def start_showcase(store: Store, jobs: JobWorker, config_path: str, spaces: bool
     if spaces:
         config = spaces_capped(config)
     config.run.name, config.run.iterations = SHOWCASE_NAME, 1
-    run_id = create_run(store, config)
+    run_id, cautions = create_run_with_cautions(store, config)
+    _CAUTIONS[(store.path, run_id)] = cautions
     refused = jobs.submit("first visit: a demo run", run_id,
                           lambda progress, stop: run_loop(store, run_id, iterations=1, progress=progress,
                                                           should_stop=stop))
@@ -80,17 +88,18 @@ def start_showcase(store: Store, jobs: JobWorker, config_path: str, spaces: bool
 
 
 def welcome(store: Store, jobs: JobWorker, run_id: str) -> tuple[str, bool]:
-    """``(paragraph, settled)`` for the demo run ``run_id`` as it stands (see the module docstring); ``settled``:
-    finished, so the paragraph will not change again and the page may stop asking."""
+    """``(paragraph, settled)`` for the demo run ``run_id`` as it stands (see the module docstring), its cautions
+    below it; ``settled``: finished, so the paragraph will not change again and the page may stop asking."""
     config = run_config(store, run_id)
+    cautions = cautions_markdown(_CAUTIONS.get((store.path, run_id), []))
     if not pending(store, run_id, config, config.run.iterations):
-        return FINISHED.format(run_id=run_id), True
+        return FINISHED.format(run_id=run_id) + cautions, True
     snap = jobs.snapshot()
     if snap["running"] and snap.get("run_id") == run_id:
         duration = expected_duration(config)
         return WELCOME.format(how_long=HOW_LONG.format(duration=duration) if duration else "",
-                              now=under_way(store, run_id, snap)), False
-    return UNFINISHED.format(run_id=run_id), False
+                              now=under_way(store, run_id, snap)) + cautions, False
+    return UNFINISHED.format(run_id=run_id) + cautions, False
 
 
 def expected_duration(config: RunConfig) -> str | None:

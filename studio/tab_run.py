@@ -9,7 +9,14 @@ same refresh turns the line that announced a job into how it ended once it has (
 default, or the picked run's config loaded with *Start from the picked run's config*: ``picked_config``), edited in
 the page, validated with field-level errors (``config_problem``: the field once, or a TOML syntax error's line and
 column; markdown in the page, plain text in the CLI box), the equivalent CLI command, and *Create run* without
-starting it.
+starting it. *Validate* also makes the checks *Create run* makes before writing anything (``check_config``: task
+files, models; about a second, nothing written).
+
+A config's cautions (``engine.preflight``: it runs, but likely not as meant, e.g. a chat layout its tokenizer does
+not use) are shown, not only printed on the server's stderr: each as a bullet naming its field under a warning
+(``cautions_markdown``), below *Validate*'s verdict and below the message of a run *Create run* or *Start a new run*
+created (there they stay once the job has ended: ``settled_message``); every time, though the server prints each
+once per process. A config without cautions adds nothing.
 
 A config from the page is checked like a file (``engine.config``), then every path in it must lie inside the
 studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_policy``. Creating a run and every
@@ -17,9 +24,10 @@ job button are write endpoints: ``check_writable`` refuses them server side for 
 Spaces a job button also refuses a run that fails ``spaces_policy`` and a job that would start an iteration past the
 ``run.iterations`` cap (``start_job``: the server decides, whatever the page sends).
 
-Handlers: ``config_problem``, ``validate_config``, ``cli_command``, ``create_run_from_text``, ``start_job``,
-``stage_table``, ``job_markdown``, ``settled_message``, ``loss_figure``, ``config_toml``, ``picked_config``: plain
-functions of the store / worker / text, called by the Gradio wiring in ``build``.
+Handlers: ``config_problem``, ``validate_config``, ``check_config``, ``cautions_markdown``, ``cli_command``,
+``create_run_from_text``, ``with_note``, ``start_job``, ``stage_table``, ``job_markdown``, ``settled_message``,
+``loss_figure``, ``config_toml``, ``picked_config``: plain functions of the store / worker / text, called by the Gradio
+wiring in ``build``.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import pandas as pd
 
 from engine.config import RunConfig, config_from_dict, config_to_dict, config_to_toml, load_config
 from engine.errors import ConfigError, DataError
-from engine.loop import create_run, run_config, run_loop
+from engine.loop import check_new_run, create_run_with_cautions, run_config, run_loop
 from engine.store import Store
 from engine.workspace import config_paths_inside
 from studio.common import SPACES_CAPS, Ctx, check_writable, spaces_capped, spaces_policy, who_of
@@ -54,6 +62,8 @@ STAGE_COLUMNS = ["iteration", "stage", "status", "summary", "seconds", "error"]
 STAGE_WIDTHS = ["10%", "12%", "8%", "52%", "8%", "10%"]
 # The line *Start a new run* ends with while its job runs (``settled_message`` replaces it once the job has ended).
 RUNNING_NOTE = "are running: the pipeline below follows them."
+# What a config's cautions are shown under (``cautions_markdown``).
+CAUTION_HEAD = "**⚠ Warning:** this config runs, but likely not as meant:"
 _TOML_AT = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
 
 
@@ -115,6 +125,42 @@ def validate_config(text: str, spaces: bool = False, workspace: str | Path | Non
     return config, problem_markdown(problem) if problem else ""
 
 
+def cautions_markdown(cautions: list[str]) -> str:
+    """The cautions (``engine.preflight``) as a markdown block to end a message with: ``""`` for none, else a blank
+    line, ``CAUTION_HEAD`` and a bullet each, its field in bold (the caution up to its first ``": "``, e.g.
+    ``planner.chat_template = "lumos"``). A ``<`` is escaped: markdown drops ``<|user|>`` as a tag."""
+    if not cautions:
+        return ""
+    bullets = []
+    for caution in cautions:
+        field, sep, rest = caution.partition(": ")
+        bullets.append(f"- **{_escaped(field)}**: {_escaped(rest)}" if sep else f"- {_escaped(caution)}")
+    return "\n\n" + CAUTION_HEAD + "\n\n" + "\n".join(bullets)
+
+
+def _escaped(text: str) -> str:
+    return text.replace("<", "&lt;")
+
+
+def _refusal(exc: ConfigError | DataError | OSError) -> str:
+    """A check that failed, for the page: a field-named error as ``problem_markdown``, a data file's as it says."""
+    return problem_markdown(_field_problem(exc)) if isinstance(exc, ConfigError) else str(exc)
+
+
+def check_config(text: str, spaces: bool = False, workspace: str | Path | None = None) -> str:
+    """*Validate*'s verdict (markdown): ``validate_config``, then what *Create run* checks before it writes anything
+    (``engine.loop.check_new_run``: the task files, the evaluated splits, the models' preflight; nothing written).
+    ``"Config is valid."`` followed by the cautions (``cautions_markdown``), or the first problem."""
+    config, error = validate_config(text, spaces, workspace)
+    if config is None:
+        return error
+    try:
+        _, cautions = check_new_run(config)
+    except (ConfigError, DataError, OSError) as exc:  # a model or task file that fails the checks
+        return _refusal(exc)
+    return "Config is valid." + cautions_markdown(cautions)
+
+
 def config_toml(config: RunConfig) -> str:
     """The whole config as TOML (``engine.config.config_to_toml``)."""
     return config_to_toml(config)
@@ -145,17 +191,24 @@ def cli_command(config_path: str, text: str, spaces: bool = False, workspace: st
 
 def create_run_from_text(store: Store, text: str, spaces: bool = False,
                          workspace: str | Path | None = None) -> tuple[str | None, str]:
-    """Validate, then register a run (tasks loaded; nothing trained): ``(run_id, message)``."""
+    """Validate, then register a run (tasks loaded; nothing trained): ``(run_id, message)``. The message is one line,
+    followed by the config's cautions when it has any (``cautions_markdown``; all of them, however often the server
+    met them before: ``engine.loop.create_run_with_cautions``)."""
     config, error = validate_config(text, spaces, workspace)
     if config is None:
         return None, f"Not created: {error}"
     try:
-        run_id = create_run(store, config)
-    except ConfigError as exc:  # a model path that fails the preflight
-        return None, f"Not created: {problem_markdown(_field_problem(exc))}"
-    except (DataError, OSError) as exc:
-        return None, f"Not created: {exc}"
-    return run_id, f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks)."
+        run_id, cautions = create_run_with_cautions(store, config)
+    except (ConfigError, DataError, OSError) as exc:  # a task file or model path that fails the preflight
+        return None, f"Not created: {_refusal(exc)}"
+    return run_id, f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks).{cautions_markdown(cautions)}"
+
+
+def with_note(message: str, note: str) -> str:
+    """``message`` (``create_run_from_text``'s) with ``note`` added to its first line, above any cautions: *Start a
+    new run* says what its job does right after "Created run ...", the warnings stay last."""
+    line, sep, cautions = message.partition("\n\n")
+    return f"{line} {note}{sep}{cautions}"
 
 
 def stage_table(store: Store, run_id: str | None, live: bool = False) -> pd.DataFrame:
@@ -231,21 +284,23 @@ def settled_message(message: str | None, snap: dict[str, Any]) -> str | None:
     """The Run tab's message once the job it announced has ended (``None``: leave it as it is). A job button says
     "Started `kind` on `run`." and *Start a new run* "... are running: the pipeline below follows them."; once the
     worker's job (``snap``, ``JobWorker.snapshot``) is that job and no longer runs, the line says how it ended
-    instead. Any other message (a refusal, a created run, a newer job's) stays."""
+    instead, the created run's cautions (``cautions_markdown``) still below it. Any other message (a refusal, a
+    created run, a newer job's) stays."""
     if not message or snap.get("running") or snap.get("status") in (None, "idle"):
         return None
     run, label = snap.get("run_id"), snap.get("label")
     if message.startswith(f"Started `{label}` on `{run}`"):
-        head = ""
+        head, cautions = "", ""
     elif label == "start_new" and RUNNING_NOTE in message and f"`{run}`" in message:
         head = message.split(" The starting agents'")[0].rstrip() + " "
+        cautions = message.partition(RUNNING_NOTE)[2]  # with_note put them after the note
     else:
         return None
     took = (snap.get("finished_at") or time.time()) - (snap.get("started_at") or time.time())
     status, result = snap.get("status"), snap.get("result")
     ended = {"failed": "failed (the error is below)", "stopped": "was stopped"}.get(
         status, "finished" if result in (None, "done", "paused") else f"ended: {result}")  # paused: its stages ran
-    return f"{head}The job `{label}` on `{run}` {ended} after {took:.0f} s."
+    return f"{head}The job `{label}` on `{run}` {ended} after {took:.0f} s.{cautions}"
 
 
 def picked_config(store: Store, run_id: str | None, spaces: bool = False) -> tuple[str | None, str]:
@@ -309,8 +364,7 @@ def build(ctx: Ctx, config_path: str) -> None:
     timer = gr.Timer(poll_seconds(ctx.jobs, RUN_TAB_BUSY_S))  # re-paced by each refresh (studio.pace)
 
     def on_validate(t: str) -> tuple[str, str]:
-        _, error = validate_config(t, ctx.spaces, ws)
-        return (error or "Config is valid."), cli_command(config_path, t, ctx.spaces, ws)
+        return check_config(t, ctx.spaces, ws), cli_command(config_path, t, ctx.spaces, ws)
 
     def on_from_picked(run_id: str | None):
         toml, msg = picked_config(ctx.store, run_id, ctx.spaces)
@@ -331,9 +385,8 @@ def build(ctx: Ctx, config_path: str) -> None:
             return msg, gr.update()
         refused = start_first_iteration(ctx.store, ctx.jobs, run_id, who_of(name, request) or "")
         choices = [r["run_id"] for r in ctx.store.list_runs()]
-        return (f"{msg} {refused}" if refused else f"{msg} The starting agents' evaluation (iteration 0), then MOAT's "
-                "first iteration, are running: the pipeline below follows them."), gr.update(choices=choices,
-                                                                                              value=run_id)
+        note = refused or f"The starting agents' evaluation (iteration 0), then MOAT's first iteration, {RUNNING_NOTE}"
+        return with_note(msg, note), gr.update(choices=choices, value=run_id)
 
     def starter(kind: str):
         def start(run_id: str | None, name: str, request: gr.Request) -> str:

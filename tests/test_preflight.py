@@ -289,3 +289,25 @@ def test_lumos_iterative_records_sampled_onetime_are_warned(samples_dir, capsys)
     config = lumos_config(samples_dir, "onetime")
     assert preflight(config, load_run_tasks(config)) == []
     assert capsys.readouterr().err == ""
+
+
+def test_create_run_returns_every_caution_each_time_though_stderr_says_it_once(tmp_path, copy, capsys):
+    """``create_run_with_cautions`` hands back the cautions of the run it created, whole on every call (the studio
+    shows them to a visitor who never sees stderr), while the ``warning:`` line stays once per process; ``create_run``
+    and ``check_new_run`` check the same way, the latter writing nothing."""
+    from engine.loop import check_new_run, create_run, create_run_with_cautions
+    from engine.store import Store
+
+    model = instruct(copy, "chatml-create")
+    config = load_config(ROOT / "examples" / "demo.toml", [f"planner.path={model}",
+                                                           f"run.workdir={tmp_path / 'runs'}"])
+    with Store(tmp_path / "s.duckdb") as store:
+        tasks, checked = check_new_run(config)
+        assert store.list_runs() == [] and not (tmp_path / "runs").exists()  # a check only
+        first_id, first = create_run_with_cautions(store, config)
+        second_id, second = create_run_with_cautions(store, config)  # already printed: still returned, whole
+        plain = create_run(store, config)
+        assert len({first_id, second_id, plain}) == 3 and len(store.list_runs()) == 3
+        assert store.count("tasks", first_id) == len(tasks)
+    assert first == second == checked and [c.split(" = ")[0] for c in first] == ["planner.chat_template"]
+    assert capsys.readouterr().err.splitlines() == [f"warning: {first[0]}"]

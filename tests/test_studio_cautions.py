@@ -1,0 +1,130 @@
+"""A new run's config cautions (``engine.preflight``: it runs, but likely not as meant) reach the page, not only the
+server's stderr: *Validate*, *Create run*, *Start a new run* (and its line once the job has ended) and the first-visit
+welcome show each under a warning, naming its field, every time; a config without cautions adds nothing.
+
+The caution provoked: a tiny Llama built from a config (``tests.test_preflight.build``) whose tokenizer carries a
+ChatML template of its own, as the planner, with ``planner.chat_template = "lumos"`` (the default). Handlers are called
+directly, the Gradio wiring through the built app's endpoints; no job runs a real loop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.config import load_config
+from engine.store import Store
+from studio.tab_run import CAUTION_HEAD, RUNNING_NOTE, check_config, config_toml, create_run_from_text, settled_message
+from tests.test_preflight import CHATML, build
+
+FIELD = '- **planner.chat_template = "lumos"**: '
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    """No caution printed yet in this process (the warn-once set), as in tests/test_preflight.py."""
+    from engine import preflight as preflight_module
+
+    monkeypatch.setattr(preflight_module, "_WARNED", set())
+
+
+@pytest.fixture(scope="module")
+def chatml(tmp_path_factory) -> Path:
+    """A tiny planner whose tokenizer lays a prompt out in ChatML, as an instruct model's does."""
+    model = build(tmp_path_factory.mktemp("models") / "chatml")
+    (model / "chat_template.jinja").write_text(CHATML)
+    return model
+
+
+def demo_text(tmp_path: Path, *settings: str) -> str:
+    """The demo config as the editor holds it, its runs under ``tmp_path``, with ``settings``."""
+    return config_toml(load_config("examples/demo.toml", [f"run.workdir={tmp_path / 'runs'}", *settings]))
+
+
+def caution_block(message: str) -> str:
+    """What follows the message's first paragraph: the cautions, or ``""``."""
+    return message.partition("\n\n")[2]
+
+
+def assert_shows_the_caution(message: str, model: Path) -> None:
+    block = caution_block(message)
+    assert block.startswith(CAUTION_HEAD + "\n\n" + FIELD), message
+    assert block.count("\n- ") == 1 and str(model) in block and 'Set planner.chat_template = "tokenizer"' in block
+    assert "<" not in block and "&lt;|user|>" in block  # markdown would drop <|user|> as a tag
+
+
+def test_create_run_shows_the_cautions_every_time_under_the_created_line(tmp_path, chatml, capsys):
+    text = demo_text(tmp_path, f"planner.path={chatml}")
+    with Store(tmp_path / "s.duckdb") as store:
+        for _ in range(2):  # the second time the server prints nothing: the page still says it
+            run_id, message = create_run_from_text(store, text)
+            line = message.partition("\n\n")[0]
+            assert line == f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks)."
+            assert_shows_the_caution(message, chatml)
+        assert len([line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]) == 1
+        run_id, message = create_run_from_text(store, demo_text(tmp_path))  # the demo agents: no caution
+        assert message == f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks)."
+
+
+def test_validate_makes_creates_checks_and_shows_the_cautions_writing_nothing(tmp_path, chatml):
+    runs = tmp_path / "runs"
+    assert check_config(demo_text(tmp_path)) == "Config is valid."
+    shown = check_config(demo_text(tmp_path, f"planner.path={chatml}"))
+    assert shown.startswith("Config is valid.\n\n")
+    assert_shows_the_caution(shown, chatml)
+    # What only Create run used to find: a model directory that is not there, a task file that is not.
+    assert check_config(demo_text(tmp_path, f"planner.path={tmp_path / 'gone'}")).startswith(
+        f"**planner.path**: {tmp_path / 'gone'}: no such model directory")
+    assert "nowhere.jsonl" in check_config(demo_text(tmp_path, f"data.tasks={tmp_path / 'nowhere.jsonl'}"))
+    bad_k = demo_text(tmp_path).replace("\nk = 15\n", "\nk = 1\n")
+    assert bad_k != demo_text(tmp_path) and check_config(bad_k).startswith("**sample.k**")  # the field check first
+    assert not runs.exists()
+
+
+def test_the_run_tab_buttons_show_the_cautions_and_keep_them_once_the_job_ended(tmp_path, chatml, monkeypatch):
+    """*Create run*, *Validate* and *Start a new run* through the app's endpoints; the started job is a stub (the
+    message is under test, not the loop), and the line it announced keeps the cautions once it has ended."""
+    import studio.tab_run
+    from studio.app import build_app
+    from studio.jobs import JobWorker
+
+    monkeypatch.setattr(studio.tab_run, "start_first_iteration", lambda store, jobs, run_id, user="": jobs.submit(
+        "start_new", run_id, lambda progress, stop: "done", user=user))
+    text = demo_text(tmp_path, f"planner.path={chatml}")
+    with Store(tmp_path / "s.duckdb") as store:
+        jobs = JobWorker(store)
+        # The whole file system as the workspace: the tiny model and the run directory lie in pytest's tmp dirs.
+        demo = build_app(store, "examples/demo.toml", jobs=jobs, workspace="/")
+        try:
+            fns = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
+            assert_shows_the_caution(fns["run_validate"](text)[0], chatml)
+            assert_shows_the_caution(fns["run_create"](text, None)[0], chatml)
+            started = fns["run_start_new"](text, "", None)[0]
+            first, _, _ = started.partition("\n\n")
+            assert first.startswith("Created run `") and first.endswith(RUNNING_NOTE), started  # the note, then
+            assert_shows_the_caution(started, chatml)  # the cautions
+            assert jobs.wait(10)
+            ended = settled_message(started, jobs.snapshot())
+            assert " The job `start_new` on `" in ended.partition("\n\n")[0] and RUNNING_NOTE not in ended
+            assert caution_block(ended) == caution_block(started)
+        finally:
+            demo.close()
+
+
+def test_the_first_visit_welcome_shows_the_demo_runs_cautions(tmp_path, chatml, monkeypatch):
+    import studio.first_visit
+    from studio.first_visit import UNFINISHED, start_showcase, welcome
+    from studio.jobs import JobWorker
+
+    monkeypatch.setattr(studio.first_visit, "run_loop", lambda *args, **kwargs: "stopped")  # the page, not the loop
+    monkeypatch.setattr(studio.first_visit, "_CAUTIONS", {})  # kept from no other test, left to none
+    config = tmp_path / "studio.toml"
+    config.write_text(demo_text(tmp_path, f"planner.path={chatml}"))
+    with Store(tmp_path / "s.duckdb") as store:
+        jobs = JobWorker(store)
+        run_id = start_showcase(store, jobs, str(config), spaces=False)
+        assert run_id and jobs.wait(10)
+        text, settled = welcome(store, jobs, run_id)
+    assert not settled and text.startswith(UNFINISHED.format(run_id=run_id) + "\n\n")
+    assert_shows_the_caution(text, chatml)
