@@ -39,7 +39,8 @@ def stage_medians(store: Store, experiment_id: str) -> tuple[Medians, str]:
     every run's. Iteration 0 has medians of its own: its evaluation is the one ``evaluate.reuse`` usually reads
     from the cache (every run of an experiment starts from the same agents), so it costs far less than a later one."""
     query = ("SELECT stage, iteration = 0 AS initial, "
-             "median(date_diff('millisecond', started_at, finished_at) / 1000.0 + earlier_s) AS s, count(*) AS n "
+             "median(date_diff('millisecond', started_at, finished_at) / 1000.0 + coalesce(earlier_s, 0)) AS s, "
+             "count(*) AS n "
              "FROM stages WHERE status = 'done' AND started_at IS NOT NULL AND finished_at IS NOT NULL {where} "
              "GROUP BY ALL")
     own = store.query(query.format(where="AND run_id IN (SELECT run_id FROM experiment_runs WHERE experiment_id = ?)"),

@@ -8,8 +8,9 @@ a store merged from machines in other time zones. Run ids keep the local clock, 
 A stage's time counts every span it ran: ``started_at`` .. ``finished_at`` is the latest span (what "running since"
 and an ETA read) and ``earlier_s`` the seconds of the spans that ended before it (a stage stopped or failed and run
 again, a critique judged again by ``step critique --retry-errors``); ``active_seconds(row)`` is their sum. A span
-that never recorded its end (a killed process, SIGKILL) adds nothing: when it ended is not known. ``pending`` starts
-the stage afresh (``earlier_s`` = 0).
+that never recorded its end (a killed process, SIGKILL) adds nothing: when it ended is not known. ``pending``, and
+running a done or skipped stage again (a redo: its rows replace the first run's), start the stage afresh
+(``earlier_s`` = 0).
 Relies on the host's ``_cursor``, ``_transaction``, ``_touched``, ``_insert``, ``_frame_for``, ``task_rows``,
 ``query`` and ``_columns``.
 """
@@ -48,7 +49,13 @@ def active_seconds(row: dict[str, Any]) -> float | None:
     started, finished = row.get("started_at"), row.get("finished_at")
     if started is None or finished is None:
         return None
-    return float(row.get("earlier_s") or 0.0) + (finished - started).total_seconds()
+    return earlier_seconds(row.get("earlier_s")) + (finished - started).total_seconds()
+
+
+def earlier_seconds(value: Any) -> float:
+    """A stored ``earlier_s`` as seconds: NULL (a row no v7 code wrote; the column cannot be NOT NULL on DuckDB 1.x)
+    or NaN (pandas' NULL) is 0."""
+    return 0.0 if value is None or value != value else float(value)
 
 
 class RunLedger:
@@ -138,24 +145,28 @@ class RunLedger:
         error: str | None = None,
     ) -> None:
         """Record a stage transition: ``running`` stamps started_at (and clears the finish), adding the span that
-        ended before it to ``earlier_s``; done/failed/stopped stamp finished_at when a span is open (a finished stage
-        marked stopped, as ``step critique --retry-errors`` does, keeps the end it had: it did not run since);
-        ``pending`` clears both and ``earlier_s``. ``counts`` and ``error`` replace the stored ones when given (error
-        is cleared on a run).
+        ended before it to ``earlier_s`` -- unless the stage was done or skipped: running it again is a redo (``step``
+        on a finished stage), whose rows replace the first run's, so its time starts afresh. done/failed/stopped stamp
+        finished_at when a span is open (a finished stage marked stopped, as ``step critique --retry-errors`` does,
+        keeps the end it had: it did not run since); ``pending`` clears both and ``earlier_s``. ``counts`` and
+        ``error`` replace the stored ones when given (error is cleared on a run).
         """
         if status not in STAGE_STATUSES:
             raise ValueError(f"stage status must be one of {', '.join(STAGE_STATUSES)}, got {status!r}")
 
         def body(cur: duckdb.DuckDBPyConnection) -> None:
             old = cur.execute(
-                "SELECT started_at, finished_at, earlier_s, counts_json, error FROM stages "
+                "SELECT status, started_at, finished_at, earlier_s, counts_json, error FROM stages "
                 "WHERE run_id = ? AND iteration = ? AND stage = ?",
                 [run_id, iteration, stage],
             ).fetchall()
-            started, finished, earlier, counts_json, err = old[0] if old else (None, None, 0.0, None, None)
+            was, started, finished, earlier, counts_json, err = old[0] if old else (None, None, None, 0.0, None, None)
+            earlier = earlier_seconds(earlier)
             now = utc_now()
             if status == "running":
-                if started is not None and finished is not None and finished >= started:
+                if was in ("done", "skipped"):  # a redo: the rows it writes replace the first run's
+                    earlier = 0.0
+                elif started is not None and finished is not None and finished >= started:
                     earlier += (finished - started).total_seconds()
                 # (an open span, left by a killed process, has no known end: it adds nothing)
                 started, finished, err = now, None, None
@@ -194,7 +205,7 @@ class RunLedger:
                 "status": r["status"],
                 "started_at": r["started_at"],
                 "finished_at": r["finished_at"],
-                "earlier_s": float(r["earlier_s"]),
+                "earlier_s": earlier_seconds(r["earlier_s"]),
                 "seconds": active_seconds(r),
                 "counts": loads(r["counts_json"], {}),
                 "error": r["error"],

@@ -312,7 +312,10 @@ def _checkpoint_shapes(directory: Path, field: str) -> dict[str, tuple[int, ...]
     files: list[Path] = []
     for index in _WEIGHT_INDEXES:
         if (directory / index).is_file():
-            weight_map = json.loads((directory / index).read_text(encoding="utf-8")).get("weight_map", {})
+            try:
+                weight_map = json.loads((directory / index).read_text(encoding="utf-8")).get("weight_map", {})
+            except (ValueError, AttributeError) as exc:  # not JSON, or JSON that is not an object
+                raise CheckpointError(field, f"{directory / index}: not a weight index: {_first_line(exc)}") from None
             files = [directory / name for name in sorted(set(weight_map.values()))]
             break
     else:

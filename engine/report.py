@@ -151,7 +151,8 @@ def _busy(store: Store, experiment_id: str) -> float:
 def _runs(store: Store, experiment_id: str, requested: int) -> list[dict[str, Any]]:
     df = store.query(
         "SELECT r.variant, r.seed, r.run_id, s.iteration, s.stage, s.status, "
-        "coalesce(date_diff('microsecond', s.started_at, s.finished_at) / 1e6, 0) + s.earlier_s AS seconds "
+        "coalesce(date_diff('microsecond', s.started_at, s.finished_at) / 1e6, 0) + coalesce(s.earlier_s, 0) "
+        "AS seconds "
         "FROM experiment_runs r LEFT JOIN stages s USING (run_id) WHERE r.experiment_id = ? "
         "ORDER BY r.seed, r.variant, s.iteration, s.started_at NULLS LAST", [experiment_id])
     runs: dict[str, dict[str, Any]] = {}

@@ -296,9 +296,10 @@ ALTER TABLE rollouts_v6 RENAME TO rollouts;
 """,
     # v7: a stage stopped (or failed) and run again keeps the time of its earlier spans; started_at .. finished_at
     # stay the latest span (what the studio's "running" card and ETA read). A store from before v7 kept only the
-    # latest span, so its stages start at 0 earlier seconds: the spans it overwrote are not known.
+    # latest span, so its stages start at 0 earlier seconds: the spans it overwrote are not known. No NOT NULL:
+    # DuckDB 1.x cannot add a column with a constraint ("not yet supported"); readers take a NULL as 0.
     6: """
-ALTER TABLE stages ADD COLUMN earlier_s DOUBLE NOT NULL DEFAULT 0;  -- seconds of the spans before the latest one
+ALTER TABLE stages ADD COLUMN earlier_s DOUBLE DEFAULT 0;  -- seconds of the spans before the latest one
 """,
 }
 

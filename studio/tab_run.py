@@ -147,13 +147,17 @@ def _refusal(exc: ConfigError | DataError | OSError) -> str:
     return problem_markdown(_field_problem(exc)) if isinstance(exc, ConfigError) else str(exc)
 
 
-def check_config(text: str, spaces: bool = False, workspace: str | Path | None = None) -> str:
+def check_config(text: str, spaces: bool = False, workspace: str | Path | None = None, deep: bool = True) -> str:
     """*Validate*'s verdict (markdown): ``validate_config``, then what *Create run* checks before it writes anything
     (``engine.loop.check_new_run``: the task files, the evaluated splits, the models' preflight; nothing written).
-    ``"Config is valid."`` followed by the cautions (``cautions_markdown``), or the first problem."""
+    ``"Config is valid."`` followed by the cautions (``cautions_markdown``), or the first problem. ``deep=False``
+    (a read-only studio, a viewer: who cannot create the run) stops after ``validate_config``: the model checks may
+    read a hub id's config over the network and take a worker for seconds."""
     config, error = validate_config(text, spaces, workspace)
     if config is None:
         return error
+    if not deep:
+        return "Config is valid (fields; the task files and models are checked by *Create run*)."
     try:
         _, cautions = check_new_run(config)
     except (ConfigError, DataError, OSError) as exc:  # a model or task file that fails the checks
@@ -363,8 +367,13 @@ def build(ctx: Ctx, config_path: str) -> None:
                              value=cli_command(config_path, text, ctx.spaces, ws))
     timer = gr.Timer(poll_seconds(ctx.jobs, RUN_TAB_BUSY_S))  # re-paced by each refresh (studio.pace)
 
-    def on_validate(t: str) -> tuple[str, str]:
-        return check_config(t, ctx.spaces, ws), cli_command(config_path, t, ctx.spaces, ws)
+    def on_validate(t: str, request: gr.Request) -> tuple[str, str]:
+        try:
+            check_writable(ctx, request)
+            deep = True
+        except gr.Error:  # who cannot create a run gets the field checks only (see check_config)
+            deep = False
+        return check_config(t, ctx.spaces, ws, deep), cli_command(config_path, t, ctx.spaces, ws)
 
     def on_from_picked(run_id: str | None):
         toml, msg = picked_config(ctx.store, run_id, ctx.spaces)

@@ -95,6 +95,10 @@ def test_config_without_weights(copy):
     assert "no weights (expected model.safetensors" in str(error_of(broken))
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
     assert "unreadable weight file" in str(error_of(broken))
+    for index in ("{truncated", "[]"):  # a shard index that is not JSON, or not an object: named, not a traceback
+        (broken / "model.safetensors.index.json").write_text(index)
+        err = error_of(broken)
+        assert err.field == "planner.path" and "model.safetensors.index.json: not a weight index" in err.message
 
 
 def test_weights_that_do_not_match_the_config(copy):

@@ -145,3 +145,46 @@ def test_a_version_6_store_opens_with_no_earlier_seconds(tmp_path):
         assert (old["earlier_s"], old["seconds"]) == (0.0, 8.0)
         store.set_stage("r", 1, "sample", "running")
         assert store.stage_status("r", 1)["sample"]["earlier_s"] == 8.0
+
+
+def test_retry_errors_after_a_kill_leaves_the_open_span_open(store, clock):
+    """A critique killed mid-judging (left ``running``, no end) and judged again a day later by ``--retry-errors``:
+    the killed span has no known end, so it adds nothing; a stop stamped at the retry would count the day as
+    judging."""
+    from engine.commands.step import _remove_error_verdicts
+
+    transitions(store, clock, "r", "critique", [(0, "running")])
+    store.write("verdicts", [{"run_id": "r", "iteration": 1, "task_id": "t", "step": 0, "k": k, "backend": "openai",
+                              "status": status, "reference_guided": False}
+                             for k, status in ((0, "accepted"), (1, "error"))])
+    clock(86_400)
+    _remove_error_verdicts(store, "r", 1)
+    assert store.stage_status("r", 1)["critique"]["status"] == "running"  # a resume runs it again anyway
+    assert store.count("verdicts", "r", 1) == 1
+    transitions(store, clock, "r", "critique", [(86_500, "running"), (86_505, "done")])
+    assert store.stage_status("r", 1)["critique"]["seconds"] == 5.0
+
+
+def test_running_a_done_stage_again_is_a_redo_that_starts_its_time_afresh(store, clock):
+    """``step`` on a done stage writes its rows anew: the stage's time is the redo's, not both runs'; a skipped stage
+    run later likewise. A stopped or failed stage resumed keeps its earlier seconds."""
+    transitions(store, clock, "r", "sample", [(0, "running"), (10, "done"), (100, "running"), (103, "done")])
+    assert store.stage_status("r", 1)["sample"]["seconds"] == 3.0
+    transitions(store, clock, "r", "ground", [(0, "skipped"), (50, "running"), (54, "done")])
+    assert store.stage_status("r", 1)["ground"]["seconds"] == 4.0
+    transitions(store, clock, "r", "score", [(0, "running"), (6, "failed"), (20, "running"), (22, "done")])
+    assert store.stage_status("r", 1)["score"]["seconds"] == 8.0
+
+
+def test_the_v7_column_carries_no_constraint_and_a_null_reads_as_zero(store, clock):
+    """DuckDB 1.x (``duckdb>=1.3`` is allowed) refuses ``ADD COLUMN`` with a constraint ("not yet supported"), and a
+    migration it refuses would stop every store from opening there, a new one included: the v7 column is a plain
+    ``DOUBLE DEFAULT 0``, and a NULL in it (no engine code writes one) counts as 0 everywhere it is read."""
+    assert "NOT NULL" not in schema.MIGRATIONS[6].upper()
+    transitions(store, clock, "r", "sample", [(0, "running"), (10, "done")])
+    with store._cursor() as cur:
+        cur.execute("UPDATE stages SET earlier_s = NULL")
+    row = store.stage_status("r", 1)["sample"]
+    assert (row["earlier_s"], row["seconds"]) == (0.0, 10.0)
+    transitions(store, clock, "r", "sample", [(20, "stopped"), (30, "running"), (32, "done")])
+    assert store.stage_status("r", 1)["sample"]["seconds"] == 12.0  # the NULL read as 0, then 10 + 2

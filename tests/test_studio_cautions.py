@@ -98,7 +98,7 @@ def test_the_run_tab_buttons_show_the_cautions_and_keep_them_once_the_job_ended(
         demo = build_app(store, "examples/demo.toml", jobs=jobs, workspace="/")
         try:
             fns = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
-            assert_shows_the_caution(fns["run_validate"](text)[0], chatml)
+            assert_shows_the_caution(fns["run_validate"](text, None)[0], chatml)
             assert_shows_the_caution(fns["run_create"](text, None)[0], chatml)
             started = fns["run_start_new"](text, "", None)[0]
             first, _, _ = started.partition("\n\n")
@@ -128,3 +128,26 @@ def test_the_first_visit_welcome_shows_the_demo_runs_cautions(tmp_path, chatml, 
         text, settled = welcome(store, jobs, run_id)
     assert not settled and text.startswith(UNFINISHED.format(run_id=run_id) + "\n\n")
     assert_shows_the_caution(text, chatml)
+
+
+def test_validate_in_a_read_only_studio_checks_the_fields_only(tmp_path, chatml):
+    """Who cannot create a run (``--read-only``, a viewer) gets *Validate*'s field checks and no model checks: those
+    may fetch a hub id's config over the network and hold a worker for seconds, for a run this user cannot make."""
+    from types import SimpleNamespace
+
+    from studio.app import build_app
+
+    with Store(tmp_path / "s.duckdb") as store:
+        for read_only, viewer in ((True, None), (False, "vera")):
+            demo = build_app(store, "examples/demo.toml", read_only=read_only, workspace="/",
+                             viewers=frozenset({"vera"}))
+            try:
+                validate = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}["run_validate"]
+                request = SimpleNamespace(username=viewer)
+                gone = demo_text(tmp_path, f"planner.path={tmp_path / 'gone'}")
+                assert validate(gone, request)[0].startswith("Config is valid (fields;")  # the model not looked at
+                assert CAUTION_HEAD not in validate(demo_text(tmp_path, f"planner.path={chatml}"), request)[0]
+                bad_k = demo_text(tmp_path).replace("\nk = 15\n", "\nk = 1\n")
+                assert validate(bad_k, request)[0].startswith("**sample.k**")  # the field checks still run
+            finally:
+                demo.close()

@@ -138,8 +138,11 @@ def _retry_refused(store, args: argparse.Namespace) -> str | None:
 def _remove_error_verdicts(store, run_id: str, iteration: int) -> None:
     """Mark the stage stopped, then remove its error verdicts: a command killed in between leaves a stage that a
     resume runs again, never a "done" one with groundings unjudged. The stop keeps the first judging's finish, so its
-    seconds join the stage's time when it runs again (``engine.ledger``: ``earlier_s``)."""
+    seconds join the stage's time when it runs again (``engine.ledger``: ``earlier_s``). A stage still marked
+    running (its process was killed) is left so: a resume runs it again anyway, and a stop stamped now would count the
+    hours since the kill as judging."""
     errors = store.count("verdicts", run_id, iteration, status="error")
-    store.set_stage(run_id, iteration, "critique", "stopped",
-                    error=f"{errors} error verdict(s) removed to be judged again (step critique --retry-errors)")
+    if (store.stage_status(run_id, iteration).get("critique") or {}).get("status") != "running":
+        store.set_stage(run_id, iteration, "critique", "stopped",
+                        error=f"{errors} error verdict(s) removed to be judged again (step critique --retry-errors)")
     store.delete("verdicts", run_id, iteration, status="error")
