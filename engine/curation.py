@@ -21,7 +21,10 @@ Contract (shared by the studio and the CLI):
   (``edit_correction``: a ``SavedEdit``, that id with the execution preview of the edited actions).
 * ``mark_reviewed`` records that a curator looked at a pair or verdict and left it as it is (a row with target
   ``pair_review`` / ``verdict_review``: never part of the effective data); ``review_progress`` counts the items
-  anybody (and one curator) has acted on or reviewed, for the "reviewed N of M" counters.
+  anybody (and one curator) has acted on or reviewed, for the "reviewed N of M" counters; ``looked_right`` names,
+  per item, the curator whose "looks right" is its latest live row (the trace a review leaves on the page).
+* ``replaced_decision`` names the live decision (action, curator, id) an override took the place of (a later
+  curator's decision wins silently otherwise: the log keeps both, the page showed only the latest).
 * ``undo_last`` takes back a curator's latest action (pairs or verdicts) by appending an ``undo`` row that names
   it; undone rows and undo rows never count as an override or a review (``engine.views.LIVE_OVERRIDE``).
 * ``effective_pairs`` / ``effective_sft_records`` give the data after overrides; ``agreement`` (``engine.agreement``,
@@ -296,6 +299,58 @@ def review_progress(store: Store, run_id: str, iteration: int, target: str, cura
            FROM overrides o WHERE run_id = ? AND iteration = ? AND target IN (?, ?) AND {LIVE_OVERRIDE}""",
         [curator, run_id, iteration, target, REVIEW_TARGETS[target]]).iloc[0]
     return {"total": total, "reviewed": int(acted["anybody"]), "mine": int(acted["mine"])}
+
+
+def looked_right(store: Store, run_id: str, iteration: int, target: str,
+                 task_ids: list[str] | None = None) -> dict[tuple[str, int, int], str]:
+    """``{(task_id, step, index): curator}`` for the pairs (``index`` = pair_idx) or verdicts (``index`` = k) whose
+    latest live curator row is a "looks right" (``mark_reviewed``, after any decision or restore): who last left the
+    item as it stood. The same rule as the critic queue's ``looks_right_curator`` column (``engine.verdict_views``).
+    ``task_ids`` narrows the read to some tasks (a page of the queue)."""
+    if target not in REVIEW_TARGETS:
+        raise ValueError(f"target must be pair or verdict, not {target!r}")
+    index = "coalesce(o.pair_idx, 0)" if target == "pair" else "o.k"
+    params: dict[str, Any] = {"run": run_id, "it": int(iteration), "target": target,
+                              "review": REVIEW_TARGETS[target]}
+    scope = ""
+    if task_ids is not None:
+        scope, params["tasks"] = "AND list_contains($tasks, o.task_id)", [str(t) for t in task_ids]
+    rows = store.query(
+        f"""SELECT task_id, step, idx, curator FROM (
+                SELECT o.task_id, o.step, {index} AS idx, o.action, o.curator,
+                       row_number() OVER (PARTITION BY o.task_id, o.step, {index} ORDER BY o.override_id DESC) AS rn
+                FROM overrides o WHERE o.run_id = $run AND o.iteration = $it AND o.target IN ($target, $review)
+                    {scope} AND {LIVE_OVERRIDE})
+            WHERE rn = 1 AND action = 'reviewed'""", params)
+    return {(str(r.task_id), int(r.step), int(r.idx)): str(r.curator) for r in rows.itertuples(index=False)}
+
+
+def replaced_decision(store: Store, override_id: int) -> dict[str, Any] | None:
+    """The live decision that override ``override_id`` took the place of: the latest live decision row (target
+    ``pair`` or ``verdict``) on the same item before it, as ``{"override_id", "action", "curator"}``; None when there
+    was none, or when that row was a ``restore`` (the item was back to the engine's own result). For a "looks right"
+    (a ``*_review`` row), the decision it left standing. The log keeps every row; this names the one a curator's
+    action silently superseded ("exclude · ben" where ana had swapped), for the status line and the detail."""
+    me = store.query("SELECT run_id, iteration, target, task_id, step, k, pair_idx FROM overrides "
+                     "WHERE override_id = ?", [int(override_id)])
+    if not len(me):
+        return None
+    row = records(me)[0]
+    target = {"pair_review": "pair", "verdict_review": "verdict"}.get(row["target"], row["target"])
+    if target not in REVIEW_TARGETS:
+        return None
+    index, value = ("coalesce(o.pair_idx, 0)", row["pair_idx"] or 0) if target == "pair" else ("o.k", row["k"])
+    found = store.query(
+        f"""SELECT o.override_id, o.action, o.curator FROM overrides o
+           WHERE o.run_id = $run AND o.iteration = $it AND o.target = $target AND o.task_id = $task
+               AND o.step = $step AND {index} = $idx AND o.override_id < $id AND {LIVE_OVERRIDE}
+           ORDER BY o.override_id DESC LIMIT 1""",
+        {"run": row["run_id"], "it": int(row["iteration"]), "target": target, "task": row["task_id"],
+         "step": int(row["step"]), "idx": int(value), "id": int(override_id)})
+    if not len(found) or found["action"].iloc[0] == "restore":
+        return None
+    prior = records(found)[0]
+    return {"override_id": int(prior["override_id"]), "action": str(prior["action"]), "curator": prior["curator"]}
 
 
 # -- undo -----------------------------------------------------------------------------------------------------------

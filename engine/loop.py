@@ -13,9 +13,9 @@ them), and ``check_new_run`` makes create's checks alone (the studio's *Validate
 ``{run_id, iteration, stage, done, total, eta_s, ...}``.
 A run goes to its config's ``run.iterations`` unless ``run_loop`` is given ``iterations``; an explicit target (the
 CLI's ``run --iterations N``) is recorded with ``record_iterations`` (``set_iterations``: the store's snapshot and
-the run directory's config.toml), so a later resume without it goes as far. The studio's jobs pass per-call targets and
-record nothing; an experiment raises its runs' ``run.iterations`` to its own N, never lowers it
-(``extend_iterations``).
+the run directory's config.toml), so a later resume without it goes as far. The studio's jobs pass per-call targets
+and record one only when it goes past ``run.iterations`` (``studio.jobs.loop_job``); an experiment raises its runs'
+``run.iterations`` to its own N, never lowers it (``extend_iterations``).
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ vrows AS (
            vl.curator AS looks_right_curator,
            vo.reason AS override_reason, vo.override_id,
            g.actions AS grounding_actions, g.ok AS grounding_ok, g.correct AS grounding_correct,
-           g.prompt AS grounding_prompt,
+           g.answer AS grounding_answer, g.error AS grounding_error, g.prompt AS grounding_prompt,
            p.text AS plan_text, p.subgoals_json AS plan_subgoals_json, t.question, t.domain
     FROM (SELECT * FROM verdicts WHERE run_id = $run AND {iteration_cond}) v
     LEFT JOIN vo ON vo.iteration = v.iteration AND vo.task_id = v.task_id AND vo.step = v.step AND vo.k = v.k

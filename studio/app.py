@@ -14,6 +14,11 @@ working directory). Scripts and the load test (``tests/test_studio_load.py``) dr
 with ``gradio_client`` (``/studio_load``, ``/studio_pick_run``, ``/pairs_search``, ``/pairs_<action>``,
 ``/critic_queue``, ``/critic_<action>``, ...).
 
+Who is on the page is learned on load (``/studio_load``, from the request's login): under ``--auth`` the login is
+the curator (``studio.common.curator_of``), shown in the name box (not editable) and in the header; a viewer's header
+says "Viewing as <login> (read-only)" and every control the tabs registered in ``Ctx.write_controls`` is switched off
+for that session (the server-side ``check_writable`` refusal stays the guard).
+
 Under load: the queue runs up to ``CONCURRENCY`` calls of one event at once (Gradio's default is one); a view that
 several triggers refresh is one ``always_last`` event, so one session's calls of it never overtake each other.
 """
@@ -28,7 +33,7 @@ import gradio as gr
 from engine.store import Store
 from studio import place, tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
 from studio.browser_secret import browser_secret
-from studio.common import Ctx, run_iterations
+from studio.common import Ctx, can_write, identity_line, login_of, run_iterations
 from studio.first_visit import start_showcase, welcome
 from studio.jobs import JobWorker
 from studio.keys import SHORTCUTS_JS
@@ -163,11 +168,18 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         saved_place = gr.BrowserState({}, storage_key="moat-studio-place", secret=secret)
 
         def on_load(wanted, request: gr.Request):
+            """The run picker, then who this session is: under a login the header names the login (the curator
+            of every decision, curator_of) and the name box shows it, not editable (a typed name changed the header
+            only); without a login both are left alone (a name typed before the page finished loading must survive
+            it). For a session that may change nothing (a viewer) every registered write control is switched off;
+            otherwise they are left as built."""
             runs = [r["run_id"] for r in store.list_runs()]
-            user = getattr(request, "username", None)
-            # Without a login, leave the line alone: a name typed before the page finished loading must survive it.
+            user = login_of(request)
+            off = gr.update(interactive=False) if not can_write(ctx, request) else gr.skip()
             return (gr.update(choices=runs, value=place.pick_run(runs, wanted)),
-                    f"Curating as **{user}**" if user else gr.update())
+                    identity_line(ctx, user) if user else gr.skip(),
+                    gr.update(value=user, interactive=False, label="Your login") if user else gr.skip(),
+                    *[off] * len(ctx.write_controls))
 
         def sync_iterations(run_id, current, shown):
             """A running run gains iterations (a first visit's run has none when the page opens): offer them as they
@@ -206,7 +218,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         # The restore runs first, so the run picker's first value is the saved run, not the newest.
         demo.load(on_restore, saved_place, [pending, tabs], show_progress="hidden",
                   api_name="studio_restore_place", api_visibility="undocumented").then(
-            on_load, pending, [run, who], api_name="studio_load")
+            on_load, pending, [run, who, name, *ctx.write_controls], api_name="studio_load")
         for tab_id, block in tab_blocks.items():
             block.select(None, [run, iteration, auto_pick, saved_place], saved_place, js=place.save_js(tab_id),
                          show_progress="hidden", api_name=f"studio_tab_{tab_id}", api_visibility="undocumented")
@@ -231,10 +243,18 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
                         api_name="studio_sync_iterations", api_visibility="undocumented", trigger_mode="always_last")
         # The name is kept in this browser too (studio.remember's way): typed once, it survives reloads.
         saved_name = gr.BrowserState("", storage_key="moat-studio-curator", secret=secret)
-        gr.on([name.submit, name.blur],
-              lambda n: (n.strip(), f"Curating as **{n.strip()}**" if n.strip() else "", n.strip()),
-              name, [curator, who, saved_name], api_name="studio_curator_name", api_visibility="undocumented",
-              trigger_mode="always_last")
+
+        def on_name(typed: str, request: gr.Request):
+            """The name typed in the box becomes this session's curator and is kept in the browser; under a login
+            nothing changes (the login curates, curator_of): the header keeps saying who really decides."""
+            user = login_of(request)
+            if user:
+                return gr.skip(), identity_line(ctx, user), gr.skip()
+            typed = (typed or "").strip()
+            return typed, f"Curating as **{typed}**" if typed else "", typed
+
+        gr.on([name.submit, name.blur], on_name, name, [curator, who, saved_name], api_name="studio_curator_name",
+              api_visibility="undocumented", trigger_mode="always_last")
 
         def restore_name(saved, request: gr.Request):
             if getattr(request, "username", None) or not (isinstance(saved, str) and saved.strip()):

@@ -5,9 +5,17 @@ Nothing here keeps state between calls: ``Ctx`` holds the store, the job worker,
 components shared by the tabs (run and iteration pickers, the hidden view key a view of one iteration listens to,
 the session's curator ``gr.State``); per-session values live in those components. ``check_writable`` is the
 server-side guard every handler that changes anything (the store, a job, a file) calls first: hidden or disabled
-buttons are only cosmetic, an API client can call any endpoint. Mistakes a user can fix (no curator name, a bad plan
-number) are raised as ``user_error`` (inside a handler: ``with user_errors():``), shown in the page without a
-traceback in the server log.
+buttons are only cosmetic, an API client can call any endpoint.
+
+Identity: under a login (``--auth``) the login is the curator, always (``curator_of``, ``who_of``): the name box
+shows it and cannot be edited, and the header says who curates (``identity_line``); without a login the name typed
+once per session is. A viewer (``--viewers``) curates nothing: its header says "Viewing as", and every control in
+``Ctx.write_controls`` (each tab registers the controls of its write endpoints when it builds them) is switched off
+for its session by the app's load handler; a handler that later switches such a control on asks ``can_write``, so
+it never comes back on for a viewer.
+
+Mistakes a user can fix (no curator name, a bad plan number) are raised as ``user_error`` (inside a handler:
+``with user_errors():``), shown in the page without a traceback in the server log.
 """
 
 from __future__ import annotations
@@ -66,6 +74,10 @@ class Ctx:
     # tab is picked or the place restored: a timer of one tab ticks only while its tab is shown (every tick costs the
     # whole page a pass over its components, studio.pace).
     tab: gr.Textbox | None = None
+    # The controls of the write endpoints (their buttons, a field only a write reads), registered by each tab's
+    # build: studio.app's load handler switches them all off for a viewer's session in one place, so no tab needs
+    # its own viewer code (and a new tab's controls follow by being registered). Cosmetic: check_writable guards.
+    write_controls: list[gr.components.Component] = field(default_factory=list)
 
 
 def user_error(message: str) -> gr.Error:
@@ -89,11 +101,39 @@ def user_errors() -> Iterator[None]:
         raise user_error(str(exc)) from None
 
 
-def curator_of(name: str | None, request: gr.Request | None) -> str:
-    """The authenticated user, else the name entered for this session; raises ``gr.Error`` when neither."""
+def login_of(request: gr.Request | None) -> str | None:
+    """The authenticated user of a request (``--auth``), else None (no login, or a call without a request)."""
     user = getattr(request, "username", None) if request is not None else None
+    return str(user) if user else None
+
+
+def is_viewer(ctx: Ctx, request: gr.Request | None) -> bool:
+    """Whether the request comes from a viewer account (``--viewers``)."""
+    user = login_of(request)
+    return bool(user and user in ctx.viewers)
+
+
+def can_write(ctx: Ctx, request: gr.Request | None) -> bool:
+    """Whether this session may change anything (``check_writable``'s rule), for switching a control on or off: a
+    handler that enables a write control asks this, so the control never comes back on for a viewer after the load
+    handler switched it off. Cosmetic only: the write endpoints still call ``check_writable``."""
+    return not ctx.read_only and not is_viewer(ctx, request)
+
+
+def identity_line(ctx: Ctx, user: str) -> str:
+    """The header's line for a logged-in ``user``: who curates, or that this session only views."""
+    if ctx.read_only or user in ctx.viewers:
+        return f"Viewing as **{user}** (read-only)"
+    return f"Curating as **{user}**"
+
+
+def curator_of(name: str | None, request: gr.Request | None) -> str:
+    """The authenticated user, else the name entered for this session; raises ``gr.Error`` when neither. The login
+    wins over any name sent with it (the page's name box is not editable under a login): decisions are recorded
+    under who really made them."""
+    user = login_of(request)
     if user:
-        return str(user)
+        return user
     if name and name.strip():
         return name.strip()
     raise user_error("Enter your curator name at the top of the page first (it is recorded on every override).")

@@ -4,11 +4,23 @@ a verdict's key (``task|step|k``) and the label the picker shows (``verdict_labe
 its view: the judged plan, the grounder's actions, the critic's correction and the action-by-action diff
 (``verdict_detail``, ``verdict_view``), why a queue is empty (``empty_note``), and the critic-curator agreement above
 the queue (``agreement_markdown``). ``studio.tab_critic`` wires them to the page.
+
+The view's head gives the gold answer (an iterative step's: the gold step's result) and what the grounded actions
+and the critic's correction (or the curator's live edit) reach, each right or wrong (``outcomes_html``): the
+original's as the ground stage stored it (the table's "runs"/"correct"), the correction's executed with the run's
+tools and judged as the ground stage judges (``engine.stages.ground.judge``), cached per store, run, task, step and
+actions text (``gold_and_outcome``). It names the live decision with the one it replaced and who last said "looks
+right" (``studio.pairs_queue.decision_line``); the table shows a "looks right" with no decision as ``looks right``
+and its reviewer in the action and curator columns.
 """
 
 from __future__ import annotations
 
+import html
 import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -16,10 +28,12 @@ import pandas as pd
 
 from engine import curation
 from engine.dbutil import records
+from engine.outcome import gold_step_results, toolbox_for_run
+from engine.stages.ground import judge
 from engine.store import Store
 from studio.common import action_diff_html, nothing_in_iteration, pre, with_own_label
 from studio.keys import action_words
-from studio.pairs_queue import excerpt
+from studio.pairs_queue import decision_line, excerpt, mark_looks_right
 
 PAGE = 20
 # (label, value): the status filter's "no filter" is the value "" (what the endpoint and the saved filters carry),
@@ -57,7 +71,8 @@ def verdict_table(store: Store, run_id: str | None, iteration: int | None, statu
     total = int(df["total"].iloc[0]) if len(df) else 0
     df = df.assign(key=[verdict_key(*r) for r in zip(df["task_id"], df["step"], df["k"])],
                    **{name: [_yes_no(v) for v in df[column]] for column, name in GROUNDING_COLUMNS.items()})
-    return df[COLUMNS], total
+    # a "looks right" with no decision shows in the action and curator columns (it left them blank)
+    return mark_looks_right(df, list(df["looks_right_curator"]))[COLUMNS], total
 
 
 def _yes_no(value: Any) -> str:
@@ -123,6 +138,94 @@ def _subgoals(text: Any, step: int = 0) -> str:
     return "\n".join(f"{i}. {s}" for i, s in enumerate(json.loads(text) if text else [], max(int(step or 0), 1)))
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What a set of actions reaches when executed, judged as the ground stage judges a grounding
+    (``engine.stages.ground.judge``): the answer (None: none), the execution error (None: it ran) and whether it
+    reaches the gold answer (an iterative step's: the gold step's result)."""
+
+    answer: str | None
+    error: str | None
+    correct: bool
+
+
+# Executed outcomes of corrections and edits, per (store file, run, task, step, actions): a QA tool may call a model,
+# and the detail is drawn again at every pick, walk and action. Bounded; the executor parses (never evals) the text.
+_OUTCOMES: OrderedDict[tuple, tuple[str, Outcome]] = OrderedDict()
+_OUTCOMES_LOCK = threading.Lock()
+_OUTCOMES_MAX = 512
+
+
+def _text(value: Any) -> str | None:
+    """A stored text cell as text, None for NULL or pandas' NaN (never "nan" in a sentence)."""
+    return None if value is None or (isinstance(value, float) and value != value) else str(value)
+
+
+def gold_and_outcome(store: Store, run_id: str, task_id: str, step: int,
+                     actions: str | None) -> tuple[str, Outcome | None]:
+    """``(gold, outcome)``: the answer a verdict's actions must reach (the task's answer; an iterative step's gold
+    step result) and what ``actions`` reach (None when there are none to run), executed with the run's tools as the
+    ground stage ran them (``engine.stages.ground.judge``, ``engine.outcome``); cached."""
+    key = (str(getattr(store, "path", id(store))), run_id, task_id, int(step), actions)
+    with _OUTCOMES_LOCK:
+        if key in _OUTCOMES:
+            _OUTCOMES.move_to_end(key)
+            return _OUTCOMES[key]
+    task = store.get_task(run_id, task_id)
+    gold_results = gold_step_results(task) if step else []  # the gold steps' results, for an iterative step's gold
+    gold = str(task.answer) if not step else (gold_results[step - 1] if step <= len(gold_results) else "")
+    outcome = None
+    if actions:
+        try:
+            execution, correct = judge(task, int(step), actions, gold_results, toolbox_for_run(store, run_id))
+            outcome = Outcome(_text(execution.get("answer")), _text(execution.get("error")), bool(correct))
+        except Exception as exc:  # noqa: BLE001 -- a tool failing (a QA model unreachable) must not break the view
+            outcome = Outcome(None, f"could not run: {exc}", False)
+    with _OUTCOMES_LOCK:
+        _OUTCOMES[key] = (gold, outcome)
+        while len(_OUTCOMES) > _OUTCOMES_MAX:
+            _OUTCOMES.popitem(last=False)
+    return gold, outcome
+
+
+def outcome_words(outcome: Outcome, gold: str) -> str:
+    """One outcome in words (HTML, escaped): "does not run: <error>", or the answer and whether it is the gold one."""
+    if outcome.error:
+        return f"does not run: {html.escape(outcome.error)} (no answer)"
+    got = "no answer" if outcome.answer is None else f"answer <b>{html.escape(outcome.answer)}</b>"
+    return f"{got} · {'✓ the gold answer' if outcome.correct else f'✗ not the gold answer ({html.escape(gold)})'}"
+
+
+def _original_outcome(store: Store, v: dict[str, Any]) -> Outcome | None:
+    """The grounding's outcome as the ground stage stored it (what the table's "runs"/"correct" columns read); run
+    again (cached) only when the stored row holds neither an answer nor an error (a store written without them)."""
+    actions = v.get("grounding_actions")
+    if actions is None:
+        return None
+    answer, error = _text(v.get("grounding_answer")), _text(v.get("grounding_error"))
+    if answer is None and error is None and bool(v.get("grounding_ok")):
+        return gold_and_outcome(store, v["run_id"], v["task_id"], int(v.get("step") or 0), actions)[1]
+    return Outcome(answer, None if bool(v.get("grounding_ok")) else (error or "execution failed"),
+                   bool(v.get("grounding_correct")))
+
+
+def outcomes_html(store: Store, v: dict[str, Any], fix: str | None, fix_label: str) -> str:
+    """One line under the verdict's head: the gold answer (an iterative step's: the gold step's result), what the
+    grounded actions reach (``_original_outcome``) and what ``fix`` (the critic's correction or the curator's edit,
+    named ``fix_label``) reaches, executed now (``gold_and_outcome``), each right or wrong: a curator choosing between
+    *Accept original* and *Accept correction* no longer redoes the arithmetic."""
+    step = int(v.get("step") or 0)
+    gold, fixed = gold_and_outcome(store, v["run_id"], v["task_id"], step, fix)
+    what = "Gold answer" if not step else f"Gold result of step {step}"
+    parts = [f"{what}: <b>{html.escape(gold)}</b>"]
+    original = _original_outcome(store, v)
+    if original is not None:
+        parts.append(f"grounded actions → {outcome_words(original, gold)}")
+    if fixed is not None:
+        parts.append(f"{fix_label} → {outcome_words(fixed, gold)}")
+    return f"<p>{' · '.join(parts)}</p>"
+
+
 def verdict_detail(store: Store, run_id: str | None, iteration: int | None, key: str | None) -> tuple[str, str, str,
                                                                                                        str]:
     """``(original HTML, corrected HTML, diff HTML, actions to start an edit from)``."""
@@ -143,14 +246,19 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
     where = f" · step {step}, after the gold subgoals and actions of {before}" if step > 1 else (
         " · step 1" if step == 1 else "")
     head = f"<p><b>{v['status']}</b> ({v['backend']}) · {v['question']}{where}</p>"
-    decided = f"<p>Curator: <b>{v['override_action']}</b> by {v['curator']}</p>" if v["override_action"] else ""
+    edited = _curator_edit(v)
+    fix = edited if edited is not None else (v["corrected_actions"] or None)
+    gold = outcomes_html(store, v, fix, "the curator's edit" if edited is not None else "the critic's correction")
+    # the decision (and the one it replaced) and who last said "looks right": a review showed nothing before
+    who = decision_line(store, v["override_action"], v["curator"], v.get("override_id"),
+                        _text(v.get("looks_right_curator")))
+    decided = f"<p>Curator: {_bold_first(who)}</p>" if who else ""
     plan = _subgoals(v["plan_subgoals_json"], step) or v["plan_text"]
-    original = (head + decided + "<b>Plan subgoals</b>" + pre(plan)
+    original = (head + gold + decided + "<b>Plan subgoals</b>" + pre(plan)
                 + "<b>Grounded actions</b>" + pre(v["grounding_actions"])
                 + "<details><summary>What the grounder saw (its prompt, as rendered)</summary>"
                 + pre(v.get("grounding_prompt") or "") + "</details>")
     says = "<b>Critic says</b>" + pre(v["raw"])
-    edited = _curator_edit(v)
     if edited is not None:
         # The curator's edit is what trains (engine.curation): show it, diff against it and start the next edit from
         # it. Showing the critic's correction here after a save read as if the edit had been lost.
@@ -176,6 +284,12 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
         diff = ""
     button = gr.update(interactive=bool(v["corrected_actions"]) and not read_only)
     return original, corrected, diff, edited or v["corrected_actions"] or v["grounding_actions"] or "", button
+
+
+def _bold_first(line: str) -> str:
+    """``decision_line``'s words, escaped, its first decision in bold ("<b>drop</b> by ben, looked right by cy")."""
+    head, sep, rest = line.partition(" by ")
+    return f"<b>{html.escape(head)}</b>{sep}{html.escape(rest)}"
 
 
 def _curator_edit(v: dict[str, Any]) -> str | None:

@@ -7,9 +7,12 @@ cheap). ``studio.tab_critic`` lays out the page and wires these to its events.
 Every read goes through the tab's ``studio.queue_sessions.QueueSessions`` (``sessions``): the load and the reloads
 start a new generation of the session's queue and record what they drew; the walk's refresh paints nothing over a
 newer read and sends only what changed; the painters record what the line's team counter counts, for the counters'
-timer (``studio.team_counters``). The filters apply at each change (no text box waits for Enter), so what they hold
-is what the queue shows. A page past the last shows the last (``studio.common.clamped_page``), and the page box moves
-there through the tab's ``[page, nonce]`` clamp state (the same clamp twice still moves it).
+timer (``studio.team_counters``). The load and the reloads also tell the tab's live reload (``studio.live_views``,
+``live``) what they read under, before they read: a stage it watches that ends for the view then reloads the page
+through the load (the same event as a filter change), keeping the pick, the page and the filters. The filters
+apply at each change (no text box waits for Enter), so what they hold is what the queue shows. A page past the last
+shows the last (``studio.common.clamped_page``), and the page box moves there through the tab's ``[page, nonce]``
+clamp state (the same clamp twice still moves it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pandas as pd
 
 from studio.common import Ctx, clamped_page, pick_update, queue_info, review_line, trained_line, who_of
 from studio.critic_queue import PAGE, agreement_markdown, empty_note, page_labels, verdict_labels, verdict_table
+from studio.live_views import Watch
 from studio.queue_sessions import QueueRead, QueueSessions, WalkedTo
 from studio.stage_text import skipped_reason
 from studio.team_counters import counts_of
@@ -31,10 +35,11 @@ class CriticRefresh:
     """The Critic tab's queue reads for one app (``ctx``); ``order_id`` is the elem_id of the tab's Order dropdown,
     whose change starts the queue at its head. Its handlers take their inputs in the order the tab wires them."""
 
-    def __init__(self, ctx: Ctx, order_id: str) -> None:
+    def __init__(self, ctx: Ctx, order_id: str, live: Watch | None = None) -> None:
         self.ctx = ctx
         self.order_id = order_id
         self.sessions = QueueSessions()  # the newest read of the queue and what it drew, per browser session
+        self.live = live  # the tab's live reload (studio.live_views): told what each load and reload read under
 
     def read(self, run_id, it, st, rv, od, pg, name, request: gr.Request | None
              ) -> tuple[str, pd.DataFrame, int, Any]:
@@ -62,6 +67,8 @@ class CriticRefresh:
         """What the load and an action's reload both send: ``read``'s ``(line, rows, total, page clamp)`` and the
         agreement. A new generation of the session's queue: a walk's refresh still reading paints nothing over it."""
         self.sessions.begin(request)
+        if self.live is not None:  # before the read: a stage that ends during it is seen by the next check
+            self.live.seen(request, run_id, it)
         line, df, total, clamp = self.read(run_id, it, st, rv, od, pg, name, request)
         return line, df, total, clamp, agreement_markdown(self.ctx.store, run_id, it)
 

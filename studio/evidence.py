@@ -4,8 +4,9 @@ chosen and the rejected plan (``engine.surprisal``), and where the two differ mo
 Contract: ``pair_evidence_html(store, service, run_id, iteration, task_id, step, chosen_k, rejected_k)`` returns one
 HTML block (or a one-line message saying why there is none: the checkpoint is gone, the plan is not stored). Each
 token is a ``<span>`` whose red intensity grows with its surprisal (nats, capped at ``CAP`` for the colour) and whose
-``title`` holds the exact value; the mean of each row is the plan's log-PPL as the score stage stored it. Rendering
-only: the numbers come from ``SurprisalService``.
+``title`` holds the exact value; the mean of each row is the plan's log-PPL as the score stage stored it. The tokens
+where the rejected plan loses the grounder most are listed with how much more surprising each is under it than
+under the chosen plan, in nats (``+10.09 nats``). Rendering only: the numbers come from ``SurprisalService``.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ def _token_row(found: PlanSurprisal, label: str, other: PlanSurprisal | None = N
 def _worst_tokens(chosen: PlanSurprisal, rejected: PlanSurprisal, n: int = 3) -> str:
     """The tokens whose surprisal rose most from the chosen to the rejected plan (same gold tokens, same order)."""
     deltas = sorted(((r - c, i) for i, (c, r) in enumerate(zip(chosen.nll, rejected.nll))), reverse=True)[:n]
-    parts = [f"<code>{html.escape(chosen.tokens[i].strip() or repr(chosen.tokens[i]))}</code> {d:+.2f}"
+    parts = [f"<code>{html.escape(chosen.tokens[i].strip() or repr(chosen.tokens[i]))}</code> {d:+.2f} nats"
              for d, i in deltas if d > 0]
-    return ("Where the grounder gets lost under the rejected plan: " + ", ".join(parts)) if parts else (
+    # The unit and the baseline are said: bare "+10.09" beside a token read as a score of unknown scale.
+    return ("Where the grounder gets lost under the rejected plan (each token's surprisal under it minus under the "
+            "chosen plan, in nats): " + ", ".join(parts)) if parts else (
         "The rejected plan raises no token's surprisal.")
 
 

@@ -8,9 +8,15 @@ Contract:
   job started). A read-only worker refuses every job. ``start_loop(..., max_iteration=N)`` refuses a job that would
   run a stage of an iteration past ``N`` (Spaces: ``run.iterations`` at most 1), checked when it is asked for and
   again when the job starts computing (the store may have moved on in between); ``loop_reach`` says how far a job
-  would go.
+  would go and ``loop_stages`` which stages it would run, in order (the Run tab's announcement names them).
+* A loop job that runs a stage of an iteration past the run's ``run.iterations`` (*Next stage* or *Next iteration*
+  on a complete run) first raises ``run.iterations`` to that iteration, as ``python -m engine run --iterations N``
+  does (``engine.loop.run_loop(record_iterations=True)``: the store's snapshot and the run's config.toml, once the
+  preflight passed): the run's record says how far it goes, and a later resume (the CLI's ``run`` without
+  ``--iterations``, *Rest of iteration*) finishes that iteration. It never lowers it.
 * ``stop()`` sets a ``threading.Event`` the engine polls as ``should_stop`` (between batches / optimizer steps);
-  the stage is then recorded ``stopped`` in the store and resumes later from what is stored.
+  the stage is then recorded ``stopped`` in the store and resumes later from what is stored. Its line names the job
+  (``Stop requested: the job `kind` on `run` ...``).
 * Progress events from the engine are kept in memory (the last ``max_events``) next to the job's state;
   ``snapshot()`` returns a plain dict any session (or a reloaded page) renders, so a reload re-attaches. The
   durable record is the store's ``stages`` and ``train_logs`` tables.
@@ -93,7 +99,9 @@ class JobWorker:
         if not self.running():
             return "No job is running."
         self._stop.set()
-        return "Stop requested: the job stops after the batch in flight."
+        state = self._state  # the running job's (replaced whole, under the lock, only when a job starts)
+        # Named as "Started `kind` on `run`" names it: the Run tab settles this line too once the job has ended.
+        return f"Stop requested: the job `{state['label']}` on `{state['run_id']}` stops after the batch in flight."
 
     def wait(self, timeout: float | None = None) -> bool:
         """Join the job thread (tests, shutdown); True when no job is running afterwards."""
@@ -151,6 +159,16 @@ def loop_reach(store: Store, run_id: str, kind: str) -> int | None:
     return None if max_stages == 0 else iterations
 
 
+def loop_stages(store: Store, run_id: str, kind: str) -> list[tuple[int, str]]:
+    """``(iteration, stage)`` a loop job of ``kind`` would run, in order, as the store stands (``[]``: nothing). A
+    stage its config skips is listed too: the job records it ``skipped``."""
+    iterations, max_stages = loop_target(store, run_id, kind)
+    if max_stages == 0:
+        return []
+    todo = pending(store, run_id, run_config(store, run_id), iterations)
+    return todo if max_stages is None else todo[:max_stages]
+
+
 def past_cap(reach: int | None, max_iteration: int, where: str) -> str | None:
     """The refusal for a job reaching iteration ``reach`` past ``max_iteration``, else None."""
     if reach is None or reach <= max_iteration:
@@ -169,8 +187,11 @@ def loop_job(store: Store, run_id: str, kind: str, progress: Callable[[dict[str,
     refused = past_cap(iterations, max_iteration, where) if max_iteration is not None else None
     if refused:
         return refused
+    # Past run.iterations (a complete run continued): recorded as the CLI's `run --iterations N` records it, so the
+    # run's config says how far it goes; a target within it records nothing (it would lower run.iterations).
+    beyond = iterations > run_config(store, run_id).run.iterations
     return run_loop(store, run_id, iterations=iterations, progress=progress, should_stop=should_stop,
-                    max_stages=max_stages)
+                    max_stages=max_stages, record_iterations=beyond)
 
 
 def swap_unavailable(store: Store, run_id: str | None) -> str | None:

@@ -42,13 +42,14 @@ from engine.report import SPLIT_NAMES, known_experiments
 from engine.report_markdown import duration_text
 from engine.store import Store
 from studio.metrics_swaps import swap_markdown
-from studio.plots import ITERATION_AXIS, PERCENT_AXIS, band_and_mean, colours, figure
+from studio.plots import ITERATION_AXIS, LOWER_IS_BETTER, PERCENT_AXIS, band_and_mean, colours, figure
 
 FIGURES = ("held_in_accuracy", "held_out_accuracy", "dev_accuracy", "held_out_gap_ppl", "dev_gap_ppl",
            "held_out_by_domain")
 TITLES = {"held_in_accuracy": "Held-in accuracy", "held_out_accuracy": "Held-out accuracy",
-          "dev_accuracy": "Dev accuracy", "held_out_gap_ppl": "Held-out capability gap: mean gold-action PPL",
-          "dev_gap_ppl": "Dev capability gap: mean gold-action PPL"}
+          "dev_accuracy": "Dev accuracy",
+          "held_out_gap_ppl": "Held-out capability gap: mean gold-action PPL" + LOWER_IS_BETTER,
+          "dev_gap_ppl": "Dev capability gap: mean gold-action PPL" + LOWER_IS_BETTER}
 OPTIONAL = ("dev_accuracy", "dev_gap_ppl", "dev_gap_logppl")  # shown only when a variant was evaluated on dev
 # (report key, column head, scale, digits) of the table; accuracies in %.
 COLUMNS = (("held_in_accuracy", "held-in accuracy %", 100, 1), ("held_out_accuracy", "held-out accuracy %", 100, 1),

@@ -7,7 +7,9 @@ On a 2-core machine that starved the curator's own events (a ``j`` key took more
 
 The studio owns its store (DuckDB: one process), so stages and iterations change only while its job worker runs a
 job. The timers tick every ``busy_s`` then and every ``IDLE_S`` otherwise; the idle pace only has to notice a job that
-another session started. A job started from this page turns its timer to the busy pace at once (``tab_run``).
+another session started (busy paces: the Run tab's ``RUN_TAB_BUSY_S``, the iteration picker's ``SYNC_BUSY_S``, the
+data tabs' live reload's ``LIVE_BUSY_S``, ``studio.live_views``). A job started from this page turns its timer to the
+busy pace at once (``tab_run``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from studio.jobs import JobWorker
 IDLE_S = 10.0  # no job running: only another session's new job can change what the timers show
 RUN_TAB_BUSY_S = 2.0  # the Run tab's pipeline, job log, stage table and loss chart while a job runs
 SYNC_BUSY_S = 3.0  # the iteration picker's new iterations while a job runs
+# The data tabs' live reload (studio.live_views) while a job runs: a first visit's user waits on the stage that fills
+# the tab shown, and the check is one small query that sends nothing unless a stage has ended.
+LIVE_BUSY_S = 3.0
 
 
 def poll_seconds(jobs: JobWorker, busy_s: float) -> float:

@@ -1,5 +1,6 @@
 """The Pairs tab's charts and its curation table, read from the store (no Gradio): the effective pairs' margin
-histogram (``margin_figure``), the chosen-vs-rejected length bias (``length_figure``) and, per iteration, what the
+histogram (``margin_figure``, its axes titled), the chosen-vs-rejected length bias (``length_figure``); either says
+"No pairs in iteration N" in words when the iteration has none. Per iteration, what the
 curators did to the pairs and what the planner's training made of them (``curation_markdown``; an iteration whose
 planner learns by GRPO says its pairs trained nothing, rather than "not trained" yet).
 """
@@ -11,6 +12,7 @@ import plotly.graph_objects as go
 
 from engine.curation_summary import pair_curation_summary
 from engine.store import Store
+from studio.plots import note_if_empty
 from studio.stage_text import objectives
 
 
@@ -20,20 +22,33 @@ def _pair_stats(store: Store, run_id: str, iteration: int) -> pd.DataFrame:
 
 def margin_figure(store: Store, run_id: str | None, iteration: int | None,
                   stats: pd.DataFrame | None = None) -> go.Figure:
-    """Histogram of the effective pairs' margins; ``stats`` (``_pair_stats``) when the caller already has them."""
+    """Histogram of the effective pairs' margins (x: the margin in log-PPL, nats per gold-action token; y: how many
+    pairs); ``stats`` (``_pair_stats``) when the caller already has them. Without pairs it says so in words
+    (``studio.plots.note_if_empty``), not as bare axes."""
     fig = go.Figure()
     if run_id and iteration is not None:
-        fig.add_histogram(x=(_pair_stats(store, run_id, iteration) if stats is None else stats)["margin"], nbinsx=30)
-    fig.update_layout(title="Margin (rejected − chosen log-PPL)", height=300, margin=dict(l=40, r=10, t=40, b=40))
-    return fig
+        fig.add_histogram(x=(_pair_stats(store, run_id, iteration) if stats is None else stats)["margin"], nbinsx=30,
+                          name="pairs")
+    fig.update_layout(title="Margin (rejected − chosen log-PPL)", height=300, margin=dict(l=40, r=10, t=40, b=40),
+                      xaxis_title="margin (log-PPL, nats per token)", yaxis_title="pairs")
+    return note_if_empty(fig, _no_pairs(run_id, iteration))
+
+
+def _no_pairs(run_id: str | None, iteration: int | None) -> str:
+    """What an empty pairs chart says instead of its axes."""
+    if not run_id or iteration is None:
+        return "No pairs: pick a run and an iteration"
+    if int(iteration) == 0:
+        return "No pairs in iteration 0: it evaluates the starting agents; pairs start at iteration 1"
+    return f"No pairs in iteration {int(iteration)} (yet)"
 
 
 def length_figure(store: Store, run_id: str | None, iteration: int | None,
                   stats: pd.DataFrame | None = None) -> go.Figure:
     """Chosen vs rejected plan length (characters): points above the diagonal = the rule prefers longer plans."""
     fig = go.Figure()
-    if run_id and iteration is not None:
-        df = _pair_stats(store, run_id, iteration) if stats is None else stats
+    df = _pair_stats(store, run_id, iteration) if stats is None and run_id and iteration is not None else stats
+    if df is not None and len(df):  # no pairs: the note below, not a diagonal over "+0.0 chars on average"
         fig.add_scatter(x=df["rejected_len"], y=df["chosen_len"], mode="markers", name="pairs")
         top = float(max(df["chosen_len"].max(), df["rejected_len"].max())) if len(df) else 1.0
         fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="equal", line=dict(dash="dot"))
@@ -41,7 +56,7 @@ def length_figure(store: Store, run_id: str | None, iteration: int | None,
         fig.update_layout(title=f"Length bias: chosen − rejected = {bias:+.1f} chars on average")
     fig.update_layout(xaxis_title="rejected length", yaxis_title="chosen length", height=300,
                       margin=dict(l=40, r=10, t=40, b=40))
-    return fig
+    return note_if_empty(fig, _no_pairs(run_id, iteration))
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

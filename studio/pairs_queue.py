@@ -3,6 +3,14 @@
 ``page_labels``), the side-by-side view (``pair_detail``), the plans *Choose these plans* offers and the shown pair's
 own (``plan_choices``, ``choose_fields``), and why a queue is empty (``empty_note``). ``studio.tab_pairs`` wires them
 to the page.
+
+A curator's trace, shared with the Critic tab: a row with no live decision whose latest curator row is a "looks
+right" reads ``looks right`` and its reviewer in the action and curator columns (``with_looks_right``,
+``mark_looks_right``; the store's filters are unchanged: a review is not an override); the detail's head names the
+decision, the other curator's decision it replaced and who last said "looks right" (``decision_line``: "excluded by
+ben (replaced ana's swap), looked right by cy"); an action's status line names what it replaced
+(``replaced_note``: ", replacing ana's swap", ", taking back …", ", leaving … standing"; a curator's own earlier
+decision is not named). Both read ``engine.curation.looked_right`` / ``replaced_decision``.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import html
 import gradio as gr
 import pandas as pd
 
+from engine import curation
 from engine.store import Store
 from studio.common import (
     md_quote,
@@ -86,7 +95,71 @@ def pairs_table(store: Store, run_id: str | None, iteration: int | None, *, min_
                           limit=size, offset=(max(int(page), 1) - 1) * size)
     total = int(df["total"].iloc[0]) if len(df) else 0
     df = df.assign(key=[pair_key(*r) for r in zip(df["task_id"], df["step"], df["pair_idx"])])
-    return df[COLUMNS].round({"chosen_logppl": 4, "rejected_logppl": 4, "margin": 4}), total
+    return with_looks_right(store, run_id, int(iteration), df, "pair", "pair_idx")[COLUMNS].round(
+        {"chosen_logppl": 4, "rejected_logppl": 4, "margin": 4}), total
+
+
+LOOKS_RIGHT = "looks right"  # the decision column's word for a "looks right" that is an item's latest row
+
+
+def with_looks_right(store: Store, run_id: str, iteration: int, df: pd.DataFrame, target: str,
+                     index: str) -> pd.DataFrame:
+    """A queue page with its "looks right" reviews filled in: a row without a live decision whose latest curator row
+    is a "looks right" (``engine.curation.looked_right``) reads ``looks right`` in ``override_action`` and its
+    reviewer in ``curator`` (both were blank, so a review left no trace in the table). A decision keeps its own
+    words (the detail says who looked at it afterwards); the store's filters (overridden, excluded) are untouched."""
+    if not len(df):
+        return df
+    reviewed = curation.looked_right(store, run_id, iteration, target, sorted({str(t) for t in df["task_id"]}))
+    if not reviewed:
+        return df
+    return mark_looks_right(df, [reviewed.get((str(t), int(s), int(i)))
+                                 for t, s, i in zip(df["task_id"], df["step"], df[index])])
+
+
+def mark_looks_right(df: pd.DataFrame, reviewers: list) -> pd.DataFrame:
+    """``df`` with ``looks right`` and the reviewer in ``override_action`` / ``curator`` where a row has no live
+    decision and ``reviewers`` (one per row: the curator whose "looks right" is the row's latest, or None) names
+    one (``with_looks_right``; the critic queue reads the reviewer from its ``looks_right_curator`` column)."""
+    who = [None if _decided(a) or not _decided(r) else str(r) for a, r in zip(df["override_action"], reviewers)]
+    return df.assign(override_action=[LOOKS_RIGHT if w else a for w, a in zip(who, df["override_action"])],
+                     curator=[w or c for w, c in zip(who, df["curator"])])
+
+
+def _decided(value: object) -> bool:
+    """Is a cell of a live decision's column set (neither NULL nor NaN: pandas reads a missing cell as either)?"""
+    return value is not None and not pd.isna(value)
+
+
+def replaced_note(prior: dict | None, action: str, curator: str) -> str:
+    """The decision ``curator``'s action took the place of (``engine.curation.replaced_decision``), for its status
+    line: ", replacing ana's swap", ", taking back ana's swap" (a restore), ", leaving ana's swap standing" (a "looks
+    right"); "" when it replaced none, or only the curator's own. Without it a later curator's decision silently hid
+    an earlier one's."""
+    if not prior or prior["curator"] == curator:
+        return ""
+    what = f"{prior['curator']}'s {action_words(prior['action'])}"
+    if action == "reviewed":
+        return f", leaving {what} standing"
+    # swapping a swapped pair writes a restore (engine.curation.swap_pair): it takes the swap back
+    back = action == "restore" or (action == "swap" and prior["action"] == "swap")
+    return f", {'taking back' if back else 'replacing'} {what}"
+
+
+def decision_line(store: Store, action: str | None, curator: str | None, override_id: object,
+                  looked: str | None) -> str:
+    """Who decided an item and what that replaced, and who last said it looks right, for the detail's head:
+    "swap by ben (replaced ana's exclude)", "looked right by ana", "drop by ben, looked right by cy"; "" for an item
+    nobody touched."""
+    parts = []
+    if action:
+        prior = curation.replaced_decision(store, int(override_id)) if _decided(override_id) else None
+        mine = prior is not None and prior["curator"] == curator  # a curator changing their mind: nothing hidden
+        was = f" (replaced {prior['curator']}'s {action_words(prior['action'])})" if prior and not mine else ""
+        parts.append(f"{action_words(action)} by {curator}{was}")
+    if looked:
+        parts.append(f"looked right by {looked}")
+    return ", ".join(parts)
 
 
 def _effective_pair(store: Store, run_id: str, iteration: int, key: str) -> pd.Series | None:
@@ -122,13 +195,17 @@ def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: st
     chosen, rejected = by_k.get(int(pair["chosen_k"])), by_k.get(int(pair["rejected_k"]))
     label = pair_label(store.get_task(run_id, task_id).question, key, pair["chosen_k"], pair["rejected_k"])
     # Who set it, when a curator did ("tie · tie" repeated the flag the action had set): "tie by ann",
-    # "excluded by ann", or "in training · swap by ann".
+    # "excluded by ann", or "in training · swap by ann"; with the decision it replaced ("excluded by ben (replaced
+    # ana's swap)") and who last said it looks right ("in training · looked right by ana"): a review left no trace.
     action = str(pair["override_action"]) if pair["overridden"] else ""
+    looked = curation.looked_right(store, run_id, int(iteration), "pair", [task_id]).get(
+        (task_id, step, int(pair["pair_idx"])))
+    line = decision_line(store, action, pair["curator"], pair["override_id"], looked)
     flag_of = {"tie": "tie", "exclude": "excluded"}
     if action in flag_of and flag_of[action] in flags:
-        by = f" by {pair['curator']}"
+        by = " " + line.removeprefix(action_words(action) + " ")
     else:
-        by = f" · {action_words(action)} by {pair['curator']}" if action else ""
+        by = f" · {line}" if line else ""
     head = f"<p>{html.escape(label)} · margin {pair['margin']:.4f} · {flags}{html.escape(by)}</p>"
     diff = (word_diff_html(chosen.text, rejected.text) if chosen is not None and rejected is not None else "")
     return (head + pre(chosen.prompt if chosen else ""),

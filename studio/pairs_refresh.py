@@ -7,7 +7,9 @@ and its line only: a key press stays cheap). ``studio.tab_pairs`` lays out the p
 Every read goes through the tab's ``studio.queue_sessions.QueueSessions`` (``sessions``): the load and the reloads
 start a new generation of the session's queue and record what they drew; the walk's refresh paints nothing over a
 newer read and sends only what changed; the painters record what the line's team counter counts, for the counters'
-timer (``studio.team_counters``).
+timer (``studio.team_counters``). The load and the reloads also tell the tab's live reload (``studio.live_views``,
+``live``) what they read under, before they read: a stage it watches that ends for the view then reloads the page
+through the load (the same event as a filter change), keeping the pick, the page and the filters.
 
 The Search / Min / Max boxes filter on Enter only (and ``studio.remember`` keeps them only then): the load returns the
 text it applied (a ``gr.State``, ``[min, max, text]``), and the reloads and the walk's refresh read the queue through
@@ -23,6 +25,7 @@ import gradio as gr
 import pandas as pd
 
 from studio.common import Ctx, clamped_page, pick_update, queue_info, review_line, trained_line, who_of
+from studio.live_views import Watch
 from studio.pairs_charts import _pair_stats, length_figure, margin_figure
 from studio.pairs_queue import PAGE, empty_note, number, page_labels, pairs_table
 from studio.queue_sessions import QueueRead, QueueSessions, WalkedTo
@@ -37,10 +40,11 @@ class PairsRefresh:
     """The Pairs tab's queue reads for one app (``ctx``); ``order_id`` is the elem_id of the tab's Order dropdown,
     whose change starts the queue at its head. Its handlers take their inputs in the order the tab wires them."""
 
-    def __init__(self, ctx: Ctx, order_id: str) -> None:
+    def __init__(self, ctx: Ctx, order_id: str, live: Watch | None = None) -> None:
         self.ctx = ctx
         self.order_id = order_id
         self.sessions = QueueSessions()  # the newest read of the queue and what it drew, per browser session
+        self.live = live  # the tab's live reload (studio.live_views): told what each load and reload read under
 
     def read(self, run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request: gr.Request | None
              ) -> tuple[str, pd.DataFrame, int, Any]:
@@ -69,6 +73,8 @@ class PairsRefresh:
         """What the load and an action's reload both send: ``read``'s ``(line, rows, total, page box)`` and the two
         charts. A new generation of the session's queue: a walk's refresh still reading paints nothing over it."""
         self.sessions.begin(request)
+        if self.live is not None:  # before the read: a stage that ends during it is seen by the next check
+            self.live.seen(request, run_id, it)
         line, df, total, page_box = self.read(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
         # Both charts from one stats query: this page is the one every curator reloads after each action.
         stats = _pair_stats(self.ctx.store, run_id, it) if run_id and it is not None else None

@@ -10,7 +10,8 @@ this studio runs it is shown interrupted (``live`` is False), as the stage table
 (``[[schedule.phases]]``) the title names the iteration's phase and the stages it leaves out show as skipped. The two
 training cards name how the iteration trains each role (``stages.planner_objective``: "4 · DPO planner" or
 "4 · GRPO planner"; ``stages.grounder_objective``: "7 · SFT grounder" or "7 · GRPO grounder"), from what the stage
-recorded it ran, else the run's config for that iteration (``studio.stage_text.objectives``).
+recorded it ran, else the run's config for that iteration (``studio.stage_text.objectives``). The numbers are the
+stages' places among the eight MOAT stages: iteration 0's cards (warm start, evaluate) carry none.
 """
 
 from __future__ import annotations
@@ -31,13 +32,16 @@ LABELS = {"sample": "1 · sample plans", "score": "2 · score by grounder", "pai
           "warm_start_planner": "warm start planner", "warm_start_grounder": "warm start grounder"}
 
 
-def label(name: str, trained_by: dict[str, str], counts: dict[str, Any] | None = None) -> str:
+def label(name: str, trained_by: dict[str, str], counts: dict[str, Any] | None = None,
+          numbered: bool = True) -> str:
     """The card's title: ``LABELS`` with each role's objective (``trained_by``, e.g. ``{"planner": "GRPO",
-    "grounder": "SFT"}``); a training stage's own record of what it ran (``counts["objective"]``) comes first."""
+    "grounder": "SFT"}``); a training stage's own record of what it ran (``counts["objective"]``) comes first.
+    ``numbered=False`` drops the stage's place among the eight MOAT stages ("8 · evaluate" -> "evaluate")."""
     ran = OBJECTIVE_NAMES.get(str(counts.get("objective") or "")) if isinstance(counts, dict) else None
     role = {"train_planner": "planner", "train_grounder": "grounder"}.get(name)
     names = {**trained_by, **({role: ran} if role and ran else {})}
-    return LABELS.get(name, name).format(**names)
+    text = LABELS.get(name, name).format(**names)
+    return text if numbered else text.split(" · ", 1)[-1]
 
 
 def _iteration(store: Store, run_id: str, snapshot: dict[str, Any], live: bool) -> int | None:
@@ -94,7 +98,9 @@ def pipeline_html(store: Store, run_id: str | None, snapshot: dict[str, Any], li
         elif status == "done" and stage_seconds(row) is not None:
             detail = f" · {stage_seconds(row):.1f} s"
         summary = stage_summary(store, run_id, iteration, name, status, row.get("counts"))
-        cards.append(_card(name, label(name, trained_by, row.get("counts")), status, fraction, detail, summary))
+        # Numbered only among the eight MOAT stages: iteration 0's lone card read "8 · evaluate".
+        cards.append(_card(name, label(name, trained_by, row.get("counts"), numbered=moat), status, fraction, detail,
+                           summary))
     phases = {(row.get("counts") or {}).get("phase") for row in statuses.values()
               if isinstance(row.get("counts"), dict)} - {None}
     title = f"<div style='font-weight:600;margin-bottom:4px'>Iteration {iteration}" + (

@@ -1,7 +1,7 @@
 """Plotly building blocks shared by the Metrics tab's run and experiment views: one palette, integer iteration axes,
 a line with optional error bars, a mean line with its shaded interval band. A percent axis shows whole percents on
 its ticks and one decimal on hover (``PERCENT_AXIS``), as the tables do: a hover of "60%" beside a table's 60.4 read
-as another number.
+as another number. A chart of a quantity that should fall ends its title with ``LOWER_IS_BETTER``.
 
 Pure rendering: every function takes numbers already computed (by the engine) and returns or changes a figure.
 """
@@ -19,6 +19,9 @@ PALETTE = ("#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E
 ITERATION_AXIS = dict(tickmode="linear", tick0=0, dtick=1, tickformat="d")
 # A y axis of fractions shown as %: whole percents on the ticks, one decimal on hover (the tables' precision).
 PERCENT_AXIS = dict(tickformat=".0%", hoverformat=".1%")
+# The end of the title of a chart whose quantity should fall (the capability gap: PPL, log-PPL), beside accuracy
+# charts where up is better: read the other way, a closing gap looked like a regression.
+LOWER_IS_BETTER = " · lower is better"
 
 
 def colours(keys: Iterable[Hashable]) -> dict[Hashable, str]:

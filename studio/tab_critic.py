@@ -22,7 +22,11 @@ decision shows at the next key press; nothing over a newer read of the queue, on
 ``studio.queue_sessions``), the team counters' timer (``/critic_counters``, ``/critic_counters_on``:
 ``studio.team_counters``), ``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one: the page box
 moves to the last page, which the queue shows) are undocumented. *Save edit* names the override the
-edit wrote (``engine.curation.SavedEdit``). An empty queue says why (iteration 0 has no verdicts, or which filters
+edit wrote (``engine.curation.SavedEdit``) and says plainly when the saved actions do not run (they parse, a formula
+fails: saved, as the engine allows, but they would train the grounder on actions that reach no answer) or run to an
+answer other than the gold one. An action's line names the other curator's decision it replaced (", replacing
+ana's drop"); the view gives the gold answer and what the original and the correction reach
+(``studio.critic_queue``). An empty queue says why (iteration 0 has no verdicts, or which filters
 match nothing); the buttons that need a verdict are off while none is picked; the table's grounding columns are
 "runs" (executes without an error) and "correct" (reaches the gold answer); the original -> correction diff goes
 action by action (``studio.common.action_diff_html``).
@@ -41,6 +45,7 @@ from engine.outcome import run_grounding, toolbox_for_run
 from engine.store import Store
 from studio.common import (
     Ctx,
+    can_write,
     check_lease,
     check_writable,
     claim_note,
@@ -71,6 +76,7 @@ from studio.critic_queue import (
 )
 from studio.critic_queue import (
     _step_words,
+    gold_and_outcome,
 )
 from studio.critic_queue import (
     _subgoals as _subgoals,
@@ -113,6 +119,8 @@ from studio.critic_queue import (
 )
 from studio.critic_refresh import CriticRefresh
 from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler, wire_walk
+from studio.live_views import watch
+from studio.pairs_queue import replaced_note
 from studio.picker import Picker
 from studio.remember import remember
 from studio.tab_pairs import excerpt
@@ -141,8 +149,11 @@ def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: 
                                      reason=reason)
     else:
         oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
-    return f"{button_words(action)} recorded for “{verdict_name(store, run_id, iteration, key)}” by {curator} " \
-           f"(override #{oid})."
+    # The decision it replaced is named (", replacing ana's drop"): the table shows only the latest. The override id
+    # stays last: clients read it from the line's end.
+    note = replaced_note(curation.replaced_decision(store, oid), action, curator)
+    return f"{button_words(action)} recorded for “{verdict_name(store, run_id, iteration, key)}” by {curator}" \
+           f"{note} (override #{oid})."
 
 
 def _result_markdown(result: ExecutionResult) -> str:
@@ -163,7 +174,10 @@ def preview_edit(store: Store, run_id: str, key: str, actions: str) -> str:
 
 def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str, curator: str,
               reason: str = "") -> str:
-    """Validate (parse), execute and record the edit; a parse error is shown and nothing is saved."""
+    """Validate (parse), execute and record the edit; a parse error is shown and nothing is saved. Actions that parse
+    but fail when executed (``R1 = Calculator(2 +)``: the line parses, the formula does not) are saved, as the engine
+    allows (``engine.curation.edit_correction``), and the line says plainly that they do not run and so would train
+    the grounder on actions that reach no answer; actions that run say whether they reach the gold answer."""
     task_id, step, k = parse_key(key)
     try:
         saved = curation.edit_correction(store, run_id, int(iteration), task_id, step, k, actions,
@@ -173,8 +187,22 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
     # Named as the other actions name a verdict, by the override the edit wrote (not the newest row read back, which
     # may be another curator's written in between).
     label = verdict_name(store, run_id, iteration, key)
-    return (f"Edit saved for “{label}” by {curator} (override #{saved.override_id}).\n\n"
-            + _result_markdown(saved.preview))
+    said = (f"Edit saved for “{label}” by {curator}"
+            + replaced_note(curation.replaced_decision(store, saved.override_id), "edit", curator))
+    result = saved.preview
+    if not result.ok or result.answer is None:
+        why = result.error or "no action assigns an answer"
+        return (f"{said} (override #{saved.override_id}), **but it does not run**: {why}. It will train the grounder "
+                "on actions that reach no answer: edit again, or *Drop* the verdict.\n\n"
+                + _result_markdown(result))
+    # judged as the ground stage judges a grounding (cached: the verdict's view, drawn next, reads the same)
+    gold, outcome = gold_and_outcome(store, run_id, task_id, step, actions.strip())
+    if outcome is not None and outcome.correct:
+        verdict = f"It reaches the gold answer `{gold}`."
+    else:
+        verdict = (f"It runs, but its answer `{result.answer}` is not the gold answer `{gold}`: the grounder will "
+                   "train on actions that reach a wrong answer.")
+    return f"{said} (override #{saved.override_id}). {verdict}\n\n" + _result_markdown(result)
 
 
 def build(ctx: Ctx) -> None:
@@ -211,6 +239,7 @@ def build(ctx: Ctx) -> None:
     with gr.Row():
         preview_btn = gr.Button("Run edit (preview)", elem_id="critic-preview")
         save_btn = gr.Button("Save edit", variant="primary", elem_id="critic-save", interactive=not ctx.read_only)
+    ctx.write_controls += [*acts.values(), undo, save_btn]  # off for a viewer (studio.app)
     result = gr.Markdown(elem_id="critic-result")
 
     def act(action):
@@ -235,7 +264,10 @@ def build(ctx: Ctx) -> None:
     # The queue's reads: the run, the iteration, the filters and the page. The filters apply at each change (no text
     # box waits for Enter), so what they hold is what the queue shows.
     queue_inputs = [ctx.run, ctx.iteration, status, reviewed, order, page]
-    queue = CriticRefresh(ctx, order.elem_id)  # the queue's reads and refreshes, per session (studio.critic_refresh)
+    # The queue reloads by itself once a stage it reads (critique, train_grounder) ends for the view
+    # (studio.live_views).
+    live = watch(ctx, "critic")
+    queue = CriticRefresh(ctx, order.elem_id, live)  # its reads and refreshes, per session (studio.critic_refresh)
     filters = [*queue_inputs, pick, ctx.curator]  # the curator: "by you"
     remember(ctx, "critic", {"status": (status, [status.change]), "reviewed": (reviewed, [reviewed.change]),
                              "order": (order, [order.change])})
@@ -250,32 +282,38 @@ def build(ctx: Ctx) -> None:
     needs_verdict = [acts[a] for a in ("keep_original", "drop", "restore", "reviewed")] + [preview_btn, save_btn]
     detail = [original, corrected, diff, edit, acts["accept_correction"], *needs_verdict]
 
-    def view(run_id, it, key):
-        on = gr.update(interactive=bool(key) and not ctx.read_only)
+    def view(run_id, it, key, request: gr.Request | None = None):
+        # The write buttons come on with a pick only where the session may write (a viewer's stay off, as the load
+        # handler left them: studio.common.can_write).
+        writable = can_write(ctx, request)
+        on = gr.update(interactive=bool(key) and writable)
         preview = gr.update(interactive=bool(key))  # a read: a read-only studio may run an edit too
-        return (*verdict_view(ctx.store, run_id, it, key, read_only=ctx.read_only), *[on] * 4, preview, on)
+        return (*verdict_view(ctx.store, run_id, it, key, read_only=not writable), *[on] * 4, preview, on)
 
     # A write's refusal (gr.Error) is a toast; with its progress shown, Gradio's status tracker would also stamp a
     # bare "Error" over the result line and leave it there above the previous message: writes hide their progress.
     quiet = "hidden"
     # in order: see studio.app.CONCURRENCY
     search = gr.on([status.change, reviewed.change, order.change, page.change, ctx.view.change,
-                    ctx.curator.change], queue.load,
+                    ctx.curator.change, live.trigger.change], queue.load,
           filters, outputs, api_name="critic_queue", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pick, api_name="critic_select_row", api_visibility="undocumented")
     # One click from the agreement line to the disagreements: the queue filtered to them (its change reloads it).
     overruled_btn.click(lambda: "overruled", None, reviewed, api_name="critic_show_overruled",
                         api_visibility="undocumented")
     drawn = gr.State(None)  # [run, iteration, key] the verdict's view was last drawn for
-    pick.change(lambda r, i, k: (*view(r, i, k), [r, i, k]), [ctx.run, ctx.iteration, pick], [*detail, drawn],
-                api_name="critic_detail")
 
-    def redraw(run_id, it, key, was):
+    def shown(run_id, it, key, request: gr.Request | None = None):
+        return (*view(run_id, it, key, request), [run_id, it, key])
+
+    pick.change(shown, [ctx.run, ctx.iteration, pick], [*detail, drawn], api_name="critic_detail")
+
+    def redraw(run_id, it, key, was, request: gr.Request | None = None):
         """After the queue reloads: the same key (task|step|k) in another iteration or run changes no picker value,
         so no pick change drew it (the view kept the previous iteration's verdict): drawn here."""
         if not key or was == [run_id, it, key]:
             return (gr.skip(),) * (len(detail) + 1)
-        return (*view(run_id, it, key), [run_id, it, key])
+        return shown(run_id, it, key, request)
 
     search.then(redraw, [ctx.run, ctx.iteration, pick, drawn], [*detail, drawn], api_name="critic_detail_redraw",
                 api_visibility="undocumented", show_progress="hidden")

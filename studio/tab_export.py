@@ -135,6 +135,7 @@ def build(ctx: Ctx) -> None:
     with gr.Row():
         repo = gr.Textbox(label="Hub dataset repo (owner/name)", interactive=has_token and not ctx.read_only)
         push = gr.Button("Push to Hub", interactive=has_token and not ctx.read_only)
+    ctx.write_controls += [make, repo, push]  # off for a viewer (studio.app)
 
     def on_export(run_id, it, k, f, form, request: gr.Request):
         check_writable(ctx, request)

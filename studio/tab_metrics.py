@@ -12,6 +12,8 @@ each split/domain has one colour in the accuracy, gap-PPL and gap-log-PPL figure
 ``studio.jobs.swap_job`` on the shared worker, since ``python -m engine swap`` cannot open the store beside the
 studio. While a swap job this page started runs, a timer (every ``SWAP_WATCH_S``, off otherwise) watches the worker;
 when the job ends it redraws the run's tables and says how it ended (``swap_ended``), so nobody has to press Refresh.
+Likewise the run view redraws by itself (as Refresh does) once a stage its charts read ends in run A
+(``studio.live_views``: checked while the tab is shown, and when it is shown again).
 
 The training charts follow how the runs train (``studio.stage_text.run_objectives``): the planner's loss is titled
 and named DPO or GRPO, the grounder's SFT or GRPO; the rewards chart draws DPO's rewards / margins / accuracies or
@@ -35,9 +37,10 @@ from engine.store import Store
 from studio import metrics_experiment as mexp
 from studio.common import Ctx, check_writable, who_of
 from studio.jobs import swap_job, swap_unavailable
+from studio.live_views import watch
 from studio.metrics_swaps import changes_markdown, swap_markdown
 from studio.picker import Picker
-from studio.plots import colours, figure, line, note_if_empty, second_axis
+from studio.plots import LOWER_IS_BETTER, colours, figure, line, note_if_empty, second_axis
 from studio.stage_text import objectives, run_objectives, skip_note
 
 SWAP_WATCH_S = 3  # the busy pace of studio.pace: only while this page's swap job runs
@@ -148,8 +151,8 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
     titles = training_titles(planner, grounder)
     figs = {
         "accuracy": figure("Accuracy per split/domain (95% Wilson interval)", "iteration", "accuracy", percent=True),
-        "gap_ppl": figure("Capability gap: mean gold-action PPL", "iteration", "PPL"),
-        "gap_logppl": figure("Capability gap: gold-action log-PPL", "iteration", "log-PPL"),
+        "gap_ppl": figure("Capability gap: mean gold-action PPL" + LOWER_IS_BETTER, "iteration", "PPL"),
+        "gap_logppl": figure("Capability gap: gold-action log-PPL" + LOWER_IS_BETTER, "iteration", "log-PPL"),
         "dpo_rewards": figure(titles["dpo_rewards"], "logged step", "value", iterations=False),
         "dpo_loss": figure(titles["dpo_loss"], "logged step", "loss", iterations=False),
         "sft_loss": figure(titles["sft_loss"], "logged step", "loss", iterations=False),
@@ -267,6 +270,7 @@ def build(ctx: Ctx) -> None:
         with gr.Row(visible=not ctx.spaces):  # a Space does not evaluate swapped agents (studio.metrics_swaps)
             swap_go = gr.Button("Compute the swap table (a job)", elem_id="metrics-swap-compute", scale=1,
                                 interactive=not ctx.read_only)
+            ctx.write_controls.append(swap_go)  # off for a viewer (studio.app)
             swap_message = gr.Markdown(elem_id="metrics-swap-message")
         swap_watch = gr.Timer(SWAP_WATCH_S, active=False)
     with gr.Column(visible=False, elem_id="metrics-experiment-view") as exp_view:
@@ -283,7 +287,11 @@ def build(ctx: Ctx) -> None:
             split = Picker([], label="By template: split", elem_id="metrics-breakdown-split", scale=1)
         exp_breakdown = gr.Markdown(elem_id="metrics-experiment-breakdown")
 
-    def draw(run_a, run_b):
+    # The run view redraws by itself once a stage its charts read ends in run A (studio.live_views), as Refresh would.
+    live = watch(ctx, "metrics")
+
+    def draw(run_a, run_b, request: gr.Request | None = None):
+        live.seen(request, run_a, None)  # before the read: a stage that ends during it is seen by the next check
         figs = figures(ctx.store, run_a, run_b)
         return [figs[n] for n in FIGURES] + list(run_tables(ctx.store, run_a, ctx.spaces))
 
@@ -339,7 +347,7 @@ def build(ctx: Ctx) -> None:
     gr.on([ctx.run.change, refresh.click], experiments, experiment, experiment, api_name="metrics_experiments",
           api_visibility="undocumented", trigger_mode="always_last")
     # One event, in order per session (see studio.app.CONCURRENCY): older figures never land last.
-    gr.on([ctx.run.change, compare.change, refresh.click], draw, [ctx.run, compare],
+    gr.on([ctx.run.change, compare.change, refresh.click, live.trigger.change], draw, [ctx.run, compare],
           [*(plots[n] for n in FIGURES), changes, swaps], api_name="metrics_figures", trigger_mode="always_last")
     gr.on([experiment.change, refresh.click], show_experiment, experiment,
           [run_view, exp_view, *(exp_plots[n] for n in mexp.FIGURES), exp_table, exp_changes, split, exp_breakdown,

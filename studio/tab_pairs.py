@@ -11,7 +11,8 @@ A GRPO iteration (``stages.planner_objective = grpo``) also shows, under the pai
 rewards and advantages (``pair_group``), so a DPO pair and a GRPO group of one task read side by side.
 
 Handlers: ``pairs_table``, ``pair_detail``, ``pair_group``, ``pair_evidence``, ``pair_action`` (its status line names
-the pair as the picker does, never by its ``task|step|pair_idx`` key; ``action_handler`` is the buttons' wrapper:
+the pair as the picker does, never by its ``task|step|pair_idx`` key, and the other curator's decision it replaced:
+", replacing ana's swap"; ``action_handler`` is the buttons' wrapper:
 a user's mistake is a ``studio.common.user_error``), ``margin_figure``, ``length_figure``,
 ``curation_markdown`` (per iteration: the curators' actions, which ones the planner checkpoint was trained with, the
 margins before/after curation and TRL's DPO reward margins; endpoint ``/pairs_curation``);
@@ -50,6 +51,7 @@ from engine.rollouts import task_group
 from engine.store import Store
 from studio.common import (
     Ctx,
+    can_write,
     check_lease,
     check_writable,
     claim_note,
@@ -62,6 +64,7 @@ from studio.common import (
 )
 from studio.evidence import pair_evidence_html
 from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler, wire_walk
+from studio.live_views import watch
 from studio.pairs_charts import curation_markdown as curation_markdown
 from studio.pairs_charts import length_figure as length_figure
 from studio.pairs_charts import margin_figure as margin_figure
@@ -112,6 +115,9 @@ from studio.pairs_queue import (
 )
 from studio.pairs_queue import (
     plan_choices as plan_choices,
+)
+from studio.pairs_queue import (
+    replaced_note,
 )
 from studio.pairs_refresh import PairsRefresh
 from studio.picker import Picker
@@ -164,8 +170,11 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
         oid = curation.choose_pair(store, run_id, int(iteration), task_id, step, int(chosen_k), int(rejected_k), **kw)
     else:
         oid = fns[action](store, run_id, int(iteration), task_id, step, **kw)
-    # Named by the state after the action: a swap reads "plan 3 over 0" where the picker said "plan 0 over 3".
-    return (f"{button_words(action)} recorded for {pair_name(store, run_id, int(iteration), key)} "
+    # Named by the state after the action: a swap reads "plan 3 over 0" where the picker said "plan 0 over 3". The
+    # decision it replaced is named too (", replacing ana's swap"): the table shows only the latest. The override id
+    # stays last: clients read it from the line's end.
+    note = replaced_note(curation.replaced_decision(store, oid), action, curator)
+    return (f"{button_words(action)} recorded for {pair_name(store, run_id, int(iteration), key)}{note} "
             f"(by {curator}, override #{oid}).")
 
 
@@ -228,6 +237,7 @@ def build(ctx: Ctx) -> None:
         rk = Picker([], label="rejected plan", elem_id="pairs-choose-rejected")
         choose = gr.Button("Choose these plans", elem_id="pairs-choose", interactive=not ctx.read_only)
         undo = gr.Button("Undo my last (u)", elem_id="pairs-undo", interactive=not ctx.read_only)
+        ctx.write_controls += [*acts.values(), choose, undo]  # off for a viewer (studio.app)
     reason = gr.Textbox(label="Reason (optional)")
     status = gr.Markdown(elem_id="pairs-status")
     evidence_btn = gr.Button("Evidence: where the grounder gets lost (v)", elem_id="pairs-evidence", size="sm")
@@ -243,7 +253,9 @@ def build(ctx: Ctx) -> None:
     applied = gr.State(None)
     # Those reads: the run, the iteration, the filters as applied and the page.
     queue_inputs = [ctx.run, ctx.iteration, applied, overridden, excluded, ties, order, page]
-    queue = PairsRefresh(ctx, order.elem_id)  # the queue's reads and refreshes, per session (studio.pairs_refresh)
+    # The queue reloads by itself once a stage it reads (pairs, train_planner) ends for the view (studio.live_views).
+    live = watch(ctx, "pairs")
+    queue = PairsRefresh(ctx, order.elem_id, live)  # its reads and refreshes, per session (studio.pairs_refresh)
     remember(ctx, "pairs", {"text": (text, [text.submit]), "min_margin": (min_m, [min_m.submit]),
                             "max_margin": (max_m, [max_m.submit]), "order": (order, [order.change]),
                             "overridden": (overridden, [overridden.change]), "excluded": (excluded, [excluded.change]),
@@ -252,7 +264,7 @@ def build(ctx: Ctx) -> None:
     outputs = [info, table, pair, hist, bias, total_rows, applied, page]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
     search = gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change,
-                    ties.change, page.change, ctx.view.change, ctx.curator.change], queue.load,
+                    ties.change, page.change, ctx.view.change, ctx.curator.change, live.trigger.change], queue.load,
                    [*filters, pair, ctx.curator], outputs,
                    api_name="pairs_search", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")
@@ -273,21 +285,24 @@ def build(ctx: Ctx) -> None:
 
     drawn = gr.State(None)  # [run, iteration, key] the pair's view was last drawn for
 
-    def detail(run_id, it, key):
-        on = gr.update(interactive=bool(key) and not ctx.read_only)
+    def detail(run_id, it, key, request: gr.Request | None = None):
+        # The write buttons come on with a pick only where the session may write (a viewer's stay off, as the load
+        # handler left them: studio.common.can_write); the evidence (last in needs_pair) is a read, for everyone.
+        on = gr.update(interactive=bool(key) and can_write(ctx, request))
+        look = gr.update(interactive=bool(key))
         return (*pair_detail(ctx.store, run_id, it, key), pair_group(ctx.store, run_id, it, key),
-                *choose_fields(ctx.store, run_id, it, key), *[on] * len(needs_pair), [run_id, it, key])
+                *choose_fields(ctx.store, run_id, it, key), *[on] * (len(needs_pair) - 1), look, [run_id, it, key])
 
     shown_outputs = [prompt, chosen, rejected, group, ck, rk, *needs_pair, drawn]
     pair.change(detail, [ctx.run, ctx.iteration, pair], shown_outputs, api_name="pairs_detail")
 
-    def redraw(run_id, it, key, was):
+    def redraw(run_id, it, key, was, request: gr.Request | None = None):
         """After the queue reloads: the same key in another iteration or run (task|step|pair_idx recurs in every
         iteration) changes no picker value, so no pair change drew it: the view showed the previous iteration's
         plans while the buttons acted on this one's. Drawn here when what is shown is not what is picked."""
         if not key or was == [run_id, it, key]:
             return (gr.skip(),) * (len(shown_outputs) + 1)
-        return ("", *detail(run_id, it, key))
+        return ("", *detail(run_id, it, key, request))
 
     search.then(redraw, [ctx.run, ctx.iteration, pair, drawn], [evidence, *shown_outputs],
                 api_name="pairs_detail_redraw", api_visibility="undocumented", show_progress="hidden")

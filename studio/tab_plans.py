@@ -3,14 +3,17 @@ iteration, sorted by log-PPL with bars and chosen/rejected marks, plus a word di
 the grounder was trained by GRPO that iteration, its rollouts for the task's grounded plans follow
 (``studio.rollout_view``).
 
-Handlers: ``task_page``, ``plans_html``, ``diff_choices``, ``plan_diff``, ``grounder_rollouts``: plain functions of
-the store. The diff pickers name each plan by k and log-PPL (and step, in an iterative run) and start on the lowest-
-and highest-PPL plans of the first step.
+Handlers: ``task_page``, ``plans_html``, ``diff_choices``, ``plan_diff``, ``grounder_rollouts``, ``no_tasks_reason``:
+plain functions of the store. A search that matches no task says so with its filters ("0 rows · no task matches the
+search “x”, domain maths ..."), as the Pairs and Critic queues say why they are empty. The diff pickers name each
+plan by k and log-PPL (and step, in an iterative run) and start on the lowest- and highest-PPL plans of the first
+step.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 import gradio as gr
@@ -19,6 +22,7 @@ import pandas as pd
 from engine.rollouts import task_group
 from engine.store import Store
 from studio.common import Ctx, clamped_page, first_cell, plan_labels, queue_info, word_diff_html
+from studio.live_views import watch
 from studio.picker import Picker
 from studio.rollout_view import grounder_groups
 
@@ -125,6 +129,20 @@ def _with_total(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return df, int(df["total"].iloc[0]) if len(df) else 0
 
 
+def no_tasks_reason(run_id: str | None, text: str = "", domain: str = "", split: str = "") -> str:
+    """Why the task list is empty, for ``queue_info``'s ``empty=`` ("0 rows · <reason>", as the Pairs and Critic
+    queues say it; "page 1 of 1" said nothing): no run picked, or the filters that matched no task, named (the search
+    text quoted, markdown's specials escaped: it is shown as typed)."""
+    if not run_id:
+        return "pick a run above"
+    shown = re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", (text or "").strip())
+    filters = ([f"the search “{shown}”"] if shown else []) + ([f"domain {domain}"] if domain else []) + (
+        [f"split {split}"] if split else [])
+    if not filters:
+        return "this run has no tasks"
+    return f"no task matches {', '.join(filters)}: clear the search or set a filter to all to see more"
+
+
 def filter_choices(store: Store, run_id: str | None, current: dict[str, str]) -> dict[str, dict]:
     """The domain and split filters' updates for ``run_id``: "all" plus what the run's tasks hold (a run with a dev
     split offers dev; no domain the run lacks is offered). A filter whose value the run lacks goes back to all."""
@@ -152,22 +170,30 @@ def build(ctx: Ctx) -> None:
         k_a = Picker([], label="Diff: plan A", elem_id="plans-diff-a")
         k_b = Picker([], label="Diff: plan B", elem_id="plans-diff-b")
     diff = gr.HTML(elem_id="plans-diff")
+    # The list and the shown task reload by themselves once a stage they read ends for the view (studio.live_views).
+    live = watch(ctx, "plans")
+    drawn = gr.State(None)  # [run, iteration, task, live trigger] the task's plans were last drawn for
 
-    def load(run_id, it, text, dom, spl, pg):
+    def load(run_id, it, text, dom, spl, pg, was=None, request: gr.Request | None = None):
+        live.seen(request, run_id, it)  # before the read: a stage that ends during it is seen by the next check
         # A page past the last (a typed 99, or a search that narrowed the list) shows the last page, as the queues
         # do: an empty one read "0 rows".
         asked = max(int(pg or 1), 1)
         df, total, shown = clamped_page(lambda p: _with_total(task_page(ctx.store, run_id, it, text, dom, spl, p)),
                                         asked, PAGE)
         ids = list(df["task_id"])
-        info = queue_info(total, asked, shown, PAGE)
+        info = queue_info(total, asked, shown, PAGE, empty=no_tasks_reason(run_id, text, dom, spl))
         sampled = int(df["with_plans"].iloc[0]) if len(df) else 0
         if sampled and it is not None:  # a run holds every task; an iteration samples a few of them
             info += f" · {sampled} with plans in iteration {int(it)}, listed first"
+        # The task shown stays while it is on the page (a live reload, a search that still lists it); else the first.
+        current = was[2] if isinstance(was, list) and len(was) == 4 else None
         return (info, df.drop(columns=["total", "with_plans"]),
-                gr.update(choices=ids, value=ids[0] if ids else None))
+                gr.update(choices=ids) if current in ids else gr.update(choices=ids, value=ids[0] if ids else None))
 
-    def show(run_id, it, task_id):
+    def show(run_id, it, task_id, keep_a=None, keep_b=None):
+        """The task's plans, the diff pickers and their diff; ``keep_a``/``keep_b``: the diff's picks, kept when the
+        task's plans still have both (a live reload of the same task), else its lowest- and highest-PPL plans."""
         choices: list[tuple[str, str]] = []
         first = last = None
         if run_id and task_id and it is not None:
@@ -178,6 +204,8 @@ def build(ctx: Ctx) -> None:
                 scored = plans[(plans["step"] == step) & plans["logppl"].notna()]
                 ks = scored["k"] if len(scored) else plans[plans["step"] == step]["k"]  # unscored ones sort last
                 first, last = f"{step}:{int(ks.iloc[0])}", f"{step}:{int(ks.iloc[-1])}"
+                if {keep_a, keep_b} <= {value for _, value in choices}:
+                    first, last = keep_a, keep_b
         # The diff of the two plans picked here comes in the same event: drawn on the pickers' change, it was two
         # more events per task (one per picker), so the diff listens to the curator's picks (.input) only.
         return (plans_html(ctx.store, run_id, it, task_id) + grounder_rollouts(ctx.store, run_id, it, task_id),
@@ -192,9 +220,26 @@ def build(ctx: Ctx) -> None:
                    api_visibility="undocumented")
     inputs = [ctx.run, ctx.iteration, search, domain, split, page]
     # One event, in order per session (see studio.app.CONCURRENCY): a page for a stale iteration never lands last.
-    gr.on([search.submit, domain.change, split.change, page.change, ctx.view.change], load,
-          inputs, [info, table, task], api_name="plans_search", trigger_mode="always_last")
+    search_evt = gr.on([search.submit, domain.change, split.change, page.change, ctx.view.change,
+                        live.trigger.change], load, [*inputs, drawn], [info, table, task], api_name="plans_search",
+                       trigger_mode="always_last")
     table.select(first_cell, None, task, api_name="plans_select_row", api_visibility="undocumented")
-    task.change(show, [ctx.run, ctx.iteration, task], [plans, k_a, k_b, diff], api_name="plans_task")
+    task.change(lambda r, i, t, bumped: (*show(r, i, t), [r, i, t, bumped]),
+                [ctx.run, ctx.iteration, task, live.trigger], [plans, k_a, k_b, diff, drawn], api_name="plans_task")
+
+    def redraw(run_id, it, task_id, was, bumped, a, b):
+        """After the list loads: a task kept (or the same id in another iteration) changes no picker value, so no
+        task change drew it; drawn here when what is shown is not what is picked as of the live trigger. Only the
+        stamp moved (same run, iteration and task): the diff's picks stay."""
+        now = [run_id, it, task_id, bumped]
+        # Another task (or none drawn yet): the picker's change draws it; drawing here too was a second draw per load.
+        if not task_id or was == now or not isinstance(was, list) or was[2] != task_id:
+            return (gr.skip(),) * 5
+        same = isinstance(was, list) and was[:3] == now[:3]
+        return (*show(run_id, it, task_id, a if same else None, b if same else None), now)
+
+    search_evt.then(redraw, [ctx.run, ctx.iteration, task, drawn, live.trigger, k_a, k_b],
+                    [plans, k_a, k_b, diff, drawn], api_name="plans_task_redraw", api_visibility="undocumented",
+                    show_progress="hidden")
     gr.on([k_a.input, k_b.input], lambda r, i, t, a, b: plan_diff(ctx.store, r, i, t, a, b),
           [ctx.run, ctx.iteration, task, k_a, k_b], diff, api_name="plans_diff", trigger_mode="always_last")

@@ -4,13 +4,16 @@ stage cards with progress bars, ETA and one human line each (``studio.pipeline``
 log tail beside TRL loss curves (one panel per role, each line named by its iteration and objective), every stage of
 the run in a full-width table (its summary column wraps), refreshed by a ``gr.Timer`` (every 2 s while a job runs,
 10 s otherwise: ``studio.pace``; only what changed since the session last drew it is sent: ``studio.redraw``); the
-same refresh turns the line that announced a job into how it ended once it has (``settled_message``). Under
-*Advanced*: the config for a NEW run (the one *Start a new run* and *Create run* use; ``--config``, the demo's by
-default, or the picked run's config loaded with *Start from the picked run's config*: ``picked_config``), edited in
-the page, validated with field-level errors (``config_problem``: the field once, or a TOML syntax error's line and
-column; markdown in the page, plain text in the CLI box), the equivalent CLI command, and *Create run* without
-starting it. *Validate* also makes the checks *Create run* makes before writing anything (``check_config``: task
-files, models; about a second, nothing written).
+same refresh turns the line that announced a job, or *Stop*'s, into how the job ended once it has
+(``settled_message``). A job button's line says what the job will run (``job_plan``: the stage a *Next stage* job
+runs, always), and a job past the run's ``run.iterations`` says that it raises it, as the job does
+(``studio.jobs``). Under *Advanced*: the config for a NEW run (the one *Start a new run* and *Create run* use;
+``--config``, the demo's by default, or the picked run's config loaded with *Start from the picked run's config*:
+``picked_config``, its ``run.workdir`` moved into the workspace when it lay outside, any other path outside named),
+edited in the page (``EDITOR_MAX_LINES`` tall, then it scrolls), validated with field-level errors
+(``config_problem``: the field once, or a TOML syntax error's line and column; markdown in the page, plain text in
+the CLI box), the equivalent CLI command, and *Create run* without starting it. *Validate* also makes the checks
+*Create run* makes before writing anything (``check_config``: task files, models; about a second, nothing written).
 
 A config's cautions (``engine.preflight``: it runs, but likely not as meant, e.g. a chat layout its tokenizer does
 not use) are shown, not only printed on the server's stderr: each as a bullet naming its field under a warning
@@ -25,13 +28,14 @@ Spaces a job button also refuses a run that fails ``spaces_policy`` and a job th
 ``run.iterations`` cap (``start_job``: the server decides, whatever the page sends).
 
 Handlers: ``config_problem``, ``validate_config``, ``check_config``, ``cautions_markdown``, ``cli_command``,
-``create_run_from_text``, ``with_note``, ``start_job``, ``stage_table``, ``job_markdown``, ``settled_message``,
-``loss_figure``, ``config_toml``, ``picked_config``: plain functions of the store / worker / text, called by the Gradio
-wiring in ``build``.
+``create_run_from_text``, ``with_note``, ``start_job``, ``job_plan``, ``stage_table``, ``job_markdown``,
+``settled_message``, ``loss_figure``, ``config_toml``, ``picked_config``, ``paths_outside``, ``new_run_workdir``:
+plain functions of the store / worker / text, called by the Gradio wiring in ``build``.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shlex
@@ -45,11 +49,12 @@ import pandas as pd
 
 from engine.config import RunConfig, config_from_dict, config_to_dict, config_to_toml, load_config
 from engine.errors import ConfigError, DataError
-from engine.loop import check_new_run, create_run_with_cautions, run_config, run_loop
+from engine.loop import check_new_run, create_run_with_cautions, is_skipped, pending, run_config, run_loop
+from engine.schedule import iteration_config
 from engine.store import Store
-from engine.workspace import config_paths_inside
+from engine.workspace import PathOutsideWorkspace, config_paths_inside, inside
 from studio.common import SPACES_CAPS, Ctx, check_writable, spaces_capped, spaces_policy, who_of
-from studio.jobs import JobWorker
+from studio.jobs import JobWorker, loop_stages
 from studio.pace import RUN_TAB_BUSY_S, poll_seconds
 from studio.pipeline import pipeline_html
 from studio.redraw import computed, only_changed, signature
@@ -62,6 +67,9 @@ STAGE_COLUMNS = ["iteration", "stage", "status", "summary", "seconds", "error"]
 STAGE_WIDTHS = ["10%", "12%", "8%", "52%", "8%", "10%"]
 # The line *Start a new run* ends with while its job runs (``settled_message`` replaces it once the job has ended).
 RUNNING_NOTE = "are running: the pipeline below follows them."
+# The config editor's height in lines: past it the editor scrolls (the whole config, ~250 lines, made the page
+# ~6,000 px tall).
+EDITOR_MAX_LINES = 30
 # What a config's cautions are shown under (``cautions_markdown``).
 CAUTION_HEAD = "**⚠ Warning:** this config runs, but likely not as meant:"
 _TOML_AT = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
@@ -244,9 +252,50 @@ def start_job(ctx: Ctx, kind: str, run_id: str | None, name: str, request: gr.Re
         # The policy checks the config's run.iterations, but each press may start one iteration past it: the
         # worker caps the iterations the job runs.
         max_iteration = dict(SPACES_CAPS)["run.iterations"]
+    # Described before the job starts: once it runs, the store (and run.iterations) moves under the description.
+    plan = job_plan(ctx.store, run_id, kind) if ctx.store.get_run(run_id) is not None else ""
     refused = ctx.jobs.start_loop(kind, run_id, user=who_of(name, request) or "", max_iteration=max_iteration,
                                   where="on Spaces")
-    return refused or f"Started `{kind}` on `{run_id}`."
+    return refused or f"Started `{kind}` on `{run_id}`{plan}"
+
+
+def job_plan(store: Store, run_id: str, kind: str) -> str:
+    """What a loop job of ``kind`` will run, as the rest of its "Started `kind` on `run`" line (from ``": "`` or
+    ``". "`` to the final period; ``studio.jobs.loop_stages``): the stage a one-stage job runs (and why the run
+    skips it, when it does), else how many stages of which iterations from which stage. A job that goes past the
+    run's ``run.iterations`` says so: "The run is complete (1 of 1 iterations): this starts iteration 2 (stage
+    **sample**) and raises **run.iterations** to 2, ...", as the job does (``studio.jobs.loop_job``). A run whose
+    config no longer validates gets ``"."``: the job's own error says why."""
+    try:
+        todo, config = loop_stages(store, run_id, kind), run_config(store, run_id)
+    except ConfigError:
+        return "."
+    if not todo:
+        return ": nothing is left to run."
+    (first, stage), last = todo[0], todo[-1][0]
+    planned = config.run.iterations
+    # A complete run's job runs only the new iteration: its stages are named inside the sentence that says so.
+    complete = last > planned and not pending(store, run_id, config, planned)
+    of = "" if complete else f" of iteration {first}"
+    if len(todo) == 1:
+        what = f"stage **{stage}**{of}"
+        skipped = is_skipped(stage, iteration_config(config, first), first)
+        if skipped:  # the job only records it: say so, or the press looks like it did nothing
+            what += f", which this run skips ({_escaped(skipped)}): the job records it skipped"
+    elif complete:
+        what = f"{len(todo)} stages, from **{stage}**"
+    else:
+        span = f"iteration {first}" if first == last else f"iterations {first}–{last}"
+        what = f"{len(todo)} stages of {span}, from **{stage}**" + (of if first != last else "")
+    if last <= planned:
+        return f": {what}."
+    raised = (f"raises **run.iterations** from {planned} to {last}, as the CLI's `run --iterations {last}` does (a "
+              "later resume finishes it)")
+    if complete:
+        verb = "starts" if len(todo) == 1 else "runs"
+        return (f". The run is complete ({planned} of {planned} iterations): this {verb} iteration {last} ({what}) "
+                f"and {raised}.")
+    return f": {what}. Iteration {last} lies past the run's **run.iterations** ({planned}): the job {raised}."
 
 
 def start_first_iteration(store: Store, jobs: JobWorker, run_id: str, user: str = "") -> str | None:
@@ -286,14 +335,16 @@ def job_markdown(jobs: JobWorker) -> str:
 
 def settled_message(message: str | None, snap: dict[str, Any]) -> str | None:
     """The Run tab's message once the job it announced has ended (``None``: leave it as it is). A job button says
-    "Started `kind` on `run`." and *Start a new run* "... are running: the pipeline below follows them."; once the
-    worker's job (``snap``, ``JobWorker.snapshot``) is that job and no longer runs, the line says how it ended
-    instead, the created run's cautions (``cautions_markdown``) still below it. Any other message (a refusal, a
-    created run, a newer job's) stays."""
+    "Started `kind` on `run`..." (``job_plan``), *Stop* "Stop requested: the job `kind` on `run` stops after ..." and
+    *Start a new run* "... are running: the pipeline below follows them."; once the worker's job (``snap``,
+    ``JobWorker.snapshot``) is that job and no longer runs, the line says how it ended instead, the created run's
+    cautions (``cautions_markdown``) still below it. Any other message (a refusal, a created run, a newer job's)
+    stays."""
     if not message or snap.get("running") or snap.get("status") in (None, "idle"):
         return None
     run, label = snap.get("run_id"), snap.get("label")
-    if message.startswith(f"Started `{label}` on `{run}`"):
+    if message.startswith(f"Started `{label}` on `{run}`") or message.startswith(
+            f"Stop requested: the job `{label}` on `{run}`"):  # the stop line said "stops after the batch" for good
         head, cautions = "", ""
     elif label == "start_new" and RUNNING_NOTE in message and f"`{run}`" in message:
         head = message.split(" The starting agents'")[0].rstrip() + " "
@@ -307,10 +358,54 @@ def settled_message(message: str | None, snap: dict[str, Any]) -> str | None:
     return f"{head}The job `{label}` on `{run}` {ended} after {took:.0f} s.{cautions}"
 
 
-def picked_config(store: Store, run_id: str | None, spaces: bool = False) -> tuple[str | None, str]:
+def new_run_workdir(config_path: str | Path | None) -> str:
+    """The ``run.workdir`` a new run from the studio's ``--config`` file gets (the demo's ``runs``); ``RunConfig``'s
+    default when that file does not load."""
+    try:
+        return load_config(config_path).run.workdir if config_path else RunConfig().run.workdir
+    except (ConfigError, OSError):
+        return RunConfig().run.workdir
+
+
+_SOURCE_FIELD = re.compile(r"data\.sources\[(\d+)\]\.(path|ground)$")
+
+
+def _path_field(config: RunConfig, dotted: str, blank: bool = False) -> str:
+    """The value of path field ``dotted`` (``planner.path``, ``data.sources[2].ground``); ``blank``: set it to ""."""
+    found = _SOURCE_FIELD.match(dotted)
+    owner, name = ((config.data.sources[int(found.group(1)) - 1], found.group(2)) if found else
+                   (getattr(config, dotted.split(".")[0]), dotted.split(".")[1]))
+    value = str(getattr(owner, name) or "")
+    if blank:
+        setattr(owner, name, "")
+    return value
+
+
+def paths_outside(config: RunConfig, workspace: str | Path) -> list[tuple[str, str]]:
+    """``(field, value)`` of every path field of ``config`` outside ``workspace``, in the order
+    ``engine.workspace.config_paths_inside`` checks them (its rules, not a copy of them: it names the first one, and
+    each is blanked on a copy until it names none)."""
+    probe, found = copy.deepcopy(config), []
+    while True:
+        try:
+            config_paths_inside(probe, workspace)
+            return found
+        except ConfigError as exc:
+            if not exc.field or any(exc.field == field for field, _ in found):
+                return found  # not a path field it can name twice: stop rather than loop
+            found.append((exc.field, _path_field(probe, exc.field, blank=True)))
+
+
+def picked_config(store: Store, run_id: str | None, spaces: bool = False, workspace: str | Path | None = None,
+                  default_workdir: str | None = None) -> tuple[str | None, str]:
     """*Start from the picked run's config*: ``(toml, message)`` to load into the new-run editor (``toml`` None:
     nothing to load, the message says why). A read: the editor is the page's, nothing is stored. Not on Spaces,
-    where a new run starts from the demo's config (and a stored config may name server paths)."""
+    where a new run starts from the demo's config (and a stored config may name server paths).
+
+    With ``workspace``: a ``run.workdir`` outside it (a store made by the CLI with another workdir) is replaced by
+    ``default_workdir`` (``new_run_workdir``: where a new run from the studio's config goes; RunConfig's default when
+    None) when that lies inside, and the message says so; every other path field outside it (models, task files) is
+    left as it is and named in the message: *Validate* and *Create run* refuse it until it points inside."""
     if spaces:
         return None, "On this Space a new run starts from the demo's config."
     if not run_id or store.get_run(run_id) is None:
@@ -319,8 +414,30 @@ def picked_config(store: Store, run_id: str | None, spaces: bool = False) -> tup
         config = run_config(store, run_id)
     except ConfigError as exc:
         return None, f"The config of `{run_id}` no longer validates: {problem_markdown(_field_problem(exc))}"
-    return config_toml(config), (f"Loaded the config of `{run_id}` as the start of a **new** run: *Start a new run* "
-                                 "or *Create run* makes a new run from it (the picked run is not changed).")
+    notes = []
+    if workspace is not None:
+        root, outside = Path(workspace).resolve(), paths_outside(config, workspace)
+        workdir = default_workdir or RunConfig().run.workdir
+        if "run.workdir" in dict(outside) and _is_inside(workspace, workdir):  # else it is named below, as is
+            notes.append(f"Its **run.workdir** `{config.run.workdir}` lies outside the studio's workspace `{root}`: "
+                         f"replaced by `{workdir}`, a new run's from the studio's config.")
+            config.run.workdir = workdir
+            outside = [(field, value) for field, value in outside if field != "run.workdir"]
+        if outside:
+            named = ", ".join(f"**{field}** (`{value}`)" for field, value in outside)
+            notes.append(f"Outside the workspace `{root}`, so *Validate* and *Create run* refuse them until they "
+                         f"point inside it: {named}.")
+    return config_toml(config), " ".join([
+        f"Loaded the config of `{run_id}` as the start of a **new** run: *Start a new run* or *Create run* makes a "
+        "new run from it (the picked run is not changed).", *notes])
+
+
+def _is_inside(workspace: str | Path, path: str) -> bool:
+    try:
+        inside(workspace, path)
+    except PathOutsideWorkspace:
+        return False
+    return True
 
 
 def build(ctx: Ctx, config_path: str) -> None:
@@ -355,13 +472,14 @@ def build(ctx: Ctx, config_path: str) -> None:
     # This box is the config of the NEXT run (Start a new run / Create run read it), never the picked run's.
     with gr.Accordion("Advanced: config for a new run (TOML)", open=False, elem_id="run-advanced"):
         editor = gr.Code(value=text, label=f"Config for a new run (TOML; starts as {Path(config_path).name}, not the "
-                         "picked run's)", lines=18, elem_id="run-config")
+                         "picked run's)", lines=18, max_lines=EDITOR_MAX_LINES, elem_id="run-config")
         with gr.Row():
             from_picked = gr.Button("Start from the picked run's config", elem_id="run-from-picked",
                                     visible=not ctx.spaces)
             validate_btn = gr.Button("Validate", elem_id="run-validate")
             create_btn = gr.Button("Create run (without starting it)", interactive=not ctx.read_only,
                                    elem_id="run-create")
+        ctx.write_controls += [start_btn, *buttons.values(), stop_btn, create_btn]  # off for a viewer (studio.app)
         verdict = gr.Markdown(elem_id="run-validation")
         command = gr.Textbox(label="Equivalent CLI command", interactive=False, elem_id="run-cli",
                              value=cli_command(config_path, text, ctx.spaces, ws))
@@ -376,7 +494,7 @@ def build(ctx: Ctx, config_path: str) -> None:
         return check_config(t, ctx.spaces, ws, deep), cli_command(config_path, t, ctx.spaces, ws)
 
     def on_from_picked(run_id: str | None):
-        toml, msg = picked_config(ctx.store, run_id, ctx.spaces)
+        toml, msg = picked_config(ctx.store, run_id, ctx.spaces, ws, new_run_workdir(config_path))
         if toml is None:
             return gr.update(), msg
         return gr.update(value=toml, label=f"Config for a new run (TOML; loaded from run {run_id}'s config)"), msg

@@ -346,6 +346,11 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "plans_select_row": ("read", None),
         "plans_task": ("read", (run_id, 1, task)),
         "plans_diff": ("read", (run_id, 1, task, None, None)),
+        "plans_task_redraw": ("read", (run_id, 1, task, None, None)),  # the kept task's plans drawn again
+        # The data tabs' live reload (studio.live_views): stage records read again; a tab's trigger, nothing else.
+        "live_views_check": ("read", (f"{run_id}\n1", "pairs")),
+        "live_views_shown": ("read", (f"{run_id}\n1", "pairs")),
+        "live_views_on": ("read", None),  # runs in the browser only (js): the timer on or off
         "pairs_search": ("read", pairs_filters),
         "pairs_select_row": ("read", None),
         "pairs_detail": ("read", (run_id, 1, pair)),

@@ -1,0 +1,220 @@
+"""Live views: a data tab (Plans, Pairs, Critic, Metrics) reloads by itself once a stage it reads has ended for what
+it shows, without a page reload and without disturbing a curator at work.
+
+Why: the tabs reloaded only when the view key changed (``Ctx.view``). The first visit's iteration picker moves to
+iteration 1 as soon as ``sample`` is done, before any pair exists, so Pairs said "iteration 1 has no pairs yet" (and
+Critic "no verdicts yet", Metrics iteration 0 only) until the page was reloaded; the same after the Run tab's *Rest of
+iteration*.
+
+Contract:
+
+* A tab's *stamp* (``stamp``): the ended records (status and finish time; a running or pending stage counts as not
+  ended) of the stages the tab reads (``READS``), for the run and iteration it shows; for Metrics, whose charts span
+  the run, of every iteration. One query of the small ``stages`` table. A stage outside ``READS[tab]`` never changes
+  the tab's stamp: a critique ending does not reload Pairs.
+* ``watch(ctx, tab_id) -> Watch``, called by the tab's ``build``: ``Watch.trigger`` is a ``gr.State`` the tab adds to
+  the triggers of the load its ``ctx.view.change`` runs (the same event: ``always_last``, so a live reload never
+  overtakes, nor is overtaken by, the tab's other loads of the session), and that load calls ``Watch.seen(request,
+  run, iteration)`` before it reads: the stamp it read under, per browser session.
+* One ``gr.Timer`` for all watched tabs (``LiveViews.wire``, a ``Ctx.load_hooks`` hook: made at the page's top level)
+  ticks only while a watched tab is shown with a run picked (switched in the browser, as ``studio.team_counters``'s
+  timer is), every ``studio.pace.LIVE_BUSY_S`` while a job runs and every ``studio.pace.IDLE_S`` otherwise. A tick,
+  and every switch of the tab shown (a tab hidden when its stage ended is checked when it is shown again), compares
+  the shown tab's stamp with the one its last load read for this session (``LiveViews.check``): when it differs it
+  sends that tab's trigger a new value (its load runs) and nothing else; otherwise ``gr.skip()`` for every output.
+  No load read for the shown view yet (the view's own load is about to start): nothing is sent.
+* What a live reload keeps is what the tab's load keeps: the filters, the page, a pick still on the page
+  (``studio.common.pick_update``) and its open detail (redrawn only when it shows another item), so a curator's open
+  pair or verdict and the edit typed under it stay; an empty picker takes the first item.
+
+Kept on the server, keyed by ``request.session_hash`` (a ``gr.State`` reaches a handler as it was when its event
+started), at most ``SESSIONS`` sessions per tab, the least recently used forgotten first (a forgotten session's next
+check records the stamp of then and sends nothing).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+from engine.store import Store
+from studio.common import Ctx
+from studio.pace import LIVE_BUSY_S, poll_seconds
+
+SESSIONS = 1024  # per tab: far more browser sessions than a team opens at once
+# The stages whose end changes what each tab shows (its table, line, detail or charts). Pairs: the pairs themselves
+# and the planner's training (the line's "trained on these pairs already" warning); Critic: the verdicts and the
+# grounder's training (the same warning); Plans: the plans, their scores, the chosen/rejected marks, the groundings
+# and the grounder's GRPO rollouts; Metrics: every stage a chart reads (sample, score and ground feed none).
+READS: dict[str, tuple[str, ...]] = {
+    "plans": ("sample", "score", "pairs", "ground", "train_grounder"),
+    "pairs": ("pairs", "train_planner"),
+    "critic": ("critique", "train_grounder"),
+    "metrics": ("warm_start_planner", "warm_start_grounder", "pairs", "train_planner", "critique", "train_grounder",
+                "evaluate"),
+}
+# Metrics shows the whole run: its stamp spans every iteration (the others show one iteration).
+RUN_WIDE = frozenset({"metrics"})
+NOT_ENDED = ("running", "pending")
+
+
+def stamp(store: Store, run_id: str | None, iteration: int | None, stages: tuple[str, ...]) -> str:
+    """The ended records of ``stages`` for ``run_id``'s ``iteration`` (None: every iteration) as one string:
+    ``iteration:stage:status:finished_at`` each, sorted; "" without a run."""
+    if not run_id:
+        return ""
+    marks = ", ".join("?" for _ in stages)
+    where, params = "run_id = ? AND stage IN (" + marks + ") AND status NOT IN (?, ?)", [run_id, *stages, *NOT_ENDED]
+    if iteration is not None:
+        where += " AND iteration = ?"
+        params.append(int(iteration))
+    rows = store.query(f"SELECT iteration, stage, status, finished_at FROM stages WHERE {where} "
+                       "ORDER BY iteration, stage", params)
+    return "|".join(f"{i}:{s}:{st}:{f}" for i, s, st, f in rows.itertuples(index=False, name=None))
+
+
+def view_of(view: str | None) -> tuple[str | None, int | None]:
+    """``(run, iteration)`` of a view key (``studio.app.view_key``: ``"<run>\\n<iteration>"``, either part empty)."""
+    run, _, it = str(view or "").partition("\n")
+    try:
+        return run or None, int(it) if it.strip() else None
+    except ValueError:
+        return run or None, None
+
+
+def pace(ctx: Ctx) -> float:
+    """The timer's interval now: ``LIVE_BUSY_S`` while the job worker runs a job, else the idle pace."""
+    return poll_seconds(ctx.jobs, LIVE_BUSY_S)
+
+
+@dataclass
+class _Seen:
+    """What a session's view of one tab was last read under: its run, iteration (None: run-wide) and stamp."""
+
+    run: str | None
+    iteration: int | None
+    stamp: str
+
+
+@dataclass
+class Watch:
+    """One watched tab: its id, the stages it reads and the ``gr.State`` its load listens to."""
+
+    live: LiveViews
+    tab_id: str
+    trigger: gr.State
+    stages: tuple[str, ...] = ()
+    _seen: OrderedDict[str | None, _Seen] = field(default_factory=OrderedDict)
+
+    def scope(self, run_id: str | None, iteration: Any) -> tuple[str | None, int | None]:
+        """The run and iteration the stamp covers (a run-wide tab: no iteration)."""
+        if self.tab_id in RUN_WIDE or iteration is None or iteration == "":
+            return run_id or None, None
+        try:
+            return run_id or None, int(iteration)
+        except (TypeError, ValueError):
+            return run_id or None, None
+
+    def stamp(self, run_id: str | None, iteration: int | None) -> str:
+        return stamp(self.live.ctx.store, run_id, iteration, self.stages)
+
+    def seen(self, request: gr.Request | None, run_id: str | None, iteration: Any) -> None:
+        """The tab's load is about to read ``run_id``/``iteration``: the stamp of now is what it shows. Read before the
+        load reads, so a stage that ends during the read changes the stamp again (a second reload, never a missed
+        one)."""
+        run_id, it = self.scope(run_id, iteration)
+        record = _Seen(run_id, it, self.stamp(run_id, it))
+        with self.live.lock:
+            self._put(getattr(request, "session_hash", None), record)
+
+    def _put(self, key: str | None, record: _Seen) -> None:  # the caller holds the lock
+        self._seen[key] = record
+        self._seen.move_to_end(key)
+        while len(self._seen) > SESSIONS:
+            self._seen.popitem(last=False)
+
+    def check(self, request: gr.Request | None, run_id: str | None, iteration: int | None) -> Any:
+        """The trigger's update for this session's view: a new value when the stamp differs from the one its last load
+        read, else ``gr.skip()`` (also while no load has read this view: it is about to)."""
+        run_id, it = self.scope(run_id, iteration)
+        if not run_id or (it is None and self.tab_id not in RUN_WIDE):
+            return gr.skip()
+        key = getattr(request, "session_hash", None)
+        with self.live.lock:
+            before = self._seen.get(key)
+        now = self.stamp(run_id, it)
+        with self.live.lock:  # the check and the record at once: a load's seen() lands before or after both
+            record = self._seen.get(key)
+            if record is not before:  # a load began meanwhile: it reads what is new
+                return gr.skip()
+            if record is None:  # a forgotten session: count from now
+                self._put(key, _Seen(run_id, it, now))
+                return gr.skip()
+            if (record.run, record.iteration) != (run_id, it) or record.stamp == now:
+                return gr.skip()
+            # Recorded as asked for: the next tick, before the load has started, must not ask again.
+            self._put(key, _Seen(run_id, it, now))
+        return time.monotonic_ns()
+
+
+class LiveViews:
+    """The live views of one app (``ctx``): its watched tabs and the one timer that checks the shown one. Appended to
+    ``ctx.load_hooks`` by the first ``watch``; the hook wires the timer once every tab is built."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.watches: dict[str, Watch] = {}
+        self.lock = threading.Lock()
+
+    def check(self, view: str | None, tab: str | None, request: gr.Request | None) -> list[Any]:
+        """One trigger update per watched tab (registration order): a new value at most for the shown one."""
+        run_id, it = view_of(view)
+        return [w.check(request, run_id, it) if w.tab_id == tab else gr.skip() for w in self.watches.values()]
+
+    def active_js(self) -> str:
+        """The browser-side ``(view, tab) -> the timer's update``: on while a watched tab is shown with a run."""
+        tabs = ", ".join(f"'{t}'" for t in self.watches)
+        return ("(view, tab) => { const run = String(view ?? '').split('\\n')[0]; "
+                f"return {{__type__: 'update', active: [{tabs}].includes(tab) && !!run}}; }}")
+
+    def __call__(self, demo: gr.Blocks) -> None:
+        self.wire()
+
+    def wire(self) -> None:
+        """The timer, its tick (``/live_views_check``), the same check at each switch of the tab shown
+        (``/live_views_shown``) and the timer's switch in the browser (``/live_views_on``); all undocumented."""
+        ctx, triggers = self.ctx, [w.trigger for w in self.watches.values()]
+        timer, paced = gr.Timer(pace(ctx), active=False), gr.State(None)
+
+        def tick(view: str, tab: str, was: float | None, request: gr.Request) -> tuple:
+            now = pace(ctx)  # busy while a job runs: a first visit's user waits on its stages
+            return (*self.check(view, tab, request), gr.skip() if now == was else gr.update(value=now), now)
+
+        # "once": a tick still running when the next one comes (a loaded store) drops it.
+        timer.tick(tick, [ctx.view, ctx.tab, paced], [*triggers, timer, paced], api_name="live_views_check",
+                   api_visibility="undocumented", show_progress="hidden", trigger_mode="once")
+        # A tab shown again checks at once: its stage may have ended while another tab was shown.
+        def shown(view: str, tab: str, request: gr.Request) -> list[Any]:
+            return self.check(view, tab, request)
+
+        ctx.tab.change(shown, [ctx.view, ctx.tab], triggers,
+                       api_name="live_views_shown", api_visibility="undocumented", show_progress="hidden",
+                       trigger_mode="always_last")
+        gr.on([ctx.view.change, ctx.tab.change], None, [ctx.view, ctx.tab], timer, js=self.active_js(),
+              api_name="live_views_on", api_visibility="undocumented", show_progress="hidden")
+
+
+def watch(ctx: Ctx, tab_id: str) -> Watch:
+    """Watch ``tab_id`` (a key of ``READS``) for this app: its trigger, to add to the triggers of its view's load, and
+    ``seen``, for that load to call before it reads."""
+    live = next((hook for hook in ctx.load_hooks if isinstance(hook, LiveViews)), None)
+    if live is None:
+        live = LiveViews(ctx)
+        ctx.load_hooks.append(live)
+    live.watches[tab_id] = Watch(live, tab_id, gr.State(None), READS[tab_id])
+    return live.watches[tab_id]
