@@ -28,7 +28,7 @@ import pandas as pd
 
 from engine import curation
 from engine.dbutil import records
-from engine.outcome import gold_step_results, toolbox_for_run
+from engine.outcome import gold_step_results, is_solved, step_matches, step_result, toolbox_for_run
 from engine.stages.ground import judge
 from engine.store import Store
 from studio.common import action_diff_html, nothing_in_iteration, pre, with_own_label
@@ -147,6 +147,7 @@ class Outcome:
     answer: str | None
     error: str | None
     correct: bool
+    not_run: str | None = None  # why these actions are not executed here (web; a QA tool calling a remote model)
 
 
 # Executed outcomes of corrections and edits, per (store file, run, task, step, actions): a QA tool may call a model,
@@ -165,8 +166,12 @@ def gold_and_outcome(store: Store, run_id: str, task_id: str, step: int,
                      actions: str | None) -> tuple[str, Outcome | None]:
     """``(gold, outcome)``: the answer a verdict's actions must reach (the task's answer; an iterative step's gold
     step result) and what ``actions`` reach (None when there are none to run), executed with the run's tools as the
-    ground stage ran them (``engine.stages.ground.judge``, ``engine.outcome``); cached."""
-    key = (str(getattr(store, "path", id(store))), run_id, task_id, int(step), actions)
+    ground stage ran them (``engine.stages.ground.judge``, ``engine.outcome``); cached. Not executed here, with the
+    reason in ``Outcome.not_run``: web actions (nothing runs for them: ``engine.executor``) and a QA task whose run
+    calls a remote QA model (``tools.qa_model``: a call, perhaps a long timeout, at every first view of a verdict in a
+    curator's key-press path; *Run edit* runs it on request). A tool that raises is shown and not cached: the next
+    view tries again."""
+    key = outcome_key(store, run_id, task_id, step, actions)
     with _OUTCOMES_LOCK:
         if key in _OUTCOMES:
             _OUTCOMES.move_to_end(key)
@@ -176,20 +181,58 @@ def gold_and_outcome(store: Store, run_id: str, task_id: str, step: int,
     gold = str(task.answer) if not step else (gold_results[step - 1] if step <= len(gold_results) else "")
     outcome = None
     if actions:
-        try:
-            execution, correct = judge(task, int(step), actions, gold_results, toolbox_for_run(store, run_id))
-            outcome = Outcome(_text(execution.get("answer")), _text(execution.get("error")), bool(correct))
-        except Exception as exc:  # noqa: BLE001 -- a tool failing (a QA model unreachable) must not break the view
-            outcome = Outcome(None, f"could not run: {exc}", False)
+        not_run = _not_run_here(store, run_id, task.domain)
+        if not_run:
+            outcome = Outcome(None, None, False, not_run)
+        else:
+            try:
+                execution, correct = judge(task, int(step), actions, gold_results, toolbox_for_run(store, run_id))
+                outcome = Outcome(_text(execution.get("answer")), _text(execution.get("error")), bool(correct))
+            except Exception as exc:  # noqa: BLE001 -- a tool failing (a QA model unreachable) must not break the view
+                return gold, Outcome(None, f"could not run: {exc}", False)  # not cached: it may work next time
+    remember_outcome(key, gold, outcome)
+    return gold, outcome
+
+
+def outcome_key(store: Store, run_id: str, task_id: str, step: int, actions: str | None) -> tuple:
+    """The cache key of one verdict's actions: the actions text is in it, so an entry is never stale."""
+    return (str(getattr(store, "path", id(store))), run_id, task_id, int(step), actions)
+
+
+def judged_preview(task: Any, step: int, actions: str, result: Any) -> tuple[str, bool]:
+    """``(gold, correct)`` for an execution already made (an edit's preview), judged as
+    ``engine.stages.ground.judge`` judges one: the final answer for a onetime plan, the step's result against the
+    gold step's for an iterative step."""
+    if not step:
+        return str(task.answer), is_solved(task, result)
+    gold_results = gold_step_results(task)
+    gold = gold_results[step - 1] if step <= len(gold_results) else ""
+    return gold, result.ok and step_matches(task, step_result(result, actions), gold)
+
+
+def remember_outcome(key: tuple, gold: str, outcome: Outcome | None) -> None:
+    """Keep ``(gold, outcome)`` under ``key`` (``gold_and_outcome``'s), the oldest entries dropped past the bound."""
     with _OUTCOMES_LOCK:
         _OUTCOMES[key] = (gold, outcome)
         while len(_OUTCOMES) > _OUTCOMES_MAX:
             _OUTCOMES.popitem(last=False)
-    return gold, outcome
+
+
+def _not_run_here(store: Store, run_id: str, domain: str) -> str | None:
+    """Why actions of ``domain`` are not executed for the detail (None: they are)."""
+    if domain == "web":
+        return "web actions are not executed here (a web step is scored against the gold actions)"
+    if domain == "qa":
+        tools = ((store.get_run(run_id) or {}).get("config") or {}).get("tools") or {}
+        if tools.get("qa_model"):
+            return "not run here: its QA tool calls the run's model (tools.qa_model); *Run edit* runs it"
+    return None
 
 
 def outcome_words(outcome: Outcome, gold: str) -> str:
     """One outcome in words (HTML, escaped): "does not run: <error>", or the answer and whether it is the gold one."""
+    if outcome.not_run:
+        return html.escape(outcome.not_run)
     if outcome.error:
         return f"does not run: {html.escape(outcome.error)} (no answer)"
     got = "no answer" if outcome.answer is None else f"answer <b>{html.escape(outcome.answer)}</b>"
@@ -202,6 +245,8 @@ def _original_outcome(store: Store, v: dict[str, Any]) -> Outcome | None:
     actions = v.get("grounding_actions")
     if actions is None:
         return None
+    if v.get("domain") == "web":  # nothing runs for web actions: no answer is not a wrong answer
+        return Outcome(None, None, False, _not_run_here(store, v["run_id"], "web"))
     answer, error = _text(v.get("grounding_answer")), _text(v.get("grounding_error"))
     if answer is None and error is None and bool(v.get("grounding_ok")):
         return gold_and_outcome(store, v["run_id"], v["task_id"], int(v.get("step") or 0), actions)[1]

@@ -10,8 +10,9 @@ Contract:
   again when the job starts computing (the store may have moved on in between); ``loop_reach`` says how far a job
   would go and ``loop_stages`` which stages it would run, in order (the Run tab's announcement names them).
 * A loop job that runs a stage of an iteration past the run's ``run.iterations`` (*Next stage* or *Next iteration*
-  on a complete run) first raises ``run.iterations`` to that iteration, as ``python -m engine run --iterations N``
-  does (``engine.loop.run_loop(record_iterations=True)``: the store's snapshot and the run's config.toml, once the
+  on a complete run; *Rest of iteration* has nothing to finish there and runs nothing) first raises
+  ``run.iterations`` to that iteration, as ``python -m engine run --iterations N`` does
+  (``engine.loop.run_loop(record_iterations=True)``: the store's snapshot and the run's config.toml, once the
   preflight passed): the run's record says how far it goes, and a later resume (the CLI's ``run`` without
   ``--iterations``, *Rest of iteration*) finishes that iteration. It never lowers it.
 * ``stop()`` sets a ``threading.Event`` the engine polls as ``should_stop`` (between batches / optimizer steps);
@@ -138,7 +139,9 @@ class JobWorker:
 
 def loop_target(store: Store, run_id: str, kind: str) -> tuple[int, int | None]:
     """``(iterations, max_stages)`` for ``run_loop`` so it runs the next stage, the rest of the first unfinished
-    iteration, or everything through the next iteration not yet started."""
+    iteration, or everything through the next iteration not yet started (``max_stages`` 0: nothing to run). *Rest of
+    iteration* finishes an iteration within ``run.iterations`` only: on a complete run there is none to finish, and
+    starting (and training) a new one is *Next iteration*'s to do."""
     config = run_config(store, run_id)
     horizon = max([config.run.iterations, *store.iterations(run_id)]) + 1
     todo = pending(store, run_id, config, horizon)
@@ -148,7 +151,7 @@ def loop_target(store: Store, run_id: str, kind: str) -> tuple[int, int | None]:
     if kind == "next_stage":
         return first, 1
     if kind == "rest_of_iteration":
-        return first, None
+        return (horizon, 0) if first > config.run.iterations else (first, None)
     started = any(s.get("status") not in (None, "pending") for s in store.stage_status(run_id, first).values())
     return (first + 1 if started else first), None
 

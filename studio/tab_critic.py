@@ -72,11 +72,14 @@ from studio.critic_queue import (
     WIDTHS as WIDTHS,
 )
 from studio.critic_queue import (
-    _row as _row,
+    Outcome,
+    _step_words,
+    judged_preview,
+    outcome_key,
+    remember_outcome,
 )
 from studio.critic_queue import (
-    _step_words,
-    gold_and_outcome,
+    _row as _row,
 )
 from studio.critic_queue import (
     _subgoals as _subgoals,
@@ -190,14 +193,21 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
     said = (f"Edit saved for “{label}” by {curator}"
             + replaced_note(curation.replaced_decision(store, saved.override_id), "edit", curator))
     result = saved.preview
+    task = store.get_task(run_id, task_id)
+    if task.domain == "web":  # nothing runs for web actions (engine.executor): no answer is expected
+        return (f"{said} (override #{saved.override_id}). Web actions are not executed here.\n\n"
+                + _result_markdown(result))
     if not result.ok or result.answer is None:
         why = result.error or "no action assigns an answer"
         return (f"{said} (override #{saved.override_id}), **but it does not run**: {why}. It will train the grounder "
                 "on actions that reach no answer: edit again, or *Drop* the verdict.\n\n"
                 + _result_markdown(result))
-    # judged as the ground stage judges a grounding (cached: the verdict's view, drawn next, reads the same)
-    gold, outcome = gold_and_outcome(store, run_id, task_id, step, actions.strip())
-    if outcome is not None and outcome.correct:
+    # Judged from the preview the save ran, as the ground stage judges a grounding (no second run of the tools), and
+    # kept where the verdict's view, drawn next, reads it.
+    gold, correct = judged_preview(task, step, actions.strip(), result)
+    remember_outcome(outcome_key(store, run_id, task_id, step, actions.strip()), gold,
+                     Outcome(result.answer, None, correct))
+    if correct:
         verdict = f"It reaches the gold answer `{gold}`."
     else:
         verdict = (f"It runs, but its answer `{result.answer}` is not the gold answer `{gold}`: the grounder will "

@@ -70,6 +70,8 @@ RUNNING_NOTE = "are running: the pipeline below follows them."
 # The config editor's height in lines: past it the editor scrolls (the whole config, ~250 lines, made the page
 # ~6,000 px tall).
 EDITOR_MAX_LINES = 30
+# How ``job_plan`` begins when a job would run no stage (``start_job`` then starts none).
+NOTHING_LEFT = ": nothing is left to run"
 # What a config's cautions are shown under (``cautions_markdown``).
 CAUTION_HEAD = "**⚠ Warning:** this config runs, but likely not as meant:"
 _TOML_AT = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
@@ -254,6 +256,8 @@ def start_job(ctx: Ctx, kind: str, run_id: str | None, name: str, request: gr.Re
         max_iteration = dict(SPACES_CAPS)["run.iterations"]
     # Described before the job starts: once it runs, the store (and run.iterations) moves under the description.
     plan = job_plan(ctx.store, run_id, kind) if ctx.store.get_run(run_id) is not None else ""
+    if plan.startswith(NOTHING_LEFT):  # no job to start: say so rather than announce one that does nothing
+        return f"Nothing started: `{kind}` on `{run_id}` would run nothing{plan.removeprefix(NOTHING_LEFT)}"
     refused = ctx.jobs.start_loop(kind, run_id, user=who_of(name, request) or "", max_iteration=max_iteration,
                                   where="on Spaces")
     return refused or f"Started `{kind}` on `{run_id}`{plan}"
@@ -271,7 +275,10 @@ def job_plan(store: Store, run_id: str, kind: str) -> str:
     except ConfigError:
         return "."
     if not todo:
-        return ": nothing is left to run."
+        if kind == "rest_of_iteration" and not pending(store, run_id, config, config.run.iterations):
+            return (f"{NOTHING_LEFT}: the run is complete ({config.run.iterations} of {config.run.iterations} "
+                    "iterations). *Next iteration* starts another.")
+        return f"{NOTHING_LEFT}."
     (first, stage), last = todo[0], todo[-1][0]
     planned = config.run.iterations
     # A complete run's job runs only the new iteration: its stages are named inside the sentence that says so.

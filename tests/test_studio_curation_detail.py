@@ -199,3 +199,59 @@ def test_a_saved_edit_that_does_not_run_says_so_plainly(store):
     assert "It runs, but its answer `6` is not the gold answer `12`" in wrong
     right = save_edit(store, RUN, IT, "m2|0|0", "R1 = Calculator(10-4); R2 = Calculator(R1*2)", "ann")
     assert "It reaches the gold answer `12`." in right
+
+
+# -- what is not executed for the detail, and what is not kept ----------------------------------------------------
+
+
+def test_a_tool_failure_while_drawing_a_verdict_is_shown_once_and_not_kept(store, monkeypatch):
+    """A QA server briefly unreachable: the view says the correction could not run, and the next view runs it
+    again (a failure kept in the cache said "does not run" until the studio restarted)."""
+    from studio import critic_queue
+
+    real, calls = critic_queue.judge, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("QA server unreachable")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(critic_queue, "judge", flaky)
+    assert "could not run: QA server unreachable" in _original(store, "m2|0|0")
+    assert "the critic's correction → answer <b>12</b> · ✓ the gold answer" in _original(store, "m2|0|0")
+    ran = len(calls)
+    _original(store, "m2|0|0")
+    assert len(calls) == ran  # a success is kept
+
+
+def test_web_actions_are_said_not_to_be_executed_rather_not_to_run(store):
+    """Nothing runs for web actions (``engine.executor``): their answer is always None, which is no wrong answer;
+    the detail and *Save edit* say they are not executed here instead of "does not run" / "✗"."""
+    from studio.tab_critic import save_edit
+
+    store.query("UPDATE tasks SET domain = 'web' WHERE task_id = 'm2'")
+    view = _original(store, "m2|0|0")
+    assert view.count("web actions are not executed here") == 2 and "✗" not in view.split("</p>")[0]
+    line = save_edit(store, RUN, IT, "m2|0|0", "R1 = CLICK(Submit button)", "ann")
+    assert "Web actions are not executed here." in line and "does not run" not in line
+    assert store.frame("overrides", RUN, IT, target="verdict")["action"].tolist() == ["edit"]
+
+
+def test_a_qa_verdict_of_a_run_with_a_remote_qa_model_is_not_executed_on_view(store, monkeypatch):
+    """A run whose QA tool calls a model (``tools.qa_model``) would make a call at every first view of a verdict, in
+    the key-press path: the detail says it is not run here (*Run edit* runs it) and calls nothing."""
+    import json
+
+    from studio import critic_queue
+
+    config = json.loads(store.query("SELECT config_json FROM runs WHERE run_id = ?", [RUN])["config_json"][0])
+    config["tools"] = {**config.get("tools", {}), "qa_base_url": "http://127.0.0.1:9/v1", "qa_model": "m"}
+    store.query("UPDATE runs SET config_json = ? WHERE run_id = ?", [json.dumps(config), RUN])
+    monkeypatch.setattr(critic_queue, "judge", lambda *a, **k: pytest.fail("executed a remote QA tool on view"))
+    gold, outcome = critic_queue.gold_and_outcome(store, RUN, "q1", 0, "R1 = QA([Ada Lovelace], where born?)")
+    assert outcome is not None and outcome.not_run and "tools.qa_model" in outcome.not_run
+    assert "tools.qa_model" in critic_queue.outcome_words(outcome, gold)
+    # a maths verdict of the same run still runs locally
+    monkeypatch.setattr(critic_queue, "judge", lambda *a, **k: ({"answer": "12", "error": None}, True))
+    assert critic_queue.gold_and_outcome(store, RUN, "m2", 0, "R1 = Calculator(6*2)")[1].correct

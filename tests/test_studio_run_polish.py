@@ -263,3 +263,24 @@ def test_the_evidence_says_its_numbers_are_nats_more_under_the_rejected_plan():
     rejected = PlanSurprisal(["R1", " =", " *"], [0.5, 0.1, 10.29], 3.6, 3.6, "b", "g")
     line = _worst_tokens(chosen, rejected)
     assert "in nats" in line and "<code>*</code> +10.09 nats" in line
+
+
+def test_rest_of_iteration_on_a_complete_run_starts_nothing_and_points_at_next_iteration(store, tmp_path):
+    """*Rest of iteration* finishes an iteration within ``run.iterations``; on a complete run there is none, so it
+    targets nothing (it used to start, train and record iteration N+1), and the button starts no job and says what
+    to press instead."""
+    from studio.jobs import loop_reach, loop_stages
+    from studio.tab_run import job_plan, start_job
+
+    run_id = _run(store, tmp_path, {"run": {"iterations": 1}})
+    _complete(store, run_id, 1)
+    assert loop_reach(store, run_id, "rest_of_iteration") is None
+    assert loop_stages(store, run_id, "rest_of_iteration") == []
+    assert job_plan(store, run_id, "rest_of_iteration") == (
+        ": nothing is left to run: the run is complete (1 of 1 iterations). *Next iteration* starts another.")
+    jobs = JobWorker(store)
+    line = start_job(_ctx(store, jobs), "rest_of_iteration", run_id, "ann", None)
+    assert line == (f"Nothing started: `rest_of_iteration` on `{run_id}` would run nothing: the run is complete "
+                    "(1 of 1 iterations). *Next iteration* starts another.")
+    assert jobs.snapshot()["status"] in (None, "idle")  # no job was submitted
+    assert loop_reach(store, run_id, "next_iteration") == 2  # that one goes on
