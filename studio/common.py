@@ -420,11 +420,14 @@ def tri(value: str) -> bool | None:
     return {"yes": True, "no": False}.get(value)
 
 
-def pick_update(labels: list[tuple[str, str]], keys: list[str], current: str | None) -> dict:
+def pick_update(labels: list[tuple[str, str]], keys: list[str], current: str | None, keep: bool = False) -> dict:
     """The queue picker after a reload of its page: the new choices, and the first item only when the pick the
     request carried is not on the page. When it is, the value is left out of the update, so a reload that was in
-    flight while the curator moved (j, a row click) cannot put the pick back where it was when the reload left."""
-    if current in keys:
+    flight while the curator moved (j, a row click) cannot put the pick back where it was when the reload left.
+    ``keep`` (a live reload, ``studio.live_views``): a pick is never moved, on the page or not (an action took it
+    off a filtered page, and the curator may be editing it): only an empty picker takes the first item. Pass
+    ``labels`` with the pick's own label among them then (``with_own_label``)."""
+    if current in keys or (keep and current):
         return gr.update(choices=labels)
     return gr.update(choices=labels, value=keys[0] if keys else None)
 

@@ -9,8 +9,10 @@ start a new generation of the session's queue and record what they drew; the wal
 newer read and sends only what changed; the painters record what the line's team counter counts, for the counters'
 timer (``studio.team_counters``). The load and the reloads also tell the tab's live reload (``studio.live_views``,
 ``live``) what they read under, before they read: a stage it watches that ends for the view then reloads the page
-through the load (the same event as a filter change), keeping the pick, the page and the filters. The filters
-apply at each change (no text box waits for Enter), so what they hold is what the queue shows. A page past the last
+through the load (the same event as a filter change), keeping the pick (on the page or not: a verdict an action
+took off a *Reviewed = no* page stays picked, with the edit typed under it), the page and the filters. The filters
+apply at each change (no text box waits for Enter), so what they hold is what the queue shows, and what a live reload
+reads. A page past the last
 shows the last (``studio.common.clamped_page``), and the page box moves there through the tab's ``[page, nonce]``
 clamp state (the same clamp twice still moves it).
 """
@@ -18,6 +20,7 @@ clamp state (the same clamp twice still moves it).
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import gradio as gr
@@ -67,23 +70,28 @@ class CriticRefresh:
         """What the load and an action's reload both send: ``read``'s ``(line, rows, total, page clamp)`` and the
         agreement. A new generation of the session's queue: a walk's refresh still reading paints nothing over it."""
         self.sessions.begin(request)
-        if self.live is not None:  # before the read: a stage that ends during it is seen by the next check
-            self.live.seen(request, run_id, it)
-        line, df, total, clamp = self.read(run_id, it, st, rv, od, pg, name, request)
+        # The stamp recorded before the read (a stage that ends during it is seen by the next check); put back when
+        # the read raises (studio.live_views).
+        with self.live.reading(request, run_id, it) if self.live is not None else nullcontext():
+            line, df, total, clamp = self.read(run_id, it, st, rv, od, pg, name, request)
         return line, df, total, clamp, agreement_markdown(self.ctx.store, run_id, it)
 
     def load(self, run_id, it, st, rv, od, pg, current, name, request: gr.Request, evt: gr.EventData = None):
         """``/critic_queue``: ``(line, rows, picker, agreement, row count, page clamp)``. A new order starts at its
-        head: page 1, the pick left to the page's first verdict (as on the Pairs tab)."""
+        head: page 1, the pick left to the page's first verdict (as on the Pairs tab). A live reload
+        (``studio.live_views``: a stage the tab reads ended) moves no pick, even one an action took off a filtered
+        page: the verdict shown and the edit typed under it stay."""
         # By elem_id, not identity: the served app's event names a copy of the component built here.
         reordered = getattr(getattr(evt, "target", None), "elem_id", None) == self.order_id
         if reordered:
             pg, current = 1, None
+        live = self.live is not None and self.live.fired(evt, request, run_id, it)
         line, df, total, clamp, agree = self.full_read(run_id, it, st, rv, od, pg, name, request)
-        labels = verdict_labels(df)
+        # A live reload keeps the pick's own label among the choices when it has left the page.
+        labels = page_labels(self.ctx.store, run_id, it, df, current) if live else verdict_labels(df)
         self.sessions.drew(request, counts_of(run_id, it, name, request), line=line, table=df, choices=labels,
                            total=total)
-        return (line, df, pick_update(labels, list(df["key"]), current), agree, total,
+        return (line, df, pick_update(labels, list(df["key"]), current, keep=live), agree, total,
                 [1, time.monotonic_ns()] if reordered else clamp)
 
     def reload(self, run_id, it, st, rv, od, pg, current, name, request: gr.Request):

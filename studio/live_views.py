@@ -12,10 +12,11 @@ Contract:
   ended) of the stages the tab reads (``READS``), for the run and iteration it shows; for Metrics, whose charts span
   the run, of every iteration. One query of the small ``stages`` table. A stage outside ``READS[tab]`` never changes
   the tab's stamp: a critique ending does not reload Pairs.
-* ``watch(ctx, tab_id) -> Watch``, called by the tab's ``build``: ``Watch.trigger`` is a ``gr.State`` the tab adds to
+* ``watch(ctx, tab_id) -> Watch``, called by the tab's ``build``: ``Watch.trigger`` is a hidden textbox the tab adds to
   the triggers of the load its ``ctx.view.change`` runs (the same event: ``always_last``, so a live reload never
-  overtakes, nor is overtaken by, the tab's other loads of the session), and that load calls ``Watch.seen(request,
-  run, iteration)`` before it reads: the stamp it read under, per browser session.
+  overtakes, nor is overtaken by, the tab's other loads of the session), and that load reads inside
+  ``Watch.reading(request, run, iteration, applied)`` (or calls ``Watch.seen`` before it reads): the stamp it read
+  under and the filters it applied, per browser session.
 * One ``gr.Timer`` for all watched tabs (``LiveViews.wire``, a ``Ctx.load_hooks`` hook: made at the page's top level)
   ticks only while a watched tab is shown with a run picked (switched in the browser, as ``studio.team_counters``'s
   timer is), every ``studio.pace.LIVE_BUSY_S`` while a job runs and every ``studio.pace.IDLE_S`` otherwise. A tick,
@@ -23,9 +24,22 @@ Contract:
   the shown tab's stamp with the one its last load read for this session (``LiveViews.check``): when it differs it
   sends that tab's trigger a new value (its load runs) and nothing else; otherwise ``gr.skip()`` for every output.
   No load read for the shown view yet (the view's own load is about to start): nothing is sent.
-* What a live reload keeps is what the tab's load keeps: the filters, the page, a pick still on the page
-  (``studio.common.pick_update``) and its open detail (redrawn only when it shows another item), so a curator's open
-  pair or verdict and the edit typed under it stay; an empty picker takes the first item.
+* In Plans, Pairs and Critic, a load the trigger ran (``Watch.fired``: the event's target is the trigger, and the
+  session's last load, if one is recorded, read the same run and iteration) is a *live reload*. It reads the filters as
+  the session's last load applied them (``Watch.applied``: what that load passed to ``reading``), never the boxes as
+  they are: the Pairs tab's Search / Min / Max and the Plans tab's Search apply on Enter only, so text typed and not
+  submitted is neither applied nor refused (a half-typed "-" in Min margin raised "margin bounds must be numbers" at a
+  curator who pressed nothing). The Critic tab has no text filter: its dropdowns and radios apply at each change, so
+  what they hold is what was applied. A live reload keeps those filters, the page (a page past the new last shows the
+  last, as any load does) and the pick: it sends the picker new choices (the pick's own label kept among them when it
+  has left the page) and never a value, except to an empty picker, which takes the page's first item. So the open pair
+  or verdict stays, with its detail (redrawn only when it shows another item) and the edit typed under it, even when an
+  action took it off a filtered page (*Reviewed = no*); the open task of Plans stays, its plans drawn again with the
+  diff's two picks kept. Metrics has no pick or text filter: its live reload is its load.
+* ``Watch.reading(request, run, iteration, applied)`` wraps a load's read: the stamp of now (and the filters it
+  applies) recorded before the read, so a stage that ends during it is seen by the next check; a read that raises
+  (a margin the curator submitted that is no number) puts back the session's record as it was, so its stamp is not
+  taken as seen: a stage that ended since the last load that drew the page still reloads it at the next check.
 
 Kept on the server, keyed by ``request.session_hash`` (a ``gr.State`` reaches a handler as it was when its event
 started), at most ``SESSIONS`` sessions per tab, the least recently used forgotten first (a forgotten session's next
@@ -37,6 +51,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,11 +110,13 @@ def pace(ctx: Ctx) -> float:
 
 @dataclass
 class _Seen:
-    """What a session's view of one tab was last read under: its run, iteration (None: run-wide) and stamp."""
+    """What a session's view of one tab was last read under: its run, iteration (None: run-wide) and stamp, and the
+    filters that load applied (``Watch.applied``: what a live reload reads instead of the boxes)."""
 
     run: str | None
     iteration: int | None
     stamp: str
+    applied: Any = None
 
 
 @dataclass
@@ -107,7 +125,7 @@ class Watch:
 
     live: LiveViews
     tab_id: str
-    trigger: gr.State
+    trigger: gr.Textbox
     stages: tuple[str, ...] = ()
     _seen: OrderedDict[str | None, _Seen] = field(default_factory=OrderedDict)
 
@@ -123,14 +141,57 @@ class Watch:
     def stamp(self, run_id: str | None, iteration: int | None) -> str:
         return stamp(self.live.ctx.store, run_id, iteration, self.stages)
 
-    def seen(self, request: gr.Request | None, run_id: str | None, iteration: Any) -> None:
-        """The tab's load is about to read ``run_id``/``iteration``: the stamp of now is what it shows. Read before the
-        load reads, so a stage that ends during the read changes the stamp again (a second reload, never a missed
-        one)."""
+    def seen(self, request: gr.Request | None, run_id: str | None, iteration: Any, applied: Any = None) -> None:
+        """The tab's load is about to read ``run_id``/``iteration`` (with the filters ``applied``): the stamp of now is
+        what it shows. Read before the load reads, so a stage that ends during the read changes the stamp again (a
+        second reload, never a missed one). A load that may fail reads inside ``reading`` instead."""
+        self._record(request, run_id, iteration, applied)
+
+    def _record(self, request: gr.Request | None, run_id: str | None, iteration: Any,
+                applied: Any) -> tuple[str | None, _Seen | None, _Seen]:
+        """Record ``seen``'s read for the session: ``(its key, the record it replaced, the new record)``."""
         run_id, it = self.scope(run_id, iteration)
-        record = _Seen(run_id, it, self.stamp(run_id, it))
+        record = _Seen(run_id, it, self.stamp(run_id, it), applied)
+        key = getattr(request, "session_hash", None)
         with self.live.lock:
-            self._put(getattr(request, "session_hash", None), record)
+            before = self._seen.get(key)
+            self._put(key, record)
+        return key, before, record
+
+    @contextmanager
+    def reading(self, request: gr.Request | None, run_id: str | None, iteration: Any,
+                applied: Any = None) -> Iterator[None]:
+        """``seen`` for the read inside: recorded before it, and put back as it was when the read raises (a filter
+        refused), so the stamp of a read that drew nothing is not taken as seen."""
+        key, before, record = self._record(request, run_id, iteration, applied)
+        try:
+            yield
+        except BaseException:
+            with self.live.lock:
+                if self._seen.get(key) is record:  # nothing newer recorded meanwhile (a check, another load)
+                    if before is None:
+                        self._seen.pop(key, None)
+                    else:
+                        self._put(key, before)
+            raise
+
+    def fired(self, evt: gr.EventData | None, request: gr.Request | None, run_id: str | None,
+              iteration: Any) -> bool:
+        """Whether the load of ``evt`` is a live reload: its trigger sent it (by id: the served app's event names a
+        copy of the component built here) for the run and iteration the session's last load read. A view change
+        queued behind it (``always_last``: one of them runs) reads its view as a view change does."""
+        target = getattr(evt, "target", None)
+        if target is None or getattr(target, "_id", None) != self.trigger._id:
+            return False
+        with self.live.lock:
+            record = self._seen.get(getattr(request, "session_hash", None))
+        return record is None or (record.run, record.iteration) == self.scope(run_id, iteration)
+
+    def applied(self, request: gr.Request | None) -> Any:
+        """The filters the session's last load applied (``reading``'s ``applied``); None when none is recorded."""
+        with self.live.lock:
+            record = self._seen.get(getattr(request, "session_hash", None))
+        return None if record is None else record.applied
 
     def _put(self, key: str | None, record: _Seen) -> None:  # the caller holds the lock
         self._seen[key] = record
@@ -158,8 +219,8 @@ class Watch:
             if (record.run, record.iteration) != (run_id, it) or record.stamp == now:
                 return gr.skip()
             # Recorded as asked for: the next tick, before the load has started, must not ask again.
-            self._put(key, _Seen(run_id, it, now))
-        return time.monotonic_ns()
+            self._put(key, _Seen(run_id, it, now, record.applied))
+        return str(time.monotonic_ns())
 
 
 class LiveViews:
@@ -216,5 +277,10 @@ def watch(ctx: Ctx, tab_id: str) -> Watch:
     if live is None:
         live = LiveViews(ctx)
         ctx.load_hooks.append(live)
-    live.watches[tab_id] = Watch(live, tab_id, gr.State(None), READS[tab_id])
+    # A hidden textbox, not a gr.State: every event with a State among its outputs sends that State a value, a skip
+    # included, and the page fired the State's change on the first one it received, so the tab switch's check (its
+    # outputs are every tab's trigger) reloaded Plans and Pairs behind the Critic tab at each page load. A textbox
+    # changes only when it is sent a value.
+    trigger = gr.Textbox("", visible="hidden", elem_classes="moat-live-trigger")
+    live.watches[tab_id] = Watch(live, tab_id, trigger, READS[tab_id])
     return live.watches[tab_id]

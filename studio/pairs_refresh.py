@@ -9,16 +9,20 @@ start a new generation of the session's queue and record what they drew; the wal
 newer read and sends only what changed; the painters record what the line's team counter counts, for the counters'
 timer (``studio.team_counters``). The load and the reloads also tell the tab's live reload (``studio.live_views``,
 ``live``) what they read under, before they read: a stage it watches that ends for the view then reloads the page
-through the load (the same event as a filter change), keeping the pick, the page and the filters.
+through the load (the same event as a filter change), keeping the pick (on the page or not), the page and the
+filters as last applied (never text typed and not submitted).
 
 The Search / Min / Max boxes filter on Enter only (and ``studio.remember`` keeps them only then): the load returns the
 text it applied (a ``gr.State``, ``[min, max, text]``), and the reloads and the walk's refresh read the queue through
-it, never through text typed and not submitted. The radios and the order filter at each change, so their boxes are
-what was applied. A page past the last shows the last (``studio.common.clamped_page``) and moves the page box there.
+it, never through text typed and not submitted; a live reload reads the same text as the live view recorded it
+(``Watch.applied``: the load's inputs carry no state of it). The radios and the order filter at each change, so their
+boxes are what was applied. A page past the last shows the last (``studio.common.clamped_page``) and moves the page box
+there.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import gradio as gr
@@ -73,9 +77,11 @@ class PairsRefresh:
         """What the load and an action's reload both send: ``read``'s ``(line, rows, total, page box)`` and the two
         charts. A new generation of the session's queue: a walk's refresh still reading paints nothing over it."""
         self.sessions.begin(request)
-        if self.live is not None:  # before the read: a stage that ends during it is seen by the next check
-            self.live.seen(request, run_id, it)
-        line, df, total, page_box = self.read(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
+        # The stamp recorded before the read (a stage that ends during it is seen by the next check), with the text
+        # filters it applies (what a live reload reads); put back when the read refuses them (studio.live_views).
+        reading = self.live.reading(request, run_id, it, [lo, hi, txt]) if self.live is not None else nullcontext()
+        with reading:
+            line, df, total, page_box = self.read(run_id, it, lo, hi, txt, ov, ex, ti, od, pg, name, request)
         # Both charts from one stats query: this page is the one every curator reloads after each action.
         stats = _pair_stats(self.ctx.store, run_id, it) if run_id and it is not None else None
         return (line, df, total, page_box, margin_figure(self.ctx.store, run_id, it, stats),
@@ -84,19 +90,24 @@ class PairsRefresh:
     def load(self, run_id, it, lo, hi, txt, ov, ex, ti, od, pg, current, name, request: gr.Request,
              evt: gr.EventData = None):
         """``/pairs_search``: ``(line, rows, picker, margin chart, length chart, row count, the text filters applied,
-        page box)``. A new order starts at its head: page 1, the pick left to the page's first pair."""
+        page box)``. A new order starts at its head: page 1, the pick left to the page's first pair. A live reload
+        (``studio.live_views``: a stage the tab reads ended) reads the text filters the session's last load applied,
+        not the boxes (text typed and not submitted), and moves no pick, even one no longer on the page."""
         # By elem_id, not identity: the served app's event names a copy of the component built here.
         reordered = getattr(getattr(evt, "target", None), "elem_id", None) == self.order_id
         if reordered:
             # The pick stayed where it was, often last in the new order, where `j` had nowhere to go and said nothing.
             pg, current = 1, None
+        live = self.live is not None and self.live.fired(evt, request, run_id, it)
+        if live:
+            lo, hi, txt = self.live.applied(request) or NO_TEXT_FILTERS
         line, df, total, page_box, hist_fig, bias_fig = self.full_read(run_id, it, lo, hi, txt, ov, ex, ti, od, pg,
                                                                        name, request)
-        labels = page_labels(self.ctx.store, run_id, it, df)
+        labels = page_labels(self.ctx.store, run_id, it, df, current if live else None)
         self.sessions.drew(request, counts_of(run_id, it, name, request), line=line, table=df, choices=labels,
                            total=total)
-        return (line, df, pick_update(labels, list(df["key"]), current), hist_fig, bias_fig, total, [lo, hi, txt],
-                1 if reordered else page_box)
+        return (line, df, pick_update(labels, list(df["key"]), current, keep=live), hist_fig, bias_fig, total,
+                [lo, hi, txt], 1 if reordered else page_box)
 
     def walked(self, run_id, it, filtered, ov, ex, ti, od, pg, walk: WalkedTo | None, name, request: gr.Request):
         """After ``j``/``k`` (``studio.keys.wire_walk``): the queue's table and line read again, no charts (a key press

@@ -174,20 +174,30 @@ def build(ctx: Ctx) -> None:
     live = watch(ctx, "plans")
     drawn = gr.State(None)  # [run, iteration, task, live trigger] the task's plans were last drawn for
 
-    def load(run_id, it, text, dom, spl, pg, was=None, request: gr.Request | None = None):
-        live.seen(request, run_id, it)  # before the read: a stage that ends during it is seen by the next check
+    def load(run_id, it, text, dom, spl, pg, was=None, request: gr.Request | None = None, evt: gr.EventData = None):
+        # A live reload (a stage the list reads ended) searches what the session's last load applied, not text typed
+        # in the box and not submitted (it applies on Enter), and moves no pick (studio.live_views).
+        fired = live.fired(evt, request, run_id, it)
+        if fired:
+            text = live.applied(request) or ""
         # A page past the last (a typed 99, or a search that narrowed the list) shows the last page, as the queues
-        # do: an empty one read "0 rows".
+        # do: an empty one read "0 rows". The stamp recorded before the read: a stage that ends during it is seen by
+        # the next check.
         asked = max(int(pg or 1), 1)
-        df, total, shown = clamped_page(lambda p: _with_total(task_page(ctx.store, run_id, it, text, dom, spl, p)),
-                                        asked, PAGE)
+        with live.reading(request, run_id, it, text):
+            df, total, shown = clamped_page(
+                lambda p: _with_total(task_page(ctx.store, run_id, it, text, dom, spl, p)), asked, PAGE)
         ids = list(df["task_id"])
         info = queue_info(total, asked, shown, PAGE, empty=no_tasks_reason(run_id, text, dom, spl))
         sampled = int(df["with_plans"].iloc[0]) if len(df) else 0
         if sampled and it is not None:  # a run holds every task; an iteration samples a few of them
             info += f" · {sampled} with plans in iteration {int(it)}, listed first"
-        # The task shown stays while it is on the page (a live reload, a search that still lists it); else the first.
+        # The task shown stays while it is on the page (a search that still lists it), and always on a live reload
+        # (among the choices even when the sampled tasks, listed first, pushed it off the page); else the first.
         current = was[2] if isinstance(was, list) and len(was) == 4 else None
+        if fired and current:
+            return info, df.drop(columns=["total", "with_plans"]), gr.update(
+                choices=ids if current in ids else [*ids, current])
         return (info, df.drop(columns=["total", "with_plans"]),
                 gr.update(choices=ids) if current in ids else gr.update(choices=ids, value=ids[0] if ids else None))
 

@@ -103,7 +103,7 @@ def test_the_pairs_tab_is_sent_a_reload_once_when_its_stage_ends_and_never_for_a
     store.set_stage(RUN, IT, "pairs", "done")
     assert all(v == gr.skip() for v in _check(fns, "run").values())  # the Run tab shown: nothing is watched there
     sent = _check(fns, "pairs")
-    assert isinstance(sent["pairs"], int) and all(v == gr.skip() for t, v in sent.items() if t != "pairs")
+    assert isinstance(sent["pairs"], str) and all(v == gr.skip() for t, v in sent.items() if t != "pairs")
     assert all(v == gr.skip() for v in _check(fns, "pairs").values())  # sent once, before the load has even run
     _load_pairs(fns)  # the reload it asked for
     assert all(v == gr.skip() for v in _check(fns, "pairs").values())
@@ -118,7 +118,7 @@ def test_no_reload_is_sent_for_a_view_whose_own_load_has_not_read_it(store, fns)
     store.set_stage(RUN, IT, "pairs", "done")
     assert _check(fns, "pairs")["pairs"] == gr.skip()  # no load yet in this session: the stamp of now recorded
     store.set_stage(RUN, IT, "train_planner", "done")
-    assert isinstance(_check(fns, "pairs")["pairs"], int)
+    assert isinstance(_check(fns, "pairs")["pairs"], str)
     _load_pairs(fns, it=IT + 1)  # the curator picked another iteration
     store.set_stage(RUN, IT, "pairs", "running")
     store.set_stage(RUN, IT, "pairs", "done")
@@ -174,9 +174,9 @@ def test_the_critic_and_metrics_views_and_the_plans_list_follow_their_stages(sto
     assert _check(fns, "critic")["critic"] == gr.skip() and _check(fns, "metrics")["metrics"] != gr.skip()
     assert _check(fns, "metrics")["metrics"] == gr.skip()
     store.set_stage(RUN, IT, "critique", "done")
-    assert isinstance(_check(fns, "critic")["critic"], int)
+    assert isinstance(_check(fns, "critic")["critic"], str)
     store.set_stage(RUN, IT + 3, "evaluate", "done")
-    assert isinstance(_check(fns, "metrics", f"{RUN}\n")["metrics"], int)
+    assert isinstance(_check(fns, "metrics", f"{RUN}\n")["metrics"], str)
     load = fns["plans_search"].fn
     kept = load(RUN, IT, "", "", "", 1, [RUN, IT, "m2", None])[2]
     assert "value" not in kept and "m2" in kept["choices"]
@@ -210,6 +210,85 @@ def test_the_timer_is_off_until_a_watched_tab_is_shown_and_keeps_the_busy_pace_w
     assert tick.fn(VIEW, "pairs", IDLE_S, None)[-2] == gr.skip()
     monkeypatch.setattr(live_views, "poll_seconds", lambda jobs, busy: busy)  # a job runs
     assert tick.fn(VIEW, "pairs", IDLE_S, None)[-2:] == (gr.update(value=LIVE_BUSY_S), LIVE_BUSY_S)
+
+
+def _live(fns, tab: str):
+    """The event a live reload of ``tab`` runs its load with: its target is the tab's trigger (the hidden textbox the
+    check sends; matched by id, as ``_watched`` does)."""
+    import gradio as gr
+
+    load = {"plans": "plans_search", "pairs": "pairs_search", "critic": "critic_queue"}[tab]
+    triggers = {t._id: t for t in fns["live_views_shown"].outputs}
+    trigger = next(triggers[block_id] for block_id, event in fns[load].targets
+                   if event == "change" and block_id in triggers)
+    return gr.EventData(trigger, {})
+
+
+def test_a_live_reload_reads_the_filters_last_applied_never_text_typed_and_not_submitted(store, fns):
+    """The Search / Min / Max boxes apply on Enter only. A live reload read them as they stood: a curator typing
+    "-0.5" into Min margin when the pairs stage ended got "margin bounds must be numbers, got '-'" (and, the stamp
+    recorded before the read raised, the reload was lost); half-typed Search text was applied. It now reads what the
+    session's last load applied, as the action reloads do; and a load that refuses a submitted filter takes no stamp
+    as seen. The Plans tab's Search is the same; the Critic tab has no text filter."""
+    import gradio as gr
+
+    search = fns["pairs_search"].fn
+    live = _live(fns, "pairs")
+    # Nothing applied yet (a fresh session): no text filter, whatever the boxes hold.
+    fresh = search(RUN, IT, "-", "", "Ada", *PAIRS_FILTERS[3:], None, CURATOR, None, evt=live)
+    assert fresh[0].startswith("3 rows") and fresh[6] == ["", "", ""]
+    applied = search(RUN, IT, "", "", "Tom", *PAIRS_FILTERS[3:], None, CURATOR, None)  # "Tom", Enter
+    assert applied[0].startswith("1 row") and applied[6] == ["", "", "Tom"]
+    store.set_stage(RUN, IT, "pairs", "done")
+    assert isinstance(_check(fns, "pairs")["pairs"], str)
+    # Typed, not submitted: "-" of "-0.5" in Min margin, "Ada" over "Tom" in Search.
+    out = search(RUN, IT, "-", "", "Ada", *PAIRS_FILTERS[3:], "m1|0|0", CURATOR, None, evt=live)
+    assert out[0].startswith("1 row") and list(out[1]["key"]) == ["m1|0|0"] and out[6] == ["", "", "Tom"]
+    # The curator submits a bound that is no number: refused, and the stamp that load would have drawn is not seen.
+    store.set_stage(RUN, IT, "train_planner", "done")
+    with pytest.raises(gr.Error, match="margin bounds must be numbers"):
+        search(RUN, IT, "-", "", "Tom", *PAIRS_FILTERS[3:], "m1|0|0", CURATOR, None)
+    assert isinstance(_check(fns, "pairs")["pairs"], str)  # still sent: the page shows the stamp before
+    again = search(RUN, IT, "-", "", "", *PAIRS_FILTERS[3:], "m1|0|0", CURATOR, None, evt=live)
+    assert again[0].startswith("1 row") and "trained on these pairs already" in again[0]
+    # Plans: its Search too applies on Enter only.
+    plans = fns["plans_search"].fn
+    assert plans(RUN, IT, "Ada", "", "", 1)[0].startswith("1 row")
+    assert plans(RUN, IT, "zebra", "", "", 1, None, None, evt=_live(fns, "plans"))[0].startswith("1 row")
+    assert not any(getattr(i, "label", "") in ("Search", "Min margin", "Max margin")
+                   for i in fns["critic_queue"].inputs if isinstance(i, gr.Textbox))
+
+
+def test_a_live_reload_keeps_a_pick_an_action_took_off_the_filtered_page(store, fns):
+    """Critic, *Reviewed = no*: the curator accepts m2's correction; m2 leaves the filtered page but stays picked
+    (the action's reload sends choices only) and the curator starts an edit of it. train_grounder then ends: the live
+    reload put the picker on the page's first verdict, whose change redrew the view and replaced the edit. It now
+    sends choices only (m2's own label among them); only an empty picker takes the first item. Pairs alike."""
+    from engine import curation
+
+    load = fns["critic_queue"].fn
+    live = _live(fns, "critic")
+    first = load(RUN, IT, "", "no", "task", 1, None, CURATOR, None)
+    assert "m2|0|0" in list(first[1]["key"]) and first[2]["value"] == "m1|0|0"
+    curation.accept_correction(store, RUN, IT, "m2", 0, 0, curator=CURATOR)
+    store.set_stage(RUN, IT, "train_grounder", "done")
+    assert isinstance(_check(fns, "critic")["critic"], str)
+    out = load(RUN, IT, "", "no", "task", 1, "m2|0|0", CURATOR, None, evt=live)
+    assert "m2|0|0" not in list(out[1]["key"])
+    pick = out[2]
+    assert "value" not in pick, f"the live reload moved the pick to {pick.get('value')}"
+    assert [key for _, key in pick["choices"]][-1] == "m2|0|0" and "What is 10 minus 4" in pick["choices"][-1][0]
+    assert load(RUN, IT, "", "no", "task", 1, None, CURATOR, None, evt=live)[2]["value"] == "m1|0|0"  # empty picker
+    # A filter change (no live reload) still moves such a pick to the page's first item.
+    assert load(RUN, IT, "", "no", "task", 1, "m2|0|0", CURATOR, None)[2]["value"] == "m1|0|0"
+    # Pairs: a pair excluded off an "Excluded = no" page stays picked through a live reload.
+    search = fns["pairs_search"].fn
+    filters = ("", "", "", "any", "no", "any", "task", 1)
+    search(RUN, IT, *filters, "m2|0|0", CURATOR, None)
+    curation.exclude_pair(store, RUN, IT, "m2", 0, pair_idx=0, curator=CURATOR)
+    store.set_stage(RUN, IT, "pairs", "done")
+    kept = search(RUN, IT, *filters, "m2|0|0", CURATOR, None, evt=_live(fns, "pairs"))[2]
+    assert "value" not in kept and "m2|0|0" in [key for _, key in kept["choices"]]
 
 
 @pytest.mark.browser
