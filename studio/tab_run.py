@@ -257,6 +257,8 @@ def start_job(ctx: Ctx, kind: str, run_id: str | None, name: str, request: gr.Re
     # Described before the job starts: once it runs, the store (and run.iterations) moves under the description.
     plan = job_plan(ctx.store, run_id, kind) if ctx.store.get_run(run_id) is not None else ""
     if plan.startswith(NOTHING_LEFT):  # no job to start: say so rather than announce one that does nothing
+        if max_iteration is not None:  # Spaces: no further iteration to point at
+            plan = plan.replace(" *Next iteration* starts another.", "")
         return f"Nothing started: `{kind}` on `{run_id}` would run nothing{plan.removeprefix(NOTHING_LEFT)}"
     refused = ctx.jobs.start_loop(kind, run_id, user=who_of(name, request) or "", max_iteration=max_iteration,
                                   where="on Spaces")

@@ -344,9 +344,9 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "plans_search": ("read", (run_id, 1, "", "", "", 1)),
         "plans_filters": ("read", (run_id, "", "")),  # the domain and split filters' choices for the run
         "plans_select_row": ("read", None),
-        "plans_task": ("read", (run_id, 1, task)),
+        "plans_task": ("read", (run_id, 1, task, "")),  # "": the live trigger (studio.live_views) as on load
         "plans_diff": ("read", (run_id, 1, task, None, None)),
-        "plans_task_redraw": ("read", (run_id, 1, task, None, None)),  # the kept task's plans drawn again
+        "plans_task_redraw": ("read", (run_id, 1, task, "", None, None)),  # the kept task's plans drawn again
         # The data tabs' live reload (studio.live_views): stage records read again; a tab's trigger, nothing else.
         "live_views_check": ("read", (f"{run_id}\n1", "pairs")),
         "live_views_shown": ("read", (f"{run_id}\n1", "pairs")),

@@ -63,8 +63,13 @@ def test_spaces_refuses_a_job_past_the_iteration_cap(store, run_id, monkeypatch)
     _finish(store, run_id)
     demo = build_app(store, "examples/demo.toml", spaces=bool(os.environ.get("SPACE_ID")))
     for kind in LOOP_KINDS:
-        assert loop_reach(store, run_id, kind) == 2  # what the press would start without the cap
         message = _endpoint(demo, f"run_{kind}")(run_id, "ann", None)  # the function the button calls
+        if kind == "rest_of_iteration":  # nothing to finish on a complete run: it starts nothing, cap or not
+            assert loop_reach(store, run_id, kind) is None
+            assert message == (f"Nothing started: `{kind}` on `{run_id}` would run nothing: the run is complete "
+                               "(1 of 1 iterations)."), message
+            continue
+        assert loop_reach(store, run_id, kind) == 2  # what the press would start without the cap
         assert message.startswith("Refused on Spaces") and "**run.iterations** is at most 1" in message, message
         assert "iteration 2" in message
     assert demo.moat_jobs.snapshot()["status"] == "idle" and store.iterations(run_id) == [0, 1]
