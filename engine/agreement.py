@@ -3,7 +3,8 @@
 Read-only over the store's verdicts and the override log: a verdict counts as reviewed when it has a live curator
 decision or, without one, a latest "looks right" review (which leaves the critic's verdict standing, so it agrees):
 the ``agrees_with_critic`` column of ``engine.verdict_views`` (``AGREES_WITH_CRITIC``), so this report and the critic
-queue's "overruled" filter read one rule. ``engine.curation`` re-exports it as part of the curation contract.
+queue's "overruled" filter read one rule. The verdict side of curation (``engine.verdict_curation``) names it in
+its contract.
 """
 
 from __future__ import annotations

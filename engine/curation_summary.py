@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from engine.curation import review_progress
+from engine.review_trail import review_progress
 from engine.store import Store
 from engine.views import effective_pairs_sql
 

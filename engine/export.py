@@ -18,7 +18,7 @@ Contract:
   step and iteration, and the character offset where it parts), a tokenizer that does not load ``CheckpointError``;
   nothing is returned.
 * ``export_sft(store, run_id, iteration, path, fmt)`` writes ``{"messages": [...], "task_id", "step", "k"}`` chat
-  records from ``curation.effective_sft_records``, rendered as the train_grounder stage renders them
+  records from ``verdict_curation.effective_sft_records``, rendered as the train_grounder stage renders them
   (``turns.grounding_messages``: the iterative layout, with the gold history, for a step >= 1).
 * ``export_rollouts(store, run_id, iteration, path, fmt)`` writes the GRPO rollouts of a
   ``stages.planner_objective = grpo`` iteration: ``{"prompt", "completion", "task_id", "batch", "n", "rewards",
@@ -49,11 +49,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.curation import effective_sft_records
 from engine.export_forms import FORMATS, PAIRS_FORMS
 from engine.outcome import gold_step_results
 from engine.store import Store
 from engine.turns import Agent, grounding_messages, planner_step_messages, planner_step_prompt
+from engine.verdict_curation import effective_sft_records
 from engine.views import EFFECTIVE_PAIRS_SQL
 
 if TYPE_CHECKING:

@@ -220,7 +220,7 @@ def _pair_filters(min_margin: float | None, max_margin: float | None, text: str 
     return conds, params
 
 
-# An override row that counts: not an "undo" row, and not undone by one (``engine.curation.undo_last`` appends
+# An override row that counts: not an "undo" row, and not undone by one (``engine.review_trail.undo_last`` appends
 # {"undoes": override_id} rows; the undone row stays in the log for the audit). Over the alias ``o``.
 LIVE_OVERRIDE = """o.action <> 'undo' AND NOT EXISTS (
     SELECT 1 FROM overrides u WHERE u.run_id = o.run_id AND u.action = 'undo'

@@ -388,7 +388,7 @@ def review_line(store: Store, run_id: str | None, iteration: int | None, target:
     reviewed; "by you" when the session's curator is known)."""
     if not run_id or iteration is None:
         return ""
-    from engine.curation import review_progress
+    from engine.review_trail import review_progress
 
     done = review_progress(store, run_id, int(iteration), target, curator or "")
     mine = f", {done['mine']} by you" if curator else ""

@@ -26,7 +26,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from engine import curation
+from engine.agreement import agreement
 from engine.dbutil import records
 from engine.outcome import gold_step_results, is_solved, step_matches, step_result, toolbox_for_run
 from engine.stages.ground import judge
@@ -305,8 +305,8 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
                 + pre(v.get("grounding_prompt") or "") + "</details>")
     says = "<b>Critic says</b>" + pre(v["raw"])
     if edited is not None:
-        # The curator's edit is what trains (engine.curation): show it, diff against it and start the next edit from
-        # it. Showing the critic's correction here after a save read as if the edit had been lost.
+        # The curator's edit is what trains (engine.verdict_curation): show it, diff against it and start the next edit
+        # from it. Showing the critic's correction here after a save read as if the edit had been lost.
         critic = ("<details><summary>The critic's correction, replaced by this edit</summary>"
                   + pre(v["corrected_actions"]) + "</details>") if v["corrected_actions"] else ""
         corrected = (f"<b>Curator's actions</b> (edit by {v['curator']})" + pre(edited) + critic + says)
@@ -364,10 +364,10 @@ def _rates(table: dict[str, dict[str, int]], words=str) -> str:
 def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) -> str:
     """The critic-curator agreement: overall, per domain, per tool the grounding calls, per decision and per curator,
     and the verdicts where curators overruled the critic (the *Overruled* button filters the queue to them). A
-    "looks right" counts as agreeing (``curation.agreement``), so its "reviewed" matches the page's counter."""
+    "looks right" counts as agreeing (``engine.agreement``), so its "reviewed" matches the page's counter."""
     if not run_id or iteration is None:
         return ""
-    a = curation.agreement(store, run_id, int(iteration))
+    a = agreement(store, run_id, int(iteration))
     rate = "—" if a["rate"] is None else f"{a['rate']:.0%}"
     overruled = ", ".join(f"{_step_words(d.get('step'))}plan {d['k']} of {d['task_id']} "
                           f"({d['status']} → {_decision_words(d['action'])})"

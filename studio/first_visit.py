@@ -8,7 +8,7 @@ one paragraph the page shows, from the run's state in the store and the worker e
 while the run is being prepared (what is happening, how long it usually takes, and a line saying which stage is under
 way and how long the run has taken so far), ``FINISHED`` once every stage is done (where to look), ``UNFINISHED`` when
 it stopped or failed before that (where to see why, how to continue). Each ends with the demo run's config cautions
-(``engine.preflight``: it runs, but likely not as meant; ``studio.tab_run.cautions_markdown``), kept from when
+(``engine.preflight``: it runs, but likely not as meant; ``studio.new_run_config.cautions_markdown``), kept from when
 ``start_showcase`` created the run, when it has any: a visitor never sees the server's stderr.
 
 How long it takes is said only for the demo agents at the sizes measured (``expected_duration``); for other agents
@@ -27,9 +27,9 @@ from engine.report_markdown import duration_text
 from engine.store import Store
 from studio.common import DEMO_AGENTS, SPACES_CAPS, spaces_capped
 from studio.jobs import JobWorker
+from studio.new_run_config import cautions_markdown
 from studio.pipeline import label
 from studio.stage_text import objectives
-from studio.tab_run import cautions_markdown
 
 SHOWCASE_NAME = "demo-first-visit"
 DEMO_TASKS = "examples/demo/tasks.jsonl"

@@ -10,7 +10,7 @@ right" reads ``looks right`` and its reviewer in the action and curator columns 
 decision, the other curator's decision it replaced and who last said "looks right" (``decision_line``: "excluded by
 ben (replaced ana's swap), looked right by cy"); an action's status line names what it replaced
 (``replaced_note``: ", replacing ana's swap", ", taking back …", ", leaving … standing"; a curator's own earlier
-decision is not named). Both read ``engine.curation.looked_right`` / ``replaced_decision``.
+decision is not named). Both read ``engine.review_trail.looked_right`` / ``replaced_decision``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import html
 import gradio as gr
 import pandas as pd
 
-from engine import curation
+from engine import review_trail
 from engine.store import Store
 from studio.common import (
     md_quote,
@@ -105,12 +105,12 @@ LOOKS_RIGHT = "looks right"  # the decision column's word for a "looks right" th
 def with_looks_right(store: Store, run_id: str, iteration: int, df: pd.DataFrame, target: str,
                      index: str) -> pd.DataFrame:
     """A queue page with its "looks right" reviews filled in: a row without a live decision whose latest curator row
-    is a "looks right" (``engine.curation.looked_right``) reads ``looks right`` in ``override_action`` and its
+    is a "looks right" (``engine.review_trail.looked_right``) reads ``looks right`` in ``override_action`` and its
     reviewer in ``curator`` (both were blank, so a review left no trace in the table). A decision keeps its own
     words (the detail says who looked at it afterwards); the store's filters (overridden, excluded) are untouched."""
     if not len(df):
         return df
-    reviewed = curation.looked_right(store, run_id, iteration, target, sorted({str(t) for t in df["task_id"]}))
+    reviewed = review_trail.looked_right(store, run_id, iteration, target, sorted({str(t) for t in df["task_id"]}))
     if not reviewed:
         return df
     return mark_looks_right(df, [reviewed.get((str(t), int(s), int(i)))
@@ -132,7 +132,7 @@ def _decided(value: object) -> bool:
 
 
 def replaced_note(prior: dict | None, action: str, curator: str) -> str:
-    """The decision ``curator``'s action took the place of (``engine.curation.replaced_decision``), for its status
+    """The decision ``curator``'s action took the place of (``engine.review_trail.replaced_decision``), for its status
     line: ", replacing ana's swap", ", taking back ana's swap" (a restore), ", leaving ana's swap standing" (a "looks
     right"); "" when it replaced none, or only the curator's own. Without it a later curator's decision silently hid
     an earlier one's."""
@@ -153,7 +153,7 @@ def decision_line(store: Store, action: str | None, curator: str | None, overrid
     nobody touched."""
     parts = []
     if action:
-        prior = curation.replaced_decision(store, int(override_id)) if _decided(override_id) else None
+        prior = review_trail.replaced_decision(store, int(override_id)) if _decided(override_id) else None
         mine = prior is not None and prior["curator"] == curator  # a curator changing their mind: nothing hidden
         was = f" (replaced {prior['curator']}'s {action_words(prior['action'])})" if prior and not mine else ""
         parts.append(f"{action_words(action)} by {curator}{was}")
@@ -198,7 +198,7 @@ def pair_detail(store: Store, run_id: str | None, iteration: int | None, key: st
     # "excluded by ann", or "in training · swap by ann"; with the decision it replaced ("excluded by ben (replaced
     # ana's swap)") and who last said it looks right ("in training · looked right by ana"): a review left no trace.
     action = str(pair["override_action"]) if pair["overridden"] else ""
-    looked = curation.looked_right(store, run_id, int(iteration), "pair", [task_id]).get(
+    looked = review_trail.looked_right(store, run_id, int(iteration), "pair", [task_id]).get(
         (task_id, step, int(pair["pair_idx"])))
     line = decision_line(store, action, pair["curator"], pair["override_id"], looked)
     flag_of = {"tie": "tie", "exclude": "excluded"}

@@ -1,11 +1,11 @@
 """Critic tab: a review queue of verdicts (filtered by critic status and reviewed or not, paginated in SQL by
 ``Store.verdict_queue``); the original plan/grounding and the critic's correction side by side with a word diff;
-curator decisions through ``engine.curation`` (accept original, accept correction, edit, drop, restore); an edit is
-previewed with ``engine.executor`` on a button and saved only when it parses; a verdict without a correction says
-so in one line and switches *Accept correction* off; the critic-curator agreement ("looks right" agrees; per
-domain, per tool the grounding calls, per decision, per curator) with the verdicts where curators overruled the
-critic one click away (the *Reviewed = overruled* filter). No ``nan`` or ``None`` reaches a sentence on the page.
-The filters are kept in the browser across reloads (``studio.remember``).
+curator decisions through ``engine.verdict_curation`` (accept original, accept correction, edit, drop, restore; looks
+right and undo: ``engine.review_trail``); an edit is previewed with ``engine.executor`` on a button and saved only when
+it parses; a verdict without a correction says so in one line and switches *Accept correction* off; the critic-curator
+agreement ("looks right" agrees; per domain, per tool the grounding calls, per decision, per curator) with the verdicts
+where curators overruled the critic one click away (the *Reviewed = overruled* filter). No ``nan`` or ``None`` reaches
+a sentence on the page. The filters are kept in the browser across reloads (``studio.remember``).
 
 Keyboard (``studio.keys``): j/k next/previous verdict, y looks right (``reviewed``), a accept the original, c accept
 the correction, d drop, r restore, e edit, u undo this curator's last decision. The picker names a verdict by its
@@ -22,9 +22,9 @@ decision shows at the next key press; nothing over a newer read of the queue, on
 ``studio.queue_sessions``), the team counters' timer (``/critic_counters``, ``/critic_counters_on``:
 ``studio.team_counters``), ``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one: the page box
 moves to the last page, which the queue shows) are undocumented. *Save edit* names the override the
-edit wrote (``engine.curation.SavedEdit``) and says plainly when the saved actions do not run (they parse, a formula
-fails: saved, as the engine allows, but they would train the grounder on actions that reach no answer) or run to an
-answer other than the gold one. An action's line names the other curator's decision it replaced (", replacing
+edit wrote (``engine.verdict_curation.SavedEdit``) and says plainly when the saved actions do not run (they parse, a
+formula fails: saved, as the engine allows, but they would train the grounder on actions that reach no answer) or run
+to an answer other than the gold one. An action's line names the other curator's decision it replaced (", replacing
 ana's drop"); the view gives the gold answer and what the original and the correction reach
 (``studio.critic_queue``). An empty queue says why (iteration 0 has no verdicts, or which filters
 match nothing); the buttons that need a verdict are off while none is picked; the table's grounding columns are
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from engine import curation
+from engine import review_trail, verdict_curation
 from engine.executor import ExecutionResult
 from engine.outcome import run_grounding, toolbox_for_run
 from engine.store import Store
@@ -134,7 +134,7 @@ def undo_message(store: Store, run_id: str | None, iteration: int | None, curato
     """Undo ``curator``'s last decision on this iteration's verdicts and say which."""
     if not run_id or iteration is None:
         raise ValueError("Pick a run and an iteration first.")
-    row = curation.undo_last(store, run_id, int(iteration), curator, "verdict")
+    row = review_trail.undo_last(store, run_id, int(iteration), curator, "verdict")
     question = excerpt(store.get_task(run_id, row["task_id"]).question)
     return (f"Undid your {action_words(row['action'])} of {_step_words(row.get('step'))}plan {int(row['k'])} for "
             f"“{question}” "
@@ -144,17 +144,17 @@ def undo_message(store: Store, run_id: str | None, iteration: int | None, curato
 def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: str, curator: str,
                    reason: str = "") -> str:
     """keep_original | accept_correction | drop | restore | reviewed (edits go through ``save_edit``)."""
-    fns = {"keep_original": curation.keep_original, "accept_correction": curation.accept_correction,
-           "drop": curation.drop_verdict, "restore": curation.restore_verdict}
+    fns = {"keep_original": verdict_curation.keep_original, "accept_correction": verdict_curation.accept_correction,
+           "drop": verdict_curation.drop_verdict, "restore": verdict_curation.restore_verdict}
     task_id, step, k = parse_key(key)
     if action == "reviewed":  # looked at, left as it is
-        oid = curation.mark_reviewed(store, run_id, int(iteration), "verdict", task_id, step, k, curator=curator,
+        oid = review_trail.mark_reviewed(store, run_id, int(iteration), "verdict", task_id, step, k, curator=curator,
                                      reason=reason)
     else:
         oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
     # The decision it replaced is named (", replacing ana's drop"): the table shows only the latest. The override id
     # stays last: clients read it from the line's end.
-    note = replaced_note(curation.replaced_decision(store, oid), action, curator)
+    note = replaced_note(review_trail.replaced_decision(store, oid), action, curator)
     return f"{button_words(action)} recorded for “{verdict_name(store, run_id, iteration, key)}” by {curator}" \
            f"{note} (override #{oid})."
 
@@ -179,19 +179,19 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
               reason: str = "") -> str:
     """Validate (parse), execute and record the edit; a parse error is shown and nothing is saved. Actions that parse
     but fail when executed (``R1 = Calculator(2 +)``: the line parses, the formula does not) are saved, as the engine
-    allows (``engine.curation.edit_correction``), and the line says plainly that they do not run and so would train
-    the grounder on actions that reach no answer; actions that run say whether they reach the gold answer."""
+    allows (``engine.verdict_curation.edit_correction``), and the line says plainly that they do not run and so would
+    train the grounder on actions that reach no answer; actions that run say whether they reach the gold answer."""
     task_id, step, k = parse_key(key)
     try:
-        saved = curation.edit_correction(store, run_id, int(iteration), task_id, step, k, actions,
-                                         curator=curator, reason=reason)
-    except curation.InvalidActionsError as exc:
+        saved = verdict_curation.edit_correction(store, run_id, int(iteration), task_id, step, k, actions,
+                                                 curator=curator, reason=reason)
+    except verdict_curation.InvalidActionsError as exc:
         return f"**Not saved — parse error:** {exc.parse_error}"
     # Named as the other actions name a verdict, by the override the edit wrote (not the newest row read back, which
     # may be another curator's written in between).
     label = verdict_name(store, run_id, iteration, key)
     said = (f"Edit saved for “{label}” by {curator}"
-            + replaced_note(curation.replaced_decision(store, saved.override_id), "edit", curator))
+            + replaced_note(review_trail.replaced_decision(store, saved.override_id), "edit", curator))
     result = saved.preview
     task = store.get_task(run_id, task_id)
     if task.domain == "web":  # nothing runs for web actions (engine.executor): no answer is expected

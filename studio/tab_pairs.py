@@ -1,6 +1,7 @@
 """Pairs tab: the effective DPO pairs of an iteration, filtered and paginated in SQL (``Store.pairs_page``); a
 side-by-side view of prompt / chosen / rejected with both log-PPLs; curator actions (swap, exclude, tie, choose two
-other plans, restore) through ``engine.curation``; a margin histogram and the chosen-vs-rejected length bias.
+other plans, restore) through ``engine.curation`` (looks right and undo: ``engine.review_trail``); a margin
+histogram and the chosen-vs-rejected length bias.
 
 Keyboard (``studio.keys``): j/k next/previous pair (across pages), y looks right (recorded as ``reviewed``), s swap,
 x exclude, t tie, r restore, v evidence, u undo this curator's last action. The pair picker names a pair by
@@ -46,7 +47,7 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from engine import curation
+from engine import curation, review_trail
 from engine.rollouts import task_group
 from engine.store import Store
 from studio.common import (
@@ -162,7 +163,7 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
     fns = {"swap": curation.swap_pair, "exclude": curation.exclude_pair, "tie": curation.tie_pair,
            "restore": curation.restore_pair}
     if action == "reviewed":  # looked at, left as it is
-        oid = curation.mark_reviewed(store, run_id, int(iteration), "pair", task_id, step, idx, curator=curator,
+        oid = review_trail.mark_reviewed(store, run_id, int(iteration), "pair", task_id, step, idx, curator=curator,
                                      reason=reason)
     elif action == "choose":
         if chosen_k is None or rejected_k is None:
@@ -173,7 +174,7 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
     # Named by the state after the action: a swap reads "plan 3 over 0" where the picker said "plan 0 over 3". The
     # decision it replaced is named too (", replacing ana's swap"): the table shows only the latest. The override id
     # stays last: clients read it from the line's end.
-    note = replaced_note(curation.replaced_decision(store, oid), action, curator)
+    note = replaced_note(review_trail.replaced_decision(store, oid), action, curator)
     return (f"{button_words(action)} recorded for {pair_name(store, run_id, int(iteration), key)}{note} "
             f"(by {curator}, override #{oid}).")
 
@@ -193,10 +194,10 @@ def action_handler(ctx: Ctx, action: str) -> Callable[..., str]:
 
 
 def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:
-    """Undo ``curator``'s last action on this iteration's pairs (``engine.curation.undo_last``) and say which."""
+    """Undo ``curator``'s last action on this iteration's pairs (``engine.review_trail.undo_last``) and say which."""
     if not run_id or iteration is None:
         raise ValueError("Pick a run and an iteration first.")
-    row = curation.undo_last(store, run_id, int(iteration), curator, "pair")
+    row = review_trail.undo_last(store, run_id, int(iteration), curator, "pair")
     question = excerpt(store.get_task(run_id, row["task_id"]).question)
     step = f" at step {int(row['step'])}" if row.get("step") else ""
     return (f"Undid your {action_words(row['action'])} of the pair{step} for “{question}” "

@@ -1,6 +1,6 @@
 """The team's "reviewed N of M by the team, K by you" on a queue tab (Pairs, Critic), kept current for a curator who
 only reads: ``wire_counters`` adds a ``gr.Timer`` that every ``COUNTERS_S`` reads the two counts again
-(``engine.curation.review_progress``) and rewrites that counter inside the line above the table, nothing else.
+(``engine.review_trail.review_progress``) and rewrites that counter inside the line above the table, nothing else.
 
 Takes the tab's ``studio.queue_sessions.QueueSessions``, whose painters record the line they drew and what its
 counter counts (``Counts``: the run, the iteration and the curator the line was read for, not what the pickers hold

@@ -1,5 +1,6 @@
 """A tiny hand-made MOAT iteration written straight into a Store (no models): tasks, plans, scores, pairs,
-groundings and verdicts for three tasks. Shared by test_curation.py and test_export.py.
+groundings and verdicts for three tasks. Shared by test_curation.py and test_export.py (``build_world``) and by the
+studio tests that call the studio's handlers on it (the fixture helpers below).
 
 Iteration 0 of run ``RUN``:
 * m1 (maths): 4 plans, k=2 repeats k=0's text; logppl k0=0.5 k1=1.5 k2=0.5 k3=2.0 -> auto pair (0, 3), margin 1.5.
@@ -7,9 +8,22 @@ Iteration 0 of run ``RUN``:
 * m2 (maths): 2 plans, logppl 0.8 / 1.1 -> auto pair (0, 1), margin 0.3. Grounding of k0 is wrong; the critic
   corrected it (new subgoals and actions).
 * q1 (qa): 2 plans, logppl 0.2 / 0.9 -> auto pair (0, 1), margin 0.7. The critic found k0 unfixable.
+
+Fixture helpers, so that a test module's fixture is a one-line call (the fixtures themselves stay in the modules):
+* ``world_store(tmp_path)``: the world in a new Store at ``tmp_path/ws.duckdb``, closed after the test; a fixture's
+  body is ``yield from world_store(tmp_path)`` (the ``store`` fixtures of test_studio_live_views.py,
+  test_studio_identity.py, test_studio_pairs_ux.py and test_studio_curation_detail.py, the ``world`` fixtures of
+  test_studio_pace.py and test_studio_run_ux.py).
+* ``studio_fns(store)``: the studio app built on ``store`` (examples/demo.toml), its event functions by endpoint
+  name, as the page's events call them: ``fns["pairs_search"].fn(...)``, ``.outputs``, ``.targets`` (the ``fns``
+  fixtures of test_studio_live_views.py and test_studio_pairs_ux.py). ``app_fns(demo)`` does the same for an app
+  built otherwise (test_studio_identity.py's, which has viewers).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
 
 from engine.prompts import planner_messages, render_chat
 from engine.store import Store
@@ -176,3 +190,25 @@ def add_iterative_step(store: Store, step: int = 2) -> None:
                        "status": "corrected", "corrected_subgoals_json": None,
                        "corrected_actions": task.gold_actions[step - 1]}]),
     ])
+
+
+def world_store(tmp_path: Path) -> Iterator[Store]:
+    """The world built into a new Store at ``tmp_path/ws.duckdb``, yielded once and closed after: a pytest fixture's
+    body is ``yield from world_store(tmp_path)``."""
+    with Store(tmp_path / "ws.duckdb") as store:
+        build_world(store)
+        yield store
+
+
+def app_fns(demo) -> dict:
+    """A built studio app's event functions (gradio ``BlockFunction``s) by endpoint name; those without one are
+    left out."""
+    return {f.api_name: f for f in demo.fns.values() if f.api_name}
+
+
+def studio_fns(store: Store) -> dict:
+    """``app_fns`` of the studio app built on ``store`` with examples/demo.toml and no other option (no viewers,
+    writable)."""
+    from studio.app import build_app
+
+    return app_fns(build_app(store, "examples/demo.toml"))

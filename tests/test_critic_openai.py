@@ -351,9 +351,9 @@ def test_qa_tool_answers_through_an_openai_compatible_model(fake_server):
 
 
 def test_curation_edit_and_its_preview_use_the_runs_qa_model(fake_server, tmp_path):
-    """A curator's edit (engine.curation) and the critic tab's preview execute QA(...) with the model the run's
+    """A curator's edit (engine.verdict_curation) and the critic tab's preview execute QA(...) with the model the run's
     config names, exactly as the ground stage does; without one they use the extractive fallback."""
-    from engine.curation import edit_correction
+    from engine.verdict_curation import edit_correction
     from studio.tab_critic import preview_edit
     from tests._store_world import IT, RUN, build_world
 

@@ -9,7 +9,8 @@ import math
 import pandas as pd
 import pytest
 
-from engine import curation
+from engine import review_trail, verdict_curation
+from engine.agreement import agreement
 from engine.config import RunConfig
 from engine.critics.base import Grounding
 from engine.critics.prompts import execution_text
@@ -62,9 +63,10 @@ def test_looks_right_counts_as_agreeing_with_the_critic(store):
     from studio.common import review_line
     from studio.tab_critic import agreement_markdown
 
-    curation.mark_reviewed(store, RUN, IT, "verdict", "m1", 0, 0, curator="ann")  # looks right: agrees
-    curation.keep_original(store, RUN, IT, "m2", 0, 0, curator="bo")  # a correction refused: overrules the critic
-    a = curation.agreement(store, RUN, IT)
+    review_trail.mark_reviewed(store, RUN, IT, "verdict", "m1", 0, 0, curator="ann")  # looks right: agrees
+    # a correction refused: overrules the critic
+    verdict_curation.keep_original(store, RUN, IT, "m2", 0, 0, curator="bo")
+    a = agreement(store, RUN, IT)
     assert (a["verdicts"], a["reviewed"], a["agreed"], a["disagreed"], a["rate"]) == (3, 2, 1, 1, 0.5)
     assert a["by_action"] == {"reviewed": {"reviewed": 1, "agreed": 1}, "keep_original": {"reviewed": 1, "agreed": 0}}
     assert a["by_curator"] == {"ann": {"reviewed": 1, "agreed": 1}, "bo": {"reviewed": 1, "agreed": 0}}
@@ -78,13 +80,13 @@ def test_looks_right_counts_as_agreeing_with_the_critic(store):
     assert store.verdict_queue(RUN, IT, overruled=False)["task_id"].tolist() == ["m1"]
     assert store.verdict_queue(RUN, IT, overruled=True)["task_id"].tolist() == ["m2"]
     # "looks right" on an overridden verdict confirms the curator's decision, not the critic's: still overruled
-    curation.mark_reviewed(store, RUN, IT, "verdict", "m2", 0, 0, curator="ann")
-    assert curation.agreement(store, RUN, IT)["disagreed"] == 1
+    review_trail.mark_reviewed(store, RUN, IT, "verdict", "m2", 0, 0, curator="ann")
+    assert agreement(store, RUN, IT)["disagreed"] == 1
     assert store.verdict_queue(RUN, IT, overruled=True)["task_id"].tolist() == ["m2"]
     # a review taken back is no review
-    curation.undo_last(store, RUN, IT, "ann", "verdict")
-    curation.undo_last(store, RUN, IT, "ann", "verdict")
-    assert (curation.agreement(store, RUN)["reviewed"], curation.agreement(store, RUN)["agreed"]) == (1, 0)
+    review_trail.undo_last(store, RUN, IT, "ann", "verdict")
+    review_trail.undo_last(store, RUN, IT, "ann", "verdict")
+    assert (agreement(store, RUN)["reviewed"], agreement(store, RUN)["agreed"]) == (1, 0)
 
 
 # -- 3. no Python None in the edit preview ---------------------------------------------------------------------------
@@ -189,14 +191,14 @@ def test_a_saved_edit_is_what_the_verdict_shows_and_the_next_edit_starts_from(st
     assert "The critic's correction, replaced by this edit" in corrected  # still there, folded away
     assert start == mine and "the curator's actions" in diff and "R1*2" in diff
     # undone, the critic's correction is what shows (and trains) again
-    curation.undo_last(store, RUN, IT, "ann", "verdict")
+    review_trail.undo_last(store, RUN, IT, "ann", "verdict")
     assert verdict_view(store, RUN, IT, "m2|0|0")[3] == critic
 
 
 def test_a_saved_edit_names_the_override_it_wrote_while_another_session_writes(store, monkeypatch):
     """*Save edit* named its override by reading the newest of this curator's rows on the verdict back after the
     write: the same curator's other browser tab deciding the verdict in between took its number. It now names the
-    row the edit wrote (``engine.curation.SavedEdit.override_id``)."""
+    row the edit wrote (``engine.verdict_curation.SavedEdit.override_id``)."""
     from studio.tab_critic import save_edit
 
     append = store.add_override
@@ -241,7 +243,8 @@ def test_an_iterative_step_is_edited_run_and_named_as_a_step(store):
 
     add_iterative_step(store, 2)
     assert "runs cleanly** · answer: `17`" in preview_edit(store, RUN, "m1|2|0", "R2 = Calculator(R1+5)")
-    result = curation.edit_correction(store, RUN, IT, "m1", 2, 0, "R2 = Calculator(R1+5)", curator="ann").preview
+    result = verdict_curation.edit_correction(store, RUN, IT, "m1", 2, 0, "R2 = Calculator(R1+5)",
+                                              curator="ann").preview
     assert result.ok and result.values["R2"] == "17"  # alone, R1 was undefined: "execution error"
     assert "Overruled the critic (1):** step 2, plan 0 of m1" in agreement_markdown(store, RUN, IT)
     assert undo_message(store, RUN, IT, "ann").startswith("Undid your edit of step 2, plan 0 for")

@@ -15,7 +15,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-from engine import curation, schema
+from engine import curation, review_trail, schema, verdict_curation
+from engine.agreement import agreement
 from engine.dbutil import TABLES
 from engine.export import pair_rows
 from engine.store import Store
@@ -121,7 +122,7 @@ def test_overrides_survive_rebuilding_auto_pairs(store):
 
 
 def sft(store: Store) -> dict[str, dict]:
-    return {r["task_id"]: r for r in curation.effective_sft_records(store, RUN, IT)}
+    return {r["task_id"]: r for r in verdict_curation.effective_sft_records(store, RUN, IT)}
 
 
 def test_sft_records_follow_critic_status(store):
@@ -141,34 +142,34 @@ def test_sft_records_follow_critic_status(store):
 
 
 def test_verdict_overrides_change_sft_records(store):
-    curation.keep_original(store, RUN, IT, "m2", 0, 0, curator="bo", reason="the critic is wrong")
+    verdict_curation.keep_original(store, RUN, IT, "m2", 0, 0, curator="bo", reason="the critic is wrong")
     assert sft(store)["m2"]["actions"] == "R1 = Calculator(10+4)"
     assert sft(store)["m2"]["subgoals"] == ["Subtract 4 from 10."]  # the judged plan's own subgoals
     assert sft(store)["m2"]["source"] == "override:keep_original"
-    curation.accept_correction(store, RUN, IT, "m2", 0, 0)
+    verdict_curation.accept_correction(store, RUN, IT, "m2", 0, 0)
     assert sft(store)["m2"]["source"] == "override:accept"
-    curation.drop_verdict(store, RUN, IT, "m1", 0, 0)
+    verdict_curation.drop_verdict(store, RUN, IT, "m1", 0, 0)
     assert "m1" not in sft(store)
-    curation.restore_verdict(store, RUN, IT, "m1", 0, 0)
+    verdict_curation.restore_verdict(store, RUN, IT, "m1", 0, 0)
     assert sft(store)["m1"]["source"] == "accepted"
     with pytest.raises(ValueError, match="no correction"):
-        curation.accept_correction(store, RUN, IT, "m1", 0, 0)
+        verdict_curation.accept_correction(store, RUN, IT, "m1", 0, 0)
     with pytest.raises(ValueError, match="no verdict"):
-        curation.drop_verdict(store, RUN, IT, "m1", 0, 5)
+        verdict_curation.drop_verdict(store, RUN, IT, "m1", 0, 5)
     queue = store.verdict_queue(RUN, IT, overridden=True)
     assert queue["task_id"].tolist() == ["m2"] and queue["override_action"][0] == "accept_correction"
 
 
 def test_edit_with_invalid_actions_raises_parse_error(store):
-    with pytest.raises(curation.InvalidActionsError, match="invalid actions") as info:
-        curation.edit_correction(store, RUN, IT, "q1", 0, 0, "R1 = Calculator(3*(4+5)")
+    with pytest.raises(verdict_curation.InvalidActionsError, match="invalid actions") as info:
+        verdict_curation.edit_correction(store, RUN, IT, "q1", 0, 0, "R1 = Calculator(3*(4+5)")
     assert info.value.parse_error.snippet  # message, span and snippet for the editor
     assert isinstance(info.value, ValueError)
     assert store.count("overrides", RUN) == 0
 
 
 def test_edit_previews_values_and_feeds_sft(store):
-    saved = curation.edit_correction(
+    saved = verdict_curation.edit_correction(
         store,
         RUN,
         IT,
@@ -201,7 +202,7 @@ def test_an_edit_gives_back_the_override_it_wrote_while_others_write(store, monk
         return written
 
     monkeypatch.setattr(store, "add_override", and_another_session_right_after)
-    saved = curation.edit_correction(store, RUN, IT, "m2", 0, 0, "R1 = Calculator(10-4)", curator="bo")
+    saved = verdict_curation.edit_correction(store, RUN, IT, "m2", 0, 0, "R1 = Calculator(10-4)", curator="bo")
     rows = store.frame("overrides", RUN, IT, target="verdict").set_index("override_id")["action"]
     assert rows[saved.override_id] == "edit" and rows.index.max() != saved.override_id
     with pytest.raises(AttributeError):  # frozen: the record of a write is not edited afterwards
@@ -209,7 +210,7 @@ def test_an_edit_gives_back_the_override_it_wrote_while_others_write(store, monk
 
 
 def test_agreement_numbers(store):
-    assert curation.agreement(store, RUN, IT) == {
+    assert agreement(store, RUN, IT) == {
         "verdicts": 3,
         "reviewed": 0,
         "agreed": 0,
@@ -222,10 +223,11 @@ def test_agreement_numbers(store):
         "by_curator": {},
         "disagreements": [],
     }
-    curation.keep_original(store, RUN, IT, "m1", 0, 0, curator="ann")  # accepted + keep -> agree
-    curation.edit_correction(store, RUN, IT, "m2", 0, 0, "R1 = Calculator(10-4)", curator="bo")  # corrected + edit
-    curation.drop_verdict(store, RUN, IT, "q1", 0, 0, curator="ann")  # unfixable + drop -> agree
-    a = curation.agreement(store, RUN)
+    verdict_curation.keep_original(store, RUN, IT, "m1", 0, 0, curator="ann")  # accepted + keep -> agree
+    # corrected + edit
+    verdict_curation.edit_correction(store, RUN, IT, "m2", 0, 0, "R1 = Calculator(10-4)", curator="bo")
+    verdict_curation.drop_verdict(store, RUN, IT, "q1", 0, 0, curator="ann")  # unfixable + drop -> agree
+    a = agreement(store, RUN)
     assert (a["reviewed"], a["agreed"], a["disagreed"]) == (3, 2, 1)
     assert a["rate"] == pytest.approx(2 / 3)
     assert a["by_action"] == {"keep_original": {"reviewed": 1, "agreed": 1}, "edit": {"reviewed": 1, "agreed": 0},
@@ -240,12 +242,12 @@ def test_agreement_numbers(store):
     # the critic queue's "overruled" filter is the same rule, in SQL: the disagreements, one click away
     assert store.verdict_queue(RUN, IT, overruled=True)["task_id"].tolist() == ["m2"]
     assert store.verdict_queue(RUN, IT, overruled=False)["task_id"].tolist() == ["m1", "q1"]
-    curation.drop_verdict(store, RUN, IT, "m1", 0, 0)  # the latest decision counts: now a disagreement
-    curation.restore_verdict(store, RUN, IT, "m2", 0, 0)  # restored -> no longer reviewed
-    a = curation.agreement(store, RUN, IT)
+    verdict_curation.drop_verdict(store, RUN, IT, "m1", 0, 0)  # the latest decision counts: now a disagreement
+    verdict_curation.restore_verdict(store, RUN, IT, "m2", 0, 0)  # restored -> no longer reviewed
+    a = agreement(store, RUN, IT)
     assert (a["reviewed"], a["agreed"], a["disagreed"], a["rate"]) == (2, 1, 1, 0.5)
     assert store.verdict_queue(RUN, IT, overruled=True)["task_id"].tolist() == ["m1"]
-    assert curation.agreement(store, RUN, 7)["verdicts"] == 0
+    assert agreement(store, RUN, 7)["verdicts"] == 0
 
 
 # -- overrides are never lost -----------------------------------------------------------------------------------------
@@ -257,8 +259,8 @@ def _curate(store: Store) -> list[int]:
     """A curator's session: a swapped and an excluded pair, a dropped and an edited verdict; the override ids."""
     ids = [curation.swap_pair(store, RUN, IT, "m1", 0, curator="ann"),
            curation.exclude_pair(store, RUN, IT, "m2", 0, curator="ann"),
-           curation.drop_verdict(store, RUN, IT, "m1", 0, 0, curator="bo")]
-    edit = curation.edit_correction(store, RUN, IT, "m2", 0, 0, EDITED, subgoals=["Subtract.", "Double."],
+           verdict_curation.drop_verdict(store, RUN, IT, "m1", 0, 0, curator="bo")]
+    edit = verdict_curation.edit_correction(store, RUN, IT, "m2", 0, 0, EDITED, subgoals=["Subtract.", "Double."],
                                     curator="bo")
     return ids + [edit.override_id]
 
@@ -375,23 +377,23 @@ def test_a_version_3_pair_override_gets_its_pair_idx_column_from_after_json(tmp_
 def test_reviews_count_toward_progress_and_never_change_the_data(store):
     """"Reviewed N of M": an item counts once anybody acted on it or marked it reviewed (looked at, left as is); a
     review mark never changes the effective pairs or training records."""
-    pairs_before, records_before = curation.effective_pairs(store, RUN, IT), curation.effective_sft_records(store, RUN,
-                                                                                                             IT)
-    assert curation.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 0, "mine": 0}
+    pairs_before = curation.effective_pairs(store, RUN, IT)
+    records_before = verdict_curation.effective_sft_records(store, RUN, IT)
+    assert review_trail.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 0, "mine": 0}
     curation.swap_pair(store, RUN, IT, "m1", 0, curator="ann")
-    curation.mark_reviewed(store, RUN, IT, "pair", "m2", 0, 0, curator="bob")
-    curation.mark_reviewed(store, RUN, IT, "pair", "m2", 0, 0, curator="ann")  # a second look: still one item
-    assert curation.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 2, "mine": 2}
-    assert curation.review_progress(store, RUN, IT, "pair", "bob") == {"total": 3, "reviewed": 2, "mine": 1}
+    review_trail.mark_reviewed(store, RUN, IT, "pair", "m2", 0, 0, curator="bob")
+    review_trail.mark_reviewed(store, RUN, IT, "pair", "m2", 0, 0, curator="ann")  # a second look: still one item
+    assert review_trail.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 2, "mine": 2}
+    assert review_trail.review_progress(store, RUN, IT, "pair", "bob") == {"total": 3, "reviewed": 2, "mine": 1}
     after = curation.effective_pairs(store, RUN, IT).set_index("task_id")
     assert not after.loc["m2", "overridden"] and after.loc["m1", "override_action"] == "swap"
     assert after.drop(index="m1")[["chosen_k", "rejected_k"]].equals(
         pairs_before.set_index("task_id").drop(index="m1")[["chosen_k", "rejected_k"]])
-    curation.mark_reviewed(store, RUN, IT, "verdict", "m1", 0, 0, curator="ann")
-    assert curation.review_progress(store, RUN, IT, "verdict", "ann") == {"total": 3, "reviewed": 1, "mine": 1}
-    assert curation.effective_sft_records(store, RUN, IT) == records_before
+    review_trail.mark_reviewed(store, RUN, IT, "verdict", "m1", 0, 0, curator="ann")
+    assert review_trail.review_progress(store, RUN, IT, "verdict", "ann") == {"total": 3, "reviewed": 1, "mine": 1}
+    assert verdict_curation.effective_sft_records(store, RUN, IT) == records_before
     with pytest.raises(ValueError, match="no pair"):
-        curation.mark_reviewed(store, RUN, IT, "pair", "nope", 0, 0)
+        review_trail.mark_reviewed(store, RUN, IT, "pair", "nope", 0, 0)
 
 
 def test_undo_takes_back_a_curators_last_actions_one_by_one(store):
@@ -401,29 +403,29 @@ def test_undo_takes_back_a_curators_last_actions_one_by_one(store):
     curation.exclude_pair(store, RUN, IT, "m2", 0, curator="bob")
     curation.swap_pair(store, RUN, IT, "m1", 0, curator="ann")
     curation.tie_pair(store, RUN, IT, "m1", 0, curator="ann")
-    curation.mark_reviewed(store, RUN, IT, "pair", "q1", 0, 0, curator="ann")
-    assert curation.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 3, "mine": 2}
+    review_trail.mark_reviewed(store, RUN, IT, "pair", "q1", 0, 0, curator="ann")
+    assert review_trail.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 3, "mine": 2}
 
-    assert curation.undo_last(store, RUN, IT, "ann")["action"] == "reviewed"
-    assert curation.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 2, "mine": 1}
-    assert curation.undo_last(store, RUN, IT, "ann")["action"] == "tie"
+    assert review_trail.undo_last(store, RUN, IT, "ann")["action"] == "reviewed"
+    assert review_trail.review_progress(store, RUN, IT, "pair", "ann") == {"total": 3, "reviewed": 2, "mine": 1}
+    assert review_trail.undo_last(store, RUN, IT, "ann")["action"] == "tie"
     assert pair(store, "m1")["override_action"] == "swap" and not pair(store, "m1")["tie"]
-    assert curation.undo_last(store, RUN, IT, "ann")["action"] == "swap"
+    assert review_trail.undo_last(store, RUN, IT, "ann")["action"] == "swap"
     back = pair(store, "m1")
     assert (back["chosen_k"], back["rejected_k"], back["overridden"]) == (auto["chosen_k"], auto["rejected_k"], False)
     with pytest.raises(ValueError, match="ann has nothing to undo"):
-        curation.undo_last(store, RUN, IT, "ann")
+        review_trail.undo_last(store, RUN, IT, "ann")
     assert pair(store, "m2")["excluded"]  # bob's exclusion stands
     assert store.pairs_page(RUN, IT, overridden=True)["task_id"].tolist() == ["m2"]  # the materialised view agrees
     assert len(store.query("SELECT * FROM overrides WHERE action = 'undo'")) == 3  # nothing deleted: an audit log
 
     before = sft(store)["m1"]
-    curation.drop_verdict(store, RUN, IT, "m1", 0, 0, curator="ann")
+    verdict_curation.drop_verdict(store, RUN, IT, "m1", 0, 0, curator="ann")
     assert "m1" not in sft(store)
-    assert curation.undo_last(store, RUN, IT, "ann", "verdict")["action"] == "drop"
+    assert review_trail.undo_last(store, RUN, IT, "ann", "verdict")["action"] == "drop"
     assert sft(store)["m1"] == before
     with pytest.raises(ValueError, match="scope"):
-        curation.undo_last(store, RUN, IT, "ann", "task")
+        review_trail.undo_last(store, RUN, IT, "ann", "task")
 
 
 def test_pair_curation_summary_tells_trained_overrides_from_later_ones(store):
@@ -464,17 +466,17 @@ def test_pending_counts_only_pairs_a_retraining_would_change(store):
 
     curation.swap_pair(store, RUN, IT, "m1", curator="ann")  # in the checkpoint
     curation.swap_pair(store, RUN, IT, "q1", curator="ann")
-    curation.undo_last(store, RUN, IT, "ann")  # undone before the training: not in the checkpoint
+    review_trail.undo_last(store, RUN, IT, "ann")  # undone before the training: not in the checkpoint
     recorded = live_pair_actions(store, RUN, IT)  # what train_planner records as it reads the pairs
     store.set_stage(RUN, IT, "train_planner", "done", counts={"rows": 3, "curation": recorded})
     assert pending() == 0
     for _ in range(2):  # the second round must not add up either
         curation.swap_pair(store, RUN, IT, "m2", curator="rev")
-        curation.undo_last(store, RUN, IT, "rev")
+        review_trail.undo_last(store, RUN, IT, "rev")
         curation.exclude_pair(store, RUN, IT, "q1", curator="rev")
         curation.tie_pair(store, RUN, IT, "q1", curator="rev")
         curation.restore_pair(store, RUN, IT, "q1", curator="rev")
-        curation.mark_reviewed(store, RUN, IT, "pair", "m2", 0, 0, curator="rev")
+        review_trail.mark_reviewed(store, RUN, IT, "pair", "m2", 0, 0, curator="rev")
         assert pending() == 0
     curation.swap_pair(store, RUN, IT, "m2", curator="rev")
     assert pending() == 1

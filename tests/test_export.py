@@ -8,7 +8,7 @@ import unittest.mock
 import datasets
 import pytest
 
-from engine import curation
+from engine import curation, verdict_curation
 from engine.commands import export as export_command
 from engine.export import export_pairs, export_sft
 from engine.prompts import grounder_messages, planner_user
@@ -61,7 +61,8 @@ def test_export_pairs_loads_and_matches(store, tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_export_sft_loads_and_matches(store, tmp_path, fmt):
-    curation.edit_correction(store, RUN, IT, "q1", 0, 0, "R1 = KnowledgeQuery(Ada Lovelace); R2 = QA([R1], born?)")
+    verdict_curation.edit_correction(store, RUN, IT, "q1", 0, 0,
+                                     "R1 = KnowledgeQuery(Ada Lovelace); R2 = QA([R1], born?)")
     path = tmp_path / f"sft.{fmt}"
     assert export_sft(store, RUN, IT, path, fmt) == 3
     rows = load(path, fmt, tmp_path)

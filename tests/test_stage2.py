@@ -163,7 +163,7 @@ def test_stage2_grounds_what_is_judged_and_trains_on_the_sampled_plans(tmp_path,
         verdicts = store.frame("verdicts", run_id, 1)
         assert len(verdicts) == len(groundings)
         # Every training record keeps the sampled plan unless the critic had to correct the plan itself.
-        from engine.curation import effective_sft_records
+        from engine.verdict_curation import effective_sft_records
 
         subgoals = {(r.task_id, r.k): json.loads(r.subgoals_json) for r in plans.itertuples()}
         for record, verdict in zip(effective_sft_records(store, run_id, 1), verdicts.itertuples()):

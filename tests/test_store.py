@@ -555,7 +555,7 @@ def test_a_stage_left_running_by_a_dead_process_reads_as_interrupted(tmp_path):
 
 
 def test_review_orders_put_unreviewed_and_disagreeing_items_first(store):
-    from engine.curation import mark_reviewed, undo_last
+    from engine.review_trail import mark_reviewed, undo_last
 
     build_world(store)
     # a grounding that misses the gold answer but was accepted: the critic contradicts the execution

@@ -15,7 +15,8 @@ import pytest
 
 from engine.config import load_config
 from engine.store import Store
-from studio.tab_run import CAUTION_HEAD, RUNNING_NOTE, check_config, config_toml, create_run_from_text, settled_message
+from studio.new_run_config import CAUTION_HEAD, check_config, config_toml, create_run_from_text
+from studio.run_jobs import RUNNING_NOTE, settled_message
 from tests.test_preflight import CHATML, build
 
 FIELD = '- **planner.chat_template = "lumos"**: '

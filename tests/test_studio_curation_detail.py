@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import pytest
 
-from engine import curation
+from engine import curation, review_trail
 from engine.store import Store
-from tests._store_world import IT, RUN, add_iterative_step, build_world
+from tests._store_world import IT, RUN, add_iterative_step, world_store
 
 
 @pytest.fixture
 def store(tmp_path):
-    with Store(tmp_path / "ws.duckdb") as s:
-        build_world(s)
-        yield s
+    yield from world_store(tmp_path)
 
 
 def _original(store: Store, key: str) -> str:
@@ -167,17 +165,17 @@ def test_replaced_decision_skips_undone_rows_and_restores(store):
     the item was back to the engine's result (nothing replaced)."""
     swap = curation.swap_pair(store, RUN, IT, "m1", curator="ana")
     excl = curation.exclude_pair(store, RUN, IT, "m1", curator="ben")
-    assert curation.replaced_decision(store, swap) is None
-    assert curation.replaced_decision(store, excl) == {"override_id": swap, "action": "swap", "curator": "ana"}
-    curation.undo_last(store, RUN, IT, "ben", "pair")  # ben's exclude undone: ana's swap is live again
+    assert review_trail.replaced_decision(store, swap) is None
+    assert review_trail.replaced_decision(store, excl) == {"override_id": swap, "action": "swap", "curator": "ana"}
+    review_trail.undo_last(store, RUN, IT, "ben", "pair")  # ben's exclude undone: ana's swap is live again
     tie = curation.tie_pair(store, RUN, IT, "m1", curator="cy")
-    assert curation.replaced_decision(store, tie)["override_id"] == swap
+    assert review_trail.replaced_decision(store, tie)["override_id"] == swap
     curation.restore_pair(store, RUN, IT, "m1", curator="cy")
-    assert curation.replaced_decision(store, curation.swap_pair(store, RUN, IT, "m1", curator="dee")) is None
-    review = curation.mark_reviewed(store, RUN, IT, "pair", "m1", 0, 0, curator="eve")
-    assert curation.replaced_decision(store, review)["curator"] == "dee"  # the decision a review left standing
-    assert curation.looked_right(store, RUN, IT, "pair") == {("m1", 0, 0): "eve"}
-    assert curation.looked_right(store, RUN, IT, "pair", ["m2"]) == {}
+    assert review_trail.replaced_decision(store, curation.swap_pair(store, RUN, IT, "m1", curator="dee")) is None
+    review = review_trail.mark_reviewed(store, RUN, IT, "pair", "m1", 0, 0, curator="eve")
+    assert review_trail.replaced_decision(store, review)["curator"] == "dee"  # the decision a review left standing
+    assert review_trail.looked_right(store, RUN, IT, "pair") == {("m1", 0, 0): "eve"}
+    assert review_trail.looked_right(store, RUN, IT, "pair", ["m2"]) == {}
 
 
 # -- 4. Save edit of actions that do not run ----------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import curation
+from engine.agreement import agreement as critic_agreement
 from engine.config import load_config
 from engine.loop import create_run, run_stage
 from engine.store import Store
@@ -264,7 +264,7 @@ def test_critic_queue_edit_validates_and_executes(store, run_id):
     assert tab_critic.verdict_action(store, run_id, 1, key, "drop", "dave").startswith("“Drop”")
     assert "Agreement" in tab_critic.agreement_markdown(store, run_id, 1)
     # "overruled" lists exactly the agreement's disagreements (a drop overrules an accepted or corrected verdict)
-    agreement = curation.agreement(store, run_id, 1)
+    agreement = critic_agreement(store, run_id, 1)
     overruled, n = tab_critic.verdict_table(store, run_id, 1, reviewed="overruled")
     assert list(overruled["key"]) == [tab_critic.verdict_key(d["task_id"], d["step"], d["k"])
                                       for d in agreement["disagreements"]] and n == agreement["disagreed"]
@@ -331,33 +331,33 @@ def test_the_export_tab_refuses_what_the_iteration_cannot_hold_and_writes_nothin
 
 
 def test_config_validation_names_the_field_and_cli_command():
-    from studio import tab_run
+    from studio import new_run_config as box
     from studio.common import spaces_capped
 
     text = Path("examples/demo.toml").read_text()
-    assert tab_run.validate_config(text)[1] == ""
-    config, error = tab_run.validate_config(text.replace("k = 15", "k = 1"))
+    assert box.validate_config(text)[1] == ""
+    config, error = box.validate_config(text.replace("k = 15", "k = 1"))
     assert config is None and error.startswith("**sample.k**")
-    assert tab_run.validate_config(text + "\n[sample]\nbogus = 1\n")[1].startswith("**TOML syntax, line ")
-    assert tab_run.validate_config(text.replace("top_p = 0.95", "top_p = 2", 1))[1].startswith("**sample.top_p**")
-    cmd = tab_run.cli_command("examples/demo.toml", text.replace("k = 15", "k = 4"))
+    assert box.validate_config(text + "\n[sample]\nbogus = 1\n")[1].startswith("**TOML syntax, line ")
+    assert box.validate_config(text.replace("top_p = 0.95", "top_p = 2", 1))[1].startswith("**sample.top_p**")
+    cmd = box.cli_command("examples/demo.toml", text.replace("k = 15", "k = 4"))
     assert cmd == "python -m engine run --config examples/demo.toml --set sample.k=4"
     # Spaces refuses over-cap sizes (naming the field) and starts the editor from a capped config instead.
-    assert tab_run.validate_config(text, spaces=True)[1].startswith("**data.train_limit**: at most 16")
-    capped_text = tab_run.config_toml(spaces_capped(load_config("examples/demo.toml")))
-    capped, error = tab_run.validate_config(capped_text, spaces=True)
+    assert box.validate_config(text, spaces=True)[1].startswith("**data.train_limit**: at most 16")
+    capped_text = box.config_toml(spaces_capped(load_config("examples/demo.toml")))
+    capped, error = box.validate_config(capped_text, spaces=True)
     assert error == "" and capped.sample.k == 4 and capped.data.train_limit == 16
-    assert tab_run.validate_config(text.replace("assets/demo/planner", "gpt2"), spaces=True)[1].startswith(
+    assert box.validate_config(text.replace("assets/demo/planner", "gpt2"), spaces=True)[1].startswith(
         "**planner.path**")
     # a curriculum phase cannot lift a cap either
     phased = capped_text.replace("phases = []\n", "") + '\n[[schedule.phases]]\nname = "big"\nset = ["sample.k=15"]\n'
-    assert tab_run.validate_config(phased, spaces=True)[1].startswith(
+    assert box.validate_config(phased, spaces=True)[1].startswith(
         "**schedule.phases[1].set**: sample.k: at most 4")
-    assert tab_run.validate_config(phased.replace("sample.k=15", "sample.k=3"), spaces=True)[1] == ""
+    assert box.validate_config(phased.replace("sample.k=15", "sample.k=3"), spaces=True)[1] == ""
 
 
 def test_job_worker_refuses_a_second_job_and_reattaches(store, run_id):
-    from studio import tab_run
+    from studio import run_jobs
     from studio.jobs import JobWorker
 
     jobs = JobWorker(store)
@@ -370,7 +370,7 @@ def test_job_worker_refuses_a_second_job_and_reattaches(store, run_id):
     # A second session (or a reload) only has the shared worker: it sees the running job and its progress.
     snap = jobs.snapshot()
     assert snap["running"] and snap["label"] == "next_stage" and snap["events"][-1]["done"] == 1
-    page = tab_run.job_markdown(jobs)
+    page = run_jobs.job_markdown(jobs)
     assert "running" in page and "1/4" in page and "ETA 3s" in page
     assert jobs.stop().startswith("Stop requested") and jobs.wait(10)
     assert jobs.snapshot()["status"] == "stopped"

@@ -20,8 +20,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 
-from engine.store import Store
-from tests._store_world import IT, RUN, build_world
+from tests._store_world import IT, RUN, app_fns, world_store
 
 VIEWER, CURATOR = "vic", "ben"
 KEY = "m1|0|0"  # a pair key and a verdict key of the world
@@ -35,9 +34,7 @@ def _as(user: str | None) -> SimpleNamespace:
 
 @pytest.fixture
 def store(tmp_path):
-    with Store(tmp_path / "ws.duckdb") as s:
-        build_world(s)
-        yield s
+    yield from world_store(tmp_path)
 
 
 @pytest.fixture
@@ -47,10 +44,6 @@ def demo(store):
     app = build_app(store, "examples/demo.toml", viewers=frozenset({VIEWER}))
     yield app
     app.close()
-
-
-def _fns(demo) -> dict:
-    return {f.api_name: f for f in demo.fns.values() if f.api_name}
 
 
 def _by_block(fn, values) -> list[tuple[object, object]]:
@@ -67,7 +60,7 @@ def _by_id(fn, values) -> dict:
 
 
 def test_on_load_a_viewer_reads_viewing_as_and_every_write_control_is_switched_off(demo):
-    load = _fns(demo)["studio_load"]
+    load = app_fns(demo)["studio_load"]
     out = _by_id(load, load.fn({}, _as(VIEWER)))
     assert out["curator-who"] == f"Viewing as **{VIEWER}** (read-only)"
     assert out["curator-name"]["value"] == VIEWER and out["curator-name"]["interactive"] is False
@@ -80,7 +73,7 @@ def test_on_load_a_viewer_reads_viewing_as_and_every_write_control_is_switched_o
 
 
 def test_on_load_a_curators_login_names_them_and_locks_the_name_box_and_leaves_the_buttons(demo):
-    load = _fns(demo)["studio_load"]
+    load = app_fns(demo)["studio_load"]
     out = _by_id(load, load.fn({}, _as(CURATOR)))
     assert out["curator-who"] == f"Curating as **{CURATOR}**"
     assert out["curator-name"]["value"] == CURATOR and out["curator-name"]["interactive"] is False
@@ -90,7 +83,7 @@ def test_on_load_a_curators_login_names_them_and_locks_the_name_box_and_leaves_t
 
 def test_on_load_without_a_login_leaves_the_name_box_the_header_and_the_buttons_alone(demo):
     """A name typed before the page finished loading must survive the load."""
-    load = _fns(demo)["studio_load"]
+    load = app_fns(demo)["studio_load"]
     values = load.fn({}, _as(None))
     run, *rest = values
     assert run["choices"] and all(v == gr.skip() for v in rest)
@@ -115,7 +108,7 @@ def test_the_name_box_cannot_change_the_curator_under_a_login(demo):
     """Typed "zed" under ben's login: the header said "Curating as zed", the overrides said "by ben"."""
     from studio.common import curator_of
 
-    name = _fns(demo)["studio_curator_name"]
+    name = app_fns(demo)["studio_curator_name"]
     curator, who, saved = name.fn("zed", _as(CURATOR))
     assert curator == gr.skip() and saved == gr.skip()  # the session's name and the browser's kept name unchanged
     assert who == f"Curating as **{CURATOR}**"
@@ -129,7 +122,7 @@ def test_the_name_box_cannot_change_the_curator_under_a_login(demo):
 
 @pytest.mark.parametrize("endpoint", ["pairs_detail", "pairs_detail_redraw"])
 def test_a_picked_pair_keeps_a_viewers_write_buttons_off_and_the_evidence_on(demo, endpoint):
-    fn = _fns(demo)[endpoint]
+    fn = app_fns(demo)[endpoint]
     args = (RUN, IT, KEY) + ((None,) if endpoint.endswith("redraw") else ())
     viewer, curator = _by_id(fn, fn.fn(*args, _as(VIEWER))), _by_id(fn, fn.fn(*args, _as(CURATOR)))
     assert [viewer[b]["interactive"] for b in PAIR_WRITES] == [False] * len(PAIR_WRITES)
@@ -139,7 +132,7 @@ def test_a_picked_pair_keeps_a_viewers_write_buttons_off_and_the_evidence_on(dem
 
 @pytest.mark.parametrize("endpoint", ["critic_detail", "critic_detail_redraw"])
 def test_a_picked_verdict_keeps_a_viewers_write_buttons_off_and_the_preview_on(demo, endpoint):
-    fn = _fns(demo)[endpoint]
+    fn = app_fns(demo)[endpoint]
     args = (RUN, IT, "m2|0|0") + ((None,) if endpoint.endswith("redraw") else ())  # m2: a correction to accept
     viewer, curator = _by_id(fn, fn.fn(*args, _as(VIEWER))), _by_id(fn, fn.fn(*args, _as(CURATOR)))
     writes = [*VERDICT_WRITES, "critic-accept_correction"]

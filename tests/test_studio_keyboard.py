@@ -207,14 +207,14 @@ def test_filters_and_name_survive_a_reload_and_the_overruled_verdicts_are_one_cl
     """A curator's queue filters and name are kept in their browser (studio.remember): after a reload the Pairs
     queue is still in "length bias first" order and the name is still set. The agreement line's button filters the
     critic queue to the verdicts where a curator overruled the critic."""
-    from engine import curation
+    from engine import verdict_curation
 
     url, store, run_id, _ = served_big
     expect = sync_api.expect
     rows = store.verdict_queue(run_id, 1, overridden=False, limit=500)
     target = rows[rows["status"].isin(["accepted", "corrected"])].iloc[0]  # a drop overrules the critic here
-    curation.drop_verdict(store, run_id, 1, target["task_id"], int(target["step"]), int(target["k"]),
-                          curator="keeper")
+    verdict_curation.drop_verdict(store, run_id, 1, target["task_id"], int(target["step"]), int(target["k"]),
+                                  curator="keeper")
     length_head = store.pairs_page(run_id, 1, order="length", limit=1)
     head = f"{length_head['task_id'][0]}|{int(length_head['step'][0])}|{int(length_head['pair_idx'][0])}"
 

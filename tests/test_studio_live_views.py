@@ -14,7 +14,7 @@ import re
 import pytest
 
 from engine.store import Store
-from tests._store_world import IT, RUN, auto_pair_rows, build_world
+from tests._store_world import IT, RUN, auto_pair_rows, studio_fns, world_store
 
 CURATOR = "rita"
 VIEW = f"{RUN}\n{IT}"
@@ -24,17 +24,12 @@ PAIRS_FILTERS = ("", "", "", "any", "any", "any", "task", 1)
 
 @pytest.fixture
 def store(tmp_path):
-    with Store(tmp_path / "ws.duckdb") as s:
-        build_world(s)
-        yield s
+    yield from world_store(tmp_path)
 
 
 @pytest.fixture
 def fns(store):
-    from studio.app import build_app
-
-    demo = build_app(store, "examples/demo.toml")
-    return {f.api_name: f for f in demo.fns.values() if f.api_name}
+    return studio_fns(store)
 
 
 def _watched(fns) -> list[str]:
@@ -264,13 +259,13 @@ def test_a_live_reload_keeps_a_pick_an_action_took_off_the_filtered_page(store, 
     (the action's reload sends choices only) and the curator starts an edit of it. train_grounder then ends: the live
     reload put the picker on the page's first verdict, whose change redrew the view and replaced the edit. It now
     sends choices only (m2's own label among them); only an empty picker takes the first item. Pairs alike."""
-    from engine import curation
+    from engine import curation, verdict_curation
 
     load = fns["critic_queue"].fn
     live = _live(fns, "critic")
     first = load(RUN, IT, "", "no", "task", 1, None, CURATOR, None)
     assert "m2|0|0" in list(first[1]["key"]) and first[2]["value"] == "m1|0|0"
-    curation.accept_correction(store, RUN, IT, "m2", 0, 0, curator=CURATOR)
+    verdict_curation.accept_correction(store, RUN, IT, "m2", 0, 0, curator=CURATOR)
     store.set_stage(RUN, IT, "train_grounder", "done")
     assert isinstance(_check(fns, "critic")["critic"], str)
     out = load(RUN, IT, "", "no", "task", 1, "m2|0|0", CURATOR, None, evt=live)

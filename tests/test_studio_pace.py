@@ -11,18 +11,15 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-from engine.store import Store
 from studio.pace import IDLE_S, RUN_TAB_BUSY_S, SYNC_BUSY_S
 from studio.redraw import only_changed, signature
-from tests._store_world import RUN, build_world
+from tests._store_world import RUN, world_store
 from tests._studio import blocking_job
 
 
 @pytest.fixture
 def world(tmp_path):
-    with Store(tmp_path / "pace.duckdb") as s:
-        build_world(s)
-        yield s
+    yield from world_store(tmp_path)
 
 
 def _skipped(output) -> bool:

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 
 import pytest
 
-from engine import curation
+from engine import curation, review_trail, verdict_curation
 from engine.actions import parse_actions
 from engine.store import Store
-from tests._store_world import IT, RUN, build_world
+from tests._store_world import IT, RUN, build_world, studio_fns, world_store
 
 CURATOR = "rita"
 # min margin, max margin, text, overridden, excluded, ties, order
@@ -29,17 +29,12 @@ NO_FILTERS = ("", "", "", "any", "any", "any", "task")
 
 @pytest.fixture
 def store(tmp_path):
-    with Store(tmp_path / "ws.duckdb") as s:
-        build_world(s)
-        yield s
+    yield from world_store(tmp_path)
 
 
 @pytest.fixture
 def fns(store):
-    from studio.app import build_app
-
-    demo = build_app(store, "examples/demo.toml")
-    return {f.api_name: f for f in demo.fns.values() if f.api_name}
+    return studio_fns(store)
 
 
 def _outputs(fns, name: str) -> list[str | None]:
@@ -489,7 +484,7 @@ LOAD = {"pairs": (RUN, IT, *NO_FILTERS, 1), "critic": (RUN, IT, "", "any", "task
 QUEUE = {"pairs": (RUN, IT, *_applied(), 1), "critic": LOAD["critic"]}
 BOB_DECIDES = {"pairs": ("swap", lambda store: curation.swap_pair(store, RUN, IT, "m2", 0, curator="bob")),
                "critic": ("keep_original",
-                          lambda store: curation.keep_original(store, RUN, IT, "m2", 0, 0, curator="bob"))}
+                          lambda store: verdict_curation.keep_original(store, RUN, IT, "m2", 0, 0, curator="bob"))}
 
 
 @pytest.mark.parametrize("tab", ["pairs", "critic"])
@@ -627,7 +622,7 @@ def test_a_walks_refresh_never_paints_over_a_newer_read_of_the_queue(store, fns,
     out = session.call(f"{tab}_next_reload")
     assert started and list(out.values()) == [gr.skip()] * len(out)
     monkeypatch.undo()
-    curation.mark_reviewed(store, RUN, IT, "pair" if tab == "pairs" else "verdict", "q1", 0, 0, curator="bob")
+    review_trail.mark_reviewed(store, RUN, IT, "pair" if tab == "pairs" else "verdict", "q1", 0, 0, curator="bob")
     session.call(f"{tab}_next")  # the next key press's refresh paints again
     assert "by the team" in session.call(f"{tab}_next_reload")[f"{tab}-info"]
 
@@ -746,7 +741,7 @@ def test_in_the_page_j_shows_what_another_curator_decided_meanwhile(tmp_path):
             if tab == "pairs":  # on the third item: the one j moves to is not the one that changed
                 curation.swap_pair(store, RUN, IT, "q1", 0, curator="bob")
             else:
-                curation.keep_original(store, RUN, IT, "q1", 0, 0, curator="bob")
+                verdict_curation.keep_original(store, RUN, IT, "q1", 0, 0, curator="bob")
             page.locator("body").press("j")
             expect(pick).to_have_value(re.compile("m2"))
             expect(page.locator(f"#{tab}-info")).to_contain_text("reviewed 1 of 3 by the team", timeout=10_000)
@@ -817,12 +812,12 @@ def test_the_counters_tick_never_paints_over_a_newer_read_of_the_queue(store, fn
     session = _Session(fns)
     session.call(SEARCH[tab])
     BOB_DECIDES[tab][1](store)  # so that the tick has a new count to send
-    started = _newer_read_after(monkeypatch, curation, "review_progress", fns, tab, newer)  # the tick's read
+    started = _newer_read_after(monkeypatch, review_trail, "review_progress", fns, tab, newer)  # the tick's read
     assert session.call(f"{tab}_counters")[f"{tab}-info"] == gr.skip() and started
     monkeypatch.undo()
     assert session.call(f"{tab}_counters")[f"{tab}-info"] == gr.skip()  # the newer read drew the counts of now
     target = "pair" if tab == "pairs" else "verdict"
-    curation.mark_reviewed(store, RUN, IT, target, "q1", 0, 0, curator="bob")
+    review_trail.mark_reviewed(store, RUN, IT, target, "q1", 0, 0, curator="bob")
     assert "reviewed" in session.call(f"{tab}_counters")[f"{tab}-info"]
 
 
@@ -870,7 +865,7 @@ def test_the_counters_timer_is_off_until_shown_and_reads_nothing_for_a_line_with
         assert isinstance(timer, gr.Timer) and not timer.active and timer.value == COUNTERS_S
         assert on.fn is None and [c.elem_id for c in on.inputs] == ["view-key", "tab-key"]
         assert fns[f"{tab}_counters"].targets == [(timer._id, "tick")]
-    monkeypatch.setattr(curation, "review_progress", lambda *a, **k: pytest.fail("the tick read the store"))
+    monkeypatch.setattr(review_trail, "review_progress", lambda *a, **k: pytest.fail("the tick read the store"))
     assert fns["pairs_counters"].fn(None) == gr.skip()  # no line drawn in this session yet
     line = _search(fns, it=IT + 5)[0]
     assert line.startswith("0 rows") and "reviewed" not in line
@@ -897,7 +892,7 @@ def test_in_the_page_the_team_counters_follow_another_curator_while_this_one_onl
             expect(page.locator(f"#{tab}-table")).not_to_contain_text("bob")
             expect(pick).to_have_value(re.compile("m1"))
         # On the Critic tab the Pairs tab's timer is off: bob's next pair decision waits for the Pairs tab.
-        curation.mark_reviewed(store, RUN, IT, "pair", "q1", 0, 0, curator="bob")
+        review_trail.mark_reviewed(store, RUN, IT, "pair", "q1", 0, 0, curator="bob")
         page.wait_for_timeout(3000)
         assert "reviewed 1 of 3 by the team" in page.locator("#pairs-info").text_content()
         page.get_by_role("tab", name="Pairs").click()
@@ -911,5 +906,5 @@ def test_in_the_page_the_team_counters_follow_another_curator_while_this_one_onl
         # A reload comes back to the Pairs tab (studio.place) without a click: its timer is on all the same.
         page.reload()
         expect(page.locator("#pairs-info")).to_contain_text("reviewed 2 of 3 by the team")
-        curation.mark_reviewed(store, RUN, IT, "pair", "m1", 0, 0, curator="bob")
+        review_trail.mark_reviewed(store, RUN, IT, "pair", "m1", 0, 0, curator="bob")
         expect(page.locator("#pairs-info")).to_contain_text("reviewed 3 of 3 by the team", timeout=10_000)

@@ -60,7 +60,7 @@ def _ctx(store: Store, jobs: JobWorker):
 
 def test_next_stage_on_a_complete_run_says_it_starts_the_next_iteration_and_raises_run_iterations(store, tmp_path):
     from studio.jobs import loop_stages
-    from studio.tab_run import job_plan
+    from studio.run_jobs import job_plan
 
     run_id = _run(store, tmp_path, {"run": {"iterations": 1}})
     _complete(store, run_id, 1)
@@ -75,7 +75,7 @@ def test_next_stage_on_a_complete_run_says_it_starts_the_next_iteration_and_rais
 
 
 def test_every_job_line_names_the_stage_it_runs(store, tmp_path):
-    from studio.tab_run import job_plan
+    from studio.run_jobs import job_plan
 
     run_id = _run(store, tmp_path, {"run": {"iterations": 2}, "stages": {"grounder_data": "raw"}})
     assert job_plan(store, run_id, "next_stage") == ": stage **evaluate** of iteration 0."
@@ -93,7 +93,7 @@ def test_every_job_line_names_the_stage_it_runs(store, tmp_path):
 def test_start_job_announces_the_plan_and_the_job_raises_run_iterations_as_the_cli_does(store, tmp_path,
                                                                                        monkeypatch):
     import engine.loop
-    from studio.tab_run import start_job
+    from studio.run_jobs import start_job
 
     ran = []
 
@@ -129,7 +129,7 @@ def test_start_job_announces_the_plan_and_the_job_raises_run_iterations_as_the_c
 # -- 2. the stop line settles -----------------------------------------------------------------------------------------
 
 def test_the_stop_line_names_the_job_and_settles_into_how_it_ended(store, tmp_path):
-    from studio.tab_run import settled_message
+    from studio.run_jobs import settled_message
 
     run_id = _run(store, tmp_path)
     jobs = JobWorker(store)
@@ -149,7 +149,7 @@ def test_the_stop_line_names_the_job_and_settles_into_how_it_ended(store, tmp_pa
 
 def test_the_picked_runs_workdir_outside_the_workspace_is_moved_inside_and_other_paths_are_named(store, tmp_path,
                                                                                                 monkeypatch):
-    from studio.tab_run import new_run_workdir, picked_config, validate_config
+    from studio.new_run_config import new_run_workdir, picked_config, validate_config
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -270,7 +270,7 @@ def test_rest_of_iteration_on_a_complete_run_starts_nothing_and_points_at_next_i
     targets nothing (it used to start, train and record iteration N+1), and the button starts no job and says what
     to press instead."""
     from studio.jobs import loop_reach, loop_stages
-    from studio.tab_run import job_plan, start_job
+    from studio.run_jobs import job_plan, start_job
 
     run_id = _run(store, tmp_path, {"run": {"iterations": 1}})
     _complete(store, run_id, 1)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from engine.store import Store
-from tests._store_world import IT, RUN, build_world
+from tests._store_world import IT, RUN, world_store
 
 GRPO_LOGS = [{"step": i, "loss": -0.2 + 0.05 * i, "reward": 0.5 + 0.1 * i, "reward_std": 0.3,
               "rewards/gap/mean": -0.3, "rewards/execution/mean": 0.5, "frac_reward_zero_std": 0.0} for i in (1, 2, 3)]
@@ -31,9 +31,7 @@ def _objectives(store: Store, planner: str = "dpo", grounder: str = "sft") -> No
 
 @pytest.fixture
 def world(tmp_path):
-    with Store(tmp_path / "ws.duckdb") as s:
-        build_world(s)
-        yield s
+    yield from world_store(tmp_path)
 
 
 def _titles(html: str) -> list[str]:
@@ -177,7 +175,7 @@ def app(world):
 
 
 def test_the_advanced_config_is_labelled_as_a_new_runs_and_loads_the_picked_runs(app, world):
-    from studio.tab_run import picked_config, validate_config
+    from studio.new_run_config import picked_config, validate_config
 
     demo, by_id = app
     assert by_id["run-advanced"]["props"]["label"] == "Advanced: config for a new run (TOML)"
@@ -195,7 +193,7 @@ def test_the_advanced_config_is_labelled_as_a_new_runs_and_loads_the_picked_runs
 # -- 3. validate messages -------------------------------------------------------------------------------------------
 
 def test_validate_messages_name_the_problem_once_and_plainly():
-    from studio.tab_run import cli_command, validate_config
+    from studio.new_run_config import cli_command, validate_config
 
     text = Path("examples/demo.toml").read_text()
     bad_k = text.replace("k = 15", "k = 1")
@@ -216,7 +214,7 @@ def test_validate_messages_name_the_problem_once_and_plainly():
 
 def test_the_started_line_says_how_the_job_ended(world, app):
     from studio.jobs import JobWorker
-    from studio.tab_run import RUNNING_NOTE, settled_message
+    from studio.run_jobs import RUNNING_NOTE, settled_message
 
     created = f"Created run `{RUN}` (3 tasks). The starting agents' evaluation (iteration 0), then MOAT's first " \
               f"iteration, {RUNNING_NOTE}"

@@ -532,7 +532,7 @@ def test_config_paths_from_the_page_stay_in_the_workspace(server_a, tmp_path_fac
 
     from engine.config import config_to_dict, load_config
     from engine.loop import run_config
-    from studio.tab_run import config_toml
+    from studio.new_run_config import config_toml
 
     url, store, run_id, demo = server_a
     base = tmp_path_factory.getbasetemp().resolve()
@@ -624,7 +624,7 @@ def test_spaces_mode_refuses_other_models_and_over_cap_sizes_over_http(server_c)
 
     from engine.config import config_to_dict, load_config
     from studio.common import spaces_capped
-    from studio.tab_run import config_toml
+    from studio.new_run_config import config_toml
 
     url, store, run_id, demo = server_c
     client = Client(url, verbose=False)

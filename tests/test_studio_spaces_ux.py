@@ -300,13 +300,13 @@ def test_start_a_new_run_runs_through_the_first_moat_iteration(store, run_id, mo
     """*Start a new run* once stopped after iteration 0's evaluation (a "next iteration" job on a fresh run), so a
     new run, the newest and so where fresh browsers land, had nothing in Pairs or Critic. Its job runs the loop
     through iteration 1, as the first-visit run does."""
-    from studio import tab_run
+    from studio import run_jobs
     from studio.jobs import JobWorker
 
     calls = []
-    monkeypatch.setattr(tab_run, "run_loop", lambda store, run, **kw: calls.append((run, kw["iterations"])) or "done")
+    monkeypatch.setattr(run_jobs, "run_loop", lambda store, run, **kw: calls.append((run, kw["iterations"])) or "done")
     jobs = JobWorker(store)
-    assert tab_run.start_first_iteration(store, jobs, run_id, "ann") is None
+    assert run_jobs.start_first_iteration(store, jobs, run_id, "ann") is None
     jobs._thread.join(timeout=30)
     assert calls == [(run_id, 1)] and jobs.snapshot()["status"] == "finished", jobs.snapshot()
 

@@ -29,7 +29,6 @@ from typing import Any
 
 from engine import prompts
 from engine.config import RunConfig
-from engine.curation import effective_sft_records
 from engine.curation_summary import live_pair_actions
 from engine.errors import StageStopped
 from engine.export import pair_rows
@@ -49,6 +48,7 @@ from engine.stages.checkpoints import (
 from engine.stages.context import StageContext
 from engine.tasks import Task
 from engine.turns import Agent, grounding_messages, plan_subgoals
+from engine.verdict_curation import effective_sft_records
 
 
 def launched(ctx: StageContext) -> bool:

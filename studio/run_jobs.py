@@ -1,0 +1,156 @@
+"""The Run tab's job lines, as plain functions of the store and the shared ``JobWorker`` (the Gradio wiring is
+``studio.tab_run.build``): what a job button does (``start_job``: the write guard, on Spaces the policy and the
+iteration cap, then the job; the server decides, whatever the page sends), what the job will run, said in the line
+that announces it (``job_plan``: the stage a *Next stage* job runs, always; a job past the run's ``run.iterations``
+says that it raises it, as the job does: ``studio.jobs``), *Start a new run*'s job (``start_first_iteration``: the
+iteration-0 evaluation, then iteration 1), the worker's state as markdown (``job_markdown``), and the announcing line
+turned into how the job ended once it has (``settled_message``; a created run's cautions stay below it).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gradio as gr
+
+from engine.errors import ConfigError
+from engine.loop import is_skipped, pending, run_config, run_loop
+from engine.schedule import iteration_config
+from engine.store import Store
+from studio.common import SPACES_CAPS, Ctx, check_writable, spaces_policy, who_of
+from studio.jobs import JobWorker, loop_stages
+from studio.new_run_config import markdown_escaped
+
+# The line *Start a new run* ends with while its job runs (``settled_message`` replaces it once the job has ended).
+RUNNING_NOTE = "are running: the pipeline below follows them."
+# How ``job_plan`` begins when a job would run no stage (``start_job`` then starts none).
+NOTHING_LEFT = ": nothing is left to run"
+
+
+def start_job(ctx: Ctx, kind: str, run_id: str | None, name: str, request: gr.Request | None) -> str:
+    """What a job button (``next_stage`` / ``rest_of_iteration`` / ``next_iteration``) does: the write guard, on
+    Spaces the policy and the iteration cap, then the job on the shared worker; the line the page shows."""
+    check_writable(ctx, request)
+    if not run_id:
+        return "Pick or create a run first."
+    max_iteration = None
+    if ctx.spaces and ctx.store.get_run(run_id) is not None:
+        try:  # a run put in the store by other means must still pass the Spaces policy
+            spaces_policy(run_config(ctx.store, run_id))
+        except ConfigError as exc:
+            return f"Refused on Spaces: {exc}"
+        # The policy checks the config's run.iterations, but each press may start one iteration past it: the
+        # worker caps the iterations the job runs.
+        max_iteration = dict(SPACES_CAPS)["run.iterations"]
+    # Described before the job starts: once it runs, the store (and run.iterations) moves under the description.
+    plan = job_plan(ctx.store, run_id, kind) if ctx.store.get_run(run_id) is not None else ""
+    if plan.startswith(NOTHING_LEFT):  # no job to start: say so rather than announce one that does nothing
+        if max_iteration is not None:  # Spaces: no further iteration to point at
+            plan = plan.replace(" *Next iteration* starts another.", "")
+        return f"Nothing started: `{kind}` on `{run_id}` would run nothing{plan.removeprefix(NOTHING_LEFT)}"
+    refused = ctx.jobs.start_loop(kind, run_id, user=who_of(name, request) or "", max_iteration=max_iteration,
+                                  where="on Spaces")
+    return refused or f"Started `{kind}` on `{run_id}`{plan}"
+
+
+def job_plan(store: Store, run_id: str, kind: str) -> str:
+    """What a loop job of ``kind`` will run, as the rest of its "Started `kind` on `run`" line (from ``": "`` or
+    ``". "`` to the final period; ``studio.jobs.loop_stages``): the stage a one-stage job runs (and why the run
+    skips it, when it does), else how many stages of which iterations from which stage. A job that goes past the
+    run's ``run.iterations`` says so: "The run is complete (1 of 1 iterations): this starts iteration 2 (stage
+    **sample**) and raises **run.iterations** to 2, ...", as the job does (``studio.jobs.loop_job``). A run whose
+    config no longer validates gets ``"."``: the job's own error says why."""
+    try:
+        todo, config = loop_stages(store, run_id, kind), run_config(store, run_id)
+    except ConfigError:
+        return "."
+    if not todo:
+        if kind == "rest_of_iteration" and not pending(store, run_id, config, config.run.iterations):
+            return (f"{NOTHING_LEFT}: the run is complete ({config.run.iterations} of {config.run.iterations} "
+                    "iterations). *Next iteration* starts another.")
+        return f"{NOTHING_LEFT}."
+    (first, stage), last = todo[0], todo[-1][0]
+    planned = config.run.iterations
+    # A complete run's job runs only the new iteration: its stages are named inside the sentence that says so.
+    complete = last > planned and not pending(store, run_id, config, planned)
+    of = "" if complete else f" of iteration {first}"
+    if len(todo) == 1:
+        what = f"stage **{stage}**{of}"
+        skipped = is_skipped(stage, iteration_config(config, first), first)
+        if skipped:  # the job only records it: say so, or the press looks like it did nothing
+            what += f", which this run skips ({markdown_escaped(skipped)}): the job records it skipped"
+    elif complete:
+        what = f"{len(todo)} stages, from **{stage}**"
+    else:
+        span = f"iteration {first}" if first == last else f"iterations {first}–{last}"
+        what = f"{len(todo)} stages of {span}, from **{stage}**" + (of if first != last else "")
+    if last <= planned:
+        return f": {what}."
+    raised = (f"raises **run.iterations** from {planned} to {last}, as the CLI's `run --iterations {last}` does (a "
+              "later resume finishes it)")
+    if complete:
+        verb = "starts" if len(todo) == 1 else "runs"
+        return (f". The run is complete ({planned} of {planned} iterations): this {verb} iteration {last} ({what}) "
+                f"and {raised}.")
+    return f": {what}. Iteration {last} lies past the run's **run.iterations** ({planned}): the job {raised}."
+
+
+def start_first_iteration(store: Store, jobs: JobWorker, run_id: str, user: str = "") -> str | None:
+    """*Start a new run*'s job: the iteration-0 evaluation and then iteration 1, as the first-visit demo run does (a
+    "next iteration" job on a fresh run stops after iteration 0, which left a new run with nothing in Pairs or
+    Critic). Within the Spaces cap of one iteration. A message when refused."""
+    return jobs.submit("start_new", run_id, lambda progress, stop: run_loop(store, run_id, iterations=1,
+                                                                            progress=progress, should_stop=stop),
+                       user=user)
+
+
+def job_markdown(jobs: JobWorker) -> str:
+    """The worker's job as markdown: state, the latest event per stage (counts, ETA) and the log tail."""
+    snap = jobs.snapshot()
+    if snap["status"] == "idle":
+        return "No job has run in this studio yet."
+    took = (snap["finished_at"] or time.time()) - snap["started_at"]
+    lines = [f"**Job** `{snap['label']}` on `{snap['run_id']}` — **{snap['status']}**"
+             f"{' (stop requested)' if snap['stop_requested'] and snap['running'] else ''} · {took:.0f}s"
+             f"{' · by ' + snap['user'] if snap.get('user') else ''}"]
+    if snap.get("result") and not snap["running"]:
+        lines.append(f"Result: {snap['result']}")
+    if snap.get("error"):
+        lines.append(f"```\n{snap['error'][-800:]}\n```")
+    latest: dict[tuple, dict] = {}
+    for e in snap["events"]:
+        latest[(e.get("iteration"), e.get("stage"))] = e
+    for (it, stage), e in latest.items():
+        eta = f", ETA {e['eta_s']:.0f}s" if e.get("eta_s") is not None else ""
+        lines.append(f"- iteration {it} · {stage}: {e.get('done')}/{e.get('total')}{eta}")
+    tail = [f"{time.strftime('%H:%M:%S', time.localtime(e['time']))} {e.get('stage')} {e.get('done')}/"
+            f"{e.get('total')} {e.get('message', '')}" for e in snap["events"][-8:]]
+    if tail:
+        lines.append("```\n" + "\n".join(tail) + "\n```")
+    return "\n\n".join(lines)
+
+
+def settled_message(message: str | None, snap: dict[str, Any]) -> str | None:
+    """The Run tab's message once the job it announced has ended (``None``: leave it as it is). A job button says
+    "Started `kind` on `run`..." (``job_plan``), *Stop* "Stop requested: the job `kind` on `run` stops after ..." and
+    *Start a new run* "... are running: the pipeline below follows them."; once the worker's job (``snap``,
+    ``JobWorker.snapshot``) is that job and no longer runs, the line says how it ended instead, the created run's
+    cautions (``cautions_markdown``) still below it. Any other message (a refusal, a created run, a newer job's)
+    stays."""
+    if not message or snap.get("running") or snap.get("status") in (None, "idle"):
+        return None
+    run, label = snap.get("run_id"), snap.get("label")
+    if message.startswith(f"Started `{label}` on `{run}`") or message.startswith(
+            f"Stop requested: the job `{label}` on `{run}`"):  # the stop line said "stops after the batch" for good
+        head, cautions = "", ""
+    elif label == "start_new" and RUNNING_NOTE in message and f"`{run}`" in message:
+        head = message.split(" The starting agents'")[0].rstrip() + " "
+        cautions = message.partition(RUNNING_NOTE)[2]  # with_note put them after the note
+    else:
+        return None
+    took = (snap.get("finished_at") or time.time()) - (snap.get("started_at") or time.time())
+    status, result = snap.get("status"), snap.get("result")
+    ended = {"failed": "failed (the error is below)", "stopped": "was stopped"}.get(
+        status, "finished" if result in (None, "done", "paused") else f"ended: {result}")  # paused: its stages ran
+    return f"{head}The job `{label}` on `{run}` {ended} after {took:.0f} s.{cautions}"
