@@ -8,7 +8,8 @@ so an interrupted run resumes where it stopped, and a stage left ``running`` by 
 committed batches are kept; a training stage discards its partial output and trains again); ``run_stage`` runs one.
 ``create_run`` and ``run_loop`` first run ``engine.preflight`` on the config, so a bad task file or model path fails
 before any stage writes anything; ``create_run_with_cautions`` also returns the config's cautions (the studio shows
-them), and ``check_new_run`` makes create's checks alone (the studio's *Validate*).
+them), and ``check_new_run`` makes create's checks alone (the studio's *Validate*); ``stored_run_cautions`` gives a
+stored run's cautions again.
 ``should_stop`` is polled between batches and after every optimizer step; ``progress`` receives events
 ``{run_id, iteration, stage, done, total, eta_s, ...}``.
 A run goes to its config's ``run.iterations`` unless ``run_loop`` is given ``iterations``; an explicit target (the
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.config import ITERATION_STAGES, RunConfig, config_from_dict, config_to_dict, config_to_toml
-from engine.errors import StageStopped, UnknownRun, mark_stage_failed
+from engine.errors import ConfigError, DataError, StageStopped, UnknownRun, mark_stage_failed
 from engine.preflight import check_stage_agents, preflight
 from engine.runtime import check_eval_splits, load_run_tasks
 from engine.schedule import iteration_config, phase_of, skip_reason
@@ -86,6 +87,17 @@ def check_new_run(config: RunConfig) -> tuple[list[Task], list[str]]:
     tasks = load_run_tasks(config)
     check_eval_splits(config, tasks)
     return tasks, preflight(config, tasks)
+
+
+def stored_run_cautions(store: Store, run_id: str) -> list[str]:
+    """The cautions of a stored run's config (``engine.preflight`` on it and on the run's tasks as the store holds
+    them), as ``create_run_with_cautions`` gave them when the run was created, unless ``run.iterations`` or a model
+    has changed since: a page reloaded after *Create run* shows them again. ``[]`` when the config or a model no
+    longer passes the checks: a resume raises that itself, naming the field."""
+    try:
+        return preflight(run_config(store, run_id), store.get_tasks(run_id))
+    except (ConfigError, DataError, OSError):
+        return []
 
 
 def write_run_config(directory: Path, config: RunConfig) -> Path:

@@ -11,8 +11,9 @@ serialized step) are ``engine.curation``'s, which holds the pair overrides; "loo
   training record), ``restore``. The verdict actions return the id of the override row they append
   (``edit_correction``: a ``SavedEdit``, that id with the execution preview of the edited actions).
 * ``effective_sft_records`` gives the grounder's training data after overrides.
-* ``agreement`` (``engine.agreement``) measures how often curators agreed with the critic, over the verdicts with a
-  live decision or a "looks right" review (a review leaves the critic's verdict standing: it agrees with it).
+* ``engine.agreement.agreement`` (its own module) measures how often curators agreed with the critic, over the
+  verdicts with a live decision or a "looks right" review (a review leaves the critic's verdict standing: it agrees
+  with it).
 """
 
 from __future__ import annotations

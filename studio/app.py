@@ -33,12 +33,13 @@ import gradio as gr
 from engine.store import Store
 from studio import place, tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
 from studio.browser_secret import browser_secret
-from studio.common import Ctx, can_write, identity_line, login_of, run_iterations
+from studio.common import Ctx, can_write, identity_line, login_of
 from studio.first_visit import start_showcase, welcome
 from studio.jobs import JobWorker
 from studio.keys import SHORTCUTS_JS
 from studio.pace import SYNC_BUSY_S, poll_seconds
 from studio.picker import Picker
+from studio.picks import run_iterations
 
 # Markdown tables (the curation, agreement, experiment and swap tables): whole words, and a table wider than the page
 # scrolls sideways. Gradio breaks a cell's words anywhere: headers read "iterat / ion", "pai / rs" even at 1400 px.

@@ -31,9 +31,11 @@ from engine.dbutil import records
 from engine.outcome import gold_step_results, is_solved, step_matches, step_result, toolbox_for_run
 from engine.stages.ground import judge
 from engine.store import Store
-from studio.common import action_diff_html, nothing_in_iteration, pre, with_own_label
 from studio.keys import action_words
 from studio.pairs_queue import decision_line, excerpt, mark_looks_right
+from studio.picks import with_own_label
+from studio.queue_lines import nothing_in_iteration
+from studio.render import action_diff_html, pre
 
 PAGE = 20
 # (label, value): the status filter's "no filter" is the value "" (what the endpoint and the saved filters carry),
@@ -119,7 +121,7 @@ def page_labels(store: Store, run_id: str | None, iteration: int | None, df: pd.
                 current: str | None = None) -> list[tuple[str, str]]:
     """The verdict picker's choices for a page (``verdict_labels``); with ``current`` not on the page (a refresh after
     ``j``/``k`` read a page the verdict has left: another curator's decision took it off a *Reviewed = no* queue), its
-    own label kept among them, as the Pairs tab's ``page_labels`` does (``studio.common.with_own_label``)."""
+    own label kept among them, as the Pairs tab's ``page_labels`` does (``studio.picks.with_own_label``)."""
     labels = verdict_labels(df)
     if not run_id or iteration is None:
         return labels

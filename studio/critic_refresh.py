@@ -13,7 +13,7 @@ through the load (the same event as a filter change), keeping the pick (on the p
 took off a *Reviewed = no* page stays picked, with the edit typed under it), the page and the filters. The filters
 apply at each change (no text box waits for Enter), so what they hold is what the queue shows, and what a live reload
 reads. A page past the last
-shows the last (``studio.common.clamped_page``), and the page box moves there through the tab's ``[page, nonce]``
+shows the last (``studio.picks.clamped_page``), and the page box moves there through the tab's ``[page, nonce]``
 clamp state (the same clamp twice still moves it).
 """
 
@@ -26,9 +26,11 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from studio.common import Ctx, clamped_page, pick_update, queue_info, review_line, trained_line, who_of
+from studio.common import Ctx, who_of
 from studio.critic_queue import PAGE, agreement_markdown, empty_note, page_labels, verdict_labels, verdict_table
 from studio.live_views import Watch
+from studio.picks import clamped_page, pick_update
+from studio.queue_lines import queue_info, review_line, trained_line
 from studio.queue_sessions import QueueRead, QueueSessions, WalkedTo
 from studio.stage_text import skipped_reason
 from studio.team_counters import counts_of

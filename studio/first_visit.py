@@ -25,10 +25,10 @@ from engine.config import RunConfig, load_config
 from engine.loop import STAGES, create_run_with_cautions, pending, run_config, run_loop
 from engine.report_markdown import duration_text
 from engine.store import Store
-from studio.common import DEMO_AGENTS, SPACES_CAPS, spaces_capped
 from studio.jobs import JobWorker
 from studio.new_run_config import cautions_markdown
 from studio.pipeline import label
+from studio.spaces_policy import DEMO_AGENTS, SPACES_CAPS, spaces_capped
 from studio.stage_text import objectives
 
 SHOWCASE_NAME = "demo-first-visit"

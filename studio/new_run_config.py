@@ -33,7 +33,7 @@ from engine.errors import ConfigError, DataError
 from engine.loop import check_new_run, create_run_with_cautions, run_config
 from engine.store import Store
 from engine.workspace import PathOutsideWorkspace, config_paths_inside, inside
-from studio.common import spaces_policy
+from studio.spaces_policy import spaces_policy
 
 # What a config's cautions are shown under (``cautions_markdown``).
 CAUTION_HEAD = "**⚠ Warning:** this config runs, but likely not as meant:"

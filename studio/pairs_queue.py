@@ -22,21 +22,15 @@ import pandas as pd
 
 from engine import review_trail
 from engine.store import Store
-from studio.common import (
-    md_quote,
-    nothing_in_iteration,
-    plan_labels,
-    pre,
-    tri,
-    user_error,
-    with_own_label,
-    word_diff_html,
-)
+from studio.common import user_error
 from studio.keys import action_words
+from studio.picks import tri, with_own_label
+from studio.queue_lines import nothing_in_iteration
+from studio.render import md_quote, plan_labels, pre, word_diff_html
 
 PAGE = 20
 # The key (task|step|pair_idx) stays first, narrow (clipped on screen, whole in the cell): a row click reads the first
-# cell (studio.common.first_cell). The step comes next: an iterative run (sample.formulation = iterative) makes a pair
+# cell (studio.picks.first_cell). The step comes next: an iterative run (sample.formulation = iterative) makes a pair
 # per task-step, and with the key clipped two steps of one task read as the same row. It is there in a onetime run
 # too (every step 0): Gradio sets column widths by position once, when the table is built, so a column shown only for
 # iterative runs would need the widths sent anew with each page. The short columns a curator decides by come next,
@@ -237,7 +231,7 @@ def page_labels(store: Store, run_id: str | None, iteration: int | None, df: pd.
                 current: str | None = None) -> list[tuple[str, str]]:
     """The pair picker's choices for a page of ``pairs_table`` (``pair_label``, so plan numbers as they are now); with
     ``current`` not on the page (an action took it off the filtered queue), its own label is kept among them, so the
-    picked pair still reads as a pair rather than as its key (``studio.common.with_own_label``)."""
+    picked pair still reads as a pair rather than as its key (``studio.picks.with_own_label``)."""
     labels = [(pair_label(q, k, c, r), k) for q, k, c, r in zip(df["question"], df["key"], df["chosen_k"],
                                                                df["rejected_k"])]
     if not run_id or iteration is None:

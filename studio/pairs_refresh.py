@@ -16,7 +16,7 @@ The Search / Min / Max boxes filter on Enter only (and ``studio.remember`` keeps
 text it applied (a ``gr.State``, ``[min, max, text]``), and the reloads and the walk's refresh read the queue through
 it, never through text typed and not submitted; a live reload reads the same text as the live view recorded it
 (``Watch.applied``: the load's inputs carry no state of it). The radios and the order filter at each change, so their
-boxes are what was applied. A page past the last shows the last (``studio.common.clamped_page``) and moves the page box
+boxes are what was applied. A page past the last shows the last (``studio.picks.clamped_page``) and moves the page box
 there.
 """
 
@@ -28,10 +28,12 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from studio.common import Ctx, clamped_page, pick_update, queue_info, review_line, trained_line, who_of
+from studio.common import Ctx, who_of
 from studio.live_views import Watch
 from studio.pairs_charts import _pair_stats, length_figure, margin_figure
 from studio.pairs_queue import PAGE, empty_note, number, page_labels, pairs_table
+from studio.picks import clamped_page, pick_update
+from studio.queue_lines import queue_info, review_line, trained_line
 from studio.queue_sessions import QueueRead, QueueSessions, WalkedTo
 from studio.stage_text import skipped_reason
 from studio.team_counters import counts_of

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.store import Store
-from studio.common import default_iteration
+from studio.picks import default_iteration
 
 
 def save_js(tab: str | None = None) -> str:
@@ -69,7 +69,7 @@ def done_iterations(store: Store, run_id: str | None, iterations: list[int]) -> 
 def pick_iteration(iterations: list[int], run_id: str | None, wanted: Any,
                    done: list[int] | None = None) -> int | None:
     """The saved iteration when ``run_id`` is the saved run and has it, else the picker's default: the newest
-    training iteration (>= 1) among ``done`` (``done_iterations``), else ``studio.common.default_iteration``."""
+    training iteration (>= 1) among ``done`` (``done_iterations``), else ``studio.picks.default_iteration``."""
     if isinstance(wanted, dict) and wanted.get("run") == run_id and wanted.get("iteration") in iterations:
         return wanted["iteration"]
     trained = [i for i in done or [] if i >= 1 and i in iterations]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from studio.common import pre
+from studio.render import pre
 
 
 def group_table(rows: list[dict[str, Any]], what: str) -> str:

@@ -18,9 +18,10 @@ from engine.errors import ConfigError
 from engine.loop import is_skipped, pending, run_config, run_loop
 from engine.schedule import iteration_config
 from engine.store import Store
-from studio.common import SPACES_CAPS, Ctx, check_writable, spaces_policy, who_of
+from studio.common import Ctx, check_writable, who_of
 from studio.jobs import JobWorker, loop_stages
 from studio.new_run_config import markdown_escaped
+from studio.spaces_policy import SPACES_CAPS, spaces_policy
 
 # The line *Start a new run* ends with while its job runs (``settled_message`` replaces it once the job has ended).
 RUNNING_NOTE = "are running: the pipeline below follows them."

@@ -29,7 +29,7 @@ ana's drop"); the view gives the gold answer and what the original and the corre
 (``studio.critic_queue``). An empty queue says why (iteration 0 has no verdicts, or which filters
 match nothing); the buttons that need a verdict are off while none is picked; the table's grounding columns are
 "runs" (executes without an error) and "correct" (reaches the gold answer); the original -> correction diff goes
-action by action (``studio.common.action_diff_html``).
+action by action (``studio.render.action_diff_html``).
 
 The queue's reads and the agreement live in ``studio.critic_queue`` (re-exported here: this module is the tab's
 handler surface), its refreshes (the load, the action reloads, the walk's refresh) in ``studio.critic_refresh``.
@@ -50,9 +50,7 @@ from studio.common import (
     check_writable,
     claim_note,
     curator_of,
-    first_cell,
     leasing_name,
-    static_table_css,
     user_error,
     user_errors,
 )
@@ -125,7 +123,9 @@ from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler
 from studio.live_views import watch
 from studio.pairs_queue import replaced_note
 from studio.picker import Picker
+from studio.picks import first_cell
 from studio.remember import remember
+from studio.render import static_table_css
 from studio.tab_pairs import excerpt
 from studio.team_counters import wire_counters
 

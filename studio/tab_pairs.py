@@ -34,7 +34,7 @@ pairs are all step 0. A row click picks by the key in the row's first cell, what
 *Choose these plans* picks from the pair's plans (``plan_choices``: log-PPL, "same text as k=0"), filled with the
 shown pair's own chosen/rejected k on every pair change (``choose_fields``); after an action the picker's label
 follows the pair (``page_labels``); an empty queue says why (``empty_note``); a page past the last shows the last
-(``studio.common.clamped_page``); the buttons that need a pair are off while none is shown.
+(``studio.picks.clamped_page``); the buttons that need a pair are off while none is shown.
 
 The queue's reads live in ``studio.pairs_queue``, its refreshes (the load, the action reloads, the walk's refresh:
 which filters they apply, and nothing painted over a newer read) in ``studio.pairs_refresh``, and the charts and
@@ -57,9 +57,7 @@ from studio.common import (
     check_writable,
     claim_note,
     curator_of,
-    first_cell,
     leasing_name,
-    static_table_css,
     user_error,
     user_errors,
 )
@@ -122,7 +120,9 @@ from studio.pairs_queue import (
 )
 from studio.pairs_refresh import PairsRefresh
 from studio.picker import Picker
+from studio.picks import first_cell
 from studio.remember import remember
+from studio.render import static_table_css
 from studio.rollout_view import group_table
 from studio.team_counters import wire_counters
 

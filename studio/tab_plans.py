@@ -21,9 +21,12 @@ import pandas as pd
 
 from engine.rollouts import task_group
 from engine.store import Store
-from studio.common import Ctx, clamped_page, first_cell, plan_labels, queue_info, word_diff_html
+from studio.common import Ctx
 from studio.live_views import watch
 from studio.picker import Picker
+from studio.picks import clamped_page, first_cell
+from studio.queue_lines import queue_info
+from studio.render import plan_labels, word_diff_html
 from studio.rollout_view import grounder_groups
 
 PAGE = 20

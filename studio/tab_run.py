@@ -5,11 +5,12 @@ log tail beside TRL loss curves (one panel per role, each line named by its iter
 the run in a full-width table (``stage_table``; its summary column wraps), refreshed by a ``gr.Timer`` (every 2 s
 while a job runs, 10 s otherwise: ``studio.pace``; only what changed since the session last drew it is sent:
 ``studio.redraw``); the same refresh turns the line that announced a job, or *Stop*'s, into how the job ended once it
-has. What the job buttons do and say is ``studio.run_jobs``. Under *Advanced*: the config for a NEW run (the one
-*Start a new run* and *Create run* use; ``--config``, the demo's by default, or the picked run's config loaded with
-*Start from the picked run's config*), edited in the page (``EDITOR_MAX_LINES`` tall, then it scrolls), validated
-with field-level errors and its cautions, the equivalent CLI command, and *Create run* without starting it: the
-handlers are ``studio.new_run_config``.
+has. Under that line, the picked run's cautions (``picked_run_cautions``: the line that listed them when the run
+was created is gone after a reload). What the job buttons do and say is ``studio.run_jobs``. Under *Advanced*: the
+config for a NEW run (the one *Start a new run* and *Create run* use; ``--config``, the demo's by default, or the
+picked run's config loaded with *Start from the picked run's config*), edited in the page (``EDITOR_MAX_LINES`` tall,
+then it scrolls), validated with field-level errors and its cautions, the equivalent CLI command, and *Create run*
+without starting it: the handlers are ``studio.new_run_config``.
 
 Creating a run and every job button are write endpoints: ``check_writable`` refuses them server side for
 ``--read-only`` and viewers (a viewer's *Validate* checks the fields only), and the buttons register in
@@ -19,6 +20,9 @@ handlers are plain functions of the store / worker / text in the two modules abo
 
 from __future__ import annotations
 
+import json
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import gradio as gr
@@ -26,9 +30,12 @@ import pandas as pd
 
 from engine.config import RunConfig, load_config
 from engine.errors import ConfigError
+from engine.loop import stored_run_cautions
 from engine.store import Store
-from studio.common import Ctx, check_writable, spaces_capped, who_of
+from studio.common import Ctx, check_writable, who_of
 from studio.new_run_config import (
+    CAUTION_HEAD,
+    cautions_markdown,
     check_config,
     cli_command,
     config_toml,
@@ -42,6 +49,7 @@ from studio.pipeline import pipeline_html
 from studio.redraw import computed, only_changed, signature
 from studio.run_jobs import RUNNING_NOTE, job_markdown, settled_message, start_first_iteration, start_job
 from studio.run_loss import loss_figure as loss_figure  # the Run tab's loss chart, importable from here as before
+from studio.spaces_policy import spaces_capped
 from studio.stage_text import shown_status, stage_seconds, stage_summary
 
 # The stage table's columns, also its headers before the run has any stage; their widths (the summary, a sentence,
@@ -51,6 +59,33 @@ STAGE_WIDTHS = ["10%", "12%", "8%", "52%", "8%", "10%"]
 # The config editor's height in lines: past it the editor scrolls (the whole config, ~250 lines, made the page
 # ~6,000 px tall).
 EDITOR_MAX_LINES = 30
+
+
+# The cautions of runs picked in this process, by (store, run, config): preflight reads the models' tokenizers (about
+# a second), and every session's first refresh asks for its run's.
+_PICKED_CAUTIONS: OrderedDict[tuple[str, str, str], list[str]] = OrderedDict()
+_PICKED_CAUTIONS_KEPT = 64
+_PICKED_CAUTIONS_LOCK = threading.Lock()
+
+
+def picked_run_cautions(store: Store, run_id: str | None, shown: str | None = None) -> str:
+    """The picked run's cautions (``engine.loop.stored_run_cautions``: a config that runs, but likely not as meant) as
+    markdown for the box under the Run tab's message, headed by the run's id: the message that listed them when the
+    run was created is gone after a page reload or another job's line. ``""`` for no run, a run without cautions, or
+    while ``shown`` (the message above) already lists this run's (*Start a new run*'s line keeps them)."""
+    run = store.get_run(run_id) if run_id else None
+    if run is None or (shown and CAUTION_HEAD in shown and f"`{run_id}`" in shown):
+        return ""
+    key = (str(store.path), run_id, json.dumps(run["config"], sort_keys=True, default=str))
+    with _PICKED_CAUTIONS_LOCK:
+        cautions = _PICKED_CAUTIONS.get(key)
+    if cautions is None:
+        cautions = stored_run_cautions(store, run_id)
+        with _PICKED_CAUTIONS_LOCK:
+            _PICKED_CAUTIONS[key] = cautions
+            while len(_PICKED_CAUTIONS) > _PICKED_CAUTIONS_KEPT:
+                _PICKED_CAUTIONS.popitem(last=False)
+    return f"Run `{run_id}`:{cautions_markdown(cautions)}" if cautions else ""
 
 
 def stage_table(store: Store, run_id: str | None, live: bool = False) -> pd.DataFrame:
@@ -88,6 +123,7 @@ def build(ctx: Ctx, config_path: str) -> None:
                 "continue the run picked above, one stage, the rest of an iteration or a whole next iteration at a "
                 "time.")
     message = gr.Markdown(elem_id="run-message")
+    cautions = gr.Markdown(elem_id="run-cautions")  # the picked run's, after a reload too (picked_run_cautions)
     pipeline = gr.HTML(elem_id="run-pipeline")
     with gr.Row(elem_id="run-job-row"):  # stacked on a phone (studio.app.TABLE_CSS)
         job = gr.Markdown(job_markdown(ctx.jobs), elem_id="run-job")
@@ -162,7 +198,10 @@ def build(ctx: Ctx, config_path: str) -> None:
             computed(pipeline_html(ctx.store, run_id, snap, live)), computed(job_markdown(ctx.jobs)),
             computed(stage_table(ctx.store, run_id, live)),
             (signature((run_id, logs)), lambda: loss_figure(ctx.store, run_id, logs)),
-            (signature(("pace", pace)), lambda: gr.Timer(pace))])
+            (signature(("pace", pace)), lambda: gr.Timer(pace)),
+            # Built when the run or the message's cautions change, not at every tick (preflight: about a second).
+            (signature(("cautions", run_id, bool(msg and CAUTION_HEAD in msg and f"`{run_id}`" in msg))),
+             lambda: picked_run_cautions(ctx.store, run_id, msg))])
         # The job's announcement turns into how it ended (the line otherwise said "are running" long after). In the
         # same event as the rest: each event costs the page a pass over every component (studio.pace).
         settled = settled_message(msg, snap)
@@ -185,6 +224,6 @@ def build(ctx: Ctx, config_path: str) -> None:
     # One event, in order per session (see studio.app.CONCURRENCY): an older snapshot never lands last.
     drawn = gr.State(None)  # signatures of what this session's Run tab last drew (studio.redraw)
     gr.on([timer.tick, ctx.run.change], refresh, [ctx.run, drawn, message],
-          [pipeline, job, stages, loss, timer, message, drawn],
+          [pipeline, job, stages, loss, timer, cautions, message, drawn],
           show_progress="hidden",
           api_name="run_refresh", api_visibility="undocumented", trigger_mode="always_last")

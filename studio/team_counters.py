@@ -20,15 +20,16 @@ from typing import Any
 
 import gradio as gr
 
-from studio.common import Ctx, review_line, who_of
+from studio.common import Ctx, who_of
+from studio.queue_lines import review_line
 from studio.queue_sessions import QueueSessions
 
 # Every event costs the page a pass over all its components (studio.pace), so the counters follow the team at the
 # page's idle pace (studio.pace.IDLE_S), not faster: a teammate's decision shows within 10 s, and the curator's own
 # key presses and actions still redraw the counter at once.
 COUNTERS_S = 10.0
-# The counter as studio.common.review_line writes it. The last one in a line is the counter: the line's head may quote
-# a search text, and what follows the counter (the trained warning) never reads like one.
+# The counter as studio.queue_lines.review_line writes it. The last one in a line is the counter: the line's head may
+# quote a search text, and what follows the counter (the trained warning) never reads like one.
 COUNTER = re.compile(r" · reviewed \d+ of \d+ by the team(?:, \d+ by you)?")
 
 # What a line's counter counts: the run, the iteration (None when not picked: the line has no counter then) and the

@@ -60,7 +60,7 @@ def test_the_critique_stage_never_writes_nan_into_a_verdict(store, tmp_path):
 
 
 def test_looks_right_counts_as_agreeing_with_the_critic(store):
-    from studio.common import review_line
+    from studio.queue_lines import review_line
     from studio.tab_critic import agreement_markdown
 
     review_trail.mark_reviewed(store, RUN, IT, "verdict", "m1", 0, 0, curator="ann")  # looks right: agrees
@@ -219,7 +219,7 @@ def test_a_saved_edit_names_the_override_it_wrote_while_another_session_writes(s
 def test_a_queue_of_an_iteration_whose_training_is_done_says_so(store):
     """The studio picks the newest trained iteration by default; curating it changed data no stage would read again,
     and nothing said so. The Pairs and Critic info lines now do, each for its own training stage."""
-    from studio.common import trained_line
+    from studio.queue_lines import trained_line
 
     build_world(store)
     assert trained_line(store, RUN, IT, "pair") == trained_line(store, RUN, IT, "verdict") == ""

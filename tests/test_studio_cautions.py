@@ -152,3 +152,32 @@ def test_validate_in_a_read_only_studio_checks_the_fields_only(tmp_path, chatml)
                 assert validate(bad_k, request)[0].startswith("**sample.k**")  # the field checks still run
             finally:
                 demo.close()
+
+
+def test_the_picked_runs_cautions_are_shown_again_after_the_message_is_gone(tmp_path, chatml):
+    """A page reload (or another job's line) replaces the message that listed a created run's cautions: the box under
+    it shows the picked run's, headed by its id; not while the message above already lists them, and nothing for a
+    run without cautions or no run."""
+    import gradio as gr
+
+    from studio.app import build_app
+    from studio.jobs import JobWorker
+    from studio.tab_run import picked_run_cautions
+
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id, created = create_run_from_text(store, demo_text(tmp_path, f"planner.path={chatml}"))
+        plain_id, _ = create_run_from_text(store, demo_text(tmp_path))
+        shown = picked_run_cautions(store, run_id)
+        assert shown.startswith(f"Run `{run_id}`:\n\n") and caution_block(shown) == caution_block(created)
+        assert picked_run_cautions(store, run_id, created) == ""  # the message lists them already
+        assert picked_run_cautions(store, run_id, "Started `next_stage` on `other`: ...") == shown
+        assert picked_run_cautions(store, plain_id) == "" and picked_run_cautions(store, None) == ""
+        demo = build_app(store, "examples/demo.toml", jobs=JobWorker(store), workspace="/")
+        try:
+            refresh = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}["run_refresh"]
+            *_, box, _message, drawn = refresh(run_id, None, "")  # a reloaded page's first refresh
+            assert box == shown
+            assert refresh(run_id, drawn, "")[5] == gr.skip()  # the next tick: unchanged, not sent again
+            assert refresh(plain_id, drawn, "")[5] == ""  # another run picked: its own (none)
+        finally:
+            demo.close()

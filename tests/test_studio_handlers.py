@@ -146,7 +146,7 @@ def test_plans_browse_bars_and_diff(store, run_id):
     assert tab_plans.plan_diff(store, run_id, 1, page["task_id"][0], "0:0", "0:1") == diff
     assert tab_plans.plan_diff(store, run_id, 1, page["task_id"][0], "0:99", 0) == "<p>Both plans must exist.</p>"
     assert tab_plans.plan_diff(store, run_id, 1, page["task_id"][0], "x:y", 0) == "<p>Both plans must exist.</p>"
-    from studio.common import word_diff_html
+    from studio.render import word_diff_html
 
     assert word_diff_html("a b c", "a x c") == ("<div class='moat-diff' style='white-space:pre-wrap'>a "
                                                 "<del style='background:#fdd'>b</del> "
@@ -332,7 +332,7 @@ def test_the_export_tab_refuses_what_the_iteration_cannot_hold_and_writes_nothin
 
 def test_config_validation_names_the_field_and_cli_command():
     from studio import new_run_config as box
-    from studio.common import spaces_capped
+    from studio.spaces_policy import spaces_capped
 
     text = Path("examples/demo.toml").read_text()
     assert box.validate_config(text)[1] == ""
@@ -641,7 +641,7 @@ def test_a_first_visit_to_an_empty_store_starts_a_demo_run_to_browse(tmp_path, l
 def test_pages_count_what_the_team_has_reviewed(tmp_path):
     """The Pairs and Critic pages say "reviewed N of M by the team"; "Looks right" counts without changing data."""
     from studio import tab_critic, tab_pairs
-    from studio.common import review_line
+    from studio.queue_lines import review_line
     from tests._store_world import IT, RUN, build_world
 
     with Store(tmp_path / "ws.duckdb") as s:
@@ -683,9 +683,9 @@ def test_the_run_tab_draws_the_iteration_as_a_pipeline_with_progress_and_eta(tmp
 
 
 def test_a_reload_never_moves_a_pick_that_is_still_on_the_page():
-    """studio.common.pick_update: a reload in flight while the curator moved must not send the old pick back; a pick
+    """studio.picks.pick_update: a reload in flight while the curator moved must not send the old pick back; a pick
     that left the page (new page, filter) becomes the page's first item, and an empty page clears it."""
-    from studio.common import pick_update
+    from studio.picks import pick_update
 
     labels, keys = [("A", "a"), ("B", "b")], ["a", "b"]
     assert "value" not in pick_update(labels, keys, "b") and pick_update(labels, keys, "b")["choices"] == labels

@@ -220,7 +220,8 @@ def test_a_page_past_the_last_shows_the_last_page_and_says_so(store, fns):
 
 
 def test_clamped_page_goes_to_the_last_page_of_many():
-    from studio.common import clamped_page, queue_info
+    from studio.picks import clamped_page
+    from studio.queue_lines import queue_info
 
     rows = list(range(70))
 
@@ -280,7 +281,7 @@ def test_the_critic_tables_never_look_editable(store, fns):
 
 def test_the_correction_diff_is_labelled_and_goes_action_by_action(store):
     """The diff had no label and split at blanks: "Calculator(9 Calculator(R1 + R1); 3)" read as garbage."""
-    from studio.common import action_diff_html
+    from studio.render import action_diff_html
     from studio.tab_critic import verdict_view
 
     diff = verdict_view(store, RUN, IT, "m2|0|0")[2]

@@ -623,8 +623,8 @@ def test_spaces_mode_refuses_other_models_and_over_cap_sizes_over_http(server_c)
     from gradio_client import Client
 
     from engine.config import config_to_dict, load_config
-    from studio.common import spaces_capped
     from studio.new_run_config import config_toml
+    from studio.spaces_policy import spaces_capped
 
     url, store, run_id, demo = server_c
     client = Client(url, verbose=False)

@@ -23,7 +23,7 @@ from tests._studio import studio_run_id, studio_store  # noqa: F401  (fixtures: 
 @pytest.fixture(scope="module")
 def studio_db(tmp_path_factory) -> tuple[Path, str]:
     """A store holding one Spaces-capped demo run (demo agents, reference critic) with nothing run yet."""
-    from studio.common import spaces_capped
+    from studio.spaces_policy import spaces_capped
 
     path = tmp_path_factory.mktemp("spaces_ux") / "studio.duckdb"
     config = spaces_capped(load_config("examples/demo.toml"))
@@ -146,8 +146,8 @@ def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
 def test_the_welcome_says_how_long_only_for_what_was_measured():
     """The demo agents at the Spaces caps or at the demo config's own sizes have a measured duration; other agents,
     another task file or more work than the demo config get none (the live line still shows)."""
-    from studio.common import spaces_capped
     from studio.first_visit import CAPPED_DURATION, FULL_DURATION, expected_duration
+    from studio.spaces_policy import spaces_capped
 
     def demo(*settings: str):
         config = load_config("examples/demo.toml")
