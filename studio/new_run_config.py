@@ -1,11 +1,11 @@
 """The Run tab's config for a NEW run, as plain functions of the text, the store and the workspace (the Gradio
 wiring is ``studio.tab_run.build``): parse and validate the editor's TOML with field-level errors (``config_problem``:
-the field once, or a TOML syntax error's line and column; ``problem_markdown`` for the page, ``problem_text`` for the
-plain-text CLI box), *Validate*'s verdict (``check_config``: also the checks *Create run* makes before writing
-anything, ``engine.loop.check_new_run``: task files, models; about a second, nothing written), the equivalent CLI
-command (``cli_command``), *Create run* (``create_run_from_text``) and *Start from the picked run's config*
-(``picked_config``: its ``run.workdir`` moved into the workspace when it lay outside, any other path outside named;
-``paths_outside``, ``new_run_workdir``).
+the field once, or a TOML syntax error's line and column; ``validate_config``, ``problem_markdown`` for the page,
+``problem_text`` for the plain-text CLI box), *Validate*'s verdict (``check_config``: also the checks *Create run*
+makes before writing anything, ``engine.loop.check_new_run``: task files, models; about a second, nothing written),
+the equivalent CLI command (``cli_command``; a config as TOML: ``config_toml``), *Create run*
+(``create_run_from_text``) and *Start from the picked run's config* (``picked_config``: its ``run.workdir`` moved
+into the workspace when it lay outside, any other path outside named; ``paths_outside``, ``new_run_workdir``).
 
 A config from the page is checked like a file (``engine.config``), then every path in it must lie inside the
 studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_policy``.

@@ -11,9 +11,9 @@ Iteration 0 of run ``RUN``:
 
 Fixture helpers, so that a test module's fixture is a one-line call (the fixtures themselves stay in the modules):
 * ``world_store(tmp_path)``: the world in a new Store at ``tmp_path/ws.duckdb``, closed after the test; a fixture's
-  body is ``yield from world_store(tmp_path)`` (the ``store`` fixtures of test_studio_live_views.py,
-  test_studio_identity.py, test_studio_pairs_ux.py and test_studio_curation_detail.py, the ``world`` fixtures of
-  test_studio_pace.py and test_studio_run_ux.py).
+  body is ``yield from world_store(tmp_path)`` (the ``store`` fixtures of test_curation.py, test_export.py,
+  test_pair_view.py, test_critic_ux.py, test_studio_live_views.py, test_studio_identity.py, test_studio_pairs_ux.py
+  and test_studio_curation_detail.py, the ``world`` fixtures of test_studio_pace.py and test_studio_run_ux.py).
 * ``studio_fns(store)``: the studio app built on ``store`` (examples/demo.toml), its event functions by endpoint
   name, as the page's events call them: ``fns["pairs_search"].fn(...)``, ``.outputs``, ``.targets`` (the ``fns``
   fixtures of test_studio_live_views.py and test_studio_pairs_ux.py). ``app_fns(demo)`` does the same for an app

@@ -19,14 +19,12 @@ from engine.executor import ExecutionResult
 from engine.stages import critique
 from engine.stages.context import StageContext
 from engine.store import Store
-from tests._store_world import IT, RUN, TASKS, add_iterative_step, build_world
+from tests._store_world import IT, RUN, TASKS, add_iterative_step, build_world, world_store
 
 
 @pytest.fixture
 def store(tmp_path):
-    with Store(tmp_path / "ws.duckdb") as s:
-        build_world(s)
-        yield s
+    yield from world_store(tmp_path)
 
 
 # -- 1. a missing execution error is None, never NaN -----------------------------------------------------------------

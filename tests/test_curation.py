@@ -20,14 +20,12 @@ from engine.agreement import agreement
 from engine.dbutil import TABLES
 from engine.export import pair_rows
 from engine.store import Store
-from tests._store_world import IT, PLAN_TEXTS, RUN, auto_pair_rows, build_world
+from tests._store_world import IT, PLAN_TEXTS, RUN, auto_pair_rows, build_world, world_store
 
 
 @pytest.fixture
 def store(tmp_path):
-    with Store(tmp_path / "ws.duckdb") as s:
-        build_world(s)
-        yield s
+    yield from world_store(tmp_path)
 
 
 def pair(store: Store, task_id: str) -> dict:

@@ -13,7 +13,7 @@ from engine.commands import export as export_command
 from engine.export import export_pairs, export_sft
 from engine.prompts import grounder_messages, planner_user
 from engine.store import Store
-from tests._store_world import IT, PLAN_TEXTS, RUN, TASKS, add_iterative_step, build_world, prompt_of
+from tests._store_world import IT, PLAN_TEXTS, RUN, TASKS, add_iterative_step, build_world, prompt_of, world_store
 
 LOADER = {"jsonl": "json", "parquet": "parquet"}
 
@@ -27,9 +27,7 @@ def main(argv: list[str]) -> int:
 
 @pytest.fixture
 def store(tmp_path):
-    with Store(tmp_path / "ws.duckdb") as s:
-        build_world(s)
-        yield s
+    yield from world_store(tmp_path)
 
 
 def load(path, fmt, tmp_path) -> list[dict]:

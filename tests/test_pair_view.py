@@ -12,7 +12,7 @@ import pytest
 from engine import curation
 from engine.store import Store
 from engine.tasks import Task
-from tests._store_world import IT, RUN, auto_pair_rows, build_world
+from tests._store_world import IT, RUN, auto_pair_rows, build_world, world_store
 
 FILTERS = [
     {},
@@ -37,9 +37,7 @@ def same_pages(store: Store, limit: int = 2) -> None:
 
 @pytest.fixture
 def store(tmp_path):
-    with Store(tmp_path / "ws.duckdb") as s:
-        build_world(s)
-        yield s
+    yield from world_store(tmp_path)
 
 
 def count_rebuilds(store: Store, monkeypatch) -> list[int]:
