@@ -10,8 +10,9 @@ Contract:
 
 * A tab's *stamp* (``stamp``): the ended records (status and finish time; a running or pending stage counts as not
   ended) of the stages the tab reads (``READS``), for the run and iteration it shows; for Metrics, whose charts span
-  the run, of every iteration. One query of the small ``stages`` table. A stage outside ``READS[tab]`` never changes
-  the tab's stamp: a critique ending does not reload Pairs.
+  the run, of every iteration, and of its compare run's too (``COMPARED``: the run its load passed as ``applied``).
+  One query of the small ``stages`` table per run. A stage outside ``READS[tab]`` never changes the tab's stamp: a
+  critique ending does not reload Pairs.
 * ``watch(ctx, tab_id) -> Watch``, called by the tab's ``build``: ``Watch.trigger`` is a hidden textbox the tab adds to
   the triggers of the load its ``ctx.view.change`` runs (the same event: ``always_last``, so a live reload never
   overtakes, nor is overtaken by, the tab's other loads of the session), and that load reads inside
@@ -76,6 +77,8 @@ READS: dict[str, tuple[str, ...]] = {
 }
 # Metrics shows the whole run: its stamp spans every iteration (the others show one iteration).
 RUN_WIDE = frozenset({"metrics"})
+# Metrics also draws a compare run beside run A: its load passes that run as ``applied``, and its stamp counts too.
+COMPARED = frozenset({"metrics"})
 NOT_ENDED = ("running", "pending")
 
 
@@ -138,8 +141,12 @@ class Watch:
         except (TypeError, ValueError):
             return run_id or None, None
 
-    def stamp(self, run_id: str | None, iteration: int | None) -> str:
-        return stamp(self.live.ctx.store, run_id, iteration, self.stages)
+    def stamp(self, run_id: str | None, iteration: int | None, applied: Any = None) -> str:
+        """The view's stamp; for a ``COMPARED`` tab, the compare run's (``applied``, when a run id) after it."""
+        own = stamp(self.live.ctx.store, run_id, iteration, self.stages)
+        if self.tab_id in COMPARED and isinstance(applied, str) and applied and applied != run_id:
+            return own + "||" + stamp(self.live.ctx.store, applied, None, self.stages)
+        return own
 
     def seen(self, request: gr.Request | None, run_id: str | None, iteration: Any, applied: Any = None) -> None:
         """The tab's load is about to read ``run_id``/``iteration`` (with the filters ``applied``): the stamp of now is
@@ -151,7 +158,7 @@ class Watch:
                 applied: Any) -> tuple[str | None, _Seen | None, _Seen]:
         """Record ``seen``'s read for the session: ``(its key, the record it replaced, the new record)``."""
         run_id, it = self.scope(run_id, iteration)
-        record = _Seen(run_id, it, self.stamp(run_id, it), applied)
+        record = _Seen(run_id, it, self.stamp(run_id, it, applied), applied)
         key = getattr(request, "session_hash", None)
         with self.live.lock:
             before = self._seen.get(key)
@@ -208,7 +215,7 @@ class Watch:
         key = getattr(request, "session_hash", None)
         with self.live.lock:
             before = self._seen.get(key)
-        now = self.stamp(run_id, it)
+        now = self.stamp(run_id, it, None if before is None else before.applied)
         with self.live.lock:  # the check and the record at once: a load's seen() lands before or after both
             record = self._seen.get(key)
             if record is not before:  # a load began meanwhile: it reads what is new

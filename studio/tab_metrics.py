@@ -12,8 +12,8 @@ each split/domain has one colour in the accuracy, gap-PPL and gap-log-PPL figure
 ``studio.jobs.swap_job`` on the shared worker, since ``python -m engine swap`` cannot open the store beside the
 studio. While a swap job this page started runs, a timer (every ``SWAP_WATCH_S``, off otherwise) watches the worker;
 when the job ends it redraws the run's tables and says how it ended (``swap_ended``), so nobody has to press Refresh.
-Likewise the run view redraws by itself (as Refresh does) once a stage its charts read ends in run A
-(``studio.live_views``: checked while the tab is shown, and when it is shown again).
+Likewise the run view redraws by itself (as Refresh does) once a stage its charts read ends in run A or the compare
+run (``studio.live_views``: checked while the tab is shown, and when it is shown again).
 
 The training charts follow how the runs train (``studio.stage_text.run_objectives``): the planner's loss is titled
 and named DPO or GRPO, the grounder's SFT or GRPO; the rewards chart draws DPO's rewards / margins / accuracies or
@@ -287,11 +287,13 @@ def build(ctx: Ctx) -> None:
             split = Picker([], label="By template: split", elem_id="metrics-breakdown-split", scale=1)
         exp_breakdown = gr.Markdown(elem_id="metrics-experiment-breakdown")
 
-    # The run view redraws by itself once a stage its charts read ends in run A (studio.live_views), as Refresh would.
+    # The run view redraws by itself once a stage its charts read ends in run A or the compare run (studio.live_views),
+    # as Refresh would.
     live = watch(ctx, "metrics")
 
     def draw(run_a, run_b, request: gr.Request | None = None):
-        live.seen(request, run_a, None)  # before the read: a stage that ends during it is seen by the next check
+        # Before the read: a stage that ends during it is seen by the next check.
+        live.seen(request, run_a, None, applied=run_b or None)
         figs = figures(ctx.store, run_a, run_b)
         return [figs[n] for n in FIGURES] + list(run_tables(ctx.store, run_a, ctx.spaces))
 

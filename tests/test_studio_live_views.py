@@ -158,6 +158,25 @@ def test_a_live_reload_keeps_the_curators_pick_and_fills_an_empty_picker(store, 
     assert filled[0].startswith("3 rows") and filled[2]["value"] == "m1|0|0"
 
 
+def test_metrics_follows_the_compare_run_it_draws_beside_run_a(store, fns):
+    """Metrics draws a compare run beside run A: a stage ending in that run redraws the charts too, and once the
+    compare box is emptied again, that run's stages no longer matter."""
+    import gradio as gr
+
+    other = "world-run-b"
+    store.write("runs", [{"run_id": other, "name": "b", "config_json": {}, "run_dir": "runs/b"}])
+    fns["metrics_figures"].fn(RUN, other)
+    assert _check(fns, "metrics")["metrics"] == gr.skip()
+    store.set_stage(other, 1, "evaluate", "done")
+    assert isinstance(_check(fns, "metrics")["metrics"], str)  # the compare run's evaluation: redraw
+    assert _check(fns, "metrics")["metrics"] == gr.skip()  # once
+    fns["metrics_figures"].fn(RUN, "")  # no compare run any more
+    store.set_stage(other, 2, "evaluate", "done")
+    assert _check(fns, "metrics")["metrics"] == gr.skip()
+    store.set_stage(RUN, IT + 2, "evaluate", "done")
+    assert isinstance(_check(fns, "metrics")["metrics"], str)
+
+
 def test_the_critic_and_metrics_views_and_the_plans_list_follow_their_stages(store, fns):
     """Critic: critique's end (not pairs'); Metrics: any iteration's evaluate, read run-wide (the view's iteration
     does not matter); Plans: its load keeps the task shown while it is on the page."""
