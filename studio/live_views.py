@@ -114,7 +114,8 @@ def pace(ctx: Ctx) -> float:
 @dataclass
 class _Seen:
     """What a session's view of one tab was last read under: its run, iteration (None: run-wide) and stamp, and the
-    filters that load applied (``Watch.applied``: what a live reload reads instead of the boxes)."""
+    filters that load applied (``Watch.applied``: what a live reload reads instead of the boxes; for a ``COMPARED``
+    tab, the compare run it drew, whose stages its stamp counts)."""
 
     run: str | None
     iteration: int | None

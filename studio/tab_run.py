@@ -21,6 +21,7 @@ handlers are plain functions of the store / worker / text in the two modules abo
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -61,6 +62,7 @@ STAGE_WIDTHS = ["10%", "12%", "8%", "52%", "8%", "10%"]
 EDITOR_MAX_LINES = 30
 
 
+logger = logging.getLogger(__name__)
 # The cautions of runs picked in this process, by (store, run, config): preflight reads the models' tokenizers (about
 # a second), and every session's first refresh asks for its run's.
 _PICKED_CAUTIONS: OrderedDict[tuple[str, str, str], list[str]] = OrderedDict()
@@ -72,15 +74,22 @@ def picked_run_cautions(store: Store, run_id: str | None, shown: str | None = No
     """The picked run's cautions (``engine.loop.stored_run_cautions``: a config that runs, but likely not as meant) as
     markdown for the box under the Run tab's message, headed by the run's id: the message that listed them when the
     run was created is gone after a page reload or another job's line. ``""`` for no run, a run without cautions, or
-    while ``shown`` (the message above) already lists this run's (*Start a new run*'s line keeps them)."""
+    while ``shown`` (the message above) already lists this run's (*Start a new run*'s line keeps them). A check that
+    fails unexpectedly also gives ``""`` (logged, not cached): an optional box never stops the tab's refresh."""
     run = store.get_run(run_id) if run_id else None
     if run is None or (shown and CAUTION_HEAD in shown and f"`{run_id}`" in shown):
         return ""
     key = (str(store.path), run_id, json.dumps(run["config"], sort_keys=True, default=str))
     with _PICKED_CAUTIONS_LOCK:
         cautions = _PICKED_CAUTIONS.get(key)
+        if cautions is not None:
+            _PICKED_CAUTIONS.move_to_end(key)  # least recently used goes first
     if cautions is None:
-        cautions = stored_run_cautions(store, run_id)
+        try:
+            cautions = stored_run_cautions(store, run_id)
+        except Exception:  # noqa: BLE001 - anything: the box stays empty, the pipeline and table still draw
+            logger.exception("the cautions of run %s could not be checked", run_id)
+            return ""
         with _PICKED_CAUTIONS_LOCK:
             _PICKED_CAUTIONS[key] = cautions
             while len(_PICKED_CAUTIONS) > _PICKED_CAUTIONS_KEPT:
@@ -199,8 +208,10 @@ def build(ctx: Ctx, config_path: str) -> None:
             computed(stage_table(ctx.store, run_id, live)),
             (signature((run_id, logs)), lambda: loss_figure(ctx.store, run_id, logs)),
             (signature(("pace", pace)), lambda: gr.Timer(pace)),
-            # Built when the run or the message's cautions change, not at every tick (preflight: about a second).
-            (signature(("cautions", run_id, bool(msg and CAUTION_HEAD in msg and f"`{run_id}`" in msg))),
+            # Built when the run, its config or the message's cautions change, not at every tick (preflight:
+            # about a second).
+            (signature(("cautions", run_id, bool(msg and CAUTION_HEAD in msg and f"`{run_id}`" in msg),
+                        (ctx.store.get_run(run_id) or {}).get("config") if run_id else None)),
              lambda: picked_run_cautions(ctx.store, run_id, msg))])
         # The job's announcement turns into how it ended (the line otherwise said "are running" long after). In the
         # same event as the rest: each event costs the page a pass over every component (studio.pace).

@@ -154,12 +154,13 @@ def test_validate_in_a_read_only_studio_checks_the_fields_only(tmp_path, chatml)
                 demo.close()
 
 
-def test_the_picked_runs_cautions_are_shown_again_after_the_message_is_gone(tmp_path, chatml):
+def test_the_picked_runs_cautions_are_shown_again_after_the_message_is_gone(tmp_path, chatml, monkeypatch):
     """A page reload (or another job's line) replaces the message that listed a created run's cautions: the box under
     it shows the picked run's, headed by its id; not while the message above already lists them, and nothing for a
     run without cautions or no run."""
     import gradio as gr
 
+    import engine.loop
     from studio.app import build_app
     from studio.jobs import JobWorker
     from studio.tab_run import picked_run_cautions
@@ -177,7 +178,16 @@ def test_the_picked_runs_cautions_are_shown_again_after_the_message_is_gone(tmp_
             refresh = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}["run_refresh"]
             *_, box, _message, drawn = refresh(run_id, None, "")  # a reloaded page's first refresh
             assert box == shown
-            assert refresh(run_id, drawn, "")[5] == gr.skip()  # the next tick: unchanged, not sent again
-            assert refresh(plain_id, drawn, "")[5] == ""  # another run picked: its own (none)
+            assert refresh(run_id, drawn, "")[-3] == gr.skip()  # the next tick: unchanged, not sent again
+            assert refresh(plain_id, drawn, "")[-3] == ""  # another run picked: its own (none)
+            # A job raised run.iterations (the config changed): the box is drawn again, from the new config.
+            planned = store.get_run(run_id)["config"]["run"]["iterations"]
+            engine.loop.set_iterations(store, run_id, planned + 1)
+            assert refresh(run_id, drawn, "")[-3] == shown
+            # An unexpected failure of the check leaves the box empty, never the rest of the refresh undrawn.
+            monkeypatch.setattr(engine.loop, "preflight", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x")))
+            engine.loop.set_iterations(store, run_id, planned + 2)  # a new config: not cached
+            *parts, box, _message, _ = refresh(run_id, None, "")
+            assert box == "" and "<" in parts[0]  # the pipeline drawn all the same
         finally:
             demo.close()

@@ -80,9 +80,9 @@ def test_the_run_tab_refresh_sends_nothing_until_something_changes(world):
         assert not _skipped(busy[1])  # and the job panel shows it
         demo.moat_jobs.stop()
         assert demo.moat_jobs.wait(15)
-        *idle, _ = refresh(RUN, drawn, f"Started `next_stage` on `{RUN}`.")
+        *idle, message, _ = refresh(RUN, drawn, f"Started `next_stage` on `{RUN}`.")
         assert idle[4].value == IDLE_S and not _skipped(idle[1])  # how the job ended, then the idle pace
-        assert "was stopped" in idle[5]  # the line that announced the job says how it ended, in the same event
+        assert "was stopped" in message  # the line that announced the job says how it ended, in the same event
     finally:
         demo.close()
 
