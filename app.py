@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
 
 def parse_auth(value: str | None) -> list[tuple[str, str]] | None:
-    """``user:password``, or a file of ``user:password`` lines (blank lines and ``#`` comments skipped)."""
+    """``user:password``, or a file of ``user:password`` lines (blank lines and ``#`` comments skipped). An inline
+    value that looks like a list (``ana:pw1,bob:pw2``) is refused: it was taken as user ana with password
+    ``pw1,bob:pw2``, and neither ana/pw1 nor bob/pw2 could log in, with no word at start-up."""
     if not value:
         return None
+    if not Path(value).is_file() and re.search(r",[^,:]+:", value):
+        raise SystemExit(f"--auth: one user:password inline, got what looks like a list ({value.split(':')[0]}:...,"
+                         "...); for several users, give a file of user:password lines")
     lines = Path(value).read_text(encoding="utf-8").splitlines() if Path(value).is_file() else [value]
     pairs = []
     for line in lines:

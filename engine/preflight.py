@@ -302,7 +302,11 @@ def _meta_model(path: str, field: str, local: bool):
     try:
         model_config = AutoConfig.from_pretrained(path)
         with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(model_config)
+            # dtype=None: built in the default dtype, which transformers then leaves alone. With the config's own
+            # dtype (the demo agents' say float16) it switches torch's default dtype for the whole process while it
+            # builds, and a job thread loading a model at that moment (the studio checks a picked run's config
+            # beside its jobs) got half its weights in float16: "expected m1 and m2 to have the same dtype".
+            return AutoModelForCausalLM.from_config(model_config, dtype=None)
     except Exception as exc:  # a bad/unknown config, or a hub id that cannot be resolved
         raise CheckpointError(field, f"{path}: cannot build a causal LM from its config: {_first_line(exc)}") from None
 

@@ -315,3 +315,19 @@ def test_create_run_returns_every_caution_each_time_though_stderr_says_it_once(t
         assert store.count("tasks", first_id) == len(tasks)
     assert first == second == checked and [c.split(" = ")[0] for c in first] == ["planner.chat_template"]
     assert capsys.readouterr().err.splitlines() == [f"warning: {first[0]}"]
+
+
+def test_the_check_never_switches_the_process_default_dtype(copy, monkeypatch):
+    """A model whose config names float16 (the demo agents' do) is built on the meta device without touching torch's
+    default dtype: the studio checks a picked run's config while a job thread loads models, and a switch to float16
+    in between gave that job half-float16 weights ("expected m1 and m2 to have the same dtype")."""
+    import torch
+
+    model = copy("half")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "dtype": "float16"}))
+    switched = []
+    real = torch.set_default_dtype
+    monkeypatch.setattr(torch, "set_default_dtype", lambda dtype: switched.append(dtype) or real(dtype))
+    preflight(load_config("examples/demo.toml", [f"planner.path={model}", f"grounder.path={model}"]))
+    assert switched == [] and torch.get_default_dtype() == torch.float32

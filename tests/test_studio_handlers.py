@@ -435,6 +435,9 @@ def test_app_flags(tmp_path, monkeypatch):
     users.write_text("# team\nann:pw1\n\nben:pw2\n")
     assert app.parse_auth(str(users)) == [("ann", "pw1"), ("ben", "pw2")]
     assert app.parse_auth("ann:pw") == [("ann", "pw")]
+    assert app.parse_auth("ann:p,w") == [("ann", "p,w")]  # a comma alone is a password's
+    with pytest.raises(SystemExit, match="looks like a list"):  # once read as ann with password "pw1,ben:pw2"
+        app.parse_auth("ann:pw1,ben:pw2")
     with pytest.raises(SystemExit):
         app.parse_auth("nopassword")
 
