@@ -29,6 +29,11 @@ from engine.views import LIVE_OVERRIDE
 REVIEW_TARGETS = {"pair": "pair_review", "verdict": "verdict_review"}
 
 
+class NothingToUndo(ValueError):
+    """``undo_last`` found no live action of the curator to take back: not a mistake (the studio says it as an info
+    toast, not an error); a ``ValueError`` so callers that catch those still do."""
+
+
 @atomic
 def mark_reviewed(store: Store, run_id: str, iteration: int, target: str, task_id: str, step: int, index: int, *,
                   curator: str = "curator", reason: str = "") -> int:
@@ -125,7 +130,8 @@ def undo_last(store: Store, run_id: str, iteration: int, curator: str, scope: st
     reviews) or verdicts (``"verdict"``): append an ``undo`` row naming it (``after_json = {"undoes": id}``), so the
     item is back to its state before that action and the log keeps both rows. Pressed again, it takes back the
     action before that one. Returns the undone row (``override_id``, ``target``, ``task_id``, ``step``, ``k``,
-    ``pair_idx``, ``action``); raises ``ValueError`` when this curator has nothing left to undo here."""
+    ``pair_idx``, ``action``); raises ``NothingToUndo`` (a ``ValueError``) when this curator has nothing left to
+    undo here."""
     if scope not in UNDO_SCOPES:
         raise ValueError(f"scope must be pair or verdict, not {scope!r}")
     found = store.query(
@@ -133,7 +139,7 @@ def undo_last(store: Store, run_id: str, iteration: int, curator: str, scope: st
            WHERE run_id = ? AND iteration = ? AND curator = ? AND target IN (?, ?) AND {LIVE_OVERRIDE}
            ORDER BY override_id DESC LIMIT 1""", [run_id, iteration, curator, *UNDO_SCOPES[scope]])
     if not len(found):
-        raise ValueError(f"{curator} has nothing to undo on the {scope}s of iteration {iteration}")
+        raise NothingToUndo(f"{curator} has nothing to undo on the {scope}s of iteration {iteration}")
     row = records(found)[0]
     store.add_override({"run_id": run_id, "iteration": iteration, "target": row["target"], "task_id": row["task_id"],
                         "step": int(row["step"]), "k": row["k"], "pair_idx": row["pair_idx"], "action": "undo",

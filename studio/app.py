@@ -49,7 +49,9 @@ from studio.picks import run_iterations
 # by side each had ~170 px, the log lines clipped; its log lines wrap). At any width the stage table is at least
 # 1000 px wide and scrolls sideways below that: Gradio sizes the columns as shares of the table's viewport
 # (tab_run.STAGE_WIDTHS), which squeezed them to one letter per line at 390 px and broke "iter/atio/n" over three
-# lines on a laptop (Gradio's layout gives it ~700 px of a 1000 px window).
+# lines on a laptop (Gradio's layout gives it ~700 px of a 1000 px window). The Plans tab's plan table (an HTML
+# table, not markdown) sits in a .moat-scroll box that scrolls sideways: at 390 px it was ~450 px wide in a ~300 px box
+# that clipped its text column; on a phone its bar column narrows and its text keeps a readable width.
 TABLE_CSS = """<style>
 .md table { display: block; overflow-x: auto; max-width: 100%; }
 .md table th, .md table td { word-break: normal !important; overflow-wrap: normal !important; }
@@ -61,6 +63,10 @@ TABLE_CSS = """<style>
 }
 #run-stages .upload-container { overflow-x: auto; }
 #run-stages .virtual-table-viewport { min-width: 1000px; max-width: none; }
+.moat-scroll { display: block; overflow-x: auto; max-width: 100%; }
+.moat-plans-bar { width: 160px; min-width: 60px; }
+.moat-plans-text { white-space: pre-wrap; min-width: 16em; }
+@media (max-width: 640px) { .moat-plans-bar { width: 60px; } }
 </style>"""
 HEAD = SHORTCUTS_JS + TABLE_CSS
 # Tab id -> label. The ids are what studio.place keeps in the browser, so a renamed label keeps saved places.

@@ -20,7 +20,10 @@ another curator who has it open (``lease_note``), and a decision on an item anot
 (``check_lease``).
 
 Mistakes a user can fix (no curator name, a bad plan number) are raised as ``user_error`` (inside a handler:
-``with user_errors():``), shown in the page without a traceback in the server log.
+``with user_errors():``), shown in the page without a traceback in the server log. A toast (``user_error``'s modal,
+``user_info``) shows its text as HTML, never as markdown: ``toast_text`` drops the markdown marks a message written for
+the page's Markdown may carry (`code`, **bold**, *italics*) and escapes ``<``/``&``. What is not a mistake and did
+nothing (nothing to undo) is ``user_info``, an info toast, stopped with ``quiet_stop`` (no modal, no traceback).
 
 Beside it, as stateless as it is: the Spaces policy (``studio.spaces_policy``), the small renderers
 (``studio.render``), a queue's info lines (``studio.queue_lines``) and the values of pickers, page boxes and filter
@@ -29,6 +32,8 @@ radios (``studio.picks``).
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -78,11 +83,45 @@ class Ctx:
     write_controls: list[gr.components.Component] = field(default_factory=list)
 
 
+# The markdown marks a message may carry into a toast, one alternative each, matched left to right in one pass: a code
+# span first (its text kept as it is, stars included), then **bold**, then *italics* only between word boundaries, so
+# the stars of a formula (2*3*4, R1*2) stay.
+_MARKDOWN_MARKS = re.compile(r"`([^`]+)`|\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])")
+
+
+def toast_text(message: str) -> str:
+    """``message`` as a toast shows it. Gradio renders a toast's text as HTML (sanitized), not markdown, so a message
+    worded for the page's Markdown showed its backticks and stars (``python -m engine step`` in backticks, the
+    Run tab's *Next stage*): the marks are dropped, their text kept, and ``<``/``&`` escaped so that a value such as
+    ``<tokenizer>`` shows instead of vanishing as a tag."""
+    plain = _MARKDOWN_MARKS.sub(lambda m: next(g for g in m.groups() if g is not None), message)
+    return html.escape(plain, quote=False)
+
+
+def session_of(request: gr.Request | None) -> str | None:
+    """The browser session a request comes from (Gradio's ``session_hash``), None without one (an API call made
+    without a session, a test): the worker tells the page that started a job from the others by it."""
+    session = getattr(request, "session_hash", None) if request is not None else None
+    return str(session) if session else None
+
+
 def user_error(message: str) -> gr.Error:
-    """An error the user can fix (no curator name, a bad plan number, nothing to undo), for the page's error modal.
-    Gradio prints a traceback for every exception a handler raises unless it is a ``gr.Error`` with
+    """An error the user can fix (no curator name, a bad plan number), for the page's error modal, its text plain
+    (``toast_text``). Gradio prints a traceback for every exception a handler raises unless it is a ``gr.Error`` with
     ``print_exception=False``: a server log full of expected mistakes would hide the real failures."""
-    return gr.Error(message, print_exception=False)
+    return gr.Error(toast_text(message), print_exception=False)
+
+
+def user_info(message: str) -> None:
+    """An info toast (``gr.Info``) for the session whose event is running, its text plain (``toast_text``)."""
+    gr.Info(toast_text(message))
+
+
+def quiet_stop(message: str) -> gr.Error:
+    """To raise after ``user_info`` when a handler did nothing and that is no mistake (nothing to undo): an error the
+    page does not show (no red modal over the info toast), which stops the event's ``.success`` chain (nothing
+    changed: nothing to reload) and prints no traceback. An API client still gets ``message`` as its error."""
+    return gr.Error(toast_text(message), visible=False, title="Info", print_exception=False)
 
 
 @contextmanager

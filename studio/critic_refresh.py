@@ -15,25 +15,62 @@ apply at each change (no text box waits for Enter), so what they hold is what th
 reads. A page past the last
 shows the last (``studio.picks.clamped_page``), and the page box moves there through the tab's ``[page, nonce]``
 clamp state (the same clamp twice still moves it).
+
+The agreement line follows the team (``wire_agreement``): it was drawn only by this curator's own load and actions, so
+another curator's decisions did not show in it until then. A ``gr.Timer`` at the team counters' pace
+(``studio.team_counters.COUNTERS_S``, switched on in the browser only while the tab is shown with a run and an
+iteration) reads one small mark of the iteration's verdict log per tick (``decisions_mark``: its row count and newest
+id; the log is append-only, so every decision, "looks right" and undo changes it) and redraws the line only when the
+mark differs from the one the session's line was drawn from (recorded by the load and the reloads before they read
+the agreement, run and iteration included: the tick reads what the line was drawn for, not the pickers of now), and
+sends nothing when a load or reload drew the line while the tick read.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 import pandas as pd
 
+from engine.store import Store
 from studio.common import Ctx, who_of
 from studio.critic_queue import PAGE, agreement_markdown, empty_note, page_labels, verdict_labels, verdict_table
 from studio.live_views import Watch
 from studio.picks import clamped_page, pick_update
 from studio.queue_lines import queue_info, review_line, trained_line
-from studio.queue_sessions import QueueRead, QueueSessions, WalkedTo
+from studio.queue_sessions import SESSIONS, QueueRead, QueueSessions, WalkedTo
 from studio.stage_text import skipped_reason
-from studio.team_counters import counts_of
+from studio.team_counters import COUNTERS_S, active_js, counts_of
+
+# The override log's rows the agreement reads: verdict decisions and "looks right" reviews (an undo row takes the
+# target of the row it undoes: engine.review_trail.undo_last).
+AGREEMENT_TARGETS = ("verdict", "verdict_review")
+
+
+def decisions_mark(store: Store, run_id: str | None, iteration: int | None) -> tuple[int, int] | None:
+    """What the agreement line of an iteration is drawn from, in one small query: ``(rows, newest id)`` of its verdict
+    rows in the override log; None without a run and an iteration (no line)."""
+    if not run_id or iteration is None:
+        return None
+    row = store.query("SELECT count(*) AS n, coalesce(max(override_id), 0) AS newest FROM overrides "
+                      "WHERE run_id = ? AND iteration = ? AND target IN (?, ?)",
+                      [run_id, int(iteration), *AGREEMENT_TARGETS]).iloc[0]
+    return int(row["n"]), int(row["newest"])
+
+
+@dataclass(eq=False)  # compared by identity: a tick replaces the record only if no load recorded another meanwhile
+class _AgreementDrawn:
+    """What a session's agreement line was drawn for: the run, the iteration and their ``decisions_mark``."""
+
+    run_id: str | None
+    iteration: int | None
+    mark: tuple[int, int] | None
 
 
 class CriticRefresh:
@@ -45,6 +82,9 @@ class CriticRefresh:
         self.order_id = order_id
         self.sessions = QueueSessions()  # the newest read of the queue and what it drew, per browser session
         self.live = live  # the tab's live reload (studio.live_views): told what each load and reload read under
+        # per browser session, what its agreement line was drawn from (at most SESSIONS, least recently used first)
+        self._agreements: OrderedDict[str | None, _AgreementDrawn] = OrderedDict()
+        self._lock = threading.Lock()
 
     def read(self, run_id, it, st, rv, od, pg, name, request: gr.Request | None
              ) -> tuple[str, pd.DataFrame, int, Any]:
@@ -76,7 +116,56 @@ class CriticRefresh:
         # the read raises (studio.live_views).
         with self.live.reading(request, run_id, it) if self.live is not None else nullcontext():
             line, df, total, clamp = self.read(run_id, it, st, rv, od, pg, name, request)
-        return line, df, total, clamp, agreement_markdown(self.ctx.store, run_id, it)
+        return line, df, total, clamp, self.agreement(run_id, it, request)
+
+    def _record(self, request: gr.Request | None, drawn: _AgreementDrawn) -> None:  # the caller holds the lock
+        key = getattr(request, "session_hash", None)
+        self._agreements[key] = drawn
+        self._agreements.move_to_end(key)
+        while len(self._agreements) > SESSIONS:
+            self._agreements.popitem(last=False)
+
+    def agreement(self, run_id, it, request: gr.Request | None) -> str:
+        """The agreement line, its ``decisions_mark`` recorded for the session first: a decision made while it reads
+        differs from the mark, so the next tick draws it (again, at worst), never misses it."""
+        drawn = _AgreementDrawn(run_id, it, decisions_mark(self.ctx.store, run_id, it))
+        with self._lock:
+            self._record(request, drawn)
+        return agreement_markdown(self.ctx.store, run_id, it)
+
+    def agreement_tick(self, request: gr.Request | None) -> Any:
+        """One tick of the agreement's timer: the line read again when the iteration's verdict log has changed since
+        the session's line was drawn, else ``gr.skip()`` (also before any load drew one, and when a load or reload
+        drew it while this read)."""
+        key = getattr(request, "session_hash", None)
+        with self._lock:
+            drawn = self._agreements.get(key)
+        if drawn is None or drawn.mark is None:
+            return gr.skip()
+        now = decisions_mark(self.ctx.store, drawn.run_id, drawn.iteration)
+        if now == drawn.mark:
+            return gr.skip()
+        line = agreement_markdown(self.ctx.store, drawn.run_id, drawn.iteration)
+        with self._lock:
+            if self._agreements.get(key) is not drawn:  # a newer drawing: it read what is new
+                return gr.skip()
+            self._record(request, _AgreementDrawn(drawn.run_id, drawn.iteration, now))
+        return line
+
+    def wire_agreement(self, agreement: gr.Markdown) -> None:
+        """The agreement's timer and its two events: the tick (``/critic_agreement``, ``agreement`` its only output)
+        and its switch in the browser (``/critic_agreement_on``, the team counters' ``active_js``: on while the
+        Critic tab is shown with a run and an iteration); both undocumented."""
+        ctx, timer = self.ctx, gr.Timer(COUNTERS_S, active=False)
+
+        def tick(request: gr.Request) -> Any:
+            return self.agreement_tick(request)
+
+        # "once": a tick still running when the next one comes (a loaded store) drops it; there is another soon.
+        timer.tick(tick, None, agreement, api_name="critic_agreement", api_visibility="undocumented",
+                   show_progress="hidden", trigger_mode="once")
+        gr.on([ctx.view.change, ctx.tab.change], None, [ctx.view, ctx.tab], timer, js=active_js("critic"),
+              api_name="critic_agreement_on", api_visibility="undocumented", show_progress="hidden")
 
     def load(self, run_id, it, st, rv, od, pg, current, name, request: gr.Request, evt: gr.EventData = None):
         """``/critic_queue``: ``(line, rows, picker, agreement, row count, page clamp)``. A new order starts at its

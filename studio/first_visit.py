@@ -8,8 +8,10 @@ one paragraph the page shows, from the run's state in the store and the worker e
 while the run is being prepared (what is happening, how long it usually takes, and a line saying which stage is under
 way and how long the run has taken so far), ``FINISHED`` once every stage is done (where to look), ``UNFINISHED`` when
 it stopped or failed before that (where to see why, how to continue). Each ends with the demo run's config cautions
-(``engine.preflight``: it runs, but likely not as meant; ``studio.new_run_config.cautions_markdown``), kept from when
-``start_showcase`` created the run, when it has any: a visitor never sees the server's stderr.
+(``engine.preflight``: it runs, but likely not as meant; ``studio.new_run_config.cautions_markdown``), when it has
+any: a visitor never sees the server's stderr. They are read through ``studio.run_cautions``, the cache the Run tab's
+box reads too, which ``start_showcase`` seeds with the cautions it computed creating the run: the welcome, asked
+every 2 s, runs no preflight of its own while the cache keeps them.
 
 How long it takes is said only for the demo agents at the sizes measured (``expected_duration``); for other agents
 the live line is all the visitor gets, rather than a figure that was never measured for them.
@@ -28,6 +30,7 @@ from engine.store import Store
 from studio.jobs import JobWorker
 from studio.new_run_config import cautions_markdown
 from studio.pipeline import label
+from studio.run_cautions import remember, run_cautions
 from studio.spaces_policy import DEMO_AGENTS, SPACES_CAPS, spaces_capped
 from studio.stage_text import objectives
 
@@ -42,10 +45,6 @@ DEMO_TASKS = "examples/demo/tasks.jsonl"
 #     --set data.eval_limit=20 --set sample.k=4] --db /tmp/fv.duckdb --set run.workdir=/tmp/fv --quiet
 CAPPED_DURATION = "under a minute on 2 CPU cores"
 FULL_DURATION = "2 to 6 minutes on 2 CPU cores, by the CPU"
-# The cautions of each demo run this process created, by store file and run id (an id is unique within a store only),
-# for its welcome: a welcome is shown only for the run this process's start_showcase started (studio.app), and
-# preflight again every 2 s would cost a second each time.
-_CAUTIONS: dict[tuple[Path, str], list[str]] = {}
 
 WELCOME = (
     "**Welcome.** A demo run is being prepared for you: the starting planner and grounder are evaluated, then one "
@@ -80,7 +79,7 @@ def start_showcase(store: Store, jobs: JobWorker, config_path: str, spaces: bool
         config = spaces_capped(config)
     config.run.name, config.run.iterations = SHOWCASE_NAME, 1
     run_id, cautions = create_run_with_cautions(store, config)
-    _CAUTIONS[(store.path, run_id)] = cautions
+    remember(store, run_id, cautions)  # its welcome (every 2 s) and the Run tab's box read them, not preflight again
     refused = jobs.submit("first visit: a demo run", run_id,
                           lambda progress, stop: run_loop(store, run_id, iterations=1, progress=progress,
                                                           should_stop=stop))
@@ -91,7 +90,7 @@ def welcome(store: Store, jobs: JobWorker, run_id: str) -> tuple[str, bool]:
     """``(paragraph, settled)`` for the demo run ``run_id`` as it stands (see the module docstring), its cautions
     below it; ``settled``: finished, so the paragraph will not change again and the page may stop asking."""
     config = run_config(store, run_id)
-    cautions = cautions_markdown(_CAUTIONS.get((store.path, run_id), []))
+    cautions = cautions_markdown(run_cautions(store, run_id) or [])
     if not pending(store, run_id, config, config.run.iterations):
         return FINISHED.format(run_id=run_id) + cautions, True
     snap = jobs.snapshot()

@@ -18,6 +18,11 @@ Contract:
 * ``stop()`` sets a ``threading.Event`` the engine polls as ``should_stop`` (between batches / optimizer steps);
   the stage is then recorded ``stopped`` in the store and resumes later from what is stored. Its line names the job
   (``Stop requested: the job `kind` on `run` ...``).
+* A refusal says who holds the worker as far as the asking page may know (``started_by``): "started from this page"
+  when the same browser session (``session``, Gradio's ``request.session_hash``) started it, else the starter's
+  curator name when one was given (the job box shows it too), else "started by another page (no name given)"; a job
+  no page started (the first-visit demo) or one whose starter recorded no session says "started with no name given".
+  A session id is never shown.
 * Progress events from the engine are kept in memory (the last ``max_events``) next to the job's state;
   ``snapshot()`` returns a plain dict any session (or a reloaded page) renders, so a reload re-attaches. The
   durable record is the store's ``stages`` and ``train_logs`` tables.
@@ -62,28 +67,30 @@ class JobWorker:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def submit(self, label: str, run_id: str, fn: JobFn, user: str = "") -> str | None:
-        """Start ``fn(progress, should_stop) -> status`` on the worker thread; a message when refused."""
+    def submit(self, label: str, run_id: str, fn: JobFn, user: str = "", session: str | None = None) -> str | None:
+        """Start ``fn(progress, should_stop) -> status`` on the worker thread; a message when refused. ``user``: the
+        starter's curator name ("" when none was given); ``session``: the starting page's session id (None: no page
+        started it, or the caller does not say), for the refusal another press gets (``started_by``)."""
         if self.read_only:
             return "This studio is read-only: jobs cannot be started."
         with self._lock:
             if self.running():
                 st = self._state
                 return (f"Refused: a job is already running on this store ({st['label']} on {st['run_id']}, "
-                        f"started by {st.get('user') or 'someone'}). Stop it or wait for it to finish.")
+                        f"{started_by(st, session)}). Stop it or wait for it to finish.")
             self._stop.clear()
             self._events.clear()
-            self._state = {"status": "running", "label": label, "run_id": run_id, "user": user,
+            self._state = {"status": "running", "label": label, "run_id": run_id, "user": user, "session": session,
                            "started_at": time.time(), "finished_at": None, "result": None, "error": None}
             self._thread = threading.Thread(target=self._main, args=(fn,), name=f"moat-job-{label}", daemon=True)
             self._thread.start()
         return None
 
     def start_loop(self, kind: str, run_id: str, user: str = "", max_iteration: int | None = None,
-                   where: str = "in this studio") -> str | None:
+                   where: str = "in this studio", session: str | None = None) -> str | None:
         """``next_stage`` | ``rest_of_iteration`` | ``next_iteration`` of a run; a message when refused. With
         ``max_iteration`` a job that would run a stage of a later iteration is refused (``where`` names the place
-        the cap holds in the message)."""
+        the cap holds in the message); ``user`` and ``session`` as ``submit`` takes them."""
         if kind not in LOOP_KINDS:
             raise ValueError(f"kind must be one of {', '.join(LOOP_KINDS)}")
         if self.store.get_run(run_id) is None:
@@ -94,7 +101,8 @@ class JobWorker:
             if refused:
                 return refused
         return self.submit(kind, run_id, lambda progress, stop: loop_job(self.store, run_id, kind, progress, stop,
-                                                                         max_iteration, where), user=user)
+                                                                         max_iteration, where), user=user,
+                           session=session)
 
     def stop(self) -> str:
         if not self.running():
@@ -128,13 +136,28 @@ class JobWorker:
                                result=result, error=error, finished_at=time.time())
 
     def snapshot(self) -> dict[str, Any]:
-        """The current (or last) job: its state, the stop flag and the last progress events (oldest first)."""
+        """The current (or last) job: its state (less the starter's session id), the stop flag and the last progress
+        events (oldest first)."""
         with self._lock:
             state = dict(self._state)
+            state.pop("session", None)  # every page renders the snapshot: one page's session id is not another's
             state["running"] = self.running()
             state["stop_requested"] = self._stop.is_set()
             state["events"] = list(self._events)
         return state
+
+
+def started_by(state: dict[str, Any], session: str | None) -> str:
+    """Who started the job of worker ``state``, as the page asking with ``session`` may be told: that page itself,
+    else the curator name the starter gave (the job box shows it to every page already), else only that another page
+    did. Never a session id: it would let one page act as another."""
+    if session and state.get("session") == session:
+        return "started from this page"
+    if state.get("user"):
+        return f"started by {state['user']}"
+    if state.get("session"):
+        return "started by another page (no name given)"
+    return "started with no name given"  # no page recorded: the studio's own first-visit job, or an unknown caller
 
 
 def loop_target(store: Store, run_id: str, kind: str) -> tuple[int, int | None]:

@@ -1,8 +1,9 @@
 """Keyboard-only curation: the shortcut script the studio passes to ``launch(head=...)`` and the queue walk.
 
 Keys (outside text fields, no modifier): ``j``/``k`` next/previous item, ``y`` looks right (reviewed), ``r``
-restore, ``u`` undo this curator's last action (both tabs); ``s`` swap, ``x`` exclude, ``t`` tie, ``v`` evidence
-(Pairs); ``a``/``c`` accept the original/the correction, ``d`` drop, ``e`` edit (focuses the editor) (Critic).
+restore, ``u`` undo this curator's last action (both tabs; with none left, an info toast); ``s`` swap, ``x``
+exclude, ``t`` tie, ``v`` evidence (Pairs); ``a``/``c`` accept the original/the correction, ``d`` drop, ``e`` edit
+(focuses the editor) (Critic).
 A key clicks the first *visible* button it names, so one key serves whichever tab is open. ``neighbour`` is the
 server side of ``j``/``k``; ``wire_walk`` wires it, and after each move the tab's queue is read again (its table and
 the team's counters), so a decision another curator made shows at the next key press.
@@ -15,7 +16,8 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from studio.common import Ctx, check_writable, curator_of, user_errors, who_of
+from engine.review_trail import NothingToUndo
+from studio.common import Ctx, check_writable, curator_of, quiet_stop, user_errors, user_info, who_of
 from studio.queue_sessions import QueueSessions, WalkedTo
 
 # key -> element ids, first visible wins (hidden tabs' buttons have no offsetParent)
@@ -125,7 +127,7 @@ def wire_walk(ctx: Ctx, kind: str, picker: gr.Dropdown, table: gr.Dataframe, pag
                 # Nothing moved: say why rather than leave a key press unanswered.
                 i = keys.index(current) if current in keys else 0
                 beyond = keys[i + 1:] if delta > 0 else keys[:i]
-                gr.Info(stuck_words(kind, delta, bool(beyond) and all(k in taken for k in beyond)))
+                user_info(stuck_words(kind, delta, bool(beyond) and all(k in taken for k in beyond)))
             same_page = new_page == int(pg or 1)
             return (gr.update() if key is None or key == current else key,
                     gr.update() if same_page else new_page,
@@ -143,10 +145,18 @@ def wire_walk(ctx: Ctx, kind: str, picker: gr.Dropdown, table: gr.Dataframe, pag
 
 
 def undo_handler(ctx: Ctx, message: Callable[..., str]) -> Callable[..., str]:
-    """The ``u`` button's handler: ``message(store, run_id, iteration, curator)`` undoes and says what; refused in a
-    read-only studio or for a viewer; "nothing to undo" shows as a message, not a crash."""
+    """The ``u`` button's handler (the key clicks the button: one path): ``message(store, run_id, iteration,
+    curator)`` undoes and says what; refused in a read-only studio or for a viewer, and without a curator name (an
+    error toast). "Nothing to undo" is no mistake: an info toast, and the event stops there without a red modal or a
+    traceback (``studio.common.quiet_stop``; nothing changed, so nothing is reloaded)."""
     def on_undo(run_id, it, name, request: gr.Request) -> str:
         check_writable(ctx, request)
-        with user_errors():  # no curator name, nothing to undo: a line for the user, no traceback in the log
-            return message(ctx.store, run_id, it, curator_of(name, request))
+        with user_errors():  # no curator name, no run: a line for the user, no traceback in the log
+            curator = curator_of(name, request)
+            try:
+                return message(ctx.store, run_id, it, curator)
+            except NothingToUndo as exc:
+                said = f"{str(exc).rstrip('.')}."
+                user_info(said)
+                raise quiet_stop(said) from None
     return on_undo

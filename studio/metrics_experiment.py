@@ -10,7 +10,8 @@ Handlers (plain functions of the store or the report dict):
   per figure, one mean line per variant (trace ``name`` = the variant) over a shaded 95% interval polygon
   (``"<variant> 95% CI"``, ``fill="toself"``), integer iteration ticks, one colour per variant in every figure.
   Accuracies are fractions shown as %. A variant whose points all have one seed gets no band (no zero-width
-  polygon), and a figure with no interval anywhere says "1 seed: no interval" in its title; hovering a point shows
+  polygon), and a figure with no interval anywhere says "1 seed: no interval" in its subtitle (else "mean over
+  seeds, 95% interval"; ``studio.plots.titled``, the legend under the plot as in the run view); hovering a point shows
   the table's cell (``mean [lo, hi] (n seeds)``).
 * ``experiment_table(report) -> str``: markdown, variant x iteration: ``mean [lo, hi] (n seeds)`` per measure (the
   figures' accuracies and gap PPL, and the gap as mean log-PPL too, the loss the PPL scores are made of) and under
@@ -42,14 +43,26 @@ from engine.report import SPLIT_NAMES, known_experiments
 from engine.report_markdown import duration_text
 from engine.store import Store
 from studio.metrics_swaps import swap_markdown
-from studio.plots import ITERATION_AXIS, LOWER_IS_BETTER, PERCENT_AXIS, band_and_mean, colours, figure
+from studio.plots import (
+    HEIGHT,
+    ITERATION_AXIS,
+    LEGEND_BELOW,
+    LOWER_IS_BETTER,
+    PERCENT_AXIS,
+    band_and_mean,
+    colours,
+    figure,
+    fit_legend,
+    titled,
+)
 
 FIGURES = ("held_in_accuracy", "held_out_accuracy", "dev_accuracy", "held_out_gap_ppl", "dev_gap_ppl",
            "held_out_by_domain")
 TITLES = {"held_in_accuracy": "Held-in accuracy", "held_out_accuracy": "Held-out accuracy",
           "dev_accuracy": "Dev accuracy",
-          "held_out_gap_ppl": "Held-out capability gap: mean gold-action PPL" + LOWER_IS_BETTER,
-          "dev_gap_ppl": "Dev capability gap: mean gold-action PPL" + LOWER_IS_BETTER}
+          "held_out_gap_ppl": "Held-out capability gap: gold-action PPL" + LOWER_IS_BETTER,
+          "dev_gap_ppl": "Dev capability gap: gold-action PPL" + LOWER_IS_BETTER}
+SUBPLOT_TITLE = 22  # px a domain's title takes above its plot in the per-domain figure
 OPTIONAL = ("dev_accuracy", "dev_gap_ppl", "dev_gap_logppl")  # shown only when a variant was evaluated on dev
 # (report key, column head, scale, digits) of the table; accuracies in %.
 COLUMNS = (("held_in_accuracy", "held-in accuracy %", 100, 1), ("held_out_accuracy", "held-out accuracy %", 100, 1),
@@ -121,8 +134,8 @@ def experiment_figures(report: dict[str, Any]) -> dict[str, go.Figure]:
         for variant in report["variants"]:
             cells = [(t, cell.get(key)) for t, cell in _iterations(report, variant)]
             spread |= _draw(fig, cells, variant, palette[variant], unit, scale, digits)
-        fig.update_layout(title=f"{title} ({_caption(spread)})")
-        figs[key] = fig
+        titled(fig, title, _caption(spread))
+        figs[key] = fit_legend(fig)
     domains = sorted({d for v in report["variants"] for _, cell in _iterations(report, v)
                       for d in cell.get("by_domain", {}).get("held_out", {})})
     if domains:
@@ -135,12 +148,16 @@ def experiment_figures(report: dict[str, Any]) -> dict[str, go.Figure]:
                          for t, cell in _iterations(report, variant)]
                 spread |= _draw(fig, cells, variant, palette[variant], "accuracy %", 100, 1, legend=col == 1,
                                 row=1, col=col)
-        fig.update_layout(title=f"Held-out accuracy per domain ({_caption(spread)})", height=320,
-                          margin=dict(l=40, r=10, t=60, b=40))
+        fig.update_layout(height=HEIGHT, margin=dict(l=40, r=10, b=40), legend=LEGEND_BELOW)
+        titled(fig, "Held-out accuracy per domain", _caption(spread))
+        # The title stood on the plots' top edge, where the domains' titles stand: lifted by one of theirs.
+        fig.update_annotations(font_size=12)
+        fig.update_layout(title_pad_b=fig.layout.title.pad.b + SUBPLOT_TITLE,
+                          margin_t=fig.layout.margin.t + SUBPLOT_TITLE)
         fig.update_xaxes(title="iteration", **ITERATION_AXIS)
         fig.update_yaxes(**PERCENT_AXIS)
         fig.update_yaxes(title="accuracy", row=1, col=1)
-        figs["held_out_by_domain"] = fig
+        figs["held_out_by_domain"] = fit_legend(fig)
     return figs
 
 

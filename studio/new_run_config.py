@@ -13,9 +13,9 @@ studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_p
 A config's cautions (``engine.preflight``: it runs, but likely not as meant, e.g. a chat layout its tokenizer does
 not use) are shown, not only printed on the server's stderr: each as a bullet naming its field under
 ``CAUTION_HEAD`` (``cautions_markdown``), below *Validate*'s verdict and below the message of a run *Create run* or
-*Start a new run* created (``with_note`` puts a job's note above them); every time, though the server prints each
-once per process. A config without cautions adds nothing. Text from a config or a caution is escaped for markdown
-(``markdown_escaped``).
+*Start a new run* created (``with_note`` puts a job's note above them; ``studio.run_cautions`` keeps the created
+run's for the Run tab's box); every time, though the server prints each once per process. A config without
+cautions adds nothing. Text from a config or a caution is escaped for markdown (``markdown_escaped``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from engine.errors import ConfigError, DataError
 from engine.loop import check_new_run, create_run_with_cautions, run_config
 from engine.store import Store
 from engine.workspace import PathOutsideWorkspace, config_paths_inside, inside
+from studio.run_cautions import remember
 from studio.spaces_policy import spaces_policy
 
 # What a config's cautions are shown under (``cautions_markdown``).
@@ -172,7 +173,8 @@ def create_run_from_text(store: Store, text: str, spaces: bool = False,
                          workspace: str | Path | None = None) -> tuple[str | None, str]:
     """Validate, then register a run (tasks loaded; nothing trained): ``(run_id, message)``. The message is one line,
     followed by the config's cautions when it has any (``cautions_markdown``; all of them, however often the server
-    met them before: ``engine.loop.create_run_with_cautions``)."""
+    met them before: ``engine.loop.create_run_with_cautions``). The cautions are kept for the run
+    (``studio.run_cautions.remember``): the Run tab's box reads them from there rather than check the config again."""
     config, error = validate_config(text, spaces, workspace)
     if config is None:
         return None, f"Not created: {error}"
@@ -180,6 +182,7 @@ def create_run_from_text(store: Store, text: str, spaces: bool = False,
         run_id, cautions = create_run_with_cautions(store, config)
     except (ConfigError, DataError, OSError) as exc:  # a task file or model path that fails the preflight
         return None, f"Not created: {_refusal(exc)}"
+    remember(store, run_id, cautions)  # the Run tab's next refresh shows them without a second preflight
     return run_id, f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks).{cautions_markdown(cautions)}"
 
 

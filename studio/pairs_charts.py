@@ -1,6 +1,7 @@
 """The Pairs tab's charts and its curation table, read from the store (no Gradio): the effective pairs' margin
-histogram (``margin_figure``, its axes titled), the chosen-vs-rejected length bias (``length_figure``); either says
-"No pairs in iteration N" in words when the iteration has none. Per iteration, what the
+histogram (``margin_figure``, its axes titled), the chosen-vs-rejected length bias (``length_figure``: the mean
+difference titled, what it measures in a subtitle, the legend under the plot, as ``studio.plots`` lays out a chart
+for a phone); either says "No pairs in iteration N" in words when the iteration has none. Per iteration, what the
 curators did to the pairs and what the planner's training made of them (``curation_markdown``; an iteration whose
 planner learns by GRPO says its pairs trained nothing, rather than "not trained" yet).
 """
@@ -12,7 +13,7 @@ import plotly.graph_objects as go
 
 from engine.curation_summary import pair_curation_summary
 from engine.store import Store
-from studio.plots import note_if_empty
+from studio.plots import LEGEND_BELOW, note_if_empty, titled
 from studio.stage_text import objectives
 
 
@@ -53,9 +54,11 @@ def length_figure(store: Store, run_id: str | None, iteration: int | None,
         top = float(max(df["chosen_len"].max(), df["rejected_len"].max())) if len(df) else 1.0
         fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="equal", line=dict(dash="dot"))
         bias = (df["chosen_len"] - df["rejected_len"]).mean() if len(df) else 0.0
-        fig.update_layout(title=f"Length bias: chosen − rejected = {bias:+.1f} chars on average")
-    fig.update_layout(xaxis_title="rejected length", yaxis_title="chosen length", height=300,
-                      margin=dict(l=40, r=10, t=40, b=40))
+        # The number in the title, what it measures under it: one line of both was cut off on a phone's chart.
+        titled(fig, f"Length bias: chosen {bias:+.1f} chars on average",
+               "above the equal line: the chosen plan is longer")
+    fig.update_layout(xaxis_title="rejected length", yaxis_title="chosen length", height=340,
+                      margin=dict(l=40, r=10, b=40), legend=LEGEND_BELOW)
     return note_if_empty(fig, _no_pairs(run_id, iteration))
 
 

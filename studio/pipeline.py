@@ -4,9 +4,10 @@
 iteration with stages): one card per stage (iteration 0: warm start, if any, and the evaluation of the starting
 agents; later iterations: the eight MOAT stages), each with its state, a progress bar, the ETA while it runs, its
 wall time once done (every span it ran: a stop and its resume count both) and the one-line summary of
-``studio.stage_text``. Progress and ETA come from the job worker's events (``snapshot``); states, times and
-summaries from the store. A stage the store marks running while no job of
-this studio runs it is shown interrupted (``live`` is False), as the stage table does. In a curriculum
+``studio.stage_text``; a stopped stage says "stopped" once, its bar and count where the worker's last job left it
+(when that job was this run's), its summary what it kept and how it goes on. Progress and ETA come from the job
+worker's events (``snapshot``); states, times and summaries from the store. A stage the store marks running while no
+job of this studio runs it is shown interrupted (``live`` is False), as the stage table does. In a curriculum
 (``[[schedule.phases]]``) the title names the iteration's phase and the stages it leaves out show as skipped. The two
 training cards name how the iteration trains each role (``stages.planner_objective``: "4 · DPO planner" or
 "4 · GRPO planner"; ``stages.grounder_objective``: "7 · SFT grounder" or "7 · GRPO grounder"), from what the stage
@@ -89,11 +90,13 @@ def pipeline_html(store: Store, run_id: str | None, snapshot: dict[str, Any], li
         row = statuses.get(name) or {}
         status = shown_status(row.get("status") or "pending", live)
         fraction, detail = (1.0 if status in ("done", "skipped") else 0.0), ""
-        event = _progress(snapshot, iteration, name) if live else None
-        if status == "running" and event and event.get("total"):
+        # A stopped stage's last progress, when the worker's last job (running or not) is this run's: how far it got.
+        event = _progress(snapshot, iteration, name) if live or (
+            status == "stopped" and snapshot.get("run_id") == run_id) else None
+        if status in ("running", "stopped") and event and event.get("total"):
             fraction = min(1.0, float(event.get("done") or 0) / float(event["total"]))
-            detail = f" · {event.get('done')}/{event.get('total')}"
-            if event.get("eta_s") is not None:
+            detail = f" · {'at ' if status == 'stopped' else ''}{event.get('done')}/{event.get('total')}"
+            if status == "running" and event.get("eta_s") is not None:
                 detail += f" · ETA {float(event['eta_s']):.0f} s"
         elif status == "done" and stage_seconds(row) is not None:
             detail = f" · {stage_seconds(row):.1f} s"

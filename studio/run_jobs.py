@@ -3,8 +3,11 @@
 iteration cap, then the job; the server decides, whatever the page sends), what the job will run, said in the line
 that announces it (``job_plan``: the stage a *Next stage* job runs, always; a job past the run's ``run.iterations``
 says that it raises it, as the job does: ``studio.jobs``), *Start a new run*'s job (``start_first_iteration``: the
-iteration-0 evaluation, then iteration 1), the worker's state as markdown (``job_markdown``), and the announcing line
-turned into how the job ended once it has (``settled_message``; a created run's cautions stay below it).
+iteration-0 evaluation, then iteration 1), the worker's state as markdown (``job_markdown``: each stage's progress
+and ETA while the job runs, how each stage stands once it has ended), and the announcing line turned into how the job
+ended once it has (``settled_message``; a created run's cautions stay below it). Each job records the browser session
+that started it (``studio.common.session_of``), so a press refused while it runs can say "started from this page"
+(``studio.jobs.started_by``).
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from engine.errors import ConfigError
 from engine.loop import is_skipped, pending, run_config, run_loop
 from engine.schedule import iteration_config
 from engine.store import Store
-from studio.common import Ctx, check_writable, who_of
+from studio.common import Ctx, check_writable, session_of, who_of
 from studio.jobs import JobWorker, loop_stages
 from studio.new_run_config import markdown_escaped
 from studio.spaces_policy import SPACES_CAPS, spaces_policy
+from studio.stage_text import shown_status
 
 # The line *Start a new run* ends with while its job runs (``settled_message`` replaces it once the job has ended).
 RUNNING_NOTE = "are running: the pipeline below follows them."
@@ -51,7 +55,7 @@ def start_job(ctx: Ctx, kind: str, run_id: str | None, name: str, request: gr.Re
             plan = plan.replace(" *Next iteration* starts another.", "")
         return f"Nothing started: `{kind}` on `{run_id}` would run nothing{plan.removeprefix(NOTHING_LEFT)}"
     refused = ctx.jobs.start_loop(kind, run_id, user=who_of(name, request) or "", max_iteration=max_iteration,
-                                  where="on Spaces")
+                                  where="on Spaces", session=session_of(request))
     return refused or f"Started `{kind}` on `{run_id}`{plan}"
 
 
@@ -97,17 +101,21 @@ def job_plan(store: Store, run_id: str, kind: str) -> str:
     return f": {what}. Iteration {last} lies past the run's **run.iterations** ({planned}): the job {raised}."
 
 
-def start_first_iteration(store: Store, jobs: JobWorker, run_id: str, user: str = "") -> str | None:
+def start_first_iteration(store: Store, jobs: JobWorker, run_id: str, user: str = "",
+                          session: str | None = None) -> str | None:
     """*Start a new run*'s job: the iteration-0 evaluation and then iteration 1, as the first-visit demo run does (a
     "next iteration" job on a fresh run stops after iteration 0, which left a new run with nothing in Pairs or
-    Critic). Within the Spaces cap of one iteration. A message when refused."""
+    Critic). Within the Spaces cap of one iteration. A message when refused. ``user``, ``session``: who started it,
+    as ``JobWorker.submit`` takes them."""
     return jobs.submit("start_new", run_id, lambda progress, stop: run_loop(store, run_id, iterations=1,
                                                                             progress=progress, should_stop=stop),
-                       user=user)
+                       user=user, session=session)
 
 
 def job_markdown(jobs: JobWorker) -> str:
-    """The worker's job as markdown: state, the latest event per stage (counts, ETA) and the log tail."""
+    """The worker's job as markdown: state, the latest event per stage and the log tail. While the job runs each
+    stage's line is its progress (counts, ETA); once it has ended, how the stage stands (``_settled_stages``) and
+    the count it reached, no ETA: a last progress line left as it was read as if the job still ran."""
     snap = jobs.snapshot()
     if snap["status"] == "idle":
         return "No job has run in this studio yet."
@@ -122,14 +130,42 @@ def job_markdown(jobs: JobWorker) -> str:
     latest: dict[tuple, dict] = {}
     for e in snap["events"]:
         latest[(e.get("iteration"), e.get("stage"))] = e
+    settled = None if snap["running"] else _settled_stages(jobs.store, snap, list(latest))
     for (it, stage), e in latest.items():
-        eta = f", ETA {e['eta_s']:.0f}s" if e.get("eta_s") is not None else ""
-        lines.append(f"- iteration {it} · {stage}: {e.get('done')}/{e.get('total')}{eta}")
+        done = f"{e.get('done')}/{e.get('total')}" if e.get("total") else "started"  # 0/0: its opening event
+        if settled is None:
+            eta = f", ETA {e['eta_s']:.0f}s" if e.get("eta_s") is not None else ""
+            lines.append(f"- iteration {it} · {stage}: {done}{eta}")
+        elif settled[(it, stage)] == "done":
+            lines.append(f"- iteration {it} · {stage}: done" + (f" ({done})" if e.get("total") else ""))
+        else:
+            lines.append(f"- iteration {it} · {stage}: {settled[(it, stage)]} at {done}")
     tail = [f"{time.strftime('%H:%M:%S', time.localtime(e['time']))} {e.get('stage')} {e.get('done')}/"
             f"{e.get('total')} {e.get('message', '')}" for e in snap["events"][-8:]]
     if tail:
         lines.append("```\n" + "\n".join(tail) + "\n```")
     return "\n\n".join(lines)
+
+
+def _settled_stages(store: Store, snap: dict[str, Any], stages: list[tuple[Any, Any]]) -> dict[tuple, str]:
+    """How each ``(iteration, stage)`` an ended job reported on stands: the store's state of the stage (``stopped``,
+    ``failed``, ``done``; a stage recorded ``running`` no job runs shows ``interrupted``, as the pipeline does), else
+    (a job's step the store keeps no stage of, e.g. the swap table's) the job's own end for the last one it reported
+    on and ``done`` for those before it."""
+    ended = {"stopped": "stopped", "failed": "failed"}.get(snap.get("status"), "done")
+    states = {key: "done" for key in stages}
+    if stages:
+        states[stages[-1]] = ended
+    records: dict[int, dict[str, dict[str, Any]]] = {}
+    for it, stage in stages:
+        if not isinstance(it, int) or not snap.get("run_id"):
+            continue
+        if it not in records:
+            records[it] = store.stage_status(snap["run_id"], it)
+        status = (records[it].get(stage) or {}).get("status")
+        if status and status != "pending":
+            states[(it, stage)] = shown_status(status, live=False)
+    return states
 
 
 def settled_message(message: str | None, snap: dict[str, Any]) -> str | None:

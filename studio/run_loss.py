@@ -2,7 +2,8 @@
 
 The planner above, the grounder below (a GRPO loss around 0 and an SFT loss are different quantities, never one
 curve); one line per iteration and training stage, named by what trained it ("it 2 · GRPO", "it 0 · warm-start SFT"
-from ``studio.stage_text.objectives``), one colour per iteration in both panels. A run with no logged loss gets an
+from ``studio.stage_text.objectives``), one colour per iteration in both panels; titled and with its legend in rows
+under the plot as the Metrics charts are (``studio.plots``: they fit a phone). A run with no logged loss gets an
 empty chart that says so.
 """
 
@@ -13,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.store import Store
-from studio.plots import colours, note_if_empty
+from studio.plots import LEGEND_BELOW, colours, note_if_empty, titled
 from studio.stage_text import objectives
 
 ROLES = (("planner", ("warm_start_planner", "train_planner")), ("grounder", ("warm_start_grounder", "train_grounder")))
@@ -31,8 +32,8 @@ def loss_figure(store: Store, run_id: str | None, logs: pd.DataFrame | None = No
     roles = [(role, df) for role, df in roles if len(df)]
     if not roles:
         fig = go.Figure()
-        fig.update_layout(title="TRL loss", xaxis_title="step", yaxis_title="loss", height=320,
-                          margin=dict(l=40, r=10, t=40, b=40))
+        fig.update_layout(xaxis_title="step", yaxis_title="loss", height=320, margin=dict(l=40, r=10, b=40))
+        titled(fig, "TRL loss")
         # In short lines: one line was wider than a phone's chart (cut off at both ends at 390 px).
         return note_if_empty(fig, "No training logged yet:<br>the loss appears here<br>while a training stage runs")
     fig = make_subplots(rows=len(roles), cols=1, vertical_spacing=0.16)
@@ -47,6 +48,7 @@ def loss_figure(store: Store, run_id: str | None, logs: pd.DataFrame | None = No
                             line=dict(color=palette[it]), marker=dict(size=4), legendgroup=role, row=row, col=1)
         fig.update_yaxes(title_text=f"{role} loss ({' / '.join(sorted(names))})", row=row, col=1)
         fig.update_xaxes(title_text="step" if row == len(roles) else None, row=row, col=1)
-    fig.update_layout(title="TRL loss by role", height=320 if len(roles) == 1 else 460,
-                      margin=dict(l=40, r=10, t=40, b=40), legend=dict(groupclick="toggleitem"))
-    return fig
+    # The legend in rows under the plot: a column of "planner · it 2 · GRPO" beside it took half a phone's chart.
+    fig.update_layout(height=360 if len(roles) == 1 else 500, margin=dict(l=40, r=10, b=40),
+                      legend=dict(groupclick="toggleitem", **LEGEND_BELOW))
+    return titled(fig, "TRL loss by role")

@@ -1,6 +1,7 @@
 """One human line per stage of a run for the Run tab ("96 pairs from 96 tasks, median margin 0.31"), built from the
 stage's stored counts and, where a count alone says little, the rows the stage wrote (pair margins, verdict
-statuses, accuracies). Pure reads; a stage that has not finished says what it is doing or why it was skipped.
+statuses, accuracies). Pure reads; a stage that has not finished says what it is doing or why it was skipped, and
+one stopped or interrupted what it kept and how it goes on (``resume_line``), not its state a second time.
 
 How each role learns follows the run's config (``stages.planner_objective``: DPO or GRPO;
 ``stages.grounder_objective``: SFT or GRPO; a curriculum phase may set either): ``objectives`` gives the names an
@@ -18,6 +19,10 @@ from engine.ledger import active_seconds
 from engine.schedule import iteration_config
 from engine.store import Store
 
+# The stages that commit their rows batch by batch (``engine.stages.context.pending_batches``): stopped or killed,
+# they resume from the rows stored. Each: (table, one row, several rows) for the line that says what was kept.
+KEPT_ROWS = {"sample": ("plans", "plan", "plans"), "score": ("scores", "score", "scores"),
+             "ground": ("groundings", "grounding", "groundings"), "critique": ("verdicts", "verdict", "verdicts")}
 # The shown name of each training objective (the config's values are lower case).
 OBJECTIVE_NAMES = {"dpo": "DPO", "grpo": "GRPO", "sft": "SFT"}
 DEFAULT_OBJECTIVES = {"planner": "DPO", "grounder": "SFT"}
@@ -158,13 +163,27 @@ def stage_summary(store: Store, run_id: str, iteration: int, stage: str, status:
     return f"{line}; {agents}" if agents and status == "done" else line
 
 
+def resume_line(store: Store, run_id: str, iteration: int, stage: str) -> str:
+    """A stopped or interrupted stage's line: what it kept and how it goes on, never its state again (the status
+    beside it says that): "12 plans kept; Next stage resumes from them". A stage that commits its rows batch by batch
+    (``KEPT_ROWS``) resumes from the ones stored; any other (training, pairs, evaluation) starts over."""
+    if stage not in KEPT_ROWS:
+        return "nothing kept: Next stage runs it again from the start"
+    table, one, many = KEPT_ROWS[stage]
+    kept = store.count(table, run_id, iteration)
+    if not kept:
+        return "nothing kept yet: Next stage runs it from the start"
+    return f"{_n(kept)} {one if kept == 1 else many} kept; Next stage resumes from them"
+
+
 def _stage_line(store: Store, run_id: str, iteration: int, stage: str, status: str, counts: dict[str, Any]) -> str:
     if status == "skipped":
         return f"skipped: {counts.get('note', '')}".rstrip(": ")
-    if status in ("running", "interrupted", "pending"):
-        return {"running": "running", "interrupted": "interrupted: resumes where it stopped",
-                "pending": "waiting"}[status]
-    if status in ("failed", "stopped") and not counts:
+    if status in ("stopped", "interrupted"):  # counts a stopped redo left are the first run's: not what it kept
+        return resume_line(store, run_id, iteration, stage)
+    if status in ("running", "pending"):
+        return {"running": "running", "pending": "waiting"}[status]
+    if status == "failed" and not counts:
         return status
     if stage == "sample":
         return f"{_n(counts.get('rows'))} plans sampled"

@@ -8,8 +8,8 @@ where curators overruled the critic one click away (the *Reviewed = overruled* f
 a sentence on the page. The filters are kept in the browser across reloads (``studio.remember``).
 
 Keyboard (``studio.keys``): j/k next/previous verdict, y looks right (``reviewed``), a accept the original, c accept
-the correction, d drop, r restore, e edit, u undo this curator's last decision. The picker names a verdict by its
-question, plan and status.
+the correction, d drop, r restore, e edit, u undo this curator's last decision (with none: an info toast). The
+picker names a verdict by its question, plan and status.
 
 Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the button's state), ``verdict_action``,
 ``preview_edit``, ``save_edit``, ``agreement_markdown``, ``undo_message``. API endpoints (``gradio_client``):
@@ -20,12 +20,15 @@ Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the butt
 (``/critic_next_reload``, ``/critic_prev_reload``: the table and its line, not the agreement, so another curator's
 decision shows at the next key press; nothing over a newer read of the queue, only what changed:
 ``studio.queue_sessions``), the team counters' timer (``/critic_counters``, ``/critic_counters_on``:
-``studio.team_counters``), ``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one: the page box
-moves to the last page, which the queue shows) are undocumented. *Save edit* names the override the
+``studio.team_counters``), the agreement's timer (``/critic_agreement``, ``/critic_agreement_on``: another curator's
+decision shows within its tick, redrawn only when the iteration's verdict log has grown, ``studio.critic_refresh``),
+``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one: the page box moves to the last page,
+which the queue shows) are undocumented. *Save edit* names the override the
 edit wrote (``engine.verdict_curation.SavedEdit``) and says plainly when the saved actions do not run (they parse, a
 formula fails: saved, as the engine allows, but they would train the grounder on actions that reach no answer) or run
-to an answer other than the gold one. An action's line names the other curator's decision it replaced (", replacing
-ana's drop"); the view gives the gold answer and what the original and the correction reach
+to an answer other than the gold one; *Accept original* says the same when the grounding it keeps does not run
+(``original_warning``: recorded all the same). An action's line names the other curator's decision it replaced
+(", replacing ana's drop"); the view gives the gold answer and what the original and the correction reach
 (``studio.critic_queue``). An empty queue says why (iteration 0 has no verdicts, or which filters
 match nothing); the buttons that need a verdict are off while none is picked; the table's grounding columns are
 "runs" (executes without an error) and "correct" (reaches the gold answer); the original -> correction diff goes
@@ -38,6 +41,7 @@ handler surface), its refreshes (the load, the action reloads, the walk's refres
 from __future__ import annotations
 
 import gradio as gr
+import pandas as pd
 
 from engine import review_trail, verdict_curation
 from engine.executor import ExecutionResult
@@ -153,10 +157,30 @@ def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: 
     else:
         oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
     # The decision it replaced is named (", replacing ana's drop"): the table shows only the latest. The override id
-    # stays last: clients read it from the line's end.
+    # ends the line: clients read it from the line's end (a warning follows in a paragraph of its own).
     note = replaced_note(review_trail.replaced_decision(store, oid), action, curator)
-    return f"{button_words(action)} recorded for “{verdict_name(store, run_id, iteration, key)}” by {curator}" \
+    line = f"{button_words(action)} recorded for “{verdict_name(store, run_id, iteration, key)}” by {curator}" \
            f"{note} (override #{oid})."
+    return line + (original_warning(store, run_id, iteration, key) if action == "keep_original" else "")
+
+
+def original_warning(store: Store, run_id: str, iteration: int, key: str) -> str:
+    """After *Accept original*: "" when the grounding runs, else a paragraph saying plainly that it does not (the
+    executor failed on it when the ground stage ran it: the table's "runs" is "no"), worded as *Save edit*'s for an
+    edit that does not run. Recorded all the same (a curator may mean it), but it trains the grounder on actions that
+    reach no answer."""
+    task_id, step, k = parse_key(key)
+    grounding = store.frame("groundings", run_id, int(iteration), task_id=task_id, step=step, k=k)
+    if not len(grounding):
+        return ""
+    row = grounding.iloc[0]
+    if bool(row["ok"]):  # it runs (web actions: they parse, nothing runs for them)
+        return ""
+    why = "the executor failed on it" if pd.isna(row["error"]) or not row["error"] else row["error"]
+    verdict = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=step, k=k)
+    corrected = bool(len(verdict)) and not pd.isna(verdict["corrected_actions"].iloc[0])
+    return (f"\n\n**But it does not run**: {why}. It will train the grounder on actions that reach no answer: "
+            f"{'*Accept correction*, ' if corrected else ''}edit them, or *Drop* the verdict instead.")
 
 
 def _result_markdown(result: ExecutionResult) -> str:
@@ -341,6 +365,7 @@ def build(ctx: Ctx) -> None:
     wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE, queue.sessions, queue.walked,
               queue_inputs, [info, table, pick, total_rows, clamped])
     wire_counters(ctx, "verdict", info, queue.sessions)  # the team's "reviewed N of M", kept current between keys
+    queue.wire_agreement(agreement)  # the agreement follows the team's decisions too (studio.critic_refresh)
 
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
                api_name="critic_undo", show_progress=quiet).success(

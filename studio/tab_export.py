@@ -16,10 +16,19 @@ An iteration that cannot hold the rows asked for (iteration 0's pairs) or not ye
 with the reason and nothing is written (``NothingToExport``, as ``python -m engine export`` refuses it); an empty
 export of a stage that ran and kept nothing is written and said to be so.
 
+An SFT export holds the iteration's curated records only: the original (warm-start) rows that train_grounder mixes
+in beside them (``sft.original_ratio``) are not in the file, and the export's message says so (``replay_note``).
+The pairs-form radio applies to pairs only and is off while SFT is picked.
+
+Each click first clears the message and the download in the browser (the ``export_file_clear`` and
+``export_push_hub_clear`` listeners, js only, registered before the button's write): a refused export raises a
+``gr.Error``, which leaves a handler's outputs as they were, and the previous export's line and file stayed under
+the error as if the refused one had made them.
+
 Handlers: ``export_path``, ``export_file(store, run_id, iteration, kind, fmt, out_dir, pairs_form="text") -> (path,
-rows)``, ``push_to_hub`` (to the config ``hub_config_name`` names: ``pairs``, ``pairs_messages``, ``sft``, ...; one
-split per iteration). The pairs-form radio is the last input of the ``export_file`` and ``export_push_hub``
-endpoints, so an API client that sends the earlier inputs alone gets the text form, as before.
+rows)``, ``replay_note``, ``push_to_hub`` (to the config ``hub_config_name`` names: ``pairs``, ``pairs_messages``,
+``sft``, ...; one split per iteration). The pairs-form radio is the last input of the ``export_file`` and
+``export_push_hub`` endpoints, so an API client that sends the earlier inputs alone gets the text form, as before.
 """
 
 from __future__ import annotations
@@ -34,7 +43,10 @@ from pathlib import Path
 import gradio as gr
 
 from engine import export
+from engine.config import config_from_dict
+from engine.errors import ConfigError
 from engine.export_empty import NOUNS, empty_reason
+from engine.schedule import iteration_config
 from engine.store import Store
 from engine.workspace import inside
 from studio.common import Ctx, check_writable, user_error, user_errors
@@ -84,6 +96,32 @@ def form_caution(store: Store, run_id: str, iteration: int, kind: str, pairs_for
         return ""
     note = export.chat_template_note(store, run_id, int(iteration))
     return f" Note: {note[:1].upper()}{note[1:]}." if note else ""
+
+
+def replay_note(store: Store, run_id: str, iteration: int, kind: str) -> str:
+    """The sentence added after an SFT export's message about the original (warm-start) rows train_grounder mixes in
+    beside the exported records (``sft.original_ratio``), which the file does not hold: the count its stage recorded
+    (``original_rows``), or, before it has trained, that it will mix them in. "" for pairs, for a train_grounder that
+    mixed in none (ratio 0, or no new rows: the grounder kept) or was skipped, and for a grounder that learns by
+    GRPO (no mixing) or a stored config that no longer loads."""
+    if kind != "sft":
+        return ""
+    state = store.stage_status(run_id, int(iteration)).get("train_grounder")
+    if state is not None and state["status"] in ("done", "skipped"):  # what the stage did, not what it would do
+        mixed = int((state.get("counts") or {}).get("original_rows") or 0)
+        return (f" Not in the file: the {mixed} original (warm-start) rows train_grounder mixed in beside these "
+                "records (sft.original_ratio)." if mixed else "")
+    run = store.get_run(run_id) or {}
+    try:
+        config = iteration_config(config_from_dict(run.get("config") or {}), int(iteration))
+    except (ConfigError, TypeError, ValueError):
+        return ""
+    ratio = config.sft.original_ratio
+    if config.stages.grounder_objective != "sft" or ratio == 0:
+        return ""
+    share = "all of them" if ratio < 0 else f"{ratio:g} per new row"
+    return (" Not in the file: the original (warm-start) rows train_grounder will mix in beside these records "
+            f"(sft.original_ratio = {ratio:g}: {share}).")
 
 
 def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: str, token: str | None,
@@ -149,13 +187,24 @@ def build(ctx: Ctx) -> None:
                     "left to export (filtered out by the stage, or excluded or tied by curation).", str(path))
         kept_out = export.left_out(ctx.store, run_id, int(it), k)
         return (f"Exported {rows} {k} rows to `{path.name}`" + (f"; left out: {kept_out}." if kept_out else ".")
-                + form_caution(ctx.store, run_id, it, k, form), str(path))
+                + form_caution(ctx.store, run_id, it, k, form) + replay_note(ctx.store, run_id, it, k), str(path))
 
     def on_push(run_id, it, k, repo_id, form, request: gr.Request) -> str:
         check_writable(ctx, request)
         with user_errors():  # a bad pairs form from an API client: its message, not a stack trace
             return push_to_hub(ctx.store, run_id, it, k, repo_id, os.environ.get("HF_TOKEN"), form or "text")
 
+    # SFT records are always chat messages: the pairs' form does not apply to them.
+    kind.change(lambda k: gr.update(interactive=k == "pairs"), kind, pairs_form, api_name="export_kind",
+                api_visibility="undocumented", show_progress="hidden")
+    # Cleared in the browser first: a refusal (gr.Error) changes no output, so the last export's line and file stayed
+    # under it. The page runs a click's listeners one after the other in the order registered (a js-only one is done
+    # before the next starts), so the clear lands before the export is sent. Not chained by .then: each write stays
+    # triggered by its own button, a registered write control (studio.app turns them off for viewers), and API
+    # clients call export_file / export_push_hub as before.
+    make.click(None, None, [message, file], js="() => ['', null]", api_name="export_file_clear",
+               api_visibility="undocumented")
     # The pairs form goes last: a client sending the earlier inputs alone still gets the text form (its default).
     make.click(on_export, [ctx.run, ctx.iteration, kind, fmt, pairs_form], [message, file], api_name="export_file")
+    push.click(None, None, message, js="() => ''", api_name="export_push_hub_clear", api_visibility="undocumented")
     push.click(on_push, [ctx.run, ctx.iteration, kind, repo, pairs_form], message, api_name="export_push_hub")

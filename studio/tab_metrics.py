@@ -7,26 +7,27 @@ per-template view of a chosen split).
 Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``FIGURES``). Iteration axes have integer
 ticks; accuracy lines carry their 95% Wilson interval as error bars (``accuracy_lo``/``accuracy_hi``, when stored);
 each split/domain has one colour in the accuracy, gap-PPL and gap-log-PPL figures. The tables come from
-``studio.metrics_swaps``. Every handler only reads, except *Compute the swap table*: a write endpoint (refused by
-``check_writable`` for ``--read-only`` and viewers, and on Spaces, where the button is hidden) that starts
-``studio.jobs.swap_job`` on the shared worker, since ``python -m engine swap`` cannot open the store beside the
-studio. While a swap job this page started runs, a timer (every ``SWAP_WATCH_S``, off otherwise) watches the worker;
-when the job ends it redraws the run's tables and says how it ended (``swap_ended``), so nobody has to press Refresh.
+``studio.metrics_swaps``. The compare box offers only the runs with evaluation rows; with a compare run drawn, the
+tables (run A's alone) are led by "run A: <id>", and a line above the charts cautions when A and B were evaluated on
+different task sets (``studio.metrics_compare``). Every handler only reads, except *Compute the swap table*: a write
+endpoint (refused by ``check_writable`` for ``--read-only`` and viewers, and on Spaces, where the button is hidden)
+that starts ``studio.jobs.swap_job`` on the shared worker, since ``python -m engine swap`` cannot open the store
+beside the studio. While a swap job this page started runs, a timer (every ``SWAP_WATCH_S``, off otherwise) watches
+the worker; when the job ends it redraws the run's tables and says how it ended (``swap_ended``), so nobody has to
+press Refresh.
 Likewise the run view redraws by itself (as Refresh does) once a stage its charts read ends in run A or the compare
 run (``studio.live_views``: checked while the tab is shown, and when it is shown again).
 
 The training charts follow how the runs train (``studio.stage_text.run_objectives``): the planner's loss is titled
 and named DPO or GRPO, the grounder's SFT or GRPO; the rewards chart draws DPO's rewards / margins / accuracies or
-GRPO's mean reward and each reward's mean, and a GRPO run without reward logs says DPO rewards do not apply; the
-pairs chart says when the planner does not train on the pairs (GRPO), and draws the tie rate (a fraction) on its own
-right-hand percent axis beside the pair count; the critic's status shares are in % too, as every rate here is.
+GRPO's mean reward and each reward's mean (``studio.metrics_rewards``: DPO's accuracies, a share, on a right-hand
+percent axis of their own), and a GRPO run without reward logs says DPO rewards do not apply; the pairs chart says
+when the planner does not train on the pairs (GRPO), and draws the tie rate (a fraction) on its own right-hand percent
+axis beside the pair count (whole-number ticks); the critic's status shares are in % too, as every rate here is.
 The keys of ``FIGURES`` stay as they are (element ids, the API).
 """
 
 from __future__ import annotations
-
-import json
-import re
 
 import gradio as gr
 import pandas as pd
@@ -35,12 +36,14 @@ import plotly.graph_objects as go
 from engine.report import UnknownExperiment, experiment_report
 from engine.store import Store
 from studio import metrics_experiment as mexp
-from studio.common import Ctx, check_writable, who_of
+from studio.common import Ctx, check_writable, session_of, who_of
 from studio.jobs import swap_job, swap_unavailable
 from studio.live_views import watch
+from studio.metrics_compare import compare_choices, run_a_label, task_set_caution
+from studio.metrics_rewards import draw_rewards
 from studio.metrics_swaps import changes_markdown, swap_markdown
 from studio.picker import Picker
-from studio.plots import LOWER_IS_BETTER, colours, figure, line, note_if_empty, second_axis
+from studio.plots import LOWER_IS_BETTER, colours, count_axis, figure, fit_legend, line, note_if_empty, second_axis
 from studio.stage_text import objectives, run_objectives, skip_note
 
 SWAP_WATCH_S = 3  # the busy pace of studio.pace: only while this page's swap job runs
@@ -60,9 +63,6 @@ def swap_ended(snapshot: dict) -> str | None:
 
 
 FIGURES = ("accuracy", "gap_ppl", "gap_logppl", "dpo_rewards", "dpo_loss", "sft_loss", "pairs", "critic")
-DPO_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
-# What TRL's GRPOTrainer logs of its rewards: the weighted total's mean, and each reward function's mean.
-GRPO_KEY = re.compile(r"^(reward|rewards/[^/]+/mean)$")
 NO_EXPERIMENT = ("(none: the picked run)", "")
 
 
@@ -125,21 +125,16 @@ def training_titles(planner: list[str], grounder: list[str]) -> dict[str, str]:
     planner, grounder = planner or ["DPO"], grounder or ["SFT"]
     p, g = " / ".join(planner), " / ".join(grounder)
     rewards = {"DPO": "DPO rewards / margins / accuracies", "GRPO": "GRPO rewards (mean per logged step)"}
+    # What qualifies the pairs after " · ": a line of its own on a narrow chart (studio.plots.titled)
     if "DPO" not in planner:
-        pairs = f"Preference pairs (not trained on: the planner learns by {p}) and tie rate"
+        pairs = f"Preference pairs and tie rate · not trained on: the planner learns by {p}"
     elif len(planner) > 1:
-        pairs = f"Pairs (DPO trains on them, {' / '.join(n for n in planner if n != 'DPO')} does not) and tie rate"
+        pairs = f"Pairs and tie rate · DPO trains on them, {' / '.join(n for n in planner if n != 'DPO')} does not"
     else:
         pairs = "Pairs in training and tie rate"
     shown = rewards.get(planner[0], f"{p} rewards") if len(planner) == 1 else f"Planner rewards ({p})"
     return {"dpo_rewards": shown,
             "dpo_loss": f"Planner {p} loss", "sft_loss": f"Grounder {g} loss", "pairs": pairs}
-
-
-def _reward_keys(logs: list[dict]) -> list[str]:
-    """The rewards a planner's logs carry, DPO's first (in ``DPO_KEYS`` order), then GRPO's in logged order."""
-    seen = dict.fromkeys(key for lg in logs for key in lg)
-    return [k for k in DPO_KEYS if k in seen] + [k for k in seen if GRPO_KEY.match(k)]
 
 
 def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[str, go.Figure]:
@@ -150,7 +145,8 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
     grounder = _union(t["grounder"] for t in trained_by.values()) or ["SFT"]
     titles = training_titles(planner, grounder)
     figs = {
-        "accuracy": figure("Accuracy per split/domain (95% Wilson interval)", "iteration", "accuracy", percent=True),
+        "accuracy": figure("Accuracy per split/domain", "iteration", "accuracy", percent=True,
+                           subtitle="bars: 95% Wilson interval"),
         "gap_ppl": figure("Capability gap: mean gold-action PPL" + LOWER_IS_BETTER, "iteration", "PPL"),
         "gap_logppl": figure("Capability gap: gold-action log-PPL" + LOWER_IS_BETTER, "iteration", "log-PPL"),
         "dpo_rewards": figure(titles["dpo_rewards"], "logged step", "value", iterations=False),
@@ -160,6 +156,7 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
         "critic": figure("Critic status rates", "iteration", "share of verdicts", percent=True),
     }
     wide = {run_id: _metric_lines(store, run_id) for run_id in runs}
+    most_pairs = 0  # the pair count axis' top, over the runs
     palette = colours(sorted({(s, d) for df in wide.values() for s, d in zip(df["split"], df["domain"])}))
     for n, run_id in enumerate(runs):
         dashed, tag = n == 1, ("B " if n == 1 else "A ") if len(runs) > 1 else ""
@@ -174,11 +171,7 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
                 line(figs[key], part["iteration"], part[key], name, colour, dashed,
                      lo=part["accuracy_lo"] if bars else None, hi=part["accuracy_hi"] if bars else None)
         planner_logs = _train_logs(store, run_id, "train_planner")
-        logs = [json.loads(t) for t in planner_logs["logs_json"]]
-        for key in _reward_keys(logs):
-            points = [(x, lg[key]) for x, lg in zip(planner_logs["x"], logs) if isinstance(lg.get(key), (int, float))]
-            if points:
-                line(figs["dpo_rewards"], *zip(*points), f"{tag}{key}", dashed=dashed)
+        draw_rewards(figs["dpo_rewards"], planner_logs, tag, dashed)  # DPO's accuracies on a % axis of their own
         grounder_logs = _train_logs(store, run_id, "train_grounder")
         if n == 0:  # run A's iterations marked on its step axis (run B's steps need not line up with them)
             for fig, df in ((figs["dpo_rewards"], planner_logs), (figs["dpo_loss"], planner_logs),
@@ -193,6 +186,7 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
                 part = df[by == name]
                 line(fig, part["x"], part["loss"], f"{tag}{name} loss", dashed=dashed)
         pc = _pair_counts(store, run_id)
+        most_pairs = max(most_pairs, int(pc["pairs"].max()) if len(pc) else 0)
         trained = "DPO" in trained_by[run_id]["planner"]
         line(figs["pairs"], pc["iteration"], pc["pairs"], f"{tag}pairs{' in training' if trained else ''}",
              dashed=dashed)
@@ -202,6 +196,7 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
             v["rate"] = v["n"] / v.groupby("iteration")["n"].transform("sum")
             for status, df in v.groupby("status"):
                 line(figs["critic"], df["iteration"], df["rate"], f"{tag}{status}", dashed=dashed)
+    figs["pairs"].update_layout(yaxis=count_axis(most_pairs))  # whole pairs, never 91.5 (the tie rate's y2 as it is)
     if not runs:
         return {name: note_if_empty(fig, "Nothing measured yet: pick a run, or start one in the Run tab")
                 for name, fig in figs.items()}
@@ -222,7 +217,7 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
             text = (f"No {what} in {'these runs' if len(runs) > 1 else 'this run'}. Its {stage} stage was skipped"
                     + (f": {reason}" if reason else ""))
             notes.update(dict.fromkeys(charts, text))
-    return {name: note_if_empty(fig, notes[name]) for name, fig in figs.items()}
+    return {name: note_if_empty(fit_legend(fig), notes[name]) for name, fig in figs.items()}
 
 
 # The stage each chart reads, for a variant that skips it: (what the chart would show, its charts).
@@ -243,11 +238,14 @@ def _skipped_everywhere(records: dict[str, list[dict[str, dict]]], stage: str) -
     return reasons[0] if reasons else None
 
 
-def run_tables(store: Store, run_id: str | None, spaces: bool = False) -> tuple[str, str]:
-    """(iteration-to-iteration McNemar markdown, swap table markdown) of the picked run."""
+def run_tables(store: Store, run_id: str | None, spaces: bool = False,
+               compare: str | None = None) -> tuple[str, str]:
+    """(iteration-to-iteration McNemar markdown, swap table markdown) of the picked run, each led by "run A: <id>"
+    when a compare run is drawn beside it (``studio.metrics_compare.run_a_label``: the tables are A's alone)."""
     if not run_id:
         return "", ""
-    return changes_markdown(store, run_id), swap_markdown(store, run_id, spaces)
+    return (run_a_label(changes_markdown(store, run_id), run_id, compare),
+            run_a_label(swap_markdown(store, run_id, spaces), run_id, compare))
 
 
 def build(ctx: Ctx) -> None:
@@ -259,12 +257,14 @@ def build(ctx: Ctx) -> None:
         refresh = gr.Button("Refresh", elem_id="metrics-refresh", scale=1)
     plots, exp_plots = {}, {}
     with gr.Column(elem_id="metrics-run-view") as run_view:
+        caution = gr.Markdown(elem_id="metrics-compare-caution")  # A and B evaluated on different tasks
         for i in range(0, len(FIGURES), 2):
             with gr.Row():
                 for name in FIGURES[i:i + 2]:
                     # Two per row on a wide screen; below ~2 x 420 px they wrap, one per row, rather than squeeze
                     # to a sliver with clipped titles.
-                    plots[name] = gr.Plot(elem_id=f"metrics-{name}", min_width=420)
+                    # No label: "Plot" said nothing, and a shown label makes Gradio pad the top by 100 px.
+                    plots[name] = gr.Plot(elem_id=f"metrics-{name}", min_width=420, show_label=False)
         changes = gr.Markdown(elem_id="metrics-changes")
         swaps = gr.Markdown(elem_id="metrics-swaps")
         with gr.Row(visible=not ctx.spaces):  # a Space does not evaluate swapped agents (studio.metrics_swaps)
@@ -277,7 +277,7 @@ def build(ctx: Ctx) -> None:
         for i in range(0, len(mexp.FIGURES), 2):
             with gr.Row():
                 for name in mexp.FIGURES[i:i + 2]:
-                    exp_plots[name] = gr.Plot(elem_id=f"metrics-exp-{name}", min_width=420)
+                    exp_plots[name] = gr.Plot(elem_id=f"metrics-exp-{name}", min_width=420, show_label=False)
         exp_table = gr.Markdown(elem_id="metrics-experiment-table")
         exp_changes = gr.Markdown(elem_id="metrics-experiment-changes")  # the gap's % change: the paper's number
         # The swap tables before the per-template tables: those run to a table per variant of a row per template
@@ -295,11 +295,11 @@ def build(ctx: Ctx) -> None:
         # Before the read: a stage that ends during it is seen by the next check.
         live.seen(request, run_a, None, applied=run_b or None)
         figs = figures(ctx.store, run_a, run_b)
-        return [figs[n] for n in FIGURES] + list(run_tables(ctx.store, run_a, ctx.spaces))
+        return ([figs[n] for n in FIGURES] + list(run_tables(ctx.store, run_a, ctx.spaces, run_b))
+                + [task_set_caution(ctx.store, run_a, run_b)])
 
-    def runs(run_a):
-        others = [r["run_id"] for r in ctx.store.list_runs() if r["run_id"] != run_a]
-        return gr.update(choices=["", *others], value="")
+    def runs(run_a):  # only runs with evaluation rows: one without any drew nothing beside run A
+        return gr.update(choices=["", *compare_choices(ctx.store, run_a)], value="")
 
     def experiments(current):
         choices = [NO_EXPERIMENT, *mexp.experiment_choices(ctx.store)]
@@ -330,17 +330,21 @@ def build(ctx: Ctx) -> None:
         if ctx.spaces:
             return "Refused on Spaces: the swap table evaluates every pairing of the run's agents.", gr.skip()
         refused = swap_unavailable(ctx.store, run_id) or ctx.jobs.submit("swap", run_id, swap_job(ctx.store, run_id),
-                                                                          user=who_of(name, request) or "")
+                                                                          user=who_of(name, request) or "",
+                                                                          session=session_of(request))
         if refused:
             return refused, gr.skip()
         return (f"Started `swap` on `{run_id}`: the Run tab follows the job; the table below is redrawn when it "
                 "ends."), gr.Timer(active=True)
 
-    def watch_swap(run_id):
+    def watch_swap(run_id, request: gr.Request | None = None):
         ended = swap_ended(ctx.jobs.snapshot())
         if ended is None:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        return (*run_tables(ctx.store, run_id, ctx.spaces), ended, gr.Timer(active=False))
+        # The compare run this session's charts were last drawn with (its tables stay labelled as run A's).
+        compare = live.applied(request)
+        return (*run_tables(ctx.store, run_id, ctx.spaces, compare if isinstance(compare, str) else None), ended,
+                gr.Timer(active=False))
 
     swap_go.click(on_swap, [ctx.run, ctx.curator], [swap_message, swap_watch], api_name="metrics_swap_compute")
     swap_watch.tick(watch_swap, ctx.run, [changes, swaps, swap_message, swap_watch], show_progress="hidden",
@@ -350,7 +354,8 @@ def build(ctx: Ctx) -> None:
           api_visibility="undocumented", trigger_mode="always_last")
     # One event, in order per session (see studio.app.CONCURRENCY): older figures never land last.
     gr.on([ctx.run.change, compare.change, refresh.click, live.trigger.change], draw, [ctx.run, compare],
-          [*(plots[n] for n in FIGURES), changes, swaps], api_name="metrics_figures", trigger_mode="always_last")
+          [*(plots[n] for n in FIGURES), changes, swaps, caution], api_name="metrics_figures",
+          trigger_mode="always_last")
     gr.on([experiment.change, refresh.click], show_experiment, experiment,
           [run_view, exp_view, *(exp_plots[n] for n in mexp.FIGURES), exp_table, exp_changes, split, exp_breakdown,
            exp_swaps],

@@ -3,11 +3,17 @@ iteration, sorted by log-PPL with bars and chosen/rejected marks, plus a word di
 the grounder was trained by GRPO that iteration, its rollouts for the task's grounded plans follow
 (``studio.rollout_view``).
 
-Handlers: ``task_page``, ``plans_html``, ``diff_choices``, ``plan_diff``, ``grounder_rollouts``, ``no_tasks_reason``:
-plain functions of the store. A search that matches no task says so with its filters ("0 rows · no task matches the
-search “x”, domain maths ..."), as the Pairs and Critic queues say why they are empty. The diff pickers name each
-plan by k and log-PPL (and step, in an iterative run) and start on the lowest- and highest-PPL plans of the first
-step.
+An iteration whose sample stage has not finished (stopped, failed, or still running) holds plans for some of its
+tasks only: the list's line and the plans view say so with the counts ("sampled 37 of 100 tasks; the sample stage
+was stopped", ``partial_sampling``), so a part is not read as the whole iteration. The plans table comes in a
+``moat-scroll`` box (``studio.app.TABLE_CSS``) that scrolls sideways on a phone, where the table is wider than the
+screen.
+
+Handlers: ``task_page``, ``plans_html``, ``partial_sampling``, ``diff_choices``, ``plan_diff``, ``grounder_rollouts``,
+``no_tasks_reason``: plain functions of the store. A search that matches no task says so with its filters ("0 rows ·
+no task matches the search “x”, domain maths ..."), as the Pairs and Critic queues say why they are empty. The diff
+pickers name each plan by k and log-PPL (and step, in an iterative run) and start on the lowest- and highest-PPL
+plans of the first step.
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from engine.config import config_from_dict
+from engine.errors import ConfigError
 from engine.rollouts import task_group
+from engine.schedule import iteration_config
 from engine.store import Store
 from studio.common import Ctx
 from studio.live_views import watch
@@ -46,14 +55,52 @@ def task_page(store: Store, run_id: str | None, iteration: int | None, text: str
                            size=size)[cols]
 
 
+def _planned_tasks(store: Store, run_id: str, iteration: int) -> int | None:
+    """How many training tasks the iteration's sample stage sets out to sample (``data.train_limit`` of the run's
+    train tasks, as ``StageContext.train_tasks`` picks them); None when the stored config no longer loads."""
+    try:
+        limit = iteration_config(config_from_dict((store.get_run(run_id) or {}).get("config") or {}),
+                                 int(iteration)).data.train_limit
+    except (ConfigError, TypeError, ValueError):
+        return None
+    train = store.count("tasks", run_id, split="train")
+    return min(limit, train) if limit else train
+
+
+def partial_sampling(store: Store, run_id: str | None, iteration: int | None) -> str:
+    """The sentence saying that ``iteration`` holds plans for only some of its tasks, because its sample stage was
+    stopped, failed, or has not finished yet ("Iteration 1 is partial: sampled 37 of 100 tasks; the sample stage was
+    stopped ..."); "" when its sample stage is done, has not started, or the iteration samples nothing (0)."""
+    if not run_id or iteration is None:
+        return ""
+    state = store.stage_status(run_id, int(iteration)).get("sample")
+    status = state["status"] if state else None
+    why = {"stopped": "the sample stage was stopped (the Run tab's “Next stage” resumes it)",
+           "failed": "the sample stage failed (the Run tab shows why)",
+           "running": "the sample stage has not finished (still running, or interrupted)"}.get(str(status))
+    if why is None:
+        return ""
+    sampled = int(store.query("SELECT count(DISTINCT task_id) AS n FROM plans WHERE run_id = ? AND iteration = ?",
+                              [run_id, int(iteration)])["n"].iloc[0])
+    planned = _planned_tasks(store, run_id, int(iteration))
+    if planned is not None and sampled >= planned:  # every task sampled: stopped after its last batch
+        return ""
+    of = f" of {planned}" if planned is not None else ""
+    return f"Iteration {int(iteration)} is partial: sampled {sampled}{of} tasks; {why}."
+
+
 def plans_html(store: Store, run_id: str | None, iteration: int | None, task_id: str | None) -> str:
-    """The task's plans (best log-PPL first) as an HTML table with a bar per plan and chosen/rejected badges."""
+    """The task's plans (best log-PPL first) as an HTML table with a bar per plan and chosen/rejected badges, in a
+    box that scrolls sideways where the screen is narrower than the table; led by ``partial_sampling``'s sentence
+    when the iteration's sampling was cut short."""
     if run_id and task_id and iteration is None:
         # A run whose first stage is still running has no iteration to pick yet (seen on a first visit).
         return "<p>No iteration picked: the run has none with plans yet. Pick one above once its first stage ends.</p>"
     if not (run_id and iteration is not None and task_id):
         return "<p>Pick a task.</p>"
     plans = store.task_plans(run_id, int(iteration), task_id)
+    partial = partial_sampling(store, run_id, iteration)
+    lead = f"<p class='moat-partial'>⚠ {html.escape(partial)}</p>" if partial else ""
     if not len(plans):
         try:
             split = store.get_task(run_id, task_id).split
@@ -61,7 +108,7 @@ def plans_html(store: Store, run_id: str | None, iteration: int | None, task_id:
             split = "train"
         why = "" if split == "train" else (f": MOAT samples plans for training tasks only, and this is a {split} task "
                                            "(the evaluation plans it greedily)")
-        return f"<p>No plans for {html.escape(task_id)} in iteration {iteration}{html.escape(why)}.</p>"
+        return f"{lead}<p>No plans for {html.escape(task_id)} in iteration {iteration}{html.escape(why)}.</p>"
     # Bars are scaled within each step: an iterative run's steps score different gold actions, so their log-PPLs
     # are not on one scale.
     lo, hi = plans.groupby("step")["logppl"].min(), plans.groupby("step")["logppl"].max()
@@ -75,11 +122,15 @@ def plans_html(store: Store, run_id: str | None, iteration: int | None, task_id:
         rows.append(
             f"<tr><td>{r.step}</td><td>k={r.k}</td><td>{r.logppl:.4f}</td>" if scored else
             f"<tr><td>{r.step}</td><td>k={r.k}</td><td>—</td>")
-        rows.append(f"<td style='width:160px'><div style='background:#69c;height:10px;width:{width:.0f}%'></div></td>"
-                    f"<td>{badge}</td><td>{'' if r.well_formed else '⚠ malformed'}</td>"
-                    f"<td style='white-space:pre-wrap'>{html.escape(r.text)}</td></tr>")
+        # The bar's and the text's widths come from TABLE_CSS (.moat-plans-bar, .moat-plans-text): a phone narrows
+        # the bar there, which an inline width would override.
+        rows.append(f"<td class='moat-plans-bar'><div style='background:#69c;height:10px;width:{width:.0f}%'></div>"
+                    f"</td><td>{badge}</td><td>{'' if r.well_formed else '⚠ malformed'}</td>"
+                    f"<td class='moat-plans-text'>{html.escape(r.text)}</td></tr>")
     head = "<tr><th>step</th><th>plan</th><th>log-PPL</th><th>bar</th><th></th><th></th><th>text</th></tr>"
-    return f"<table class='moat-plans'>{head}{''.join(rows)}</table>"
+    # On a 390 px phone the table (~450 px) overflowed a ~300 px box that clipped it: the text column was off screen
+    # and could not be reached. The box scrolls sideways instead (studio.app.TABLE_CSS's .moat-scroll).
+    return f"{lead}<div class='moat-scroll'><table class='moat-plans'>{head}{''.join(rows)}</table></div>"
 
 
 def grounder_rollouts(store: Store, run_id: str | None, iteration: int | None, task_id: str | None) -> str:
@@ -195,6 +246,9 @@ def build(ctx: Ctx) -> None:
         sampled = int(df["with_plans"].iloc[0]) if len(df) else 0
         if sampled and it is not None:  # a run holds every task; an iteration samples a few of them
             info += f" · {sampled} with plans in iteration {int(it)}, listed first"
+        partial = partial_sampling(ctx.store, run_id, it)
+        if partial:  # plans for a part of the iteration's tasks: not to be read as the whole iteration
+            info += f" · ⚠ {partial}"
         # The task shown stays while it is on the page (a search that still lists it), and always on a live reload
         # (among the choices even when the sampled tasks, listed first, pushed it off the page); else the first.
         current = was[2] if isinstance(was, list) and len(was) == 4 else None

@@ -20,10 +20,6 @@ handlers are plain functions of the store / worker / text in the two modules abo
 
 from __future__ import annotations
 
-import json
-import logging
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
 import gradio as gr
@@ -31,9 +27,8 @@ import pandas as pd
 
 from engine.config import RunConfig, load_config
 from engine.errors import ConfigError
-from engine.loop import stored_run_cautions
 from engine.store import Store
-from studio.common import Ctx, check_writable, who_of
+from studio.common import Ctx, check_writable, session_of, who_of
 from studio.new_run_config import (
     CAUTION_HEAD,
     cautions_markdown,
@@ -48,7 +43,14 @@ from studio.new_run_config import (
 from studio.pace import RUN_TAB_BUSY_S, poll_seconds
 from studio.pipeline import pipeline_html
 from studio.redraw import computed, only_changed, signature
-from studio.run_jobs import RUNNING_NOTE, job_markdown, settled_message, start_first_iteration, start_job
+from studio.run_cautions import run_cautions
+from studio.run_jobs import (
+    RUNNING_NOTE,
+    job_markdown,
+    settled_message,
+    start_first_iteration,
+    start_job,
+)
 from studio.run_loss import loss_figure as loss_figure  # the Run tab's loss chart, importable from here as before
 from studio.spaces_policy import spaces_capped
 from studio.stage_text import shown_status, stage_seconds, stage_summary
@@ -62,52 +64,33 @@ STAGE_WIDTHS = ["10%", "12%", "8%", "52%", "8%", "10%"]
 EDITOR_MAX_LINES = 30
 
 
-logger = logging.getLogger(__name__)
-# The cautions of runs picked in this process, by (store, run, config): preflight reads the models' tokenizers (about
-# a second), and every session's first refresh asks for its run's.
-_PICKED_CAUTIONS: OrderedDict[tuple[str, str, str], list[str]] = OrderedDict()
-_PICKED_CAUTIONS_KEPT = 64
-_PICKED_CAUTIONS_LOCK = threading.Lock()
-
-
 def picked_run_cautions(store: Store, run_id: str | None, shown: str | None = None) -> str:
-    """The picked run's cautions (``engine.loop.stored_run_cautions``: a config that runs, but likely not as meant) as
-    markdown for the box under the Run tab's message, headed by the run's id: the message that listed them when the
-    run was created is gone after a page reload or another job's line. ``""`` for no run, a run without cautions, or
-    while ``shown`` (the message above) already lists this run's (*Start a new run*'s line keeps them). A check that
-    fails unexpectedly also gives ``""`` (logged, not cached): an optional box never stops the tab's refresh."""
-    run = store.get_run(run_id) if run_id else None
-    if run is None or (shown and CAUTION_HEAD in shown and f"`{run_id}`" in shown):
+    """The picked run's cautions (``studio.run_cautions``: a config that runs, but likely not as meant; checked once
+    per run and config in this process, as the first-visit welcome's) as markdown for the box under the Run tab's
+    message, headed by the run's id: the message that listed them when the run was created is gone after a page
+    reload or another job's line. ``""`` for no run, a run without cautions, or while ``shown`` (the message above)
+    already lists this run's (*Start a new run*'s line keeps them). A check that fails unexpectedly also gives ``""``
+    (logged, not cached): an optional box never stops the tab's refresh."""
+    if not run_id or (shown and CAUTION_HEAD in shown and f"`{run_id}`" in shown):
         return ""
-    key = (str(store.path), run_id, json.dumps(run["config"], sort_keys=True, default=str))
-    with _PICKED_CAUTIONS_LOCK:
-        cautions = _PICKED_CAUTIONS.get(key)
-        if cautions is not None:
-            _PICKED_CAUTIONS.move_to_end(key)  # least recently used goes first
-    if cautions is None:
-        try:
-            cautions = stored_run_cautions(store, run_id)
-        except Exception:  # noqa: BLE001 - anything: the box stays empty, the pipeline and table still draw
-            logger.exception("the cautions of run %s could not be checked", run_id)
-            return ""
-        with _PICKED_CAUTIONS_LOCK:
-            _PICKED_CAUTIONS[key] = cautions
-            while len(_PICKED_CAUTIONS) > _PICKED_CAUTIONS_KEPT:
-                _PICKED_CAUTIONS.popitem(last=False)
+    cautions = run_cautions(store, run_id)
     return f"Run `{run_id}`:{cautions_markdown(cautions)}" if cautions else ""
 
 
 def stage_table(store: Store, run_id: str | None, live: bool = False) -> pd.DataFrame:
     """Every stage of the run; ``live``: this studio's job is running it. Otherwise a stage still marked
     ``running`` was interrupted (a killed process: this studio holds the file, so nobody else can be running it)
-    and shows so until a job resumes it."""
+    and shows so until a job resumes it. A stopped stage's row says "stopped" once: its summary says what it kept
+    and how it goes on (``studio.stage_text.resume_line``), its error column stays empty."""
     rows = []
     for it in store.iterations(run_id) if run_id else []:
         for stage, s in store.stage_status(run_id, it).items():
             status = shown_status(s["status"], live)
+            # A stop's recorded "error" ("sample stopped at the user's request") only says "stopped" again.
+            error = "" if status == "stopped" else (s["error"] or "")[:160]
             rows.append({"iteration": it, "stage": stage, "status": status,
                          "summary": stage_summary(store, run_id, it, stage, status, s["counts"]),
-                         "seconds": stage_seconds(s), "error": (s["error"] or "")[:160]})
+                         "seconds": stage_seconds(s), "error": error})
     return pd.DataFrame(rows, columns=STAGE_COLUMNS)
 
 
@@ -182,7 +165,8 @@ def build(ctx: Ctx, config_path: str) -> None:
         run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces, ws)
         if run_id is None:
             return msg, gr.update()
-        refused = start_first_iteration(ctx.store, ctx.jobs, run_id, who_of(name, request) or "")
+        refused = start_first_iteration(ctx.store, ctx.jobs, run_id, who_of(name, request) or "",
+                                        session=session_of(request))
         choices = [r["run_id"] for r in ctx.store.list_runs()]
         note = refused or f"The starting agents' evaluation (iteration 0), then MOAT's first iteration, {RUNNING_NOTE}"
         return with_note(msg, note), gr.update(choices=choices, value=run_id)

@@ -90,8 +90,8 @@ def test_the_run_tab_buttons_show_the_cautions_and_keep_them_once_the_job_ended(
     from studio.app import build_app
     from studio.jobs import JobWorker
 
-    monkeypatch.setattr(studio.tab_run, "start_first_iteration", lambda store, jobs, run_id, user="": jobs.submit(
-        "start_new", run_id, lambda progress, stop: "done", user=user))
+    monkeypatch.setattr(studio.tab_run, "start_first_iteration", lambda store, jobs, run_id, user="", session=None:
+                        jobs.submit("start_new", run_id, lambda progress, stop: "done", user=user, session=session))
     text = demo_text(tmp_path, f"planner.path={chatml}")
     with Store(tmp_path / "s.duckdb") as store:
         jobs = JobWorker(store)
@@ -115,11 +115,12 @@ def test_the_run_tab_buttons_show_the_cautions_and_keep_them_once_the_job_ended(
 
 def test_the_first_visit_welcome_shows_the_demo_runs_cautions(tmp_path, chatml, monkeypatch):
     import studio.first_visit
+    from studio import run_cautions
     from studio.first_visit import UNFINISHED, start_showcase, welcome
     from studio.jobs import JobWorker
 
     monkeypatch.setattr(studio.first_visit, "run_loop", lambda *args, **kwargs: "stopped")  # the page, not the loop
-    monkeypatch.setattr(studio.first_visit, "_CAUTIONS", {})  # kept from no other test, left to none
+    run_cautions.forget_all()  # kept from no other test
     config = tmp_path / "studio.toml"
     config.write_text(demo_text(tmp_path, f"planner.path={chatml}"))
     with Store(tmp_path / "s.duckdb") as store:
@@ -191,3 +192,54 @@ def test_the_picked_runs_cautions_are_shown_again_after_the_message_is_gone(tmp_
             assert box == "" and "<" in parts[0]  # the pipeline drawn all the same
         finally:
             demo.close()
+
+
+def test_a_run_the_studio_created_is_not_checked_again_by_its_first_refresh_or_the_welcome(tmp_path, chatml,
+                                                                                          monkeypatch):
+    """*Create run*, *Start a new run* and the first-visit demo compute the new run's cautions once: the Run tab's box
+    (a reload's first refresh, the message gone) and the welcome read them from the one cache they share
+    (``studio.run_cautions``), seeded at creation, not from a second preflight (about a second each)."""
+    import engine.loop
+    import studio.first_visit
+    import studio.tab_run
+    from studio import run_cautions
+    from studio.app import build_app
+    from studio.first_visit import start_showcase, welcome
+    from studio.jobs import JobWorker
+
+    calls: list[str] = []
+    real_preflight = engine.loop.preflight
+    monkeypatch.setattr(engine.loop, "preflight", lambda config, *a, **k: calls.append(config.run.name)
+                        or real_preflight(config, *a, **k))
+    monkeypatch.setattr(studio.tab_run, "start_first_iteration", lambda store, jobs, run_id, user="", session=None:
+                        jobs.submit("start_new", run_id, lambda progress, stop: "done", user=user, session=session))
+    monkeypatch.setattr(studio.first_visit, "run_loop", lambda *args, **kwargs: "stopped")  # the page, not the loop
+    text = demo_text(tmp_path, f"planner.path={chatml}")
+    with Store(tmp_path / "s.duckdb") as store:
+        jobs = JobWorker(store)
+        demo = build_app(store, "examples/demo.toml", jobs=jobs, workspace="/")
+        try:
+            fns = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
+            for endpoint, args in (("run_create", (text, None)), ("run_start_new", (text, "", None))):
+                calls.clear()
+                run_id = fns[endpoint](*args)[1]["value"]
+                assert jobs.wait(10)
+                *_, box, _message, _drawn = fns["run_refresh"](run_id, None, "")
+                assert box.startswith(f"Run `{run_id}`:") and CAUTION_HEAD in box
+                assert len(calls) == 1, (endpoint, calls)  # the creation's own check, none after it
+        finally:
+            demo.close()
+    config = tmp_path / "studio.toml"
+    config.write_text(text)
+    with Store(tmp_path / "first.duckdb") as store:  # the demo starts only in an empty store
+        jobs = JobWorker(store)
+        calls.clear()
+        run_id = start_showcase(store, jobs, str(config), spaces=False)
+        assert run_id and jobs.wait(10)
+        for _ in range(2):  # the welcome is asked every 2 s
+            assert_shows_the_caution(welcome(store, jobs, run_id)[0], chatml)
+        assert studio.tab_run.picked_run_cautions(store, run_id).startswith(f"Run `{run_id}`:")
+        assert len(calls) == 1, calls
+        run_cautions.forget_all()  # the cache lost it (another 64 runs since): the welcome reads through it again
+        assert_shows_the_caution(welcome(store, jobs, run_id)[0], chatml)
+        assert len(calls) == 2 and studio.tab_run.picked_run_cautions(store, run_id) and len(calls) == 2

@@ -348,14 +348,15 @@ def test_one_seed_figures_draw_no_band_and_say_there_is_no_interval(store):
     for name, fig in figs.items():
         bands, lines = _bands_and_lines(fig)
         assert not bands and lines, name
-        assert "1 seed: no interval" in fig.layout.title.text and "95%" not in fig.layout.title.text, name
+        title, subtitle = fig.layout.title.text, fig.layout.title.subtitle.text  # what is drawn: in the subtitle
+        assert subtitle == "1 seed: no interval" and "95%" not in title + subtitle, name
 
 
 def test_two_seed_figures_keep_their_band_and_title(store):
     from studio.metrics_experiment import experiment_figures
 
     for fig in experiment_figures(experiment_report(store, EXP)).values():
-        assert "(mean over seeds, 95% interval)" in fig.layout.title.text
+        assert fig.layout.title.subtitle.text == "mean over seeds, 95% interval"
 
 
 def test_experiment_hover_reads_as_the_table_cell(store):

@@ -372,6 +372,10 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         # switched on and off in the browser only (js), by the view key and the tab shown.
         **{f"{tab}_counters": ("read", ()) for tab in ("pairs", "critic")},
         **{f"{tab}_counters_on": ("read", None) for tab in ("pairs", "critic")},
+        # The Critic agreement's timer (studio.critic_refresh): the agreement read again when the verdict log grew;
+        # switched on and off in the browser only (js), as the counters' timer is.
+        "critic_agreement": ("read", ()),
+        "critic_agreement_on": ("read", None),
         "pairs_undo": ("write", (run_id, 1)),
         "pairs_undo_reload": ("read", pairs_applied),
         "pairs_undo_detail": ("read", (run_id, 1, pair)),
@@ -405,6 +409,10 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "critic_save_edit_detail": ("read", (run_id, 1, verdict)),
         "export_file": ("write", (run_id, 1, "pairs", "jsonl")),  # writes a file on the server
         "export_push_hub": ("write", (run_id, 1, "pairs", "me/data")),  # writes to the Hub
+        # Before each: the message and the download cleared in the browser only (js), so a refusal leaves neither.
+        "export_file_clear": ("read", None),
+        "export_push_hub_clear": ("read", None),
+        "export_kind": ("read", ("sft",)),  # the pairs-form radio off for SFT records
     }
     for action in ("swap", "exclude", "tie", "restore", "choose", "reviewed"):
         out[f"pairs_{action}"] = ("write", (run_id, 1, pair, 0, 1, "why"))
