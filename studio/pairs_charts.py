@@ -1,5 +1,6 @@
 """The Pairs tab's charts and its curation table, read from the store (no Gradio): the effective pairs' margin
-histogram (``margin_figure``, its axes titled), the chosen-vs-rejected length bias (``length_figure``: the mean
+histogram (``margin_figure``, its axes titled, its bins computed here so its count axis has whole-number ticks
+only: ``studio.plots.count_axis``), the chosen-vs-rejected length bias (``length_figure``: the mean
 difference titled, what it measures in a subtitle, the legend under the plot, as ``studio.plots`` lays out a chart
 for a phone); either says "No pairs in iteration N" in words when the iteration has none. Per iteration, what the
 curators did to the pairs and what the planner's training made of them (``curation_markdown``; an iteration whose
@@ -8,12 +9,14 @@ planner learns by GRPO says its pairs trained nothing, rather than "not trained"
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
 from engine.curation_summary import pair_curation_summary
 from engine.store import Store
-from studio.plots import LEGEND_BELOW, note_if_empty, titled
+from studio.plots import LEGEND_BELOW, count_axis, note_if_empty, titled
 from studio.stage_text import objectives
 
 
@@ -28,11 +31,51 @@ def margin_figure(store: Store, run_id: str | None, iteration: int | None,
     (``studio.plots.note_if_empty``), not as bare axes."""
     fig = go.Figure()
     if run_id and iteration is not None:
-        fig.add_histogram(x=(_pair_stats(store, run_id, iteration) if stats is None else stats)["margin"], nbinsx=30,
-                          name="pairs")
+        margins = (_pair_stats(store, run_id, iteration) if stats is None else stats)["margin"].dropna()
+        fig.add_histogram(x=margins, name="pairs")
+        if len(margins):
+            # Bins fixed here rather than by plotly, so the tallest bar is known and the count axis steps by whole
+            # pairs (a few pairs gave ticks of 0.5 pair); "d" ticks alone printed "0, 0, 1, 1".
+            values = [float(m) for m in margins]
+            start, end, size = margin_bins(values)
+            fig.update_traces(xbins=dict(start=start, end=end, size=size))
+            fig.update_layout(yaxis=count_axis(tallest_bin(values, start, size)))
     fig.update_layout(title="Margin (rejected − chosen log-PPL)", height=300, margin=dict(l=40, r=10, t=40, b=40),
                       xaxis_title="margin (log-PPL, nats per token)", yaxis_title="pairs")
     return note_if_empty(fig, _no_pairs(run_id, iteration))
+
+
+MARGIN_BINS = 30  # about this many bars across the margin histogram (a 1-2-5 bin size: up to 32)
+
+
+def margin_bins(margins: list[float]) -> tuple[float, float, float]:
+    """``(start, end, size)`` of the histogram's bins over ``margins`` (not empty): a 1-2-5 size that covers them in
+    about ``MARGIN_BINS`` bins, the start a multiple of it at or below the least margin, the end half a bin past the
+    greatest (plotly's bins are left-closed and run to the first edge at or past the end: one ending on the greatest
+    margin, as float rounding may make it, left that margin out); margins all equal get one bin of 0.1."""
+    low, high = min(margins), max(margins)
+    size = _nice_size((high - low) / MARGIN_BINS) if high > low else 0.1
+    start = math.floor(low / size) * size
+    if start > low:  # float rounding put the multiple past the least margin, which plotly would then leave out
+        start -= size
+    return start, high + size / 2, size
+
+
+def _nice_size(raw: float) -> float:
+    """The smallest of 1, 2 or 5 times a power of ten that is at least ``raw`` (> 0)."""
+    power = 10.0 ** math.floor(math.log10(raw))
+    return next(lead * power for lead in (1, 2, 5, 10) if lead * power >= raw)
+
+
+def tallest_bin(margins: list[float], start: float, size: float) -> int:
+    """How many margins the fullest bin holds, bins left-closed as plotly's are (``[start + i·size, start +
+    (i+1)·size)``). Margins on an edge that plotly's float arithmetic puts in the next bin make plotly's tallest bar
+    differ from this count: that may change the count axis's step, never make its ticks fractional."""
+    counts: dict[int, int] = {}
+    for margin in margins:
+        index = math.floor((margin - start) / size)
+        counts[index] = counts.get(index, 0) + 1
+    return max(counts.values())
 
 
 def _no_pairs(run_id: str | None, iteration: int | None) -> str:

@@ -4,8 +4,10 @@
 iteration with stages): one card per stage (iteration 0: warm start, if any, and the evaluation of the starting
 agents; later iterations: the eight MOAT stages), each with its state, a progress bar, the ETA while it runs, its
 wall time once done (every span it ran: a stop and its resume count both) and the one-line summary of
-``studio.stage_text``; a stopped stage says "stopped" once, its bar and count where the worker's last job left it
-(when that job was this run's), its summary what it kept and how it goes on. Progress and ETA come from the job
+``studio.stage_text``, which never repeats the state: a running stage's says what it does, with the worker's last
+progress message ("sampling plans: 12 plans"), a failed one's its error's first line (a card has no error column);
+a stopped stage says "stopped" once, its bar and count where the worker's last job left it (when that job was this
+run's), its summary what it kept and how it goes on. Progress and ETA come from the job
 worker's events (``snapshot``); states, times and summaries from the store. A stage the store marks running while no
 job of this studio runs it is shown interrupted (``live`` is False), as the stage table does. In a curriculum
 (``[[schedule.phases]]``) the title names the iteration's phase and the stages it leaves out show as skipped. The two
@@ -100,7 +102,9 @@ def pipeline_html(store: Store, run_id: str | None, snapshot: dict[str, Any], li
                 detail += f" · ETA {float(event['eta_s']):.0f} s"
         elif status == "done" and stage_seconds(row) is not None:
             detail = f" · {stage_seconds(row):.1f} s"
-        summary = stage_summary(store, run_id, iteration, name, status, row.get("counts"))
+        # No error column beside a card: a failed stage's summary gives its error's first line.
+        summary = stage_summary(store, run_id, iteration, name, status, row.get("counts"), row.get("error"),
+                                event.get("message") if event and status == "running" else None)
         # Numbered only among the eight MOAT stages: iteration 0's lone card read "8 · evaluate".
         cards.append(_card(name, label(name, trained_by, row.get("counts"), numbered=moat), status, fraction, detail,
                            summary))

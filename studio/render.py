@@ -1,8 +1,9 @@
 """Small pure renderers the tabs share: a value in, HTML or Markdown text out, nothing read and no state kept.
 
 Diffs of two texts (``word_diff_html``; ``action_diff_html``, action by action as ``action_parts`` cuts them), a
-plan as a picker names it (``plan_label``, ``plan_labels``), text in a ``<pre>`` (``pre``), user text quoted inside
-a Markdown line (``md_quote``) and the style that keeps a read-only queue table from looking editable
+plan as a picker names it (``plan_label``, ``plan_labels``), text in a ``<pre>`` (``pre``), text from data or a user
+inside a Markdown line: as typed (``md_escaped``: an executor's error, a tool's value), quoted (``md_quote``: a
+search) or as code (``md_code``: an answer), and the style that keeps a read-only queue table from looking editable
 (``static_table_css``). Every text that comes from data or a user is escaped.
 """
 
@@ -95,9 +96,32 @@ def pre(text: Any) -> str:
     return f"<pre style='white-space:pre-wrap'>{html.escape('' if text is None else str(text))}</pre>"
 
 
+# The characters that mean something inside a Markdown line (emphasis, code, links, HTML and entities, GFM's strike
+# and table cells): an error's "Calculator(2*x*3)" rendered an italic x with its stars gone. Parentheses, dots and
+# dashes are left as they are: they act only at a line's start, where this text never stands.
+_MD_INLINE = re.compile(r"([\\`*_\[\]<>#|~&])")
+
+
+def md_escaped(text: Any) -> str:
+    """Text from data or a user (an executor's error, a tool's value) for the middle of a Markdown line, shown as
+    typed: its Markdown and HTML characters backslash-escaped ("*x*" stays *x*, "<b>" stays <b>) and its blanks and
+    newlines one space each (a line break or a blank line in it would start another paragraph); None as ""."""
+    return _MD_INLINE.sub(r"\\\1", " ".join(str("" if text is None else text).split()))
+
+
 def md_quote(text: Any, width: int = 60) -> str:
     """User text (a search) quoted inside a Markdown line: on one line, cut to ``width``, with Markdown and HTML
-    characters escaped, so "*x*" or "<b>" show as typed."""
+    characters escaped (``md_escaped``), so "*x*" or "<b>" show as typed."""
     flat = " ".join(str(text or "").split())
     flat = flat if len(flat) <= width else flat[:width - 1] + "…"
-    return "“" + re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~&])", r"\\\1", flat) + "”"
+    return "“" + md_escaped(flat) + "”"
+
+
+def md_code(text: Any) -> str:
+    """Text from data (an answer, a variable's name) as inline Markdown code, whatever backticks it holds: fenced by
+    one backtick more than its longest run of them, and padded with a space where it starts or ends with one (a
+    backtick inside a one-backtick span ended the span there) or is empty (two bare backticks are no span)."""
+    flat = " ".join(str("" if text is None else text).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", flat)), default=0) + 1)
+    pad = " " if not flat or flat.startswith("`") or flat.endswith("`") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"

@@ -1,7 +1,9 @@
 """One human line per stage of a run for the Run tab ("96 pairs from 96 tasks, median margin 0.31"), built from the
 stage's stored counts and, where a count alone says little, the rows the stage wrote (pair margins, verdict
-statuses, accuracies). Pure reads; a stage that has not finished says what it is doing or why it was skipped, and
-one stopped or interrupted what it kept and how it goes on (``resume_line``), not its state a second time.
+statuses, accuracies). Pure reads. The status beside the line says the stage's state, so the line never says it a
+second time: a running stage says what it does ("sampling plans"; with the worker's last progress message when the
+caller has it, "sampling plans: 12 plans"), a failed one that recorded no counts its error's first line (or nothing),
+a skipped one why, a pending one nothing, and one stopped or interrupted what it kept and how it goes on (``resume_line``).
 
 How each role learns follows the run's config (``stages.planner_objective``: DPO or GRPO;
 ``stages.grounder_objective``: SFT or GRPO; a curriculum phase may set either): ``objectives`` gives the names an
@@ -26,6 +28,12 @@ KEPT_ROWS = {"sample": ("plans", "plan", "plans"), "score": ("scores", "score", 
 # The shown name of each training objective (the config's values are lower case).
 OBJECTIVE_NAMES = {"dpo": "DPO", "grpo": "GRPO", "sft": "SFT"}
 DEFAULT_OBJECTIVES = {"planner": "DPO", "grounder": "SFT"}
+# What a running stage does, for its line beside the status "running" (which a line "running" only repeated).
+DOING = {"sample": "sampling plans", "score": "scoring plans by the grounder", "pairs": "building preference pairs",
+         "train_planner": "training the planner", "ground": "grounding plans", "critique": "judging the groundings",
+         "train_grounder": "training the grounder", "evaluate": "evaluating the agents",
+         "warm_start_planner": "warm-starting the planner", "warm_start_grounder": "warm-starting the grounder"}
+ERROR_WIDTH = 160  # characters of a failed stage's error in its line, as the stage table's error column cuts it
 
 
 def _run_config(store: Store, run_id: str | None) -> RunConfig | None:
@@ -155,12 +163,36 @@ def stage_seconds(row: dict[str, Any]) -> float | None:
 
 
 def stage_summary(store: Store, run_id: str, iteration: int, stage: str, status: str,
-                  counts: dict[str, Any] | None) -> str:
+                  counts: dict[str, Any] | None, error: str | None = None, doing: str | None = None) -> str:
     """The Run tab's line for one stage (see the module docstring); with a shared base (``agents.topology =
-    shared``) the line also says what the one model held."""
+    shared``) the line also says what the one model held. ``error``: the stage's recorded error, for a failed stage
+    without counts (the stage table leaves it out: its own column shows the error); ``doing``: the worker's last
+    progress message for a running stage (``running_line``)."""
+    if status == "running":
+        return running_line(stage, doing)
+    if status == "failed" and not counts:
+        return error_line(error)
     line = _stage_line(store, run_id, iteration, stage, status, counts or {})
     agents = (counts or {}).get("agents")
     return f"{line}; {agents}" if agents and status == "done" else line
+
+
+def running_line(stage: str, doing: str | None = None) -> str:
+    """A running stage's line: what it does (``DOING``) and, when given, the worker's last progress message for it
+    ("sampling plans: 12 plans", "training the planner: loss 0.41"). The messages that open and close a stage
+    ("started: torch threads ...", "done") say nothing the status and the bar do not."""
+    what = DOING.get(stage, "")
+    message = " ".join(str(doing or "").split())
+    if not message or message == "done" or message.startswith("started"):
+        return what
+    return f"{what}: {message}" if what else message
+
+
+def error_line(error: str | None) -> str:
+    """A failed stage's line: the first line of its recorded error (the exception's message; the traceback follows
+    it), cut to ``ERROR_WIDTH``; "" without one."""
+    first = str(error or "").split("\n", 1)[0].strip()
+    return first if len(first) <= ERROR_WIDTH else first[:ERROR_WIDTH - 1] + "…"
 
 
 def resume_line(store: Store, run_id: str, iteration: int, stage: str) -> str:
@@ -181,10 +213,8 @@ def _stage_line(store: Store, run_id: str, iteration: int, stage: str, status: s
         return f"skipped: {counts.get('note', '')}".rstrip(": ")
     if status in ("stopped", "interrupted"):  # counts a stopped redo left are the first run's: not what it kept
         return resume_line(store, run_id, iteration, stage)
-    if status in ("running", "pending"):
-        return {"running": "running", "pending": "waiting"}[status]
-    if status == "failed" and not counts:
-        return status
+    if status == "pending":
+        return ""  # the status says it waits: "waiting" beside "pending" only repeated it
     if stage == "sample":
         return f"{_n(counts.get('rows'))} plans sampled"
     if stage == "score":

@@ -5,7 +5,8 @@ right and undo: ``engine.review_trail``); an edit is previewed with ``engine.exe
 it parses; a verdict without a correction says so in one line and switches *Accept correction* off; the critic-curator
 agreement ("looks right" agrees; per domain, per tool the grounding calls, per decision, per curator) with the verdicts
 where curators overruled the critic one click away (the *Reviewed = overruled* filter). No ``nan`` or ``None`` reaches
-a sentence on the page. The filters are kept in the browser across reloads (``studio.remember``).
+a sentence on the page; an executor's error or a tool's value shows as typed (``studio.render.md_escaped``). The
+filters are kept in the browser across reloads (``studio.remember``).
 
 Keyboard (``studio.keys``): j/k next/previous verdict, y looks right (``reviewed``), a accept the original, c accept
 the correction, d drop, r restore, e edit, u undo this curator's last decision (with none: an info toast). The
@@ -129,7 +130,7 @@ from studio.pairs_queue import replaced_note
 from studio.picker import Picker
 from studio.picks import first_cell
 from studio.remember import remember
-from studio.render import static_table_css
+from studio.render import md_code, md_escaped, static_table_css
 from studio.tab_pairs import excerpt
 from studio.team_counters import wire_counters
 
@@ -176,7 +177,7 @@ def original_warning(store: Store, run_id: str, iteration: int, key: str) -> str
     row = grounding.iloc[0]
     if bool(row["ok"]):  # it runs (web actions: they parse, nothing runs for them)
         return ""
-    why = "the executor failed on it" if pd.isna(row["error"]) or not row["error"] else row["error"]
+    why = "the executor failed on it" if pd.isna(row["error"]) or not row["error"] else md_escaped(row["error"])
     verdict = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=step, k=k)
     corrected = bool(len(verdict)) and not pd.isna(verdict["corrected_actions"].iloc[0])
     return (f"\n\n**But it does not run**: {why}. It will train the grounder on actions that reach no answer: "
@@ -184,10 +185,11 @@ def original_warning(store: Store, run_id: str, iteration: int, key: str) -> str
 
 
 def _result_markdown(result: ExecutionResult) -> str:
-    values = "\n".join(f"- `{name}` = {value}" for name, value in result.values.items())
-    status = "runs cleanly" if result.ok else f"execution error: {result.error}"
+    # The executor's text is the edit's and the tools': escaped, or "2*x*3" in an error rendered an italic x.
+    values = "\n".join(f"- {md_code(name)} = {md_escaped(value)}" for name, value in result.values.items())
+    status = "runs cleanly" if result.ok else f"execution error: {md_escaped(result.error)}"
     # A parse error, a failing step or actions that assign nothing leave no answer: say so, not Python's None.
-    answer = "no answer" if result.answer is None else f"answer: `{result.answer}`"
+    answer = "no answer" if result.answer is None else f"answer: {md_code(result.answer)}"
     return f"**{status}** · {answer}\n\n{values}"
 
 
@@ -210,7 +212,7 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
         saved = verdict_curation.edit_correction(store, run_id, int(iteration), task_id, step, k, actions,
                                                  curator=curator, reason=reason)
     except verdict_curation.InvalidActionsError as exc:
-        return f"**Not saved — parse error:** {exc.parse_error}"
+        return f"**Not saved — parse error:** {md_escaped(exc.parse_error)}"
     # Named as the other actions name a verdict, by the override the edit wrote (not the newest row read back, which
     # may be another curator's written in between).
     label = verdict_name(store, run_id, iteration, key)
@@ -222,7 +224,7 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
         return (f"{said} (override #{saved.override_id}). Web actions are not executed here.\n\n"
                 + _result_markdown(result))
     if not result.ok or result.answer is None:
-        why = result.error or "no action assigns an answer"
+        why = md_escaped(result.error) if result.error else "no action assigns an answer"
         return (f"{said} (override #{saved.override_id}), **but it does not run**: {why}. It will train the grounder "
                 "on actions that reach no answer: edit again, or *Drop* the verdict.\n\n"
                 + _result_markdown(result))
@@ -232,10 +234,10 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
     remember_outcome(outcome_key(store, run_id, task_id, step, actions.strip()), gold,
                      Outcome(result.answer, None, correct))
     if correct:
-        verdict = f"It reaches the gold answer `{gold}`."
+        verdict = f"It reaches the gold answer {md_code(gold)}."
     else:
-        verdict = (f"It runs, but its answer `{result.answer}` is not the gold answer `{gold}`: the grounder will "
-                   "train on actions that reach a wrong answer.")
+        verdict = (f"It runs, but its answer {md_code(result.answer)} is not the gold answer {md_code(gold)}: the "
+                   "grounder will train on actions that reach a wrong answer.")
     return f"{said} (override #{saved.override_id}). {verdict}\n\n" + _result_markdown(result)
 
 

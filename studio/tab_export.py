@@ -17,7 +17,8 @@ with the reason and nothing is written (``NothingToExport``, as ``python -m engi
 export of a stage that ran and kept nothing is written and said to be so.
 
 An SFT export holds the iteration's curated records only: the original (warm-start) rows that train_grounder mixes
-in beside them (``sft.original_ratio``) are not in the file, and the export's message says so (``replay_note``).
+in beside them (``sft.original_ratio``) are not in the file, and the export's message says so (``replay_note``,
+as ``python -m engine export`` does: ``engine.export_replay``).
 The pairs-form radio applies to pairs only and is off while SFT is picked.
 
 Each click first clears the message and the download in the browser (the ``export_file_clear`` and
@@ -42,11 +43,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from engine import export
-from engine.config import config_from_dict
-from engine.errors import ConfigError
+from engine import export, export_replay
 from engine.export_empty import NOUNS, empty_reason
-from engine.schedule import iteration_config
 from engine.store import Store
 from engine.workspace import inside
 from studio.common import Ctx, check_writable, user_error, user_errors
@@ -100,28 +98,10 @@ def form_caution(store: Store, run_id: str, iteration: int, kind: str, pairs_for
 
 def replay_note(store: Store, run_id: str, iteration: int, kind: str) -> str:
     """The sentence added after an SFT export's message about the original (warm-start) rows train_grounder mixes in
-    beside the exported records (``sft.original_ratio``), which the file does not hold: the count its stage recorded
-    (``original_rows``), or, before it has trained, that it will mix them in. "" for pairs, for a train_grounder that
-    mixed in none (ratio 0, or no new rows: the grounder kept) or was skipped, and for a grounder that learns by
-    GRPO (no mixing) or a stored config that no longer loads."""
-    if kind != "sft":
-        return ""
-    state = store.stage_status(run_id, int(iteration)).get("train_grounder")
-    if state is not None and state["status"] in ("done", "skipped"):  # what the stage did, not what it would do
-        mixed = int((state.get("counts") or {}).get("original_rows") or 0)
-        return (f" Not in the file: the {mixed} original (warm-start) rows train_grounder mixed in beside these "
-                "records (sft.original_ratio)." if mixed else "")
-    run = store.get_run(run_id) or {}
-    try:
-        config = iteration_config(config_from_dict(run.get("config") or {}), int(iteration))
-    except (ConfigError, TypeError, ValueError):
-        return ""
-    ratio = config.sft.original_ratio
-    if config.stages.grounder_objective != "sft" or ratio == 0:
-        return ""
-    share = "all of them" if ratio < 0 else f"{ratio:g} per new row"
-    return (" Not in the file: the original (warm-start) rows train_grounder will mix in beside these records "
-            f"(sft.original_ratio = {ratio:g}: {share}).")
+    beside the exported records, which the file does not hold (``engine.export_replay.replay_note``, which the CLI
+    prints too); "" when there are none to mention."""
+    note = export_replay.replay_note(store, run_id, int(iteration), kind)
+    return f" {note[:1].upper()}{note[1:]}." if note else ""
 
 
 def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: str, token: str | None,

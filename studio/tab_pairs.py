@@ -245,7 +245,8 @@ def build(ctx: Ctx) -> None:
     evidence = gr.HTML(elem_id="pairs-evidence-view")
     group = gr.HTML(elem_id="pairs-group")  # GRPO iterations only: the task's rollouts beside its DPO pair
     with gr.Row():
-        hist, bias = gr.Plot(), gr.Plot()
+        # No label: gradio's default "Plot" said nothing and took a line of height above each chart (titled already).
+        hist, bias = gr.Plot(show_label=False), gr.Plot(show_label=False)
     summary = gr.Markdown(elem_id="pairs-curation")
 
     filters = [ctx.run, ctx.iteration, min_m, max_m, text, overridden, excluded, ties, order, page]

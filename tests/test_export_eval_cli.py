@@ -178,3 +178,27 @@ def test_a_file_where_the_folder_should_be_is_named_as_such(db, tmp_path, capsys
     assert exit_.value.code == 2
     assert f"the directory of {blocker / 'x.jsonl'} is a file, not a folder" in capsys.readouterr().err
     assert blocker.read_text() == "not a folder\n"
+
+
+def test_an_sft_export_notes_the_original_rows_training_mixes_in_beside_it(db, tmp_path, capsys):
+    """train_grounder mixes original (warm-start) rows in beside the exported records (``sft.original_ratio``); the
+    file does not hold them, and the CLI said nothing of them (the studio's Export tab did): a ``note:`` on stderr now
+    says what the config will mix in, or, once the stage has trained, how many rows it mixed in."""
+    import json
+
+    out = tmp_path / "sft.jsonl"
+    assert export(db, RUN, IT, "sft", out) == 0  # the world's config is the defaults: sft.original_ratio = -1
+    captured = capsys.readouterr()
+    assert captured.out.startswith("wrote ") and "original" not in captured.out
+    assert ("note: not in the file: the original (warm-start) rows train_grounder will mix in beside these records "
+            "(sft.original_ratio = -1: all of them)\n") in captured.err
+    with Store(db) as store:
+        store.set_stage(RUN, IT, "train_grounder", "done", counts={"rows": 480, "new_rows": 96, "original_rows": 384})
+    assert main(["export", "--db", str(db), "--run", RUN, "--iteration", str(IT), "--what", "sft", "--out", str(out),
+                 "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["rows"] == len(out.read_text().splitlines())  # stdout stays one JSON object
+    assert captured.err == ("note: not in the file: the 384 original (warm-start) rows train_grounder mixed in beside "
+                            "these records (sft.original_ratio)\n")
+    assert export(db, RUN, IT, "pairs", tmp_path / "pairs.jsonl") == 0  # pairs: nothing is mixed in
+    assert "original" not in capsys.readouterr().err

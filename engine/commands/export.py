@@ -4,10 +4,13 @@ Contract: ``export --db D --run R --iteration T --what pairs|sft|rollouts --form
 text|messages] --out FILE [--json]`` writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides
 applied) / ``export_rollouts`` (a GRPO iteration's rollouts) atomically, with the mode ``open()`` would give the file,
 and prints ``{"what", "format", "path", "rows"}`` (pairs: and ``"pairs_form"``; ``--json``) or a one-line summary;
-exits 0. ``--pairs-form`` (pairs only; default ``text``, the rendered strings train_planner trains on) ``messages``
-writes TRL's conversational preference format; an iteration whose planner prompts were rendered with the lumos layout
-gets a ``note:`` line on stderr that TRL renders messages with the tokenizer's template instead
-(``engine.export.chat_template_note``, reading the iteration's ``planner.chat_template`` as the prompt check does).
+exits 0. An SFT export holds the iteration's curated records only: a ``note: not in the file: ...`` line on stderr
+names the original (warm-start) rows train_grounder mixes in beside them (``sft.original_ratio``;
+``engine.export_replay.replay_note``, which the studio's Export tab says too). ``--pairs-form`` (pairs only;
+default ``text``, the rendered strings train_planner trains on) ``messages`` writes TRL's conversational preference
+format; an iteration whose planner prompts were rendered with the lumos layout gets a ``note:`` line on stderr that
+TRL renders messages with the tokenizer's template instead (``engine.export.chat_template_note``, reading the
+iteration's ``planner.chat_template`` as the prompt check does).
 Before anything is written, each messages prompt is rendered as the run rendered its prompts and compared with the
 prompt stored with the plan: when any differs (plans sampled by older code or in another layout) or the planner's
 tokenizer that check needs does not load, ``error: ...`` names how many pairs differ of how many and where the first
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.commands._common import store_unusable
     from engine.errors import CheckpointError
     from engine.export import PromptMismatch, chat_template_note, left_out, rows_of, write_rows
+    from engine.export_replay import replay_note
     from engine.store import Store, StoreError
 
     if store_missing(args.db):  # bad input (2); a file that cannot be used as a store is 3
@@ -99,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             if args.what == "pairs" and pairs_form == "messages":
                 form_note = chat_template_note(store, args.run, args.iteration)
             kept_out = left_out(store, args.run, args.iteration, args.what)
+            replayed = replay_note(store, args.run, args.iteration, args.what)  # rows training adds, not in the file
             if not rows:
                 # An empty file with exit 0 read as "exported, nothing to train on" for data the iteration can
                 # never have (iteration 0's pairs, a DPO iteration's rollouts) or does not have yet.
@@ -120,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr)
     if form_note:
         print(f"note: {form_note}", file=sys.stderr)
+    if replayed:
+        print(f"note: {replayed}", file=sys.stderr)
     result = {"what": args.what, "format": args.format, "path": args.out, "rows": len(rows)}
     if args.what == "pairs":
         result["pairs_form"] = pairs_form
