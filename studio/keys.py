@@ -4,7 +4,10 @@ Keys (outside text fields, no modifier): ``j``/``k`` next/previous item, ``y`` l
 restore, ``u`` undo this curator's last action (both tabs; with none left, an info toast); ``s`` swap, ``x``
 exclude, ``t`` tie, ``v`` evidence (Pairs); ``a``/``c`` accept the original/the correction, ``d`` drop, ``e`` edit
 (focuses the editor) (Critic).
-A key clicks the first *visible* button it names, so one key serves whichever tab is open. ``neighbour`` is the
+A key clicks the first *visible* button it names, so one key serves whichever tab is open. A visible button that is
+off (disabled) swallows a click silently: for one listed in ``WHY`` the key clicks its hidden twin instead, whose
+handler says in an info toast why nothing happened (``c`` on a verdict without a correction: ``wire_why``,
+``correction_why``). ``neighbour`` is the
 server side of ``j``/``k``; ``wire_walk`` wires it, and after each move the tab's queue is read again (its table and
 the team's counters), so a decision another curator made shows at the next key press.
 """
@@ -15,9 +18,11 @@ import json
 from collections.abc import Callable
 
 import gradio as gr
+import pandas as pd
 
 from engine.review_trail import NothingToUndo
-from studio.common import Ctx, check_writable, curator_of, quiet_stop, user_errors, user_info, who_of
+from engine.store import Store
+from studio.common import Ctx, can_write, check_writable, curator_of, quiet_stop, user_errors, user_info, who_of
 from studio.queue_sessions import QueueSessions, WalkedTo
 
 # key -> element ids, first visible wins (hidden tabs' buttons have no offsetParent)
@@ -28,6 +33,9 @@ KEYS: dict[str, list[str]] = {
     "d": ["critic-drop"], "y": ["pairs-reviewed", "critic-reviewed"],
 }
 FOCUS: dict[str, str] = {"e": "critic-edit"}  # keys that move the focus into a text field instead of clicking
+# button id -> its hidden twin's id, clicked by the key while the button is off: a disabled button takes no click, so
+# the key did nothing and said nothing (the button being off is no news to someone who never looks at it)
+WHY: dict[str, str] = {"critic-accept_correction": "critic-accept_correction-why"}
 
 # The queues' own refreshes (filters, each action's reload) show Gradio's *minimal* progress: a small timer that
 # never takes pointer events. The full overlay flashed over the table on every key press and, when a refresh
@@ -37,7 +45,7 @@ QUEUE_PROGRESS = "minimal"
 
 SHORTCUTS_JS = """<script>
 (() => {
-const KEYS = @KEYS@, FOCUS = @FOCUS@;
+const KEYS = @KEYS@, FOCUS = @FOCUS@, WHY = @WHY@;
 document.addEventListener('keydown', (e) => {
   const tag = (e.target && e.target.tagName || '').toLowerCase();
   if (tag === 'input' || tag === 'textarea' || e.target.isContentEditable) return;
@@ -49,11 +57,44 @@ document.addEventListener('keydown', (e) => {
   }
   for (const id of (KEYS[e.key] || [])) {
     const el = document.getElementById(id);
-    if (el && el.offsetParent !== null) { el.click(); e.preventDefault(); return; }
+    if (el && el.offsetParent !== null) {
+      const why = el.disabled && WHY[id] && document.getElementById(WHY[id]);
+      (why || el).click(); e.preventDefault(); return;
+    }
   }
 });
 })();
-</script>""".replace("@KEYS@", json.dumps(KEYS)).replace("@FOCUS@", json.dumps(FOCUS))
+</script>""".replace("@KEYS@", json.dumps(KEYS)).replace("@FOCUS@", json.dumps(FOCUS)).replace(
+    "@WHY@", json.dumps(WHY))
+
+
+def correction_why(store: Store, run_id: str | None, iteration: int | None, key: str | None,
+                   writable: bool) -> str:
+    """Why *Accept correction* is off, for ``c`` pressed while it is (``wire_why``): no verdict picked, a session
+    that may not write, or a verdict the critic made no correction for (the detail switches the button off then:
+    ``studio.critic_queue``)."""
+    if not writable:
+        return "This session cannot curate (a read-only studio or a viewer's account)."
+    if not run_id or iteration is None or not key:
+        return "Pick a verdict first."
+    task_id, step, k = key.rsplit("|", 2)  # studio.critic_queue.parse_key's rule (that module imports this one)
+    verdict = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=int(step), k=int(k))
+    if len(verdict) and pd.isna(verdict["corrected_actions"].iloc[0]):
+        return "This verdict has no correction to accept: accept the original (a), edit it (e) or drop it (d)."
+    return "Accept correction is off for this verdict."
+
+
+def wire_why(ctx: Ctx, button_id: str, why: Callable[..., str], inputs: list) -> gr.Button:
+    """The hidden twin ``WHY[button_id]`` of an off button, which the key clicks instead of it: its handler shows
+    ``why(store, *inputs, writable)`` as an info toast and changes nothing (no outputs; a read, open to viewers)."""
+    twin = gr.Button(visible="hidden", elem_id=WHY[button_id])
+
+    def handler(*values, request: gr.Request | None = None) -> None:
+        user_info(why(ctx.store, *values, can_write(ctx, request)))
+
+    twin.click(handler, inputs, None, api_name=WHY[button_id].replace("-", "_"), api_visibility="undocumented",
+               show_progress="hidden")
+    return twin
 
 
 def neighbour(current: str | None, keys: list[str], page: int, total: int, delta: int,

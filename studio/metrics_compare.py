@@ -8,7 +8,8 @@ on the same tasks, and the label of the tables that are run A's alone. Reads the
   sets on a split both have, else "". Per split (domain "all"), the ``n`` metric of each iteration (the count the
   accuracy is out of) is compared; when both runs have per-task traces (``eval_traces``) of the split, the sets of
   task ids are compared too (an order-free fingerprint computed in the query: no id list comes back). Two small
-  grouped queries over the two runs.
+  grouped queries over the two runs. When run A has no evaluation rows at all, the line says that instead
+  (``NO_ROWS_NOTE``): the charts drew B's lines alone and nothing told why A's were missing.
 * ``run_a_label(text, run_a, run_b) -> str``: ``text`` (the swap table, the iteration-to-iteration tests: computed
   for run A only) led by "run A: `<id>`" when a different run B is drawn beside it, else as it was.
 """
@@ -42,16 +43,24 @@ def _task_sets(store: Store, runs: list[str]) -> dict[tuple[str, str], int]:
     return {(r, s): int(f) for r, s, f in df.itertuples(index=False, name=None)}
 
 
+NO_ROWS_NOTE = ("Run A (`{run_a}`) has no evaluation rows yet: the evaluation charts show run B's lines alone, "
+                "and there is nothing to compare them with.")
+
+
 def _count_text(counts: tuple[int, ...]) -> str:
     return str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
 
 
 def task_set_caution(store: Store, run_a: str | None, run_b: str | None) -> str:
-    """The one-line caution when A and B were evaluated on different task sets (see the module docstring)."""
+    """The one-line caution when A and B were evaluated on different task sets, or the note that A has no evaluation
+    rows (see the module docstring)."""
     if not run_a or not run_b or run_a == run_b:
         return ""
     runs = [run_a, run_b]
     counts, task_sets = _counts(store, runs), _task_sets(store, runs)
+    # No task count for A: a third query, only then, tells "no evaluation rows" from rows without an n
+    if not any(r == run_a for r, _ in counts) and not store.count("metrics", run_a):
+        return NO_ROWS_NOTE.format(run_a=run_a)
     splits = sorted({s for r, s in counts if r == run_a} & {s for r, s in counts if r == run_b},
                     key=lambda s: (list(SPLIT_NAMES).index(s) if s in SPLIT_NAMES else len(SPLIT_NAMES), s))
     differences = []

@@ -6,6 +6,11 @@ axis) and ``rewards/accuracies``, the share of pairs whose chosen plan gets the 
 percent axis of its own (``studio.plots.second_axis``; its line named "(right axis)"): a 0-1 share on the margins'
 axis read as a margin of 1. GRPO's logs give the weighted total's mean (``reward``) and each reward function's
 (``rewards/<name>/mean``). ``tag`` ("A " / "B ") and ``dashed`` tell two runs apart.
+
+Each line breaks between iterations (a gap, ``iteration_gaps``): every iteration trains from its own start (its
+first step's accuracy is 0%), and a line joined across them plunged from the last iteration's 100% as if training
+had collapsed. The share axis spans 0-100% with a pad (``second_axis(..., whole_share=True)``): at exactly 0 a 0%
+point was cut in half by the plot's edge.
 """
 
 from __future__ import annotations
@@ -31,15 +36,28 @@ def reward_keys(logs: list[dict]) -> list[str]:
     return [k for k in DPO_KEYS if k in seen] + [k for k in seen if GRPO_KEY.match(k)]
 
 
+def iteration_gaps(points: list[tuple]) -> list[tuple[float, float | None]]:
+    """``(x, y)`` of ``(x, y, iteration)`` points in step order, with a ``(x, None)`` gap half a step before each
+    iteration's first point after the first: plotly breaks a line at a missing y (``connectgaps`` is off)."""
+    out: list[tuple[float, float | None]] = []
+    for i, (x, y, it) in enumerate(points):
+        if i and it != points[i - 1][2]:
+            out.append((x - 0.5, None))
+        out.append((x, y))
+    return out
+
+
 def draw_rewards(fig: go.Figure, logs: pd.DataFrame, tag: str = "", dashed: bool = False) -> None:
     """One line per reward key of ``logs`` (see the module docstring); the share axis added with its line."""
     rows = [json.loads(t) for t in logs["logs_json"]]
     for key in reward_keys(rows):
-        points = [(x, lg[key]) for x, lg in zip(logs["x"], rows) if isinstance(lg.get(key), (int, float))]
+        points = [(x, lg[key], it) for x, lg, it in zip(logs["x"], rows, logs["iteration"])
+                  if isinstance(lg.get(key), (int, float))]
         if not points:
             continue
+        points = iteration_gaps(points)
         share = key in SHARE_KEYS
         if share:  # (again for run B: the same settings)
-            second_axis(fig, SHARE_AXIS, percent=True)
+            second_axis(fig, SHARE_AXIS, percent=True, whole_share=True)
         line(fig, *zip(*points), f"{tag}{key}{' (right axis)' if share else ''}", dashed=dashed,
              yaxis="y2" if share else None)

@@ -180,12 +180,19 @@ def line(fig: go.Figure, x: Sequence, y: Sequence, name: str, colour: str | None
                     line=dict(dash="dash" if dashed else "solid", color=colour), **({"yaxis": yaxis} if yaxis else {}))
 
 
-def second_axis(fig: go.Figure, title: str, percent: bool = False) -> go.Figure:
+SHARE_RANGE = [-0.05, 1.05]  # a whole 0-1 share with a pad: a point at 0% or 100% is drawn whole, not cut in half
+
+
+def second_axis(fig: go.Figure, title: str, percent: bool = False, whole_share: bool = False) -> go.Figure:
     """A right-hand y axis (``yaxis2``) for a quantity on another scale than the left one (a 0-1 rate beside a
-    count): traces drawn with ``line(..., yaxis="y2")`` use it; ``percent``: 0-100% of a fraction. The right margin
-    grows to its tick labels and title (``automargin``); the legend stays under the plot."""
-    fig.update_layout(yaxis2=dict(title=title, overlaying="y", side="right", showgrid=False, rangemode="tozero",
-                                  automargin=True, **(PERCENT_AXIS if percent else {})))
+    count): traces drawn with ``line(..., yaxis="y2")`` use it; ``percent``: 0-100% of a fraction. ``whole_share``:
+    the axis spans the whole share, 0-100% padded (``SHARE_RANGE``), for a share that runs from 0 to 1 (DPO's
+    reward accuracies); otherwise it starts at 0 and fits the data (a tie rate of 1% keeps its own scale). The right
+    margin grows to its tick labels and title (``automargin``); the legend stays under the plot."""
+    # rangemode "tozero" ends the axis exactly at 0: a point there was half under the plot's edge
+    span = dict(range=SHARE_RANGE) if whole_share else dict(rangemode="tozero")
+    fig.update_layout(yaxis2=dict(title=title, overlaying="y", side="right", showgrid=False, automargin=True,
+                                  **span, **(PERCENT_AXIS if percent else {})))
     return fig
 
 

@@ -3,7 +3,8 @@ stage's stored counts and, where a count alone says little, the rows the stage w
 statuses, accuracies). Pure reads. The status beside the line says the stage's state, so the line never says it a
 second time: a running stage says what it does ("sampling plans"; with the worker's last progress message when the
 caller has it, "sampling plans: 12 plans"), a failed one that recorded no counts its error's first line (or nothing),
-a skipped one why, a pending one nothing, and one stopped or interrupted what it kept and how it goes on (``resume_line``).
+a skipped one why, a pending one nothing, and one stopped or interrupted what it kept and how it goes on
+(``resume_line``).
 
 How each role learns follows the run's config (``stages.planner_objective``: DPO or GRPO;
 ``stages.grounder_objective``: SFT or GRPO; a curriculum phase may set either): ``objectives`` gives the names an

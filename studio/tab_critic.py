@@ -124,7 +124,7 @@ from studio.critic_queue import (
     verdict_view as verdict_view,
 )
 from studio.critic_refresh import CriticRefresh
-from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler, wire_walk
+from studio.keys import QUEUE_PROGRESS, action_words, button_words, correction_why, undo_handler, wire_walk, wire_why
 from studio.live_views import watch
 from studio.pairs_queue import replaced_note
 from studio.picker import Picker
@@ -313,10 +313,12 @@ def build(ctx: Ctx) -> None:
     clamped.change(lambda c: c[0] if c else gr.update(), clamped, page, api_name="critic_page_clamp",
                    api_visibility="undocumented", show_progress="hidden")
     outputs = [info, table, pick, agreement, total_rows, clamped]
-    # the detail switches *Accept correction* off for a verdict without a correction (its key c keeps its toast), and
+    # the detail switches *Accept correction* off for a verdict without a correction (its key c then clicks a hidden
+    # twin that says why in a toast: studio.keys.wire_why), and
     # the other buttons that need a verdict off while none is shown (with the detail: no extra event)
     needs_verdict = [acts[a] for a in ("keep_original", "drop", "restore", "reviewed")] + [preview_btn, save_btn]
     detail = [original, corrected, diff, edit, acts["accept_correction"], *needs_verdict]
+    wire_why(ctx, "critic-accept_correction", correction_why, [ctx.run, ctx.iteration, pick])
 
     def view(run_id, it, key, request: gr.Request | None = None):
         # The write buttons come on with a pick only where the session may write (a viewer's stay off, as the load

@@ -14,7 +14,12 @@ push time and never rendered.
 
 An iteration that cannot hold the rows asked for (iteration 0's pairs) or not yet (its stage has not run) is refused
 with the reason and nothing is written (``NothingToExport``, as ``python -m engine export`` refuses it); an empty
-export of a stage that ran and kept nothing is written and said to be so.
+export of a stage that ran and kept nothing is written and said to be so. On the page (and to an API client of
+``export_file``) the refusal is an answer, not an error: its reason on the message line ("Nothing exported: ...")
+and no file, where a success always carries its file (an empty one included). Raised as a ``gr.Error``, the reason
+showed only in a toast that faded and a red "Error" pill stayed on the emptied download box. The export's progress
+shows on the message line only (``show_progress_on``), so an error still raised (a bad input from an API client)
+never leaves that pill on the download box either.
 
 An SFT export holds the iteration's curated records only: the original (warm-start) rows that train_grounder mixes
 in beside them (``sft.original_ratio``) are not in the file, and the export's message says so (``replay_note``,
@@ -22,9 +27,9 @@ as ``python -m engine export`` does: ``engine.export_replay``).
 The pairs-form radio applies to pairs only and is off while SFT is picked.
 
 Each click first clears the message and the download in the browser (the ``export_file_clear`` and
-``export_push_hub_clear`` listeners, js only, registered before the button's write): a refused export raises a
-``gr.Error``, which leaves a handler's outputs as they were, and the previous export's line and file stayed under
-the error as if the refused one had made them.
+``export_push_hub_clear`` listeners, js only, registered before the button's write): an export that raises a
+``gr.Error`` (a bad input) leaves a handler's outputs as they were, and the previous export's line and file stayed
+under the error as if the failed one had made them.
 
 Handlers: ``export_path``, ``export_file(store, run_id, iteration, kind, fmt, out_dir, pairs_form="text") -> (path,
 rows)``, ``replay_note``, ``push_to_hub`` (to the config ``hub_config_name`` names: ``pairs``, ``pairs_messages``,
@@ -161,12 +166,15 @@ def build(ctx: Ctx) -> None:
             raise user_error("Pick a run and an iteration first.")
         form = form or "text"  # an API client that leaves the radio out: the form exports had before it existed
         with user_errors():
-            path, rows = export_file(ctx.store, run_id, it, k, f, out_dir, form)
+            try:
+                path, rows = export_file(ctx.store, run_id, it, k, f, out_dir, form)
+            except NothingToExport as exc:  # an answer, not an error: the reason stays on the line, no file
+                return str(exc), None
         if not rows:  # the stage ran and kept nothing: say so beside the (empty) file
-            return (f"Exported 0 {k} rows to `{path.name}`: iteration {int(it)} made its {NOUNS[k]} and none is "
+            return (f"Exported 0 {NOUNS[k]} to `{path.name}`: iteration {int(it)} made its {NOUNS[k]} and none is "
                     "left to export (filtered out by the stage, or excluded or tied by curation).", str(path))
         kept_out = export.left_out(ctx.store, run_id, int(it), k)
-        return (f"Exported {rows} {k} rows to `{path.name}`" + (f"; left out: {kept_out}." if kept_out else ".")
+        return (f"Exported {rows} {NOUNS[k]} to `{path.name}`" + (f"; left out: {kept_out}." if kept_out else ".")
                 + form_caution(ctx.store, run_id, it, k, form) + replay_note(ctx.store, run_id, it, k), str(path))
 
     def on_push(run_id, it, k, repo_id, form, request: gr.Request) -> str:
@@ -185,6 +193,9 @@ def build(ctx: Ctx) -> None:
     make.click(None, None, [message, file], js="() => ['', null]", api_name="export_file_clear",
                api_visibility="undocumented")
     # The pairs form goes last: a client sending the earlier inputs alone still gets the text form (its default).
-    make.click(on_export, [ctx.run, ctx.iteration, kind, fmt, pairs_form], [message, file], api_name="export_file")
+    # Progress (and an error's pill, which Gradio leaves on every output it shows progress on) on the line only: on
+    # the download box the pill stayed red over an empty box after the error's toast had faded.
+    make.click(on_export, [ctx.run, ctx.iteration, kind, fmt, pairs_form], [message, file], api_name="export_file",
+               show_progress_on=message)
     push.click(None, None, message, js="() => ''", api_name="export_push_hub_clear", api_visibility="undocumented")
     push.click(on_push, [ctx.run, ctx.iteration, kind, repo, pairs_form], message, api_name="export_push_hub")

@@ -45,7 +45,7 @@ def test_an_export_click_clears_the_last_line_and_file_before_it_exports(fns):
     assert re.fullmatch(r"\(\) => \['', null\]", clear.js)  # one empty value per output, in that order
     # The export endpoint keeps its inputs and its (message, file) answer for API clients.
     message, path = export.fn(RUN, 0, "pairs", "jsonl", "text", None)
-    assert message.startswith("Exported 3 pairs rows") and path.endswith("world-run-it0-pairs.jsonl")
+    assert message.startswith("Exported 3 pairs to") and path.endswith("world-run-it0-pairs.jsonl")
     with pytest.raises(gr.Error):
         export.fn(RUN, 0, "no-such-kind", "jsonl", "text", None)
     push_clear, push = fns["export_push_hub_clear"], fns["export_push_hub"]

@@ -413,6 +413,8 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "export_file_clear": ("read", None),
         "export_push_hub_clear": ("read", None),
         "export_kind": ("read", ("sft",)),  # the pairs-form radio off for SFT records
+        # Key c while Accept correction is off: why, in an info toast (studio.keys.wire_why)
+        "critic_accept_correction_why": ("read", (run_id, 1, verdict)),
     }
     for action in ("swap", "exclude", "tie", "restore", "choose", "reviewed"):
         out[f"pairs_{action}"] = ("write", (run_id, 1, pair, 0, 1, "why"))
