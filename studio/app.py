@@ -63,6 +63,8 @@ TABLE_CSS = """<style>
 }
 #run-stages .upload-container { overflow-x: auto; }
 #run-stages .virtual-table-viewport { min-width: 1000px; max-width: none; }
+#run-stages td[data-col="1"], #run-stages td[data-col="1"] span {
+  white-space: nowrap !important; word-break: keep-all !important; overflow-wrap: normal !important; }
 .moat-scroll { display: block; overflow-x: auto; max-width: 100%; }
 .moat-plans-bar { width: 160px; min-width: 60px; }
 .moat-plans-text { white-space: pre-wrap; min-width: 16em; }

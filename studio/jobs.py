@@ -20,7 +20,7 @@ Contract:
   (``Stop requested: the job `kind` on `run` ...``).
 * A refusal says who holds the worker as far as the asking page may know (``started_by``): "started from this page"
   when the same browser session (``session``, Gradio's ``request.session_hash``) started it, else the starter's
-  curator name when one was given (the job box shows it too), else "started by another page (no name given)"; a job
+  curator name when one was given (the job box shows it too), else "started by another page, no name given"; a job
   no page started (the first-visit demo) or one whose starter recorded no session says "started with no name given".
   A session id is never shown.
 * Progress events from the engine are kept in memory (the last ``max_events``) next to the job's state;
@@ -48,6 +48,9 @@ from engine.store import Store
 
 JobFn = Callable[[Callable[[dict[str, Any]], None], Callable[[], bool]], str]
 LOOP_KINDS = ("next_stage", "rest_of_iteration", "next_iteration")
+# How a press refused while a job runs begins; "(kind on run, started ...)" follows (the Run tab's
+# ``studio.run_jobs.settled_message`` reads it back to settle the line once that job has ended).
+BUSY_HEAD = "Refused: a job is already running on this store"
 
 
 class JobWorker:
@@ -74,10 +77,9 @@ class JobWorker:
         if self.read_only:
             return "This studio is read-only: jobs cannot be started."
         with self._lock:
-            if self.running():
-                st = self._state
-                return (f"Refused: a job is already running on this store ({st['label']} on {st['run_id']}, "
-                        f"{started_by(st, session)}). Stop it or wait for it to finish.")
+            refused = self._busy(session)
+            if refused:
+                return refused
             self._stop.clear()
             self._events.clear()
             self._state = {"status": "running", "label": label, "run_id": run_id, "user": user, "session": session,
@@ -85,6 +87,23 @@ class JobWorker:
             self._thread = threading.Thread(target=self._main, args=(fn,), name=f"moat-job-{label}", daemon=True)
             self._thread.start()
         return None
+
+    def busy(self, session: str | None = None) -> str | None:
+        """The refusal ``submit`` would give a press from ``session`` now (a read-only worker's, or a job's that
+        runs), else ``None``. A check only: a job may start between it and a later ``submit``, which checks again
+        (*Start a new run* asks first so a refused press creates no run)."""
+        if self.read_only:
+            return "This studio is read-only: jobs cannot be started."
+        with self._lock:
+            return self._busy(session)
+
+    def _busy(self, session: str | None) -> str | None:
+        """The running job's refusal (``BUSY_HEAD`` ...), else ``None``; the caller holds ``_lock``."""
+        if not self.running():
+            return None
+        st = self._state
+        return (f"{BUSY_HEAD} ({st['label']} on {st['run_id']}, {started_by(st, session)}). Stop it or wait for it "
+                "to finish.")
 
     def start_loop(self, kind: str, run_id: str, user: str = "", max_iteration: int | None = None,
                    where: str = "in this studio", session: str | None = None) -> str | None:
@@ -156,7 +175,7 @@ def started_by(state: dict[str, Any], session: str | None) -> str:
     if state.get("user"):
         return f"started by {state['user']}"
     if state.get("session"):
-        return "started by another page (no name given)"
+        return "started by another page, no name given"  # a comma, not "(...)": the refusal puts this in parentheses
     return "started with no name given"  # no page recorded: the studio's own first-visit job, or an unknown caller
 
 

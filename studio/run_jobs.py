@@ -5,9 +5,9 @@ that announces it (``job_plan``: the stage a *Next stage* job runs, always; a jo
 says that it raises it, as the job does: ``studio.jobs``), *Start a new run*'s job (``start_first_iteration``: the
 iteration-0 evaluation, then iteration 1), the worker's state as markdown (``job_markdown``: each stage's progress
 and ETA while the job runs, how each stage stands once it has ended), and the announcing line turned into how the job
-ended once it has (``settled_message``; a created run's cautions stay below it). Each job records the browser session
-that started it (``studio.common.session_of``), so a press refused while it runs can say "started from this page"
-(``studio.jobs.started_by``).
+ended once it has, as is a press refused while it ran (``settled_message``; a created run's cautions stay below
+it). Each job records the browser session that started it (``studio.common.session_of``), so a press refused
+while it runs can say "started from this page" (``studio.jobs.started_by``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from engine.loop import is_skipped, pending, run_config, run_loop
 from engine.schedule import iteration_config
 from engine.store import Store
 from studio.common import Ctx, check_writable, session_of, who_of
-from studio.jobs import JobWorker, loop_stages
+from studio.jobs import BUSY_HEAD, JobWorker, loop_stages
 from studio.new_run_config import markdown_escaped
 from studio.spaces_policy import SPACES_CAPS, spaces_policy
 from studio.stage_text import shown_status
@@ -123,8 +123,9 @@ def job_markdown(jobs: JobWorker) -> str:
     lines = [f"**Job** `{snap['label']}` on `{snap['run_id']}` — **{snap['status']}**"
              f"{' (stop requested)' if snap['stop_requested'] and snap['running'] else ''} · {took:.0f}s"
              f"{' · by ' + snap['user'] if snap.get('user') else ''}"]
-    if snap.get("result") and not snap["running"]:
-        lines.append(f"Result: {snap['result']}")
+    result = None if snap["running"] else _result_words(snap.get("result"))
+    if result:
+        lines.append(f"Result: {result}")
     if snap.get("error"):
         lines.append(f"```\n{snap['error'][-800:]}\n```")
     latest: dict[tuple, dict] = {}
@@ -145,6 +146,22 @@ def job_markdown(jobs: JobWorker) -> str:
     if tail:
         lines.append("```\n" + "\n".join(tail) + "\n```")
     return "\n\n".join(lines)
+
+
+# What an ended job's ``result`` (``engine.loop.run_loop``: "done", "paused", "stopped"; ``studio.jobs``: "failed",
+# "nothing to run", a Spaces cap's refusal; the swap job: "done", "stopped") adds to its state: None when the state
+# ("finished", "stopped", "failed") already says it. "paused" is run_loop's word for a job that ran the stages it
+# was asked for (*Next stage*, *Rest of iteration*) and left the rest of the run pending: finished, for the page.
+RESULT_WORDS: dict[str, str | None] = {"done": None, "paused": None, "stopped": None, "failed": None,
+                                       "nothing to run": "nothing was left to run"}
+
+
+def _result_words(result: str | None) -> str | None:
+    """An ended job's ``result`` as the job box's "Result:" line, None when it would repeat the state; any other
+    value (a refusal the job gave when it began computing) as it is."""
+    if not result:
+        return None
+    return RESULT_WORDS.get(result, result)
 
 
 def _settled_stages(store: Store, snap: dict[str, Any], stages: list[tuple[Any, Any]]) -> dict[tuple, str]:
@@ -173,14 +190,23 @@ def settled_message(message: str | None, snap: dict[str, Any]) -> str | None:
     "Started `kind` on `run`..." (``job_plan``), *Stop* "Stop requested: the job `kind` on `run` stops after ..." and
     *Start a new run* "... are running: the pipeline below follows them."; once the worker's job (``snap``,
     ``JobWorker.snapshot``) is that job and no longer runs, the line says how it ended instead, the created run's
-    cautions (``cautions_markdown``) still below it. Any other message (a refusal, a created run, a newer job's)
-    stays."""
+    cautions (``cautions_markdown``) still below it. A press refused while a job ran (``studio.jobs.BUSY_HEAD``)
+    settles too once no job runs: the same line, then that the press can be made again (a refusal about an older
+    job than the worker's last one: that the job has ended). Any other message (a refusal of another kind, a created
+    run, a newer job's) stays."""
     if not message or snap.get("running") or snap.get("status") in (None, "idle"):
         return None
     run, label = snap.get("run_id"), snap.get("label")
+    tail = ""
     if message.startswith(f"Started `{label}` on `{run}`") or message.startswith(
             f"Stop requested: the job `{label}` on `{run}`"):  # the stop line said "stops after the batch" for good
         head, cautions = "", ""
+    elif message.startswith(f"{BUSY_HEAD} ({label} on {run}, "):
+        # A press refused while this job ran: left as it was, it said "already running" above a job box saying
+        # the job had ended, and on the page that started the job it had replaced the "Started" line for good.
+        head, cautions, tail = "", "", " The press it refused can be made again now."
+    elif message.startswith(BUSY_HEAD):  # a refusal about an older job: the worker runs none now
+        return "The job that refused this press has ended: press again."
     elif label == "start_new" and RUNNING_NOTE in message and f"`{run}`" in message:
         head = message.split(" The starting agents'")[0].rstrip() + " "
         cautions = message.partition(RUNNING_NOTE)[2]  # with_note put them after the note
@@ -190,4 +216,4 @@ def settled_message(message: str | None, snap: dict[str, Any]) -> str | None:
     status, result = snap.get("status"), snap.get("result")
     ended = {"failed": "failed (the error is below)", "stopped": "was stopped"}.get(
         status, "finished" if result in (None, "done", "paused") else f"ended: {result}")  # paused: its stages ran
-    return f"{head}The job `{label}` on `{run}` {ended} after {took:.0f} s.{cautions}"
+    return f"{head}The job `{label}` on `{run}` {ended} after {took:.0f} s.{tail}{cautions}"

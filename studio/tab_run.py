@@ -56,9 +56,11 @@ from studio.spaces_policy import spaces_capped
 from studio.stage_text import shown_status, stage_seconds, stage_summary
 
 # The stage table's columns, also its headers before the run has any stage; their widths (the summary, a sentence,
-# gets the room and wraps: it was cut off mid-word).
+# gets the room and wraps: it was cut off mid-word). The stage column holds the longest stage name ("train_grounder",
+# 14 monospace characters, ~140 px with padding) at the table's 1000 px minimum (studio.app.TABLE_CSS, which also
+# keeps it on one line): at 12% a narrow page showed "train_planne / r".
 STAGE_COLUMNS = ["iteration", "stage", "status", "summary", "seconds", "error"]
-STAGE_WIDTHS = ["10%", "12%", "8%", "52%", "8%", "10%"]
+STAGE_WIDTHS = ["10%", "15%", "8%", "49%", "8%", "10%"]
 # The config editor's height in lines: past it the editor scrolls (the whole config, ~250 lines, made the page
 # ~6,000 px tall).
 EDITOR_MAX_LINES = 30
@@ -162,6 +164,12 @@ def build(ctx: Ctx, config_path: str) -> None:
 
     def on_start_new(t: str, name: str, request: gr.Request):
         check_writable(ctx, request)
+        # Refused before anything is created: a run made for a job that cannot start was an orphan, and the Run
+        # picker moved to it on every press. A job that starts between this check and the submit below is still
+        # refused there (the created run then waits for a job button).
+        busy = ctx.jobs.busy(session_of(request))
+        if busy:
+            return busy, gr.update()
         run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces, ws)
         if run_id is None:
             return msg, gr.update()

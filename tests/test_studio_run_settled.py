@@ -5,7 +5,7 @@
 * a stopped stage says "stopped" once (its state), with what it kept and how it goes on, on its card and in the
   stage table;
 * a press refused while a job runs says who started that job as far as this page may know: "started from this
-  page", the starter's curator name, or "another page (no name given)"; never a session id.
+  page", the starter's curator name, or "another page, no name given"; never a session id.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def test_a_refused_press_says_which_page_started_the_running_job(tmp_path, monke
         assert started.wait(10)
         mine, theirs = (start_job(ctx, "next_iteration", run_id, "", page) for page in (here, there))
         assert mine.startswith("Refused") and "(next_stage on " in mine and "started from this page)" in mine, mine
-        assert "started by another page (no name given))" in theirs, theirs
+        assert "started by another page, no name given)" in theirs, theirs
         for text in (mine, theirs, job_markdown(jobs), str(jobs.snapshot())):
             assert "someone" not in text and "session-" not in text  # never a session id
         jobs.stop()
@@ -202,7 +202,7 @@ def test_start_a_new_run_records_the_page_that_started_it(tmp_path, monkeypatch)
             assert run_id and started.wait(10)
             assert "(start_new on " in fns["run_next_stage"](run_id, "", here)
             assert "started from this page)" in fns["run_next_stage"](run_id, "", here)
-            assert "started by another page (no name given))" in fns["run_next_stage"](run_id, "", there)
+            assert "started by another page, no name given)" in fns["run_next_stage"](run_id, "", there)
             jobs.stop()
             assert jobs.wait(10)
         finally:

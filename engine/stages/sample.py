@@ -98,7 +98,9 @@ def run(ctx: StageContext) -> dict[str, int | str]:
                                  "k": k, "prompt": prompt, "text": text, "subgoals_json": json.dumps(subgoals),
                                  "well_formed": well_formed})
             written += ctx.store.write("plans", rows)
-            ctx.report(index + 1, n_batches, f"{written} plans")
+            # The iteration's stored rows, as done/total counts every batch: this job's own count went backwards
+            # after a resume (3/6 with 720 plans kept, then "4/6 ... 240 plans").
+            ctx.report(index + 1, n_batches, f"{ctx.store.count('plans', ctx.run_id, ctx.iteration)} plans")
     finally:
         generator.close()  # a vLLM engine's GPU memory goes back before the next stage
     return {"rows": ctx.store.count("plans", ctx.run_id, ctx.iteration), "new_rows": written, "kernel": kernel}

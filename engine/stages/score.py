@@ -69,7 +69,8 @@ def run(ctx: StageContext) -> dict[str, int]:
             "ppl": [math.exp(min(v, 700.0)) for v in logppl], "n_tokens": n_tokens,
         })
         written += ctx.store.write("scores", frame)
-        ctx.report(index + 1, n_chunks, f"{written} plans scored")
+        # The iteration's stored scores, as done/total counts every chunk (not only this job's: see stages.sample).
+        ctx.report(index + 1, n_chunks, f"{ctx.store.count('scores', ctx.run_id, ctx.iteration)} plans scored")
     return {"rows": ctx.store.count("scores", ctx.run_id, ctx.iteration), "new_rows": written, "kernel": kernel}
 
 
