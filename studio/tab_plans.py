@@ -127,7 +127,7 @@ def plans_html(store: Store, run_id: str | None, iteration: int | None, task_id:
         rows.append(f"<td class='moat-plans-bar'><div style='background:#69c;height:10px;width:{width:.0f}%'></div>"
                     f"</td><td>{badge}</td><td>{'' if r.well_formed else '⚠ malformed'}</td>"
                     f"<td class='moat-plans-text'>{html.escape(r.text)}</td></tr>")
-    head = "<tr><th>step</th><th>plan</th><th>log-PPL</th><th>bar</th><th></th><th></th><th>text</th></tr>"
+    head = "<tr><th>step</th><th>plan</th><th>log-PPL</th><th>bar</th><th>pair</th><th>form</th><th>text</th></tr>"
     # On a 390 px phone the table (~450 px) overflowed a ~300 px box that clipped it: the text column was off screen
     # and could not be reached. The box scrolls sideways instead (studio.app.TABLE_CSS's .moat-scroll).
     return f"{lead}<div class='moat-scroll'><table class='moat-plans'>{head}{''.join(rows)}</table></div>"

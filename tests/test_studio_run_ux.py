@@ -156,8 +156,9 @@ def test_the_run_tabs_loss_chart_keeps_planner_and_grounder_apart(world):
     fig = loss_figure(world, RUN)
     axes = {t.name: t.yaxis for t in fig.data}
     assert axes == {"planner · it 1 · GRPO": "y", "planner · it 2 · GRPO": "y", "grounder · it 1 · SFT": "y2"}
-    assert fig.layout.yaxis.title.text == "planner loss (GRPO)"
-    assert fig.layout.yaxis2.title.text == "grounder loss (SFT)"
+    # Each panel named by its role and objective above it; the axes only "loss", short enough for a phone's panel.
+    assert [a.text for a in fig.layout.annotations] == ["planner loss (GRPO)", "grounder loss (SFT)"]
+    assert fig.layout.yaxis.title.text == fig.layout.yaxis2.title.text == "loss"
     assert fig.layout.yaxis.domain != fig.layout.yaxis2.domain  # two panels, not two series on one axis
     colour = {t.name: t.line.color for t in fig.data}
     assert colour["planner · it 1 · GRPO"] == colour["grounder · it 1 · SFT"] != colour["planner · it 2 · GRPO"]
