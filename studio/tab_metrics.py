@@ -40,7 +40,7 @@ from studio.common import Ctx, check_writable, session_of, who_of
 from studio.jobs import swap_job, swap_unavailable
 from studio.live_views import watch
 from studio.metrics_compare import compare_choices, run_a_label, task_set_caution
-from studio.metrics_rewards import draw_rewards
+from studio.metrics_rewards import draw_rewards, iteration_gaps
 from studio.metrics_swaps import changes_markdown, swap_markdown
 from studio.picker import Picker
 from studio.plots import LOWER_IS_BETTER, colours, count_axis, figure, fit_legend, line, note_if_empty, second_axis
@@ -184,7 +184,9 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
             by = df["iteration"].map({it: objectives(store, run_id, int(it))[role] for it in set(df["iteration"])})
             for name in dict.fromkeys(by):
                 part = df[by == name]
-                line(fig, part["x"], part["loss"], f"{tag}{name} loss", dashed=dashed)
+                # Broken between iterations as the rewards are: each iteration's training starts afresh.
+                x, y = zip(*iteration_gaps(list(zip(part["x"], part["loss"], part["iteration"]))))
+                line(fig, x, y, f"{tag}{name} loss", dashed=dashed)
         pc = _pair_counts(store, run_id)
         most_pairs = max(most_pairs, int(pc["pairs"].max()) if len(pc) else 0)
         trained = "DPO" in trained_by[run_id]["planner"]

@@ -8,7 +8,8 @@
   click): the key clicks a hidden twin whose handler says why in an info toast;
 * "Exported 92 pairs rows" / "Exported 96 sft rows" read "Exported 92 pairs" / "Exported 96 SFT records";
 * DPO's reward accuracies at 0% were half cut off by the right axis' edge, and their line plunged across each
-  iteration boundary: the share axis is padded, and every reward line breaks between iterations;
+  iteration boundary: the share axis is padded, and every reward line (and the loss lines) breaks between
+  iterations;
 * with a compare run B and no evaluation rows in run A, the charts showed B's lines alone and nothing said why.
 """
 
@@ -119,6 +120,8 @@ def test_reward_lines_break_between_iterations_and_the_share_axis_is_padded(stor
     assert list(axis.range) == [-0.05, 1.05] and axis.rangemode is None  # "tozero" put 0% on the plot's edge
     # The pairs chart's tie rate (a small share) keeps fitting its data from 0.
     assert figures(store, RUN)["pairs"].layout.yaxis2.rangemode == "tozero"
+    # The planner's loss breaks between iterations the same way (a fresh training each iteration).
+    assert [list(t.y) for t in figures(store, RUN)["dpo_loss"].data] == [[0.7, 0.7, None, 0.7, 0.7]]
 
 
 # -- Metrics: run A without evaluation rows ---------------------------------------------------------------------
