@@ -592,7 +592,9 @@ def test_no_empty_chart_is_drawn(tmp_path):
             assert [a.text for a in fig.layout.annotations] and fig.layout.xaxis.visible is False
         s.add_train_logs(RUN, 0, "train_planner", [{"step": 1, "loss": 0.69}, {"step": 2, "loss": 0.6}])
         drawn = tab_run.loss_figure(s, RUN)
-        assert not drawn.layout.annotations and list(drawn.data[0].y) == [0.69, 0.6]
+        # Its one annotation is the panel's title (role and objective), not a "no data" note.
+        assert [a.text for a in drawn.layout.annotations] == ["planner loss (DPO)"]
+        assert drawn.layout.xaxis.visible is not False and list(drawn.data[0].y) == [0.69, 0.6]
 
 
 def test_a_verdict_shows_what_the_grounder_saw(tmp_path):
