@@ -128,7 +128,7 @@ def push_to_hub(store: Store, run_id: str, iteration: int, kind: str, repo_id: s
         datasets.Dataset.from_parquet(str(path)).push_to_hub(repo_id, config_name=config, token=token,
                                                              split=f"iteration_{iteration}")
     form = f" ({pairs_form} form)" if kind == "pairs" else ""
-    return (f"Pushed {rows} {kind} rows{form} to https://huggingface.co/datasets/{repo_id} (config {config}, split "
+    return (f"Pushed {rows} {NOUNS[kind]}{form} to https://huggingface.co/datasets/{repo_id} (config {config}, split "
             f"iteration_{iteration}).")
 
 
@@ -162,8 +162,10 @@ def build(ctx: Ctx) -> None:
 
     def on_export(run_id, it, k, f, form, request: gr.Request):
         check_writable(ctx, request)
-        if not run_id or it is None or ctx.store.get_run(run_id) is None:
-            raise user_error("Pick a run and an iteration first.")
+        if not run_id or ctx.store.get_run(run_id) is None:
+            raise user_error("Pick a run first.")
+        if it is None:  # the picker fills a moment after the run does (a click right after the page loads)
+            raise user_error(f"Pick an iteration of {run_id} first: its picker above is still empty.")
         form = form or "text"  # an API client that leaves the radio out: the form exports had before it existed
         with user_errors():
             try:

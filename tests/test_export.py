@@ -421,8 +421,9 @@ def test_export_tab_offers_the_pairs_form_for_download_and_push(store, tmp_path)
     with unittest.mock.patch.object(datasets.Dataset, "push_to_hub", lambda ds, *a, **k: pushed.append((ds, k))):
         said = tab_export.push_to_hub(store, RUN, IT, "pairs", "me/data", "hf_token", "messages")  # no network
         tab_export.push_to_hub(store, RUN, IT, "pairs", "me/data", "hf_token", "text")
-        tab_export.push_to_hub(store, RUN, IT, "sft", "me/data", "hf_token", "messages")
-    assert said.startswith("Pushed 3 pairs rows (messages form) to https://huggingface.co/datasets/me/data "
+        said_sft = tab_export.push_to_hub(store, RUN, IT, "sft", "me/data", "hf_token", "messages")
+    assert said_sft.startswith("Pushed ") and " SFT records to https://huggingface.co/datasets/me/data " in said_sft
+    assert said.startswith("Pushed 3 pairs (messages form) to https://huggingface.co/datasets/me/data "
                            "(config pairs_messages, split iteration_0)")
     assert pushed[0][0].to_list()[0]["chosen"][0]["role"] == "assistant"
     # one config per schema: neither replaces another's split of the same iteration, nor mixes features with it

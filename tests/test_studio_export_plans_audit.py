@@ -132,3 +132,13 @@ def test_a_stopped_sampling_is_called_partial_in_the_plans_view(store, fns):
                            "text": "Subgoal 1: x", "subgoals_json": [], "well_formed": True}])
     store.set_stage(limited, 1, "sample", "stopped")
     assert partial_sampling(store, limited, 1) == ""
+
+
+def test_an_export_before_the_iteration_picker_fills_says_which_picker_is_empty(fns):
+    """A click right after the page loads, before the iteration picker is filled, named both pickers ("Pick a run
+    and an iteration first") though the run was picked: it names the empty one."""
+    export = fns["export_file"]
+    with pytest.raises(gr.Error, match=f"Pick an iteration of {RUN} first"):
+        export.fn(RUN, None, "pairs", "jsonl", "text", None)
+    with pytest.raises(gr.Error, match="Pick a run first"):
+        export.fn(None, None, "pairs", "jsonl", "text", None)
