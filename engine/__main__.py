@@ -2,7 +2,11 @@
 
 Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``; modules import
 heavy dependencies (torch, transformers) inside ``run`` so ``--help`` stays instant. A reader that goes away
-(``| head``) ends a command quietly with status 141, as a shell reports SIGPIPE.
+(``| head``) ends a command quietly with status 141, as a shell reports SIGPIPE. Ctrl-C in a command that does not
+stop gracefully by itself (``swap``, ``eval``, ``load``; or a second Ctrl-C in ``run``/``step``, which stop after the
+batch in flight at the first) ends it with one line on stderr and status 130 (128 + SIGINT), not a traceback: a
+store's open transaction is rolled back, and a stage left ``running`` reads ``interrupted`` and resumes as after a
+kill.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader went away
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command ended by Ctrl-C
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # the user asked for it: a traceback of wherever it landed tells them nothing
+        print(f"\n{args.command}: stopped by Ctrl-C", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

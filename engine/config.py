@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -343,7 +344,13 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("<toml>", str(exc), str(path)) from None
+        # "FILE:LINE: <toml>: what (column C)", the place every other error names (Python 3.11 gives the place
+        # only in the message's tail, "(at line L, column C)").
+        where = re.search(r"\s*\(at line (\d+), column (\d+)\)$", str(exc))
+        if where is None:
+            raise ConfigError("<toml>", str(exc), str(path)) from None
+        message = f"{str(exc)[:where.start()]} (column {where.group(2)})"
+        raise ConfigError("<toml>", message, f"{path}:{where.group(1)}") from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,

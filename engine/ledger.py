@@ -275,12 +275,13 @@ class RunLedger:
     # -- status ----------------------------------------------------------------------------------------------------
 
     def status_summary(self) -> dict[str, Any]:
-        """``{"db", "schema_version", "runs": {run_id: {"run_id", "name", "created_at", "run_dir", "tasks",
-        "iterations": [{"iteration", "stages": {stage: {...}}, "rows": {table: n}, "evaluation": {split:
-        {"accuracy", "ci95", "n", "gap_ppl"}}}]}}, "experiments": [{"experiment_id", "name", "runs"}]}`` (runs in
-        creation order; timestamps as ISO strings, so the whole thing is JSON-ready) for ``engine status``.
-        ``evaluation`` is each evaluated split over all domains (accuracy as a fraction with its Wilson interval),
-        empty for an iteration not evaluated yet."""
+        """``{"db", "schema_version", "runs": {run_id: {"run_id", "name", "created_at", "run_dir", "workdir",
+        "directory", "tasks", "iterations": [{"iteration", "stages": {stage: {...}}, "rows": {table: n}, "evaluation":
+        {split: {"accuracy", "ci95", "n", "gap_ppl"}}}]}}, "experiments": [{"experiment_id", "name", "runs"}]}``
+        (runs in creation order; timestamps as ISO strings, so the whole thing is JSON-ready) for ``engine status``.
+        ``workdir`` is the folder runs are made in (``run.workdir``; ``run_dir`` is its old name, the runs table's
+        column) and ``directory`` the run's own below it. ``evaluation`` is each evaluated split over all domains
+        (accuracy as a fraction with its Wilson interval), empty for an iteration not evaluated yet."""
         tables = self._iteration_tables()
         evaluation: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
         wanted = ("accuracy", "accuracy_lo", "accuracy_hi", "n", "gap_ppl")
@@ -317,7 +318,9 @@ class RunLedger:
                 "run_id": rid,
                 "name": run["name"],
                 "created_at": iso(run["created_at"]),
-                "run_dir": run["run_dir"],
+                "run_dir": run["run_dir"],  # the workdir, as the runs table names it (kept for scripts)
+                "workdir": run["run_dir"],
+                "directory": str(Path(run["run_dir"]) / rid),  # the run's own folder: config.toml, checkpoints
                 "tasks": n_tasks,
                 "iterations": its,
             }

@@ -202,13 +202,16 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
     store.set_stage(run_id, iteration, stage, "running")
     weights = ctx.agent_path("planner", iteration) if one_set_of_weights(config) else None
     crash_point(iteration, stage, "start")  # test hook: killed before the stage did anything (e.g. between phases)
-    threads = adapt_to_load().describe()  # fewer threads while other processes hold cores
-    ctx.announce(f"phase {phase[1].name}; {threads}" if phase else threads)
     try:
+        threads = adapt_to_load().describe()  # fewer threads while other processes hold cores
+        ctx.announce(f"phase {phase[1].name}; {threads}" if phase else threads)
         counts = {**STAGES, **WARM_START}[stage](ctx)
     except StageStopped as exc:
         store.set_stage(run_id, iteration, stage, "stopped", error=str(exc))
         return "stopped"
+    except KeyboardInterrupt:  # a second Ctrl-C (engine.commands._common.ctrl_c_stops): quit now, say so in the store
+        _record_quit(store, run_id, iteration, stage)
+        raise
     except Exception as exc:
         store.set_stage(run_id, iteration, stage, "failed", error=f"{exc}\n{traceback.format_exc(limit=8)}")
         mark_stage_failed(exc, iteration, stage)
@@ -221,6 +224,17 @@ def run_stage(store: Store, run_id: str, iteration: int, stage: str, *, config: 
         ctx.forget_agents()  # the next stage loads what this one saved
     store.set_stage(run_id, iteration, stage, "done", counts={**counts, **labels})
     return "done"
+
+
+def _record_quit(store: Store, run_id: str, iteration: int, stage: str) -> None:
+    """Record a stage ended mid-batch by Ctrl-C as ``stopped`` (what the user did), not left ``running`` for status
+    to call ``interrupted``; its committed batches are kept and a resume redoes the rest, as after a stop. Best
+    effort: the interrupt may have landed inside a store transaction, which then refuses the write; the stage reads
+    ``interrupted`` then, and resumes the same way."""
+    try:
+        store.set_stage(run_id, iteration, stage, "stopped", error=f"{stage} quit by a second Ctrl-C mid-batch")
+    except Exception:  # noqa: BLE001 -- see above: the state a kill leaves is the fallback, and it is safe
+        pass
 
 
 def pending(store: Store, run_id: str, config: RunConfig, iterations: int) -> list[tuple[int, str]]:

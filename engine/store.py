@@ -73,6 +73,9 @@ class Store(RunLedger, StudioViews, VerdictViews):
         self.read_only = read_only
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path} does not exist (nothing to open read-only)")
+        if self.path.is_dir():  # DuckDB said "IO Error: Could not read from file ...: Is a directory"
+            raise StoreError(f"{self.path} is a folder, not a store file; use --db with a .duckdb file (a new name "
+                             "creates a store)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._con = duckdb.connect(str(self.path), read_only=read_only)
@@ -88,10 +91,10 @@ class Store(RunLedger, StudioViews, VerdictViews):
                     f"file ({exc})"
                 ) from None
             raise StoreError(f"cannot open {self.path}: {exc}") from None
-        except duckdb.CatalogException as exc:  # a name DuckDB reads as another file type (say, x.jsonl)
+        except duckdb.CatalogException:  # a name DuckDB reads as another file type (say, x.jsonl)
+            # DuckDB's own words ("Cannot launch in-memory database in read-only mode") only misled here.
             raise StoreError(
-                f"{self.path} is not a DuckDB database, so not a MOAT Studio store; use --db to pick another "
-                f"file ({exc})"
+                f"{self.path} is not a DuckDB database, so not a MOAT Studio store; use --db to pick another file"
             ) from None
         except duckdb.ConnectionException as exc:
             # Same process, same file, other read_only setting: DuckDB shares one database instance per file.

@@ -74,6 +74,8 @@ def test_a_run_stopped_by_ctrl_c_exits_130_with_its_summary_and_resumes(tmp_path
     assert (events[0]["iteration"], events[0]["stage"]) == (0, "evaluate")
     out = summary(capsys.readouterr().out)
     assert out["status"] == "stopped"
+    # "iterations" is the run's iterations (it held the whole run object, with its own "iterations" inside)
+    assert [it["iteration"] for it in out["iterations"]] == [0] and out["directory"].endswith(out["run_id"])
     with Store(db) as store:
         assert store.stage_status(out["run_id"], 0)["evaluate"]["status"] == "stopped"
     monkeypatch.undo()  # no more Ctrl-C: the same run resumes (iteration 0 only: --iterations 0 records nothing)
@@ -177,3 +179,44 @@ def test_a_step_stopped_by_ctrl_c_exits_130_with_its_json_line_and_runs_again(tm
     monkeypatch.undo()
     assert main([*args, "--quiet"]) == 0
     assert summary(capsys.readouterr().out)["state"]["status"] == "done"
+
+
+def test_a_second_ctrl_c_quits_at_once_records_stopped_and_the_run_resumes(tmp_path, loop_config, monkeypatch,
+                                                                           capsys):
+    """The first Ctrl-C only asks for a stop after the batch in flight, and an evaluation runs to its end first: a
+    user saw nothing happen for a minute. The first press now says so and how to quit; a second quits at once, with
+    one line (no traceback), exit 130, and the stage recorded "stopped" (not left "running"), resumable."""
+    from engine.commands import run as run_command
+
+    def sink(event: dict) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # heard: the stop flag is set, the note printed
+        os.kill(os.getpid(), signal.SIGINT)  # again, before the stage reached its next check: quit now
+
+    monkeypatch.setattr(run_command, "progress_printer", lambda quiet: sink)
+    db = tmp_path / "s.duckdb"
+    assert main(["run", "--db", str(db), "--config", str(config_file(tmp_path / "cfg", loop_config, 1))]) == 130
+    captured = capsys.readouterr()
+    assert "stopping after the batch in flight" in captured.err and "Press Ctrl-C again" in captured.err
+    assert captured.err.rstrip().endswith("run: stopped by Ctrl-C") and "Traceback" not in captured.err
+    assert captured.out == ""  # quit at once: no summary
+    with Store(db) as store:
+        (run_id,) = [run["run_id"] for run in store.list_runs()]
+        state = store.stage_status(run_id, 0)["evaluate"]
+        assert state["status"] == "stopped" and "second Ctrl-C" in state["error"]
+    monkeypatch.undo()
+    assert main(["run", "--db", str(db), "--run", run_id, "--iterations", "0", "--quiet"]) == 0
+    assert summary(capsys.readouterr().out)["status"] == "done"
+
+
+def test_ctrl_c_in_a_command_without_its_own_handler_is_one_line_and_130(monkeypatch, capsys, tmp_path):
+    """``swap`` and ``eval`` evaluate for minutes with no stop flag of their own: Ctrl-C there printed a
+    KeyboardInterrupt traceback of a hundred lines. ``engine.__main__`` ends any command so, with one line."""
+    from engine.commands import swap as swap_command
+
+    def evaluating(args) -> int:
+        raise KeyboardInterrupt  # where a Ctrl-C lands inside a long evaluation
+
+    monkeypatch.setattr(swap_command, "run", evaluating)
+    assert main(["swap", "--run", "r", "--db", str(tmp_path / "s.duckdb")]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "swap: stopped by Ctrl-C"

@@ -130,14 +130,18 @@ def writable_file(text: str) -> str:
 
 
 @contextmanager
-def ctrl_c_stops(note: str | None = None) -> Iterator[Callable[[], bool]]:
+def ctrl_c_stops(note: str | None = None, again_quits: bool = False) -> Iterator[Callable[[], bool]]:
     """While the block runs, Ctrl-C (SIGINT) asks the stages to stop instead of raising: the batch in flight
     finishes, the stage records "stopped" and the command exits 130 (128 + SIGINT, the shell's convention). Yields
-    the ``should_stop`` the loop polls; ``note`` is printed on stderr at the first Ctrl-C. The previous handler is put
-    back on the way out."""
+    the ``should_stop`` the loop polls; ``note`` is printed on stderr at the first Ctrl-C. ``again_quits``: a second
+    Ctrl-C raises ``KeyboardInterrupt`` at once (``engine.__main__`` turns it into one line and 130), for a user who
+    will not wait for a long batch (an evaluation runs to its end); the stage is left as a kill leaves it. The
+    previous handler is put back on the way out."""
     asked = [False]
 
     def request_stop(*_: object) -> None:
+        if asked[0] and again_quits:
+            raise KeyboardInterrupt
         if note and not asked[0]:
             print(note, file=sys.stderr)
         asked[0] = True
@@ -147,6 +151,14 @@ def ctrl_c_stops(note: str | None = None) -> Iterator[Callable[[], bool]]:
         yield lambda: asked[0]
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def stopping_note(command: str) -> str:
+    """What ``run`` and ``step`` print at the first Ctrl-C: the stop is not instant (an evaluation, a training step
+    or a sampling batch runs to its end first, up to a minute or more), so say it was heard, how to resume and how
+    to quit now."""
+    return (f"\nCtrl-C: stopping after the batch in flight (an evaluation finishes first); the {command} command "
+            "with --run ID resumes. Press Ctrl-C again to quit at once (the stage then resumes as after a kill).")
 
 
 def said_stage_failed(exc: BaseException, db: str, resume: str = "") -> bool:

@@ -21,13 +21,15 @@ NAMES = ("score", "sample", "ground", "store", "train", "iteration", "curation",
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=NAMES, help="the benchmark")
-    parser.add_argument("--size", choices=("tiny", "default"), default="default", help="workload size")
+    parser.add_argument("--size", choices=("tiny", "default"), default="default",
+                        help="workload size: tiny (seconds, a smoke test) or default (the measured one; default)")
     parser.add_argument("--repeats", type=at_least(1), default=3,
                         help="timed rounds per variant, median reported (default: 3)")
     parser.add_argument("--device", type=torch_device, default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     parser.add_argument("--contention", type=at_least(0), default=0, metavar="N",
                         help="measure quiet, then again while N competing CPU-bound processes run (started and "
-                             "stopped by the benchmark); reports both and each timing's slowdown")
+                             "stopped by the benchmark); reports both and each timing's slowdown (default: 0, quiet "
+                             "only)")
     parser.add_argument("--json", action="store_true", help="print one compact JSON object")
 
 

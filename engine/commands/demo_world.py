@@ -41,15 +41,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     for f in dataclasses.fields(WorldConfig):
         flag = f"--{f.name.replace('_', '-')}"
+        said = f"{_flag_help(f.name)} (default: {f.default})"
         if f.name == "qa_world":
-            parser.add_argument(flag, choices=sorted(WORLDS), default=f.default, help=f"(default: {f.default})")
+            parser.add_argument(flag, choices=sorted(WORLDS), default=f.default, help=said)
         elif f.name == "distractor_percent":
-            parser.add_argument(flag, type=percent, default=f.default, help=f"(default: {f.default})")
+            parser.add_argument(flag, type=percent, default=f.default, help=said)
         else:  # task counts and the seed: a negative count silently wrote no tasks of that kind
-            parser.add_argument(flag, type=at_least(0), default=f.default, help=f"(default: {f.default})")
+            parser.add_argument(flag, type=at_least(0), default=f.default, help=said)
     parser.add_argument("--pool-only", action="store_true",
                         help="write only the pool (--pool-maths/--pool-qa tasks, split train): a second data source "
                              "beside the suite's file, e.g. examples/demo/pool.jsonl")
+
+
+# What each WorldConfig field's flag does, for --help (the bare defaults said nothing of it).
+_SPLIT_WORDS = {"train": "training (warm start and MOAT)", "dev": "dev (tuning; training templates, unseen tasks)",
+                "held_in": "held-in evaluation (training templates)", "held_out": "held-out evaluation (templates no "
+                "training data has)"}
+
+
+def _flag_help(name: str) -> str:
+    domain, _, split = name.partition("_")
+    if domain in ("maths", "qa") and split in _SPLIT_WORDS:
+        return f"{domain} tasks in the {_SPLIT_WORDS[split]} split"
+    if domain == "pool":
+        return (f"fresh training-template {split} tasks beside the suite (split train; see --pool-only), drawn after "
+                "every split so the suite is the same with or without them")
+    return {"seed": "the one seed every draw of the world comes from",
+            "distractor_percent": "percent of maths problems with a distractor clause (a number the answer does "
+                                  "not use)",
+            "qa_world": "the QA world: narrow (the committed demo's 7 relations, 5 training chains) or wide (10 "
+                        "relations, 21 training chains, the same dev and held-out chains)"}.get(name, name)
 
 
 def usage_error(flag: str, problem: str) -> int:

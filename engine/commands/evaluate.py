@@ -21,7 +21,8 @@ HELP = "Evaluate planner + grounder end to end (plan, ground, execute, score) an
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default="examples/demo.toml", help="run config (TOML or YAML)")
+    parser.add_argument("--config", default="examples/demo.toml",
+                        help="run config (TOML or YAML; default: examples/demo.toml)")
     parser.add_argument("--split", action="append", choices=SPLITS,
                         help="split to evaluate (repeatable; default: the config's evaluate.splits)")
     parser.add_argument("--limit", type=at_least(0), default=None,

@@ -1,6 +1,6 @@
 """``python -m engine export``: write curated DPO pairs or grounder SFT records of one iteration to a file.
 
-Contract: ``export --db D --run R --iteration T --what pairs|sft|rollouts --format jsonl|parquet [--pairs-form
+Contract: ``export [--db D] --run R --iteration T --what pairs|sft|rollouts --format jsonl|parquet [--pairs-form
 text|messages] --out FILE [--json]`` writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides
 applied) / ``export_rollouts`` (a GRPO iteration's rollouts) atomically, with the mode ``open()`` would give the file,
 and prints ``{"what", "format", "path", "rows"}`` (pairs: and ``"pairs_form"``; ``--json``) or a one-line summary;
@@ -32,7 +32,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.commands._common import BAD_INPUT, print_json, store_missing, writable_file
+from engine.commands._common import BAD_INPUT, DEFAULT_DB, print_json, store_missing, writable_file
 from engine.export_empty import NOUNS, empty_reason
 from engine.export_forms import FORMATS, PAIRS_FORMS  # not from engine.export: pyarrow, for every `--help`
 
@@ -41,7 +41,7 @@ HELP = "Export an iteration's curated DPO pairs, grounder SFT records or GRPO ro
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", required=True, help="the workspace DuckDB file")
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"DuckDB store (default: {DEFAULT_DB})")
     parser.add_argument("--run", required=True, help="run id (see `python -m engine status`)")
     parser.add_argument("--iteration", required=True, type=int, help="iteration whose data to export")
     parser.add_argument("--what", required=True, choices=("pairs", "sft", "rollouts"),

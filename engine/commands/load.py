@@ -23,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", required=True, choices=FORMATS, help="input file format")
     parser.add_argument("path", metavar="FILE", help="the dataset file (for lumos: the planner file)")
     parser.add_argument("--ground", metavar="FILE", default=None, help="lumos only: the grounder file to join by id")
-    parser.add_argument("--split", choices=SPLITS, default=None, help="split to tag tasks with (default per format)")
+    parser.add_argument("--split", choices=SPLITS, default=None,
+                        help="split to tag tasks with (default: train for lumos, held_in for the benchmark formats; "
+                             "the tasks format keeps each record's own)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -27,8 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="the directory to write (must not exist)")
     parser.add_argument("--db", default=DEFAULT_DB, help=f"DuckDB store (with --run; default: {DEFAULT_DB})")
     parser.add_argument("--run", default=None, help="the run whose checkpoint to merge")
-    parser.add_argument("--iteration", type=int, default=None, help="the iteration that produced it")
-    parser.add_argument("--role", choices=("planner", "grounder"), default=None, help="which agent")
+    parser.add_argument("--iteration", type=int, default=None, help="with --run: the iteration that produced it")
+    parser.add_argument("--role", choices=("planner", "grounder"), default=None,
+                        help="with --run: which agent")
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
                         help="weights' dtype (default: auto, as loaded)")
 

@@ -54,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if store_missing(args.db):  # bad input (2); a file that cannot be used as a store is 3
         return BAD_INPUT
+    a_run = False  # an --experiment that is a run's id: said with the refusal (report reads experiments only)
     try:
         with Store(args.db, read_only=True) as store:
+            a_run = store.get_run(args.experiment) is not None
             if args.by_template:
                 split = args.split or "held_out"
                 report = template_breakdown(store, args.experiment, split)
@@ -74,7 +76,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except UnknownExperiment as exc:
         known = "; ".join(f"{e['experiment_id']} ({e['name']}, {e['runs']} runs)" for e in exc.known) or "none"
-        print(f"error: no experiment {exc.experiment_id!r} in {args.db}; known experiments: {known}", file=sys.stderr)
+        hint = (f" ({exc.experiment_id} is a run: `python -m engine status --db {args.db}` shows its evaluations, "
+                f"`python -m engine swap --db {args.db} --run {exc.experiment_id}` which stage moved them)"
+                if a_run else "")
+        print(f"error: no experiment {exc.experiment_id!r} in {args.db}{hint}; known experiments: {known}",
+              file=sys.stderr)
         return 2
     if args.json:
         print_json(report)

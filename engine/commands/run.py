@@ -10,10 +10,11 @@ and the run directory's config.toml): a new run is created with it, and ``--run 
 existing run (extends or limits it), so a later ``--run ID`` without it goes to the same N. ``--iterations 0`` runs
 iteration 0 only and records nothing.
 
-The last stdout line is one JSON object ``{"run_id", "status", "db", "iterations"}``, also when a stage failed (its
-error on stderr, its traceback in the store). Exit status: 0 done, 1 a stage failed, 2 bad input, 3 the store cannot
+The last stdout line is one JSON object ``{"run_id", "status", "db", "directory", "iterations"}`` (the run's folder;
+its iterations as ``status --json`` lists them), also when a stage failed (its error on stderr, its traceback in the
+store). Exit status: 0 done, 1 a stage failed, 2 bad input, 3 the store cannot
 be used (held by another process, a newer schema, ...), 130 stopped by Ctrl-C (SIGINT; the batch in flight is
-finished, the stage recorded ``stopped``, and ``--run ID`` resumes it).
+finished, the stage recorded ``stopped``, and ``--run ID`` resumes it; a second Ctrl-C quits at once, no summary).
 """
 
 from __future__ import annotations
@@ -96,7 +97,15 @@ def run(args: argparse.Namespace) -> int:
     import shlex
     import sys
 
-    from engine.commands._common import ctrl_c_stops, fail, no_store, print_json, said_stage_failed, store_unusable
+    from engine.commands._common import (
+        ctrl_c_stops,
+        fail,
+        no_store,
+        print_json,
+        said_stage_failed,
+        stopping_note,
+        store_unusable,
+    )
     from engine.config import load_config
     from engine.errors import ConfigError, DataError
     from engine.loop import create_run, run_loop
@@ -110,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {no_store(args.db)}, so no run {args.run!r}", file=sys.stderr)
         return 2
     # Ctrl-C: finish the batch in flight, record "stopped", print the summary, exit 130
-    with ctrl_c_stops() as should_stop:
+    with ctrl_c_stops(stopping_note("run"), again_quits=True) as should_stop:
         made = _first_missing(db)  # removed again if the run is refused: a refusal leaves nothing behind
         try:
             target = [f"run.iterations={args.iterations}"] if args.iterations else []  # a new run records N
@@ -141,8 +150,9 @@ def run(args: argparse.Namespace) -> int:
                     if not said_stage_failed(exc, args.db, resume):
                         raise
                     status = "failed"
-                print_json({"run_id": run_id, "status": status, "db": args.db,
-                            "iterations": store.status_summary()["runs"].get(run_id, {})})
+                summary = store.status_summary()["runs"].get(run_id, {})
+                print_json({"run_id": run_id, "status": status, "db": args.db, "directory": summary.get("directory"),
+                            "iterations": summary.get("iterations", [])})
         except (ConfigError, DataError) as exc:
             _remove_new(made, db)
             return fail(exc)

@@ -1,27 +1,26 @@
 """``python -m engine status``: what a workspace DuckDB holds — runs, iterations, stage states and row counts.
 
-Contract: ``status --db D [--json]`` opens the store read-only and prints ``Store.status_summary()`` as one JSON
-object (``--json``) or as a short human listing (a stage a killed process left ``running`` reads ``interrupted``;
-an evaluated iteration's accuracy per split with its Wilson interval; each experiment with its report command);
-exits 0. A missing file prints ``error: ...`` on stderr and exits 2; a file held by another process (the studio or a
-running job), of a newer schema or not a store exits 3.
+Contract: ``status [--db D] [--json]`` (``--db`` defaults to ``runs/studio.duckdb``, as in every command) opens the
+store read-only and prints ``Store.status_summary()`` as one JSON object (``--json``) or as a short human listing (a
+stage a killed process left ``running`` reads ``interrupted``; an evaluated iteration's accuracy per split with its
+Wilson interval; each experiment with its report command); exits 0. A missing file prints ``error: ...`` on stderr and
+exits 2; a file held by another process (the studio or a running job), of a newer schema or not a store exits 3.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 from typing import Any
 
-from engine.commands._common import BAD_INPUT, print_json, store_missing, store_unusable
+from engine.commands._common import BAD_INPUT, DEFAULT_DB, print_json, store_missing, store_unusable
 
 HELP = ("Show the runs, iterations, stage states, row counts, evaluated accuracies and experiments in a "
         "workspace DuckDB file.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", required=True, help="the workspace DuckDB file")
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"DuckDB store (default: {DEFAULT_DB})")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -44,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
 def _human(summary: dict[str, Any]) -> str:
     lines = [f"{summary['db']} (schema v{summary['schema_version']}): {len(summary['runs'])} run(s)"]
     for run in summary["runs"].values():
-        run_directory = Path(run["run_dir"]) / run["run_id"]  # run_dir holds the workdir; the run's own is below it
-        lines.append(f"run {run['run_id']} ({run['name']}, {run['tasks']} tasks) dir={run_directory}")
+        lines.append(f"run {run['run_id']} ({run['name']}, {run['tasks']} tasks) dir={run['directory']}")
         for it in run["iterations"]:
             stages = ", ".join(f"{name}={s['status']}" for name, s in it["stages"].items()) or "no stages"
             rows = ", ".join(f"{t}={n}" for t, n in it["rows"].items() if n) or "no rows"

@@ -26,13 +26,16 @@ import argparse
 
 from engine.commands._common import add_quiet_flag
 
-HELP = "Run one stage (sample, score, pairs, train_planner, ground, critique, train_grounder, evaluate)."
+HELP = ("Run one stage (sample, score, pairs, train_planner, ground, critique, train_grounder, evaluate) of one "
+        "iteration (exit 0 done or skipped, 1 failed, 2 bad input, 3 store unusable, 130 stopped by Ctrl-C).")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engine.config import ITERATION_STAGES  # the stage names, without importing the stages (torch)
 
-    parser.add_argument("stage", choices=list(ITERATION_STAGES))
+    parser.add_argument("stage", choices=list(ITERATION_STAGES),
+                        help="the stage to run; the stages it reads must be done (the error names the one to run "
+                             "first)")
     parser.add_argument("--run", required=True, help="run id (see `python -m engine status`)")
     parser.add_argument("--iteration", type=int, required=True, help="iteration (0 = the starting agents)")
     parser.add_argument("--db", default="runs/studio.duckdb", help="DuckDB store (default: runs/studio.duckdb)")
@@ -56,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         fail,
         print_json,
         said_stage_failed,
+        stopping_note,
         store_missing,
         store_unusable,
     )
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             config = config_from_dict(data, "--critic/--base-url/--model")
             if args.retry_errors:
                 _remove_error_verdicts(store, args.run, args.iteration)
-            with ctrl_c_stops() as should_stop:
+            with ctrl_c_stops(stopping_note("step"), again_quits=True) as should_stop:
                 try:
                     status = run_stage(store, args.run, args.iteration, args.stage, config=config,
                                        progress=progress_printer(args.quiet), should_stop=should_stop)

@@ -19,13 +19,16 @@ from typing import Any
 
 from engine.commands._common import BAD_INPUT, DEFAULT_DB, add_quiet_flag, print_json, store_missing, store_unusable
 
-HELP = "Planner x grounder swap table: which stage (DPO planner, SFT grounder) moved the accuracy."
+HELP = ("Planner x grounder swap table: which stage (DPO planner, SFT grounder) moved the accuracy. Evaluates the two "
+        "swapped pairs of agents (minutes on a CPU; cells the run's evaluate stage or the evaluation cache hold are "
+        "reused), writes them to the store's swaps table and caches them in <run.workdir>/eval_cache.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", required=True, help="run id (see `python -m engine status`)")
     parser.add_argument("--db", default=DEFAULT_DB, help=f"DuckDB store (default: {DEFAULT_DB})")
-    parser.add_argument("--base", type=int, default=0, help="the iteration whose agents are the baseline (0: start)")
+    parser.add_argument("--base", type=int, default=0,
+                        help="the iteration whose agents are the baseline (default: 0, the starting agents)")
     parser.add_argument("--after", type=int, default=None,
                         help="the iteration whose agents are swapped in (default: the last one evaluated)")
     output = parser.add_mutually_exclusive_group()
