@@ -22,8 +22,12 @@ another curator who has it open (``lease_note``), and a decision on an item anot
 Mistakes a user can fix (no curator name, a bad plan number) are raised as ``user_error`` (inside a handler:
 ``with user_errors():``), shown in the page without a traceback in the server log. A toast (``user_error``'s modal,
 ``user_info``) shows its text as HTML, never as markdown: ``toast_text`` drops the markdown marks a message written for
-the page's Markdown may carry (`code`, **bold**, *italics*) and escapes ``<``/``&``. What is not a mistake and did
-nothing (nothing to undo) is ``user_info``, an info toast, stopped with ``quiet_stop`` (no modal, no traceback).
+the page's Markdown may carry (`code`, **bold**, *italics*) and escapes a ``<`` or ``&`` only where HTML would take it
+for markup (``<tokenizer>``, ``&lt;``): Gradio sends the same text to an API client as the error's message, so a
+message without markup reaches it as typed (``got '<1'``, not ``got '&lt;1'``). What is not a mistake and did
+nothing (nothing to undo) is ``user_info``, an info toast, stopped with ``quiet_stop`` (no modal, no traceback; its
+message, which only an API client reads, plain: ``plain_text``). A curator's name in a Markdown line (the header's,
+a lease note's) is shown as typed (``studio.render.md_escaped``).
 
 Beside it, as stateless as it is: the Spaces policy (``studio.spaces_policy``), the small renderers
 (``studio.render``), a queue's info lines (``studio.queue_lines``) and the values of pickers, page boxes and filter
@@ -46,6 +50,7 @@ from engine.leases import LeaseBook
 from engine.store import Store
 from engine.surprisal import SurprisalService
 from studio.jobs import JobWorker
+from studio.render import md_escaped
 
 
 @dataclass
@@ -89,13 +94,26 @@ class Ctx:
 _MARKDOWN_MARKS = re.compile(r"`([^`]+)`|\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])")
 
 
+# What an HTML parser reads as markup inside text: a "<" that opens a tag, an end tag, a comment or a declaration (an
+# ASCII letter, "/", "!" or "?" next), and an "&" that opens a character reference (a letter or "#" next: "&lt;",
+# "&#60;", and "&amp" even without its ";"). Any other "<" or "&" ("<1", "a < b", "x & y") is text, sent as it is.
+_HTML_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=[A-Za-z#])")
+
+
+def plain_text(message: str) -> str:
+    """``message`` without the markdown marks it was worded with for the page (`code`, **bold**, *italics*), their
+    text kept: for a reader of plain text (an API client)."""
+    return _MARKDOWN_MARKS.sub(lambda m: next(g for g in m.groups() if g is not None), message)
+
+
 def toast_text(message: str) -> str:
-    """``message`` as a toast shows it. Gradio renders a toast's text as HTML (sanitized), not markdown, so a message
-    worded for the page's Markdown showed its backticks and stars (``python -m engine step`` in backticks, the
-    Run tab's *Next stage*): the marks are dropped, their text kept, and ``<``/``&`` escaped so that a value such as
-    ``<tokenizer>`` shows instead of vanishing as a tag."""
-    plain = _MARKDOWN_MARKS.sub(lambda m: next(g for g in m.groups() if g is not None), message)
-    return html.escape(plain, quote=False)
+    """``message`` as a toast shows it. Gradio renders a toast's text as HTML (sanitized; ``gr.Error`` and
+    ``gr.Info`` have no plain-text mode), not markdown, so a message worded for the page's Markdown showed its
+    backticks and stars (``python -m engine step`` in backticks, the Run tab's *Next stage*): the marks are dropped
+    (``plain_text``). A ``<`` or ``&`` that HTML would read as markup is escaped, so ``<tokenizer>`` shows instead of
+    vanishing as a tag; any other is left as it is, because Gradio hands an API client the same text as the error's
+    message, where ``&lt;`` is wrong: a message without markup reaches it exactly as worded."""
+    return _HTML_MARKUP.sub(lambda m: html.escape(m.group(), quote=False), plain_text(message))
 
 
 def session_of(request: gr.Request | None) -> str | None:
@@ -120,8 +138,9 @@ def user_info(message: str) -> None:
 def quiet_stop(message: str) -> gr.Error:
     """To raise after ``user_info`` when a handler did nothing and that is no mistake (nothing to undo): an error the
     page does not show (no red modal over the info toast), which stops the event's ``.success`` chain (nothing
-    changed: nothing to reload) and prints no traceback. An API client still gets ``message`` as its error."""
-    return gr.Error(toast_text(message), visible=False, title="Info", print_exception=False)
+    changed: nothing to reload) and prints no traceback. An API client still gets ``message`` as its error: plain
+    (``plain_text``), since the page renders none of it."""
+    return gr.Error(plain_text(message), visible=False, title="Info", print_exception=False)
 
 
 @contextmanager
@@ -160,8 +179,8 @@ def can_write(ctx: Ctx, request: gr.Request | None) -> bool:
 def identity_line(ctx: Ctx, user: str) -> str:
     """The header's line for a logged-in ``user``: who curates, or that this session only views."""
     if ctx.read_only or user in ctx.viewers:
-        return f"Viewing as **{user}** (read-only)"
-    return f"Curating as **{user}**"
+        return f"Viewing as **{md_escaped(user)}** (read-only)"
+    return f"Curating as **{md_escaped(user)}**"
 
 
 def curator_of(name: str | None, request: gr.Request | None) -> str:
@@ -214,7 +233,7 @@ def claim_note(ctx: Ctx, kind: str, run_id: str | None, iteration: Any, key: str
 
 def lease_note(holder: str | None, what: str) -> str:
     """The line under a picker when another curator has the item open."""
-    return f"⚠ **{holder}** has this {what} open right now; `j`/`k` skip it." if holder else ""
+    return f"⚠ **{md_escaped(holder)}** has this {what} open right now; `j`/`k` skip it." if holder else ""
 
 
 def check_writable(ctx: Ctx, request: gr.Request | None = None) -> None:

@@ -35,7 +35,7 @@ from studio.keys import action_words
 from studio.pairs_queue import decision_line, excerpt, mark_looks_right
 from studio.picks import with_own_label
 from studio.queue_lines import nothing_in_iteration
-from studio.render import action_diff_html, pre
+from studio.render import action_diff_html, md_escaped, pre
 
 PAGE = 20
 # (label, value): the status filter's "no filter" is the value "" (what the endpoint and the saved filters carry),
@@ -292,7 +292,7 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
     before = "step 1" if step == 2 else f"steps 1-{step - 1}"
     where = f" · step {step}, after the gold subgoals and actions of {before}" if step > 1 else (
         " · step 1" if step == 1 else "")
-    head = f"<p><b>{v['status']}</b> ({v['backend']}) · {v['question']}{where}</p>"
+    head = f"<p><b>{_h(v['status'])}</b> ({_h(v['backend'])}) · {_h(v['question'])}{where}</p>"
     edited = _curator_edit(v)
     fix = edited if edited is not None else (v["corrected_actions"] or None)
     gold = outcomes_html(store, v, fix, "the curator's edit" if edited is not None else "the critic's correction")
@@ -311,7 +311,7 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
         # from it. Showing the critic's correction here after a save read as if the edit had been lost.
         critic = ("<details><summary>The critic's correction, replaced by this edit</summary>"
                   + pre(v["corrected_actions"]) + "</details>") if v["corrected_actions"] else ""
-        corrected = (f"<b>Curator's actions</b> (edit by {v['curator']})" + pre(edited) + critic + says)
+        corrected = (f"<b>Curator's actions</b> (edit by {_h(v['curator'])})" + pre(edited) + critic + says)
         diff = ("<p><i>Grounded actions → the curator's actions, action by action (struck out: the original's; "
                 "added: the edit's):</i></p>" + action_diff_html(v["grounding_actions"] or "", edited))
     elif v["corrected_actions"]:
@@ -326,7 +326,7 @@ def verdict_view(store: Store, run_id: str | None, iteration: int | None, key: s
     else:
         # No correction: one line instead of two empty headings; a diff against nothing would strike it all out.
         line = ("The critic accepted the grounding as it is: no correction." if v["status"] == "accepted" else
-                f"No correction: the critic's verdict is <b>{v['status']}</b>.")
+                f"No correction: the critic's verdict is <b>{_h(v['status'])}</b>.")
         corrected = f"<p><i>{line}</i></p>" + says
         diff = ""
     button = gr.update(interactive=bool(v["corrected_actions"]) and not read_only)
@@ -359,8 +359,15 @@ def _decision_words(action: str) -> str:
     return "looks right" if action == "reviewed" else action_words(action)
 
 
+def _h(value: Any) -> str:
+    """A value from data (a question, a status, a curator's name) in the verdict's HTML, shown as typed."""
+    return html.escape(str(value))
+
+
 def _rates(table: dict[str, dict[str, int]], words=str) -> str:
-    return ", ".join(f"{words(name)} {v['agreed']}/{v['reviewed']}" for name, v in sorted(table.items())) or "—"
+    """``name agreed/reviewed`` per name, each name (a curator's, a domain, a tool) shown as typed in the Markdown."""
+    return ", ".join(f"{md_escaped(words(name))} {v['agreed']}/{v['reviewed']}"
+                     for name, v in sorted(table.items())) or "—"
 
 
 def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) -> str:
@@ -371,8 +378,8 @@ def agreement_markdown(store: Store, run_id: str | None, iteration: int | None) 
         return ""
     a = agreement(store, run_id, int(iteration))
     rate = "—" if a["rate"] is None else f"{a['rate']:.0%}"
-    overruled = ", ".join(f"{_step_words(d.get('step'))}plan {d['k']} of {d['task_id']} "
-                          f"({d['status']} → {_decision_words(d['action'])})"
+    overruled = ", ".join(f"{_step_words(d.get('step'))}plan {d['k']} of {md_escaped(d['task_id'])} "
+                          f"({md_escaped(d['status'])} → {_decision_words(d['action'])})"
                           for d in a["disagreements"][:3])
     more = f" and {len(a['disagreements']) - 3} more" if len(a["disagreements"]) > 3 else ""
     return (f"**Agreement critic ↔ curators: {rate}** ({a['agreed']}/{a['reviewed']} reviewed of {a['verdicts']} "

@@ -17,13 +17,14 @@ shows the last (``studio.picks.clamped_page``), and the page box moves there thr
 clamp state (the same clamp twice still moves it).
 
 The agreement line follows the team (``wire_agreement``): it was drawn only by this curator's own load and actions, so
-another curator's decisions did not show in it until then. A ``gr.Timer`` at the team counters' pace
-(``studio.team_counters.COUNTERS_S``, switched on in the browser only while the tab is shown with a run and an
-iteration) reads one small mark of the iteration's verdict log per tick (``decisions_mark``: its row count and newest
-id; the log is append-only, so every decision, "looks right" and undo changes it) and redraws the line only when the
-mark differs from the one the session's line was drawn from (recorded by the load and the reloads before they read
-the agreement, run and iteration included: the tick reads what the line was drawn for, not the pickers of now), and
-sends nothing when a load or reload drew the line while the tick read.
+another curator's decisions did not show in it until then. It ticks on the team counters' ``gr.Timer``
+(``studio.team_counters.wire_counters``: every ``COUNTERS_S``, switched on in the browser only while the tab is shown
+with a run and an iteration; one timer for the tab, not one each), and each tick reads one small mark of the
+iteration's verdict log (``decisions_mark``: its row count and newest id; the log is append-only, so every
+decision, "looks right" and undo changes it) and redraws the line only when the mark differs from the one the session's
+line was drawn from (recorded by the load and the reloads before they read the agreement, run and iteration included:
+the tick reads what the line was drawn for, not the pickers of now), and sends nothing when a load or reload drew the
+line while the tick read.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from studio.picks import clamped_page, pick_update
 from studio.queue_lines import queue_info, review_line, trained_line
 from studio.queue_sessions import SESSIONS, QueueRead, QueueSessions, WalkedTo
 from studio.stage_text import skipped_reason
-from studio.team_counters import COUNTERS_S, active_js, counts_of
+from studio.team_counters import counts_of
 
 # The override log's rows the agreement reads: verdict decisions and "looks right" reviews (an undo row takes the
 # target of the row it undoes: engine.review_trail.undo_last).
@@ -152,20 +153,16 @@ class CriticRefresh:
             self._record(request, _AgreementDrawn(drawn.run_id, drawn.iteration, now))
         return line
 
-    def wire_agreement(self, agreement: gr.Markdown) -> None:
-        """The agreement's timer and its two events: the tick (``/critic_agreement``, ``agreement`` its only output)
-        and its switch in the browser (``/critic_agreement_on``, the team counters' ``active_js``: on while the
-        Critic tab is shown with a run and an iteration); both undocumented."""
-        ctx, timer = self.ctx, gr.Timer(COUNTERS_S, active=False)
-
+    def wire_agreement(self, agreement: gr.Markdown, timer: gr.Timer) -> None:
+        """The agreement's tick (``/critic_agreement``, undocumented; ``agreement`` its only output) on ``timer``, the
+        tab's team counters' (``studio.team_counters.wire_counters``), whose switch turns it on and off: a timer of
+        its own had the same pace and the same switch, and doubled the timers the page keeps."""
         def tick(request: gr.Request) -> Any:
             return self.agreement_tick(request)
 
         # "once": a tick still running when the next one comes (a loaded store) drops it; there is another soon.
         timer.tick(tick, None, agreement, api_name="critic_agreement", api_visibility="undocumented",
                    show_progress="hidden", trigger_mode="once")
-        gr.on([ctx.view.change, ctx.tab.change], None, [ctx.view, ctx.tab], timer, js=active_js("critic"),
-              api_name="critic_agreement_on", api_visibility="undocumented", show_progress="hidden")
 
     def load(self, run_id, it, st, rv, od, pg, current, name, request: gr.Request, evt: gr.EventData = None):
         """``/critic_queue``: ``(line, rows, picker, agreement, row count, page clamp)``. A new order starts at its

@@ -7,10 +7,10 @@ percent axis of its own (``studio.plots.second_axis``; its line named "(right ax
 axis read as a margin of 1. GRPO's logs give the weighted total's mean (``reward``) and each reward function's
 (``rewards/<name>/mean``). ``tag`` ("A " / "B ") and ``dashed`` tell two runs apart.
 
-Each line breaks between iterations (a gap, ``iteration_gaps``): every iteration trains from its own start (its
-first step's accuracy is 0%), and a line joined across them plunged from the last iteration's 100% as if training
-had collapsed. The share axis spans 0-100% with a pad (``second_axis(..., whole_share=True)``): at exactly 0 a 0%
-point was cut in half by the plot's edge.
+Each line breaks between iterations (a gap, ``studio.plots.iteration_gaps``): every iteration trains from its own
+start (its first step's accuracy is 0%), and a line joined across them plunged from the last iteration's 100% as if
+training had collapsed. The share axis spans 0-100% with a pad (``second_axis(..., whole_share=True)``): at exactly 0
+a 0% point was cut in half by the plot's edge.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import re
 import pandas as pd
 import plotly.graph_objects as go
 
-from studio.plots import line, second_axis
+from studio.plots import iteration_gaps, line, second_axis
 
 DPO_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
 SHARE_KEYS = frozenset({"rewards/accuracies"})  # a 0-1 share of pairs, beside logit rewards: drawn on a % axis
@@ -34,17 +34,6 @@ def reward_keys(logs: list[dict]) -> list[str]:
     """The rewards a planner's logs carry, DPO's first (in ``DPO_KEYS`` order), then GRPO's in logged order."""
     seen = dict.fromkeys(key for lg in logs for key in lg)
     return [k for k in DPO_KEYS if k in seen] + [k for k in seen if GRPO_KEY.match(k)]
-
-
-def iteration_gaps(points: list[tuple]) -> list[tuple[float, float | None]]:
-    """``(x, y)`` of ``(x, y, iteration)`` points in step order, with a ``(x, None)`` gap half a step before each
-    iteration's first point after the first: plotly breaks a line at a missing y (``connectgaps`` is off)."""
-    out: list[tuple[float, float | None]] = []
-    for i, (x, y, it) in enumerate(points):
-        if i and it != points[i - 1][2]:
-            out.append((x - 0.5, None))
-        out.append((x, y))
-    return out
 
 
 def draw_rewards(fig: go.Figure, logs: pd.DataFrame, tag: str = "", dashed: bool = False) -> None:

@@ -15,7 +15,7 @@ not use) are shown, not only printed on the server's stderr: each as a bullet na
 ``CAUTION_HEAD`` (``cautions_markdown``), below *Validate*'s verdict and below the message of a run *Create run* or
 *Start a new run* created (``with_note`` puts a job's note above them; ``studio.run_cautions`` keeps the created
 run's for the Run tab's box); every time, though the server prints each once per process. A config without
-cautions adds nothing. Text from a config or a caution is escaped for markdown (``markdown_escaped``).
+cautions adds nothing. Text from a config or a caution is shown as typed (``studio.render.md_escaped``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from engine.errors import ConfigError, DataError
 from engine.loop import check_new_run, create_run_with_cautions, run_config
 from engine.store import Store
 from engine.workspace import PathOutsideWorkspace, config_paths_inside, inside
+from studio.render import md_escaped
 from studio.run_cautions import remember
 from studio.spaces_policy import spaces_policy
 
@@ -102,20 +103,16 @@ def validate_config(text: str, spaces: bool = False, workspace: str | Path | Non
 def cautions_markdown(cautions: list[str]) -> str:
     """The cautions (``engine.preflight``) as a markdown block to end a message with: ``""`` for none, else a blank
     line, ``CAUTION_HEAD`` and a bullet each, its field in bold (the caution up to its first ``": "``, e.g.
-    ``planner.chat_template = "lumos"``). A ``<`` is escaped: markdown drops ``<|user|>`` as a tag."""
+    ``planner.chat_template = "lumos"``). Each is shown as typed (``md_escaped``): markdown dropped ``<|user|>`` as
+    a tag, and a ``*`` or ``_`` in a path or a template turned into emphasis. A caution is one line (the server prints
+    each as one ``warning:`` line), so flattening its blanks loses nothing."""
     if not cautions:
         return ""
     bullets = []
     for caution in cautions:
         field, sep, rest = caution.partition(": ")
-        bullets.append(f"- **{markdown_escaped(field)}**: {markdown_escaped(rest)}" if sep
-                       else f"- {markdown_escaped(caution)}")
+        bullets.append(f"- **{md_escaped(field)}**: {md_escaped(rest)}" if sep else f"- {md_escaped(caution)}")
     return "\n\n" + CAUTION_HEAD + "\n\n" + "\n".join(bullets)
-
-
-def markdown_escaped(text: str) -> str:
-    """``text`` with ``<`` escaped: markdown drops ``<tokenizer>`` or ``<|user|>`` as a tag."""
-    return text.replace("<", "&lt;")
 
 
 def _refusal(exc: ConfigError | DataError | OSError) -> str:

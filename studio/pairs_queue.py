@@ -26,7 +26,7 @@ from studio.common import user_error
 from studio.keys import action_words
 from studio.picks import tri, with_own_label
 from studio.queue_lines import nothing_in_iteration
-from studio.render import md_quote, plan_labels, pre, word_diff_html
+from studio.render import md_escaped, md_quote, plan_labels, pre, word_diff_html
 
 PAGE = 20
 # The key (task|step|pair_idx) stays first, narrow (clipped on screen, whole in the cell): a row click reads the first
@@ -132,7 +132,8 @@ def replaced_note(prior: dict | None, action: str, curator: str) -> str:
     an earlier one's."""
     if not prior or prior["curator"] == curator:
         return ""
-    what = f"{prior['curator']}'s {action_words(prior['action'])}"
+    # The note ends a Markdown line: the other curator's name is shown as typed (a "*ana*" read as an italic ana).
+    what = f"{md_escaped(prior['curator'])}'s {action_words(prior['action'])}"
     if action == "reviewed":
         return f", leaving {what} standing"
     # swapping a swapped pair writes a restore (engine.curation.swap_pair): it takes the swap back

@@ -1,16 +1,17 @@
 """Plotly building blocks shared by the Metrics tab's run and experiment views: one palette, integer iteration axes,
-a line with optional error bars, a mean line with its shaded interval band. A percent axis shows whole percents on
-its ticks and one decimal on hover (``PERCENT_AXIS``), as the tables do: a hover of "60%" beside a table's 60.4 read
-as another number; when plotly's ticks come closer than 1% (a tie rate of 1.1%) they get one decimal, or two, so no
-two ticks read the same ("0%, 1%, 1%"). A count axis (``count_axis``) has whole-number ticks only, never "0.5 pairs".
-A chart of a quantity that should fall ends its title with ``LOWER_IS_BETTER``.
+a line with optional error bars, a mean line with its shaded interval band; ``iteration_gaps`` breaks a logged-step
+line between iterations (each iteration's training starts afresh: the rewards and the losses alike). A percent axis
+shows whole percents on its ticks and one decimal on hover (``PERCENT_AXIS``), as the tables do: a hover of "60%"
+beside a table's 60.4 read as another number; when plotly's ticks come closer than 1% (a tie rate of 1.1%) they get
+one decimal, or two, so no two ticks read the same ("0%, 1%, 1%"). A count axis (``count_axis``) has whole-number
+ticks only, never "0.5 pairs". A chart of a quantity that should fall ends its title with ``LOWER_IS_BETTER``.
 
 Fit on a phone (a 390 px screen gives a chart about 320 px): ``titled`` breaks a title into lines of at most
 ``TITLE_WIDTH`` characters (at its " · " parts first, then between words) and puts what qualifies it (an interval,
 the seeds) in a smaller grey subtitle, wrapped too; plotly draws each title line whole and clipped "... lower is
 better" off the chart's edge. Legends lie in rows under the plot (``LEGEND_BELOW``), so the plot keeps the chart's
 width (a legend at the right took half a phone's chart), and ``fit_legend`` makes a chart taller by the rows its
-legend takes past two.
+legend takes past two, up to ``LEGEND_MAX_ROWS``: a longer legend scrolls in a box of that many rows.
 
 Pure rendering: every function takes numbers already computed (by the engine) and returns or changes a figure.
 """
@@ -48,6 +49,9 @@ LEGEND_BELOW = dict(orientation="h", xref="container", x=0.01, xanchor="left", y
                     yanchor="bottom", font=dict(size=11))
 LEGEND_ROW = 20  # px a row of legend entries takes
 LEGEND_ROWS = 2  # rows of entries HEIGHT leaves room for; a longer legend makes its chart taller (``fit_legend``)
+# Rows a legend shows at most; past them it scrolls in its box (plotly's ``legend.maxheight``). Two runs' twelve
+# split/domain lines took twelve rows on a phone (238 px under a 187 px plot, the chart 560 px tall).
+LEGEND_MAX_ROWS = 5
 PAIRED_NAME = 13  # characters of the longest legend name up to which a phone's row holds two entries
 COUNT_TICKS = 6  # at most this many steps from 0 to the top of a count axis
 HEIGHT = 360  # px of a chart: its legend takes rows under the plot, not a column beside it
@@ -101,14 +105,19 @@ def titled(fig: go.Figure, title: str, subtitle: str = "") -> go.Figure:
 
 
 def fit_legend(fig: go.Figure) -> go.Figure:
-    """The chart taller by a ``LEGEND_ROW`` for each row of legend entries past ``LEGEND_ROWS``: two runs' twelve
-    split/domain lines left the plot itself a sliver. Rows as a phone's chart (about 260 px of plot) lays them out:
-    once they wrap, plotly gives every entry the widest one's width, and two of them fit a row only while the longest
-    name has at most ``PAIRED_NAME`` characters."""
+    """The chart taller by a ``LEGEND_ROW`` for each row of legend entries past ``LEGEND_ROWS``, up to
+    ``LEGEND_MAX_ROWS`` rows: two runs' twelve split/domain lines left the plot itself a sliver. A legend of more rows
+    is capped at that many (``legend.maxheight``) and scrolls, so the plot keeps an ordinary chart's height (about
+    180 px on a phone) and the chart does not grow into a column of legend. Rows as a phone's chart (about 260 px of
+    plot) lays them out: once they wrap, plotly gives every entry the widest one's width, and two of them fit a row
+    only while the longest name has at most ``PAIRED_NAME`` characters."""
     names = [trace.name for trace in fig.data if trace.showlegend is not False and trace.name]
     per_row = 2 if names and max(map(len, names)) <= PAIRED_NAME else 1
     rows = -(-len(names) // per_row)
-    fig.update_layout(height=(fig.layout.height or HEIGHT) + LEGEND_ROW * max(0, rows - LEGEND_ROWS))
+    shown = min(rows, LEGEND_MAX_ROWS)
+    fig.update_layout(height=(fig.layout.height or HEIGHT) + LEGEND_ROW * max(0, shown - LEGEND_ROWS))
+    if rows > LEGEND_MAX_ROWS:  # plotly's box adds its padding (10 px) to the rows: a cut-off row hints at the scroll
+        fig.update_layout(legend_maxheight=LEGEND_ROW * LEGEND_MAX_ROWS + 10)
     return fig
 
 
@@ -178,6 +187,17 @@ def line(fig: go.Figure, x: Sequence, y: Sequence, name: str, colour: str | None
                      arrayminus=[v - lo_ for v, lo_ in zip(y, lo)], thickness=1, width=4)
     fig.add_scatter(x=x, y=y, mode="lines+markers" if len(y) <= MARKER_LIMIT else "lines", name=name, error_y=error,
                     line=dict(dash="dash" if dashed else "solid", color=colour), **({"yaxis": yaxis} if yaxis else {}))
+
+
+def iteration_gaps(points: list[tuple]) -> list[tuple[float, float | None]]:
+    """``(x, y)`` of ``(x, y, iteration)`` points in step order, with a ``(x, None)`` gap half a step before each
+    iteration's first point after the first: plotly breaks a line at a missing y (``connectgaps`` is off)."""
+    out: list[tuple[float, float | None]] = []
+    for i, (x, y, it) in enumerate(points):
+        if i and it != points[i - 1][2]:
+            out.append((x - 0.5, None))
+        out.append((x, y))
+    return out
 
 
 SHARE_RANGE = [-0.05, 1.05]  # a whole 0-1 share with a pad: a point at 0% or 100% is drawn whole, not cut in half

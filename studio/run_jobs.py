@@ -23,7 +23,7 @@ from engine.schedule import iteration_config
 from engine.store import Store
 from studio.common import Ctx, check_writable, session_of, who_of
 from studio.jobs import BUSY_HEAD, JobWorker, loop_stages
-from studio.new_run_config import markdown_escaped
+from studio.render import md_escaped
 from studio.spaces_policy import SPACES_CAPS, spaces_policy
 from studio.stage_text import shown_status
 
@@ -84,7 +84,7 @@ def job_plan(store: Store, run_id: str, kind: str) -> str:
         what = f"stage **{stage}**{of}"
         skipped = is_skipped(stage, iteration_config(config, first), first)
         if skipped:  # the job only records it: say so, or the press looks like it did nothing
-            what += f", which this run skips ({markdown_escaped(skipped)}): the job records it skipped"
+            what += f", which this run skips ({md_escaped(skipped)}): the job records it skipped"
     elif complete:
         what = f"{len(todo)} stages, from **{stage}**"
     else:

@@ -21,19 +21,19 @@ Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the butt
 (``/critic_next_reload``, ``/critic_prev_reload``: the table and its line, not the agreement, so another curator's
 decision shows at the next key press; nothing over a newer read of the queue, only what changed:
 ``studio.queue_sessions``), the team counters' timer (``/critic_counters``, ``/critic_counters_on``:
-``studio.team_counters``), the agreement's timer (``/critic_agreement``, ``/critic_agreement_on``: another curator's
-decision shows within its tick, redrawn only when the iteration's verdict log has grown, ``studio.critic_refresh``),
+``studio.team_counters``), the agreement's tick on that timer (``/critic_agreement``: another curator's decision
+shows within a tick, redrawn only when the iteration's verdict log has grown, ``studio.critic_refresh``),
 ``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one: the page box moves to the last page,
 which the queue shows) are undocumented. *Save edit* names the override the
 edit wrote (``engine.verdict_curation.SavedEdit``) and says plainly when the saved actions do not run (they parse, a
 formula fails: saved, as the engine allows, but they would train the grounder on actions that reach no answer) or run
 to an answer other than the gold one; *Accept original* says the same when the grounding it keeps does not run
 (``original_warning``: recorded all the same). An action's line names the other curator's decision it replaced
-(", replacing ana's drop"); the view gives the gold answer and what the original and the correction reach
-(``studio.critic_queue``). An empty queue says why (iteration 0 has no verdicts, or which filters
-match nothing); the buttons that need a verdict are off while none is picked; the table's grounding columns are
-"runs" (executes without an error) and "correct" (reaches the gold answer); the original -> correction diff goes
-action by action (``studio.render.action_diff_html``).
+(", replacing ana's drop"); these lines are ``studio.critic_lines``'s, every name in them shown as typed. The view
+gives the gold answer and what the original and the correction reach (``studio.critic_queue``). An empty queue says why
+(iteration 0 has no verdicts, or which filters match nothing); the buttons that need a verdict are off while none is
+picked; the table's grounding columns are "runs" (executes without an error) and "correct" (reaches the gold answer);
+the original -> correction diff goes action by action (``studio.render.action_diff_html``).
 
 The queue's reads and the agreement live in ``studio.critic_queue`` (re-exported here: this module is the tab's
 handler surface), its refreshes (the load, the action reloads, the walk's refresh) in ``studio.critic_refresh``.
@@ -42,10 +42,8 @@ handler surface), its refreshes (the load, the action reloads, the walk's refres
 from __future__ import annotations
 
 import gradio as gr
-import pandas as pd
 
 from engine import review_trail, verdict_curation
-from engine.executor import ExecutionResult
 from engine.outcome import run_grounding, toolbox_for_run
 from engine.store import Store
 from studio.common import (
@@ -59,6 +57,9 @@ from studio.common import (
     user_error,
     user_errors,
 )
+from studio.critic_lines import original_warning as original_warning
+from studio.critic_lines import recorded_line
+from studio.critic_lines import result_markdown as _result_markdown
 from studio.critic_queue import (
     COLUMNS as COLUMNS,
 )
@@ -124,7 +125,7 @@ from studio.critic_queue import (
     verdict_view as verdict_view,
 )
 from studio.critic_refresh import CriticRefresh
-from studio.keys import QUEUE_PROGRESS, action_words, button_words, correction_why, undo_handler, wire_walk, wire_why
+from studio.keys import QUEUE_PROGRESS, action_words, correction_why, undo_handler, wire_walk, wire_why
 from studio.live_views import watch
 from studio.pairs_queue import replaced_note
 from studio.picker import Picker
@@ -142,7 +143,7 @@ def undo_message(store: Store, run_id: str | None, iteration: int | None, curato
     row = review_trail.undo_last(store, run_id, int(iteration), curator, "verdict")
     question = excerpt(store.get_task(run_id, row["task_id"]).question)
     return (f"Undid your {action_words(row['action'])} of {_step_words(row.get('step'))}plan {int(row['k'])} for "
-            f"“{question}” "
+            f"“{md_escaped(question)}” "
             f"(override #{int(row['override_id'])}).")
 
 
@@ -157,40 +158,8 @@ def verdict_action(store: Store, run_id: str, iteration: int, key: str, action: 
                                      reason=reason)
     else:
         oid = fns[action](store, run_id, int(iteration), task_id, step, k, curator=curator, reason=reason)
-    # The decision it replaced is named (", replacing ana's drop"): the table shows only the latest. The override id
-    # ends the line: clients read it from the line's end (a warning follows in a paragraph of its own).
-    note = replaced_note(review_trail.replaced_decision(store, oid), action, curator)
-    line = f"{button_words(action)} recorded for “{verdict_name(store, run_id, iteration, key)}” by {curator}" \
-           f"{note} (override #{oid})."
+    line = recorded_line(store, run_id, iteration, key, action, curator, oid)  # the decision it replaced named
     return line + (original_warning(store, run_id, iteration, key) if action == "keep_original" else "")
-
-
-def original_warning(store: Store, run_id: str, iteration: int, key: str) -> str:
-    """After *Accept original*: "" when the grounding runs, else a paragraph saying plainly that it does not (the
-    executor failed on it when the ground stage ran it: the table's "runs" is "no"), worded as *Save edit*'s for an
-    edit that does not run. Recorded all the same (a curator may mean it), but it trains the grounder on actions that
-    reach no answer."""
-    task_id, step, k = parse_key(key)
-    grounding = store.frame("groundings", run_id, int(iteration), task_id=task_id, step=step, k=k)
-    if not len(grounding):
-        return ""
-    row = grounding.iloc[0]
-    if bool(row["ok"]):  # it runs (web actions: they parse, nothing runs for them)
-        return ""
-    why = "the executor failed on it" if pd.isna(row["error"]) or not row["error"] else md_escaped(row["error"])
-    verdict = store.frame("verdicts", run_id, int(iteration), task_id=task_id, step=step, k=k)
-    corrected = bool(len(verdict)) and not pd.isna(verdict["corrected_actions"].iloc[0])
-    return (f"\n\n**But it does not run**: {why}. It will train the grounder on actions that reach no answer: "
-            f"{'*Accept correction*, ' if corrected else ''}edit them, or *Drop* the verdict instead.")
-
-
-def _result_markdown(result: ExecutionResult) -> str:
-    # The executor's text is the edit's and the tools': escaped, or "2*x*3" in an error rendered an italic x.
-    values = "\n".join(f"- {md_code(name)} = {md_escaped(value)}" for name, value in result.values.items())
-    status = "runs cleanly" if result.ok else f"execution error: {md_escaped(result.error)}"
-    # A parse error, a failing step or actions that assign nothing leave no answer: say so, not Python's None.
-    answer = "no answer" if result.answer is None else f"answer: {md_code(result.answer)}"
-    return f"**{status}** · {answer}\n\n{values}"
 
 
 def preview_edit(store: Store, run_id: str, key: str, actions: str) -> str:
@@ -215,8 +184,8 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
         return f"**Not saved — parse error:** {md_escaped(exc.parse_error)}"
     # Named as the other actions name a verdict, by the override the edit wrote (not the newest row read back, which
     # may be another curator's written in between).
-    label = verdict_name(store, run_id, iteration, key)
-    said = (f"Edit saved for “{label}” by {curator}"
+    label = md_escaped(verdict_name(store, run_id, iteration, key))
+    said = (f"Edit saved for “{label}” by {md_escaped(curator)}"
             + replaced_note(review_trail.replaced_decision(store, saved.override_id), "edit", curator))
     result = saved.preview
     task = store.get_task(run_id, task_id)
@@ -368,8 +337,8 @@ def build(ctx: Ctx) -> None:
 
     wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE, queue.sessions, queue.walked,
               queue_inputs, [info, table, pick, total_rows, clamped])
-    wire_counters(ctx, "verdict", info, queue.sessions)  # the team's "reviewed N of M", kept current between keys
-    queue.wire_agreement(agreement)  # the agreement follows the team's decisions too (studio.critic_refresh)
+    counters = wire_counters(ctx, "verdict", info, queue.sessions)  # the team's "reviewed N of M", between keys
+    queue.wire_agreement(agreement, counters)  # the agreement follows the team too, on the same timer
 
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
                api_name="critic_undo", show_progress=quiet).success(

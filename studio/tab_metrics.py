@@ -7,7 +7,8 @@ per-template view of a chosen split).
 Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``FIGURES``). Iteration axes have integer
 ticks; accuracy lines carry their 95% Wilson interval as error bars (``accuracy_lo``/``accuracy_hi``, when stored);
 each split/domain has one colour in the accuracy, gap-PPL and gap-log-PPL figures. The tables come from
-``studio.metrics_swaps``. The compare box offers only the runs with evaluation rows; with a compare run drawn, the
+``studio.metrics_swaps``. The compare box offers only the runs with evaluation rows (listed again, the pick kept,
+on Refresh and on a live redraw: a run evaluated later shows without a page reload); with a compare run drawn, the
 tables (run A's alone) are led by "run A: <id>", and a line above the charts cautions when A and B were evaluated on
 different task sets (``studio.metrics_compare``). Every handler only reads, except *Compute the swap table*: a write
 endpoint (refused by ``check_writable`` for ``--read-only`` and viewers, and on Spaces, where the button is hidden)
@@ -21,10 +22,12 @@ run (``studio.live_views``: checked while the tab is shown, and when it is shown
 The training charts follow how the runs train (``studio.stage_text.run_objectives``): the planner's loss is titled
 and named DPO or GRPO, the grounder's SFT or GRPO; the rewards chart draws DPO's rewards / margins / accuracies or
 GRPO's mean reward and each reward's mean (``studio.metrics_rewards``: DPO's accuracies, a share, on a right-hand
-percent axis of their own), and a GRPO run without reward logs says DPO rewards do not apply; the pairs chart says
-when the planner does not train on the pairs (GRPO), and draws the tie rate (a fraction) on its own right-hand percent
+percent axis of their own), and a GRPO run without reward logs says DPO rewards do not apply; the pairs chart
+(``studio.metrics_pairs``: the pairs DPO trained on once an iteration trained, never the curation since) says when
+the planner does not train on the pairs (GRPO), and draws the tie rate (a fraction) on its own right-hand percent
 axis beside the pair count (whole-number ticks); the critic's status shares are in % too, as every rate here is.
-The keys of ``FIGURES`` stay as they are (element ids, the API).
+An empty chart of a picked run says which stage writes it, or that every run skipped that stage
+(``studio.metrics_notes``). The keys of ``FIGURES`` stay as they are (element ids, the API).
 """
 
 from __future__ import annotations
@@ -40,11 +43,23 @@ from studio.common import Ctx, check_writable, session_of, who_of
 from studio.jobs import swap_job, swap_unavailable
 from studio.live_views import watch
 from studio.metrics_compare import compare_choices, run_a_label, task_set_caution
-from studio.metrics_rewards import draw_rewards, iteration_gaps
+from studio.metrics_notes import empty_notes
+from studio.metrics_pairs import draw_pairs, pair_counts
+from studio.metrics_rewards import draw_rewards
 from studio.metrics_swaps import changes_markdown, swap_markdown
 from studio.picker import Picker
-from studio.plots import LOWER_IS_BETTER, colours, count_axis, figure, fit_legend, line, note_if_empty, second_axis
-from studio.stage_text import objectives, run_objectives, skip_note
+from studio.plots import (
+    LOWER_IS_BETTER,
+    colours,
+    count_axis,
+    figure,
+    fit_legend,
+    iteration_gaps,
+    line,
+    note_if_empty,
+    second_axis,
+)
+from studio.stage_text import objectives, run_objectives
 
 SWAP_WATCH_S = 3  # the busy pace of studio.pace: only while this page's swap job runs
 
@@ -87,16 +102,6 @@ def mark_iterations(fig: go.Figure, logs: pd.DataFrame) -> None:
                       annotation=dict(text=f"it {int(it)}", name=ITERATION_MARK, font=dict(size=10, color="#666")))
 
 
-def _pair_counts(store: Store, run_id: str) -> pd.DataFrame:
-    rows = []
-    for it in store.iterations(run_id):
-        eff = store.effective_pairs(run_id, it)
-        if len(eff):
-            rows.append({"iteration": it, "pairs": int((~eff["excluded"] & ~eff["tie"]).sum()),
-                         "tie_rate": float(eff["tie"].mean()), "excluded": int(eff["excluded"].sum())})
-    return pd.DataFrame(rows, columns=["iteration", "pairs", "tie_rate", "excluded"])
-
-
 def _metric_lines(store: Store, run_id: str) -> pd.DataFrame:
     """The run's metrics wide: one row per (split, domain, iteration), one column per metric name."""
     m = store.frame("metrics", run_id)
@@ -104,16 +109,6 @@ def _metric_lines(store: Store, run_id: str) -> pd.DataFrame:
         return pd.DataFrame(columns=["split", "domain", "iteration"])
     wide = m.pivot_table(index=["split", "domain", "iteration"], columns="name", values="value", aggfunc="last")
     return wide.reset_index().sort_values(["split", "domain", "iteration"])
-
-
-# What writes each chart's data, for the note an empty chart of a picked run shows ({planner} / {grounder}: the
-# runs' objectives, e.g. "DPO" or "GRPO").
-EMPTY_BY_STAGE = {
-    "accuracy": "evaluate stage writes accuracy", "gap_ppl": "evaluate stage writes the gap",
-    "gap_logppl": "evaluate stage writes the gap", "dpo_rewards": "planner's {planner} stage logs these",
-    "dpo_loss": "planner's {planner} stage logs its loss", "sft_loss": "grounder's {grounder} stage logs its loss",
-    "pairs": "pairs stage writes pairs", "critic": "critique stage writes verdicts",
-}
 
 
 def _union(lists) -> list[str]:
@@ -187,12 +182,9 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
                 # Broken between iterations as the rewards are: each iteration's training starts afresh.
                 x, y = zip(*iteration_gaps(list(zip(part["x"], part["loss"], part["iteration"]))))
                 line(fig, x, y, f"{tag}{name} loss", dashed=dashed)
-        pc = _pair_counts(store, run_id)
-        most_pairs = max(most_pairs, int(pc["pairs"].max()) if len(pc) else 0)
-        trained = "DPO" in trained_by[run_id]["planner"]
-        line(figs["pairs"], pc["iteration"], pc["pairs"], f"{tag}pairs{' in training' if trained else ''}",
-             dashed=dashed)
-        line(figs["pairs"], pc["iteration"], pc["tie_rate"], f"{tag}tie rate (right axis)", dashed=dashed, yaxis="y2")
+        # What DPO trained on in each trained iteration, never the pairs as curated since (studio.metrics_pairs)
+        most_pairs = max(most_pairs, draw_pairs(figs["pairs"], pair_counts(store, run_id), tag, dashed,
+                                                dpo="DPO" in trained_by[run_id]["planner"]))
         v = store.verdict_status_counts(run_id)
         if len(v):
             v["rate"] = v["n"] / v.groupby("iteration")["n"].transform("sum")
@@ -202,42 +194,8 @@ def figures(store: Store, run_a: str | None, run_b: str | None = None) -> dict[s
     if not runs:
         return {name: note_if_empty(fig, "Nothing measured yet: pick a run, or start one in the Run tab")
                 for name, fig in figs.items()}
-    # A run is picked but this chart has nothing yet (a run still in its first stages, or one whose variant skips
-    # the stage): say which stage writes it, not "pick a run" beside the picked run.
-    names = {"planner": " / ".join(planner), "grounder": " / ".join(grounder)}
-    notes = {name: f"Nothing in this run yet: the {EMPTY_BY_STAGE[name].format(**names)}" for name in figs}
-    if "DPO" not in planner:  # a GRPO run never logs DPO's rewards: say so, not "yet"
-        notes["dpo_rewards"] = (f"This run trains its planner by {names['planner']} (stages.planner_objective), not "
-                                "DPO: DPO rewards do not apply, and its trainer has logged no rewards yet")
-    # A variant that skips the stage a chart reads (no_stage1, no_stage2, no_critic) never fills it: say so, not "yet".
-    # each run's stage records past iteration 0, read once for every chart below
-    records = {run_id: [store.stage_status(run_id, it) for it in store.iterations(run_id) if it > 0]
-               for run_id in runs}
-    for stage, (what, charts) in SKIPPABLE.items():
-        reason = _skipped_everywhere(records, stage)
-        if reason is not None:
-            text = (f"No {what} in {'these runs' if len(runs) > 1 else 'this run'}. Its {stage} stage was skipped"
-                    + (f": {reason}" if reason else ""))
-            notes.update(dict.fromkeys(charts, text))
+    notes = empty_notes(store, runs, planner, grounder)  # a picked run's empty charts: what writes them
     return {name: note_if_empty(fit_legend(fig), notes[name]) for name, fig in figs.items()}
-
-
-# The stage each chart reads, for a variant that skips it: (what the chart would show, its charts).
-SKIPPABLE = {"pairs": ("pairs", ("pairs",)), "train_planner": ("planner training", ("dpo_loss", "dpo_rewards")),
-             "train_grounder": ("grounder training", ("sft_loss",)), "critique": ("verdicts", ("critic",))}
-
-
-def _skipped_everywhere(records: dict[str, list[dict[str, dict]]], stage: str) -> str | None:
-    """``stage``'s skip reason when every run in ``records`` (run -> its iterations' ``stage_status``, past iteration
-    0) recorded it and skipped it every time (a variant without it), else None: a run that has not reached it yet,
-    or ran it once, may still fill the chart."""
-    reasons = []
-    for iterations in records.values():
-        mine = [skip_note(states[stage]) for states in iterations if stage in states]
-        if not mine or any(r is None for r in mine):
-            return None
-        reasons += mine
-    return reasons[0] if reasons else None
 
 
 def run_tables(store: Store, run_id: str | None, spaces: bool = False,
@@ -300,8 +258,14 @@ def build(ctx: Ctx) -> None:
         return ([figs[n] for n in FIGURES] + list(run_tables(ctx.store, run_a, ctx.spaces, run_b))
                 + [task_set_caution(ctx.store, run_a, run_b)])
 
-    def runs(run_a):  # only runs with evaluation rows: one without any drew nothing beside run A
-        return gr.update(choices=["", *compare_choices(ctx.store, run_a)], value="")
+    def runs(run_a, evt: gr.EventData = None):  # only runs with evaluation rows: one without any drew nothing
+        choices = ["", *compare_choices(ctx.store, run_a)]  # beside run A
+        # Refresh or a live redraw: the list again (a run evaluated since) and no value, so the box keeps its pick,
+        # one made while this ran included, and nothing is redrawn again. A new run A empties the box. Not on the
+        # box's focus: Gradio's page answered any update of a focused box with a change to "" (A redrawn without B
+        # while the box still showed B).
+        kept = getattr(getattr(evt, "target", None), "_id", None) in (refresh._id, live.trigger._id)
+        return gr.update(choices=choices) if kept else gr.update(choices=choices, value="")
 
     def experiments(current):
         choices = [NO_EXPERIMENT, *mexp.experiment_choices(ctx.store)]
@@ -351,7 +315,8 @@ def build(ctx: Ctx) -> None:
     swap_go.click(on_swap, [ctx.run, ctx.curator], [swap_message, swap_watch], api_name="metrics_swap_compute")
     swap_watch.tick(watch_swap, ctx.run, [changes, swaps, swap_message, swap_watch], show_progress="hidden",
                     api_name="metrics_swap_watch", api_visibility="undocumented", trigger_mode="always_last")
-    ctx.run.change(runs, ctx.run, compare, api_name="metrics_runs", api_visibility="undocumented")
+    gr.on([ctx.run.change, refresh.click, live.trigger.change], runs, ctx.run, compare,
+          api_name="metrics_runs", api_visibility="undocumented", show_progress="hidden", trigger_mode="always_last")
     gr.on([ctx.run.change, refresh.click], experiments, experiment, experiment, api_name="metrics_experiments",
           api_visibility="undocumented", trigger_mode="always_last")
     # One event, in order per session (see studio.app.CONCURRENCY): older figures never land last.

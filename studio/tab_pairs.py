@@ -122,7 +122,7 @@ from studio.pairs_refresh import PairsRefresh
 from studio.picker import Picker
 from studio.picks import first_cell
 from studio.remember import remember
-from studio.render import static_table_css
+from studio.render import md_escaped, static_table_css
 from studio.rollout_view import group_table
 from studio.team_counters import wire_counters
 
@@ -175,8 +175,8 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
     # decision it replaced is named too (", replacing ana's swap"): the table shows only the latest. The override id
     # stays last: clients read it from the line's end.
     note = replaced_note(review_trail.replaced_decision(store, oid), action, curator)
-    return (f"{button_words(action)} recorded for {pair_name(store, run_id, int(iteration), key)}{note} "
-            f"(by {curator}, override #{oid}).")
+    return (f"{button_words(action)} recorded for {md_escaped(pair_name(store, run_id, int(iteration), key))}{note} "
+            f"(by {md_escaped(curator)}, override #{oid}).")
 
 
 def action_handler(ctx: Ctx, action: str) -> Callable[..., str]:
@@ -200,7 +200,7 @@ def undo_message(store: Store, run_id: str | None, iteration: int | None, curato
     row = review_trail.undo_last(store, run_id, int(iteration), curator, "pair")
     question = excerpt(store.get_task(run_id, row["task_id"]).question)
     step = f" at step {int(row['step'])}" if row.get("step") else ""
-    return (f"Undid your {action_words(row['action'])} of the pair{step} for “{question}” "
+    return (f"Undid your {action_words(row['action'])} of the pair{step} for “{md_escaped(question)}” "
             f"(override #{int(row['override_id'])}).")
 
 

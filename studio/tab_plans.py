@@ -19,7 +19,6 @@ plans of the first step.
 from __future__ import annotations
 
 import html
-import re
 from typing import Any
 
 import gradio as gr
@@ -35,7 +34,7 @@ from studio.live_views import watch
 from studio.picker import Picker
 from studio.picks import clamped_page, first_cell
 from studio.queue_lines import queue_info
-from studio.render import plan_labels, word_diff_html
+from studio.render import md_escaped, plan_labels, word_diff_html
 from studio.rollout_view import grounder_groups
 
 PAGE = 20
@@ -186,12 +185,12 @@ def _with_total(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 def no_tasks_reason(run_id: str | None, text: str = "", domain: str = "", split: str = "") -> str:
     """Why the task list is empty, for ``queue_info``'s ``empty=`` ("0 rows · <reason>", as the Pairs and Critic
     queues say it; "page 1 of 1" said nothing): no run picked, or the filters that matched no task, named (the search
-    text quoted, markdown's specials escaped: it is shown as typed)."""
+    text quoted, the search and the facets shown as typed: ``studio.render.md_escaped``)."""
     if not run_id:
         return "pick a run above"
-    shown = re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", (text or "").strip())
-    filters = ([f"the search “{shown}”"] if shown else []) + ([f"domain {domain}"] if domain else []) + (
-        [f"split {split}"] if split else [])
+    shown = md_escaped(text)
+    filters = ([f"the search “{shown}”"] if shown else []) + ([f"domain {md_escaped(domain)}"] if domain else []) + (
+        [f"split {md_escaped(split)}"] if split else [])
     if not filters:
         return "this run has no tasks"
     return f"no task matches {', '.join(filters)}: clear the search or set a filter to all to see more"

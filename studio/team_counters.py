@@ -1,6 +1,8 @@
 """The team's "reviewed N of M by the team, K by you" on a queue tab (Pairs, Critic), kept current for a curator who
 only reads: ``wire_counters`` adds a ``gr.Timer`` that every ``COUNTERS_S`` reads the two counts again
 (``engine.review_trail.review_progress``) and rewrites that counter inside the line above the table, nothing else.
+It hands the timer back: a tab's other line that follows the team (the Critic tab's agreement) ticks on it, one timer
+and one switch per tab.
 
 Takes the tab's ``studio.queue_sessions.QueueSessions``, whose painters record the line they drew and what its
 counter counts (``Counts``: the run, the iteration and the curator the line was read for, not what the pickers hold
@@ -69,10 +71,12 @@ def active_js(tab_id: str) -> str:
             f"return {{__type__: 'update', active: tab === {json.dumps(tab_id)} && !!run && !!it}}; }}")
 
 
-def wire_counters(ctx: Ctx, target: str, info: gr.Markdown, sessions: QueueSessions) -> None:
+def wire_counters(ctx: Ctx, target: str, info: gr.Markdown, sessions: QueueSessions) -> gr.Timer:
     """The timer of one queue tab (``target`` pair | verdict) and its two events: the tick (``/{tab}_counters``,
     ``info`` its only output) and, in the browser, its switch on and off (``/{tab}_counters_on``: ``active_js``, at
-    each change of the view key or the tab shown); tab ``pairs`` or ``critic`` (both undocumented)."""
+    each change of the view key or the tab shown); tab ``pairs`` or ``critic`` (both undocumented). Returns the
+    timer, for another line of the tab that follows the team at the same pace to tick on (the Critic tab's agreement,
+    ``studio.critic_refresh``) rather than start a timer of its own."""
     tab_id = "pairs" if target == "pair" else "critic"
     timer = gr.Timer(COUNTERS_S, active=False)
 
@@ -84,3 +88,4 @@ def wire_counters(ctx: Ctx, target: str, info: gr.Markdown, sessions: QueueSessi
                show_progress="hidden", trigger_mode="once")
     gr.on([ctx.view.change, ctx.tab.change], None, [ctx.view, ctx.tab], timer, js=active_js(tab_id),
           api_name=f"{tab_id}_counters_on", api_visibility="undocumented", show_progress="hidden")
+    return timer

@@ -9,17 +9,20 @@ directly, the Gradio wiring through the built app's endpoints; no job runs a rea
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 import pytest
 
 from engine.config import load_config
 from engine.store import Store
-from studio.new_run_config import CAUTION_HEAD, check_config, config_toml, create_run_from_text
+from studio.new_run_config import CAUTION_HEAD, cautions_markdown, check_config, config_toml, create_run_from_text
 from studio.run_jobs import RUNNING_NOTE, settled_message
 from tests.test_preflight import CHATML, build
+from tests.test_studio_followups import rendered
 
-FIELD = '- **planner.chat_template = "lumos"**: '
+FIELD = 'planner.chat_template = "lumos"'
 
 
 @pytest.fixture(autouse=True)
@@ -49,10 +52,25 @@ def caution_block(message: str) -> str:
 
 
 def assert_shows_the_caution(message: str, model: Path) -> None:
+    """The message ends with the warning and one bullet, its field in bold, shown as the page's Markdown renders it:
+    the model's path and the Lumos layout's ``<|user|>`` as typed (markdown dropped an unescaped one as a tag)."""
     block = caution_block(message)
-    assert block.startswith(CAUTION_HEAD + "\n\n" + FIELD), message
-    assert block.count("\n- ") == 1 and str(model) in block and 'Set planner.chat_template = "tokenizer"' in block
-    assert "<" not in block and "&lt;|user|>" in block  # markdown would drop <|user|> as a tag
+    assert block.startswith(CAUTION_HEAD + "\n\n- **"), message
+    page, visible = rendered(block)
+    bold = re.findall(r"<li><strong>(.*?)</strong>: ", page)
+    assert page.count("<li>") == 1 and [html.unescape(b) for b in bold] == [FIELD], page
+    assert str(model) in visible and 'Set planner.chat_template = "tokenizer"' in visible
+    assert "Lumos <|user|>/<|assistant|> layout" in visible and "<em>" not in page
+
+
+def test_a_caution_shows_as_typed_whatever_markdown_it_holds():
+    """Only ``<`` was escaped (as ``&lt;``): a path or a template holding ``*`` or ``_`` rendered emphasis and lost
+    its characters. Each caution now goes through ``studio.render.md_escaped``, as the Critic tab's texts do."""
+    caution = ('planner.*chat*_template = "lumos": /models/my_*fine*_tuned_ has <|user|> & `code` [x](y) '
+               "**not bold** ~~kept~~ a\\b")
+    page, visible = rendered(cautions_markdown([caution, "a caution *without* a field"]))
+    assert visible.partition("\n\n")[2].strip().splitlines() == [caution, "a caution *without* a field"], visible
+    assert re.findall(r"<(?:em|code|a|s|del)\b", page) == [] and page.count("<strong>") == 2, page
 
 
 def test_create_run_shows_the_cautions_every_time_under_the_created_line(tmp_path, chatml, capsys):

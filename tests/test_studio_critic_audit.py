@@ -145,17 +145,24 @@ def test_an_agreement_tick_never_paints_over_a_newer_drawing(store, fns, monkeyp
     assert fns["critic_agreement"].fn(ANN) == gr.skip()  # the load drew the log as it is now
 
 
-def test_the_agreement_timer_is_off_until_the_critic_tab_is_shown(fns):
-    """The timer starts off and is switched in the browser (no server call) by the view key and the tab shown, as the
-    team counters' timer is: it ticks only while the Critic tab shows a run and an iteration."""
+def test_the_agreement_ticks_on_the_team_counters_timer_the_critic_tabs_only_one(fns):
+    """The agreement had a timer of its own beside the team counters', at the same pace and with the same switch: the
+    page kept two timers for one tab. It now ticks on the counters' timer, which starts off and is switched in the
+    browser (no server call) by the view key and the tab shown: it ticks only while the Critic tab shows a run and an
+    iteration. That timer is the only one any Critic endpoint ticks on."""
     from studio.team_counters import COUNTERS_S
 
-    on = fns["critic_agreement_on"]
+    on = fns["critic_counters_on"]
     (timer,) = on.outputs
     assert isinstance(timer, gr.Timer) and not timer.active and timer.value == COUNTERS_S
     assert on.fn is None and [c.elem_id for c in on.inputs] == ["view-key", "tab-key"]
     assert "'critic'" in on.js or '"critic"' in on.js
-    assert fns["critic_agreement"].targets == [(timer._id, "tick")]
+    assert fns["critic_agreement"].targets == fns["critic_counters"].targets == [(timer._id, "tick")]
+    ticked = {target for name, fn in fns.items() if name.startswith("critic_") for target, event in fn.targets
+              if event == "tick"}
+    assert ticked == {timer._id}
+    switches = [name for name, fn in fns.items() if any(getattr(o, "_id", None) == timer._id for o in fn.outputs)]
+    assert switches == ["critic_counters_on"] and "critic_agreement_on" not in fns
 
 
 # -- toasts show plain text -----------------------------------------------------------------------------------------
@@ -177,7 +184,48 @@ def test_a_toast_shows_its_message_without_markdown_marks(toasts):
     user_info("`j`/`k` skip it")
     assert toasts == ["j/k skip it"]
     assert toast_text("R2 = Calculator(R1*2*3) and `2**3`") == "R2 = Calculator(R1*2*3) and 2**3"
-    assert toast_text("margin bounds must be numbers, got '<1'") == "margin bounds must be numbers, got '&lt;1'"
+    assert toast_text("margin bounds must be numbers, got '<1'") == "margin bounds must be numbers, got '<1'"
+    assert toast_text("no <tokenizer> template") == "no &lt;tokenizer> template"
+
+
+def _shown_as_html(text: str) -> str:
+    """What a page shows of ``text`` set as HTML, as Gradio sets a toast's (its text, references decoded); fails on
+    anything the parser takes for markup, which the toast would drop."""
+    from html.parser import HTMLParser
+
+    class Shown(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.parts: list[str] = []
+
+        def handle_data(self, data: str) -> None:
+            self.parts.append(data)
+
+        def unknown(self, *args) -> None:
+            pytest.fail(f"{text!r} holds markup: {args}")
+
+        handle_starttag = handle_endtag = handle_comment = handle_decl = handle_pi = unknown
+
+    shown = Shown()
+    shown.feed(text)
+    shown.close()
+    return "".join(shown.parts)
+
+
+@pytest.mark.parametrize("message", ["margin bounds must be numbers, got '<1' & '>2'", "a < b && c <= d",
+                                     "no <tokenizer> template, see </b> and <!-- x --> or &lt; &amp &#60;"])
+def test_a_toast_is_safe_in_html_and_an_api_client_reads_it_as_worded(message):
+    """Gradio renders a toast as HTML and has no plain-text mode, but sends an API client (``gradio_client``) the
+    same text as the error's message: escaping every ``<`` and ``&`` showed it ``got '&lt;1'``. Only what HTML
+    would read as markup is escaped now: the toast shows the message as worded, and a message without markup reaches
+    the client unchanged; ``quiet_stop``'s message, which no page shows, reaches it plain whatever it holds."""
+    from studio.common import quiet_stop, user_error
+
+    shown = error_payload(user_error(message), False)["error"]
+    assert _shown_as_html(shown) == message
+    if "<t" not in message:
+        assert shown == message
+    assert error_payload(quiet_stop(f"`{message}`"), False)["error"] == message
 
 
 # -- nothing to undo -------------------------------------------------------------------------------------------------

@@ -96,6 +96,44 @@ def test_an_answer_with_backticks_stays_one_code_span(store):
     assert "<code>`x`</code>" in page and "<code>R_1</code> = a*b*c" in page and "<em>" not in page
 
 
+# A curator name with every Markdown and HTML trap a login or a typed name could hold.
+ODD = "*ana*_<b>"
+
+
+def test_curator_names_and_verdict_labels_show_as_typed_on_the_critic_tab(store, monkeypatch):
+    """A curator's name and a verdict's label (its question) went into the Critic tab's Markdown as they were: a
+    curator named ``*ana*_<b>`` read as an italic ana and lost ``<b>`` as a tag, in the action's line, the next
+    curator's "replacing ..." note, the agreement's "by curator", the lease note and the header; the verdict's HTML
+    view took the name as markup too."""
+    from studio import critic_lines
+    from studio.common import Ctx, identity_line, lease_note
+    from studio.critic_queue import agreement_markdown, verdict_view
+    from studio.tab_critic import save_edit, verdict_action
+
+    def assert_as_typed(markdown: str, *typed: str) -> str:
+        page, visible = rendered(markdown)
+        assert all(t in visible for t in typed), visible
+        assert not re.search(r"<(em|b|s|del|a)\b", page), page
+        return page
+
+    assert_as_typed(verdict_action(store, RUN, IT, "m2|0|0", "drop", ODD), f"by {ODD} (override #")
+    replacing = verdict_action(store, RUN, IT, "m2|0|0", "keep_original", "bob")
+    assert_as_typed(replacing, f"by bob, replacing {ODD}'s drop")
+    verdict_action(store, RUN, IT, "m1|0|0", "reviewed", ODD)
+    assert_as_typed(agreement_markdown(store, RUN, IT), f"by curator: {ODD} 1/1, bob ")
+    page = assert_as_typed(lease_note(ODD, "verdict"), f"⚠ {ODD} has this verdict open right now")
+    assert page.count("<strong>") == 1
+    ctx = Ctx(store=store, jobs=None, read_only=False, spaces=False, run=None, iteration=None, curator=None)
+    assert_as_typed(identity_line(ctx, ODD), f"Curating as {ODD}")
+    saved = save_edit(store, RUN, IT, "q1|0|0", "R1 = Calculator(10-4)", ODD)
+    assert_as_typed(saved.partition("\n\n")[0], f"” by {ODD}")
+    corrected = verdict_view(store, RUN, IT, "q1|0|0")[1]
+    assert f"(edit by {html.escape(ODD)})" in corrected
+    label = "What is *2*_x_ <b>here</b>? · plan 0 · accepted · m2"
+    monkeypatch.setattr(critic_lines, "verdict_name", lambda *a: label)
+    assert_as_typed(verdict_action(store, RUN, IT, "m1|0|0", "reviewed", "bob"), f"recorded for “{label}” by bob")
+
+
 # -- 2. a stage's summary says its state once ------------------------------------------------------------------------
 
 

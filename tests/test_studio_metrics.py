@@ -274,7 +274,8 @@ def test_a_dev_only_experiment_shows_only_dev(tmp_path):
 
 
 def test_empty_charts_say_what_writes_them(store):
-    from studio.tab_metrics import EMPTY_BY_STAGE, FIGURES, figures
+    from studio.metrics_notes import EMPTY_BY_STAGE
+    from studio.tab_metrics import FIGURES, figures
 
     def note(fig) -> str:
         return " ".join(a.text for a in fig.layout.annotations  # the note, not the "it N" marks; long notes wrap

@@ -890,6 +890,8 @@ def test_in_the_page_the_team_counters_follow_another_curator_while_this_one_onl
             expect(info).to_contain_text("reviewed 0 of 3 by the team")
             BOB_DECIDES[tab][1](store)
             expect(info).to_contain_text("reviewed 1 of 3 by the team", timeout=10_000)
+            if tab == "critic":  # the agreement ticks on the counters' timer (studio.critic_refresh)
+                expect(page.locator("#critic-agreement")).to_contain_text("by curator: bob 0/1", timeout=10_000)
             expect(page.locator(f"#{tab}-table")).not_to_contain_text("bob")
             expect(pick).to_have_value(re.compile("m1"))
         # On the Critic tab the Pairs tab's timer is off: bob's next pair decision waits for the Pairs tab.

@@ -372,10 +372,9 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         # switched on and off in the browser only (js), by the view key and the tab shown.
         **{f"{tab}_counters": ("read", ()) for tab in ("pairs", "critic")},
         **{f"{tab}_counters_on": ("read", None) for tab in ("pairs", "critic")},
-        # The Critic agreement's timer (studio.critic_refresh): the agreement read again when the verdict log grew;
-        # switched on and off in the browser only (js), as the counters' timer is.
+        # The Critic agreement's tick on the counters' timer (studio.critic_refresh): the agreement read again when
+        # the verdict log grew.
         "critic_agreement": ("read", ()),
-        "critic_agreement_on": ("read", None),
         "pairs_undo": ("write", (run_id, 1)),
         "pairs_undo_reload": ("read", pairs_applied),
         "pairs_undo_detail": ("read", (run_id, 1, pair)),
