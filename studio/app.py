@@ -51,7 +51,10 @@ from studio.picks import run_iterations
 # (tab_run.STAGE_WIDTHS), which squeezed them to one letter per line at 390 px and broke "iter/atio/n" over three
 # lines on a laptop (Gradio's layout gives it ~700 px of a 1000 px window). The Plans tab's plan table (an HTML
 # table, not markdown) sits in a .moat-scroll box that scrolls sideways: at 390 px it was ~450 px wide in a ~300 px box
-# that clipped its text column; on a phone its bar column narrows and its text keeps a readable width.
+# that clipped its text column; on a phone its bar column narrows and its text keeps a readable width. A dropdown's
+# arrow is drawn over the right end of its text box (Gradio positions it absolutely): a long pick (a pair's question,
+# a plan's label) ran under it ("Then I" beneath the arrow on a phone); its text now stops short of the arrow and ends
+# in an ellipsis.
 TABLE_CSS = """<style>
 .md table { display: block; overflow-x: auto; max-width: 100%; }
 .md table th, .md table td { word-break: normal !important; overflow-wrap: normal !important; }
@@ -66,6 +69,7 @@ TABLE_CSS = """<style>
 #run-stages td[data-col="1"], #run-stages td[data-col="1"] span {
   white-space: nowrap !important; word-break: keep-all !important; overflow-wrap: normal !important; }
 .moat-scroll { display: block; overflow-x: auto; max-width: 100%; }
+.secondary-wrap:has(> .icon-wrap) > input[role="combobox"] { padding-right: 28px; text-overflow: ellipsis; }
 .moat-plans-bar { width: 160px; min-width: 60px; }
 .moat-plans-text { white-space: pre-wrap; min-width: 16em; }
 @media (max-width: 640px) { .moat-plans-bar { width: 60px; } }

@@ -339,6 +339,15 @@ def test_a_phone_sees_every_tab_and_a_pair_a_screen_wide(served, browser):
         widths[width] = prompt.evaluate("e => e.getBoundingClientRect().width")
         if width == 390:
             _shot(page, "phone-pairs")
+            # A pair's label is longer than its picker on a phone: its text stops short of the dropdown's arrow,
+            # which Gradio draws over the text box's right end ("Then I" ran under it), and ends in an ellipsis.
+            picked = page.locator("#pairs-pick input[role='combobox']")
+            expect(picked).not_to_have_value("")
+            box = picked.evaluate("e => { const s = getComputedStyle(e), r = e.getBoundingClientRect(); return {"
+                                  "text_end: r.right - parseFloat(s.paddingRight), overflow: s.textOverflow, "
+                                  "arrow: e.parentElement.querySelector('.icon-wrap').getBoundingClientRect().left,"
+                                  " long: e.scrollWidth > e.clientWidth}; }")
+            assert box["long"] and box["overflow"] == "ellipsis" and box["text_end"] <= box["arrow"], box
         page.close()
     assert widths[390] > 300, widths  # stacked: the whole width of the phone's page
     assert widths[1400] < 700, widths  # side by side on a desktop
