@@ -54,7 +54,8 @@ from studio.picks import run_iterations
 # that clipped its text column; on a phone its bar column narrows and its text keeps a readable width. A dropdown's
 # arrow is drawn over the right end of its text box (Gradio positions it absolutely): a long pick (a pair's question,
 # a plan's label) ran under it ("Then I" beneath the arrow on a phone); its text now stops short of the arrow and ends
-# in an ellipsis.
+# in an ellipsis. The config editor's label wraps short of its download and copy buttons (it ran under them on
+# a phone).
 TABLE_CSS = """<style>
 .md table { display: block; overflow-x: auto; max-width: 100%; }
 .md table th, .md table td { word-break: normal !important; overflow-wrap: normal !important; }
@@ -70,6 +71,7 @@ TABLE_CSS = """<style>
   white-space: nowrap !important; word-break: keep-all !important; overflow-wrap: normal !important; }
 .moat-scroll { display: block; overflow-x: auto; max-width: 100%; }
 .secondary-wrap:has(> .icon-wrap) > input[role="combobox"] { padding-right: 28px; text-overflow: ellipsis; }
+#run-config label[data-testid="block-label"] { max-width: calc(100% - 56px); }
 .moat-plans-bar { width: 160px; min-width: 60px; }
 .moat-plans-text { white-space: pre-wrap; min-width: 16em; }
 @media (max-width: 640px) { .moat-plans-bar { width: 60px; } }

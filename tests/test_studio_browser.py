@@ -348,6 +348,14 @@ def test_a_phone_sees_every_tab_and_a_pair_a_screen_wide(served, browser):
                                   "arrow: e.parentElement.querySelector('.icon-wrap').getBoundingClientRect().left,"
                                   " long: e.scrollWidth > e.clientWidth}; }")
             assert box["long"] and box["overflow"] == "ellipsis" and box["text_end"] <= box["arrow"], box
+            # The config editor's long label wraps short of its download and copy buttons (it ran under them).
+            _tab(page, "Run")
+            page.get_by_text("Advanced: config for a new run (TOML)").click()
+            label = page.locator("#run-config label[data-testid='block-label']")
+            expect(label).to_be_visible()
+            ends = label.evaluate("e => [e.getBoundingClientRect().right, e.parentElement.querySelector("
+                                  "'.icon-button-wrapper, .icon-buttons').getBoundingClientRect().left]")
+            assert ends[0] <= ends[1], ends
         page.close()
     assert widths[390] > 300, widths  # stacked: the whole width of the phone's page
     assert widths[1400] < 700, widths  # side by side on a desktop
