@@ -105,24 +105,33 @@ def test_the_caution_reads_two_small_grouped_queries(store, monkeypatch):
     assert len(asked) == 2  # no compare run: nothing read
 
 
-def test_the_compare_list_is_listed_again_on_refresh_and_keeps_the_pick(store, fns):
+def test_the_compare_list_is_listed_again_on_refresh_and_keeps_the_pick(store):
     """A run evaluated after run A was picked showed in the compare box only after a page reload: the list was built
-    on run A's change alone. Refresh and the tab's live redraw list it again and send no value, so the box keeps its
-    pick (in Chromium too: B stays drawn) and nothing is redrawn again; a new run A still empties the box."""
+    on run A's change alone. Refresh, the tab's live redraw and a switch of the tab shown list it again and send no
+    value, so the box keeps its pick (in Chromium too: B stays drawn) and nothing is redrawn again; a new run A still
+    empties the box."""
     from types import SimpleNamespace
 
     import gradio as gr
 
-    runs = fns["metrics_runs"]
+    from studio.app import build_app
+    from tests._store_world import app_fns
+
+    demo = build_app(store, "examples/demo.toml")
+    runs = app_fns(demo)["metrics_runs"]
     run_a = runs.inputs[0]
     assert [event for _, event in runs.targets].count("click") == 1  # Refresh lists the runs again
     refresh = next(block for block, event in runs.targets if event == "click")
-    live = next(block for block, event in runs.targets if event == "change" and block != run_a._id)
+    # the live redraw's trigger and the tab shown (the live redraw follows runs A and B only: a third run evaluated
+    # meanwhile is listed when the Metrics tab is shown again)
+    changes = [block for block, event in runs.targets if event == "change" and block != run_a._id]
+    assert sorted(str(demo.blocks[block].elem_id) for block in changes) == ["None", "tab-key"]
     assert runs.fn(SWAP_RUN)["value"] == ""  # run A's change: the box emptied
     store.write("runs", [{"run_id": "late", "name": "late", "config_json": {}, "run_dir": "runs/late"}])
     store.put_metrics("late", 0, [{"split": "held_in", "domain": "all", "name": "accuracy", "value": 0.5}])
-    for target in (refresh, live):
+    for target in (refresh, *changes):
         update = runs.fn(SWAP_RUN, gr.EventData(SimpleNamespace(_id=target), None))
         assert "late" in update["choices"] and OTHER in update["choices"], target
         assert "value" not in update, target  # the pick stays as the page holds it
     assert runs.fn(SWAP_RUN, gr.EventData(run_a, None))["value"] == ""
+
