@@ -29,6 +29,7 @@ from engine.prefix_cache import (
     stacked_cache,
     walk_trie,
 )
+from engine.stop_check import between_batches
 
 
 @dataclass
@@ -77,28 +78,31 @@ def generate_naive(model, tokenizer, prompts: Sequence[str], config: GenerationC
     if config.temperature <= 0:
         order.sort(key=lambda i: -len(all_encoded[i]))
     by_position: list[list[str]] = [[] for _ in prompts]
-    for start in range(0, len(prompts), config.batch_size):
-        chunk_ids = order[start:start + config.batch_size]
-        encoded = [all_encoded[i] for i in chunk_ids]
-        width = max(len(ids) for ids in encoded)
-        # Left padding keeps every prompt's last token at the same position, where generation starts.
-        input_ids = torch.full((len(encoded), width), tokenizer.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(encoded), width), dtype=torch.long)
-        for row, ids in enumerate(encoded):
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            attention[row, width - len(ids):] = 1
-        # K rows per prompt, prompt-major: what num_return_sequences=K does inside generate.
-        input_ids, attention = input_ids.repeat_interleave(k, 0), attention.repeat_interleave(k, 0)
-        cache = growing_cache(model, width + config.max_new_tokens)
-        new = new_tokens(model, tokenizer, input_ids.to(device), attention.to(device), cache, config)
-        texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-        for row, i in enumerate(chunk_ids):
-            by_position[i] = [t.strip() for t in texts[row * k:(row + 1) * k]]
-        if stats is not None:
-            stats.computed += len(encoded) * k * width
-            stats.forwards += 1
-            stats.necessary += necessary_tokens(encoded)
-    model.train(was_training)
+    try:
+        for start in range(0, len(prompts), config.batch_size):
+            between_batches()  # a stage's stop request (engine.stop_check): within one batch, not after them all
+            chunk_ids = order[start:start + config.batch_size]
+            encoded = [all_encoded[i] for i in chunk_ids]
+            width = max(len(ids) for ids in encoded)
+            # Left padding keeps every prompt's last token at the same position, where generation starts.
+            input_ids = torch.full((len(encoded), width), tokenizer.pad_token_id, dtype=torch.long)
+            attention = torch.zeros((len(encoded), width), dtype=torch.long)
+            for row, ids in enumerate(encoded):
+                input_ids[row, width - len(ids):] = torch.tensor(ids)
+                attention[row, width - len(ids):] = 1
+            # K rows per prompt, prompt-major: what num_return_sequences=K does inside generate.
+            input_ids, attention = input_ids.repeat_interleave(k, 0), attention.repeat_interleave(k, 0)
+            cache = growing_cache(model, width + config.max_new_tokens)
+            new = new_tokens(model, tokenizer, input_ids.to(device), attention.to(device), cache, config)
+            texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+            for row, i in enumerate(chunk_ids):
+                by_position[i] = [t.strip() for t in texts[row * k:(row + 1) * k]]
+            if stats is not None:
+                stats.computed += len(encoded) * k * width
+                stats.forwards += 1
+                stats.necessary += necessary_tokens(encoded)
+    finally:  # a stop (or any error) between chunks leaves the model in the mode it came in
+        model.train(was_training)
     return by_position
 
 
@@ -157,6 +161,7 @@ def generate(model, tokenizer, prompts: Sequence[str], config: GenerationConfig,
     k = config.num_return_sequences
     try:
         for start in range(0, len(prompts), config.batch_size):
+            between_batches()  # a stage's stop request (engine.stop_check)
             encoded = encode_texts(tokenizer, list(prompts[start:start + config.batch_size]))
             rows = [ids for ids in encoded for _ in range(k)]  # prompt-major, like num_return_sequences
             caps = [max(0, len(ids) - 1) for ids in rows]  # the last prompt token runs in generate: its logits

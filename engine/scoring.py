@@ -27,6 +27,7 @@ from engine.prefix_cache import (
     prefix_trie,
     walk_trie,
 )
+from engine.stop_check import between_batches
 
 
 def score_rows(tokenizer, prompts: Sequence[str], targets: Sequence[str],
@@ -72,28 +73,31 @@ def score_targets_naive(model, tokenizer, prompts: Sequence[str], targets: Seque
     results: list[float] = [math.nan] * len(rows)
     was_training = model.training
     model.eval()
-    for start in range(0, len(order_), batch_size):
-        batch = order_[start:start + batch_size]
-        width = max(len(rows[i][0]) for i in batch)
-        input_ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        for r, i in enumerate(batch):
-            ids, n_label = rows[i]
-            input_ids[r, :len(ids)] = torch.tensor(ids)
-            attention[r, :len(ids)] = 1
-            if n_label:
-                labels[r, len(ids) - n_label:len(ids)] = torch.tensor(ids[len(ids) - n_label:])
-        logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
-        nll = _row_nll(logits[:, :-1], labels[:, 1:].to(device))
-        for r, i in enumerate(batch):
-            results[i] = float(nll[r])
-        if stats is not None:
-            stats.computed += len(batch) * width
-            stats.forwards += 1
+    try:
+        for start in range(0, len(order_), batch_size):
+            between_batches()  # a stage's stop request (engine.stop_check)
+            batch = order_[start:start + batch_size]
+            width = max(len(rows[i][0]) for i in batch)
+            input_ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
+            attention = torch.zeros((len(batch), width), dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            for r, i in enumerate(batch):
+                ids, n_label = rows[i]
+                input_ids[r, :len(ids)] = torch.tensor(ids)
+                attention[r, :len(ids)] = 1
+                if n_label:
+                    labels[r, len(ids) - n_label:len(ids)] = torch.tensor(ids[len(ids) - n_label:])
+            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
+            nll = _row_nll(logits[:, :-1], labels[:, 1:].to(device))
+            for r, i in enumerate(batch):
+                results[i] = float(nll[r])
+            if stats is not None:
+                stats.computed += len(batch) * width
+                stats.forwards += 1
+    finally:
+        model.train(was_training)
     if stats is not None:
         stats.necessary += necessary_tokens([ids for ids, _ in rows])
-    model.train(was_training)
     return results
 
 
@@ -149,6 +153,7 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
         ends = [node.end for node, _ in groups]
         lengths = {i: len(ids[i]) - ends[g] for i, g in group_of.items()}
         for batch in length_batches(sorted(group_of), lengths, batch_size):
+            between_batches()  # a stage's stop request (engine.stop_check)
             segments = [ids[i][ends[group_of[i]]:] for i in batch]
             used = sorted({group_of[i] for i in batch})  # only this batch's groups go into its stacked cache
             local = {g: j for j, g in enumerate(used)}

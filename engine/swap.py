@@ -25,10 +25,11 @@ Rows go to ``swaps`` (``planner_after`` = -1 for gold plans): per split and doma
 cell but the base one the exact McNemar test (``engine.stats.mcnemar``) against the base on the same tasks:
 ``mcnemar_gained``, ``mcnemar_lost``, ``mcnemar_p`` (P{a}G{b} against P{base}G{base}; G{after} against G{base}).
 The run's rows of every written (planner_after, grounder_after) are replaced in one transaction, after all cells are
-computed (a stop, ``should_stop`` polled before each computed cell, raises ``StageStopped`` and writes nothing, in
-the store or the cache); the computed cells go to the evaluation cache after that transaction, so an entry never
-precedes the table it came from. A cell that cannot be kept says why in ``not_kept`` (an unwritable workdir) or
-``not_reusable`` (``engine.eval_cache.evaluation_key``'s reason: a hub id, a remote QA model, a shared base).
+computed (a stop, ``should_stop`` polled before each computed cell and between its generation and scoring batches,
+raises ``StageStopped`` and writes nothing, in the store or the cache); the computed cells go to the evaluation cache
+after that transaction, so an entry never precedes the table it came from. A cell that cannot be kept says why in
+``not_kept`` (an unwritable workdir) or ``not_reusable`` (``engine.eval_cache.evaluation_key``'s reason: a hub id, a
+remote QA model, a shared base).
 Per-task outcomes are returned, not stored in the store: greedy decoding on a fixed task order recomputes them, a
 diagonal's are in ``eval_traces``, and a kept cell's in its cache entry.
 
@@ -62,6 +63,7 @@ from engine.outcome import Toolbox, toolbox_for
 from engine.runtime import pick_eval_tasks
 from engine.stages.context import ProgressSink, StageContext
 from engine.stats import mcnemar
+from engine.stop_check import stop_checked
 from engine.store import Store
 from engine.tasks import Task
 
@@ -206,7 +208,8 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
             reused_from[name] = kept.origin()
         else:
             ctx.report(done, len(todo), f"evaluating {name}")
-            summary, traces = _compute_cell(ctx, a, b, tasks, toolbox)
+            with stop_checked(ctx.check_stop):  # within a cell too: each is a whole evaluation (engine.stop_check)
+                summary, traces = _compute_cell(ctx, a, b, tasks, toolbox)
             results[(a, b)] = summary, {t.task_id: t.correct for t in traces}
             if key:
                 to_keep.append((name, key, StoredEvaluation.from_traces(summary, traces, run_id, after, cell=name)))

@@ -220,3 +220,39 @@ def test_ctrl_c_in_a_command_without_its_own_handler_is_one_line_and_130(monkeyp
     assert main(["swap", "--run", "r", "--db", str(tmp_path / "s.duckdb")]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "swap: stopped by Ctrl-C"
+
+
+def test_a_stop_during_the_evaluation_stops_it_within_a_batch(tmp_path, loop_config, monkeypatch, capsys):
+    """The evaluate stage runs one evaluation over every task and recorded nothing until it returned, so a Ctrl-C
+    (or the studio's Stop) pressed once it had begun waited for all of it. It now stops at the next generation or
+    scoring batch (``engine.stop_check``): the stage is "stopped", no metrics are written, and a resume evaluates."""
+    from engine import generation
+    from engine.commands import run as run_command
+
+    batches: list[int] = []
+    real = generation.new_tokens
+
+    def counted(*args, **kwargs):
+        batches.append(1)
+        return real(*args, **kwargs)
+
+    def sink(event: dict) -> None:
+        if event.get("message") == "planning and grounding":  # the evaluation has begun: its first check is past
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(generation, "new_tokens", counted)
+    monkeypatch.setattr(run_command, "progress_printer", lambda quiet: sink)
+    db = tmp_path / "s.duckdb"
+    config = copy.deepcopy(loop_config)
+    config.evaluate.batch_size = 2  # several batches, so "within one" is seen
+    assert main(["run", "--db", str(db), "--config", str(config_file(tmp_path / "cfg", config, 1))]) == 130
+    out = summary(capsys.readouterr().out)
+    assert batches == []  # stopped before its first generation batch
+    with Store(db) as store:
+        assert store.stage_status(out["run_id"], 0)["evaluate"]["status"] == "stopped"
+        assert store.count("metrics", out["run_id"]) == 0
+    monkeypatch.undo()
+    assert main(["run", "--db", str(db), "--run", out["run_id"], "--iterations", "0", "--quiet"]) == 0
+    with Store(db) as store:
+        assert store.stage_status(out["run_id"], 0)["evaluate"]["status"] == "done"
+        assert store.count("metrics", out["run_id"]) > 0

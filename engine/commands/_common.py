@@ -135,7 +135,7 @@ def ctrl_c_stops(note: str | None = None, again_quits: bool = False) -> Iterator
     finishes, the stage records "stopped" and the command exits 130 (128 + SIGINT, the shell's convention). Yields
     the ``should_stop`` the loop polls; ``note`` is printed on stderr at the first Ctrl-C. ``again_quits``: a second
     Ctrl-C raises ``KeyboardInterrupt`` at once (``engine.__main__`` turns it into one line and 130), for a user who
-    will not wait for a long batch (an evaluation runs to its end); the stage is left as a kill leaves it. The
+    will not wait for a long batch; ``engine.loop.run_stage`` records the stage ``stopped`` on its way out. The
     previous handler is put back on the way out."""
     asked = [False]
 
@@ -154,11 +154,11 @@ def ctrl_c_stops(note: str | None = None, again_quits: bool = False) -> Iterator
 
 
 def stopping_note(command: str) -> str:
-    """What ``run`` and ``step`` print at the first Ctrl-C: the stop is not instant (an evaluation, a training step
-    or a sampling batch runs to its end first, up to a minute or more), so say it was heard, how to resume and how
-    to quit now."""
-    return (f"\nCtrl-C: stopping after the batch in flight (an evaluation finishes first); the {command} command "
-            "with --run ID resumes. Press Ctrl-C again to quit at once (the stage then resumes as after a kill).")
+    """What ``run`` and ``step`` print at the first Ctrl-C: the stop is not instant (the batch in flight, a training
+    step or a generation batch, runs to its end first: seconds on the demo, longer on a big model), so say it was
+    heard, how to resume and how to quit now."""
+    return (f"\nCtrl-C: stopping after the batch in flight; the {command} command with --run ID resumes. Press "
+            "Ctrl-C again to quit at once (the stage is recorded stopped and resumes the same way).")
 
 
 def said_stage_failed(exc: BaseException, db: str, resume: str = "") -> bool:

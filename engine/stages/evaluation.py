@@ -7,7 +7,9 @@ iteration, so the figures are comparable; writes ``metrics`` (per split and doma
 With ``evaluate.reuse`` (the default) an evaluation already computed -- by any run sharing ``run.workdir`` -- for the
 same agent files, tasks, settings, software, threads and hardware (``engine.eval_cache``) is copied instead of
 recomputed, without loading the agents; the stage's counts name the run and iteration it came from. Every run of an
-experiment starts from the same agents, so only the first evaluates iteration 0.
+experiment starts from the same agents, so only the first evaluates iteration 0. A stop request (the studio's Stop, a
+first Ctrl-C) is honoured between generation and scoring batches (``engine.stop_check``): the stage records
+``stopped`` and nothing else, and a resume evaluates again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from engine.evaluate import evaluate
 from engine.outcome import toolbox_for
 from engine.runtime import pick_eval_tasks
 from engine.stages.context import StageContext
+from engine.stop_check import stop_checked
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -39,7 +42,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         planner = ctx.agent("planner", iteration=ctx.iteration + 1)
         grounder = ctx.agent("grounder", iteration=ctx.iteration + 1)
         ctx.report(0, len(tasks), "planning and grounding")
-        metrics, traces = evaluate(planner, grounder, tasks, cfg.evaluate, toolbox=toolbox_for(cfg.tools))
+        # A stop request is honoured between generation and scoring batches: the evaluation records nothing until
+        # it returns, so a Stop waited for all of it (engine.stop_check); a resume evaluates again.
+        with stop_checked(ctx.check_stop):
+            metrics, traces = evaluate(planner, grounder, tasks, cfg.evaluate, toolbox=toolbox_for(cfg.tools))
         stored = StoredEvaluation.from_traces(metrics, traces, ctx.run_id, ctx.iteration)
         origin = {"evaluation_key": key[:16]} if key else {"not_reusable": not_reusable}
     where = {"run_id": ctx.run_id, "iteration": ctx.iteration}
