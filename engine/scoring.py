@@ -54,6 +54,16 @@ def _row_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return -(token_lp.sum(-1) / mask.sum(-1).clamp(min=1))
 
 
+def _keep_batch(results: list[float], batch: list[int], nll: torch.Tensor, width: int,
+                stats: KernelStats | None) -> None:
+    """A scored batch's mean NLLs into ``results`` (by row index), and its forward counted in ``stats``."""
+    for r, i in enumerate(batch):
+        results[i] = float(nll[r])
+    if stats is not None:
+        stats.computed += len(batch) * width
+        stats.forwards += 1
+
+
 @torch.no_grad()
 def score_targets_naive(model, tokenizer, prompts: Sequence[str], targets: Sequence[str], *, batch_size: int = 16,
                         max_length: int | None = None, order: str = "length",
@@ -88,12 +98,7 @@ def score_targets_naive(model, tokenizer, prompts: Sequence[str], targets: Seque
                 if n_label:
                     labels[r, len(ids) - n_label:len(ids)] = torch.tensor(ids[len(ids) - n_label:])
             logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
-            nll = _row_nll(logits[:, :-1], labels[:, 1:].to(device))
-            for r, i in enumerate(batch):
-                results[i] = float(nll[r])
-            if stats is not None:
-                stats.computed += len(batch) * width
-                stats.forwards += 1
+            _keep_batch(results, batch, _row_nll(logits[:, :-1], labels[:, 1:].to(device)), width, stats)
     finally:
         model.train(was_training)
     if stats is not None:
@@ -165,12 +170,7 @@ def score_targets(model, tokenizer, prompts: Sequence[str], targets: Sequence[st
                 seg, n_label = segments[r], rows[i][1]
                 if n_label:  # label at segment position j is predicted by the logits at j - 1
                     labels[r, len(seg) - n_label - 1:len(seg) - 1] = torch.tensor(seg[len(seg) - n_label:])
-            nll = _row_nll(logits, labels.to(device))
-            for r, i in enumerate(batch):
-                results[i] = float(nll[r])
-            if stats is not None:
-                stats.computed += len(batch) * width
-                stats.forwards += 1
+            _keep_batch(results, batch, _row_nll(logits, labels.to(device)), width, stats)
     finally:
         model.train(was_training)
     if stats is not None:
