@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.stop_check import between_batches
+
 
 def device_of(model) -> torch.device:
     return next(model.parameters()).device
@@ -201,6 +203,7 @@ def walk_trie(model, rows: Sequence[Sequence[int]], root: TrieNode, kv: KV | Non
             jobs += [(child, p) for child in node.children]
         lengths = [child.end - child.start for child, _ in jobs]
         for batch in length_batches(list(range(len(jobs))), lengths, batch_size):
+            between_batches()  # a stage's stop request (engine.stop_check): the shared prompts are most of the work
             parents = sorted({jobs[j][1] for j in batch})
             local = {p: i for i, p in enumerate(parents)}
             segments = [list(rows[jobs[j][0].rep][jobs[j][0].start:jobs[j][0].end]) for j in batch]

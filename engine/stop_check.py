@@ -2,10 +2,11 @@
 
 Contract: ``stop_checked(check)`` is a context manager that makes ``check`` (a callable that raises to stop, such as
 ``engine.stages.context.StageContext.check_stop``) the current thread's stop check for the block; ``between_batches()``
-calls the current check, if any, and does nothing otherwise. The generation and scoring loops
-(``engine.generation``, ``engine.scoring``) call ``between_batches()`` before each batch, so a stage that runs them
-inside ``stop_checked`` stops within one batch of a request; outside one (a benchmark, ``python -m engine eval``)
-nothing changes. A ``ContextVar``: each thread (the studio's job worker, a request thread) sees only its own check.
+calls the current check, if any, and does nothing otherwise. The generation and scoring loops (``engine.generation``,
+``engine.scoring``, the shared-prefix walk of ``engine.prefix_cache``) call ``between_batches()`` before each batch, so
+a stage that runs them inside ``stop_checked`` stops within one batch of a request; outside one (a benchmark, ``python
+-m engine eval``) nothing changes. A ``ContextVar``: each thread (the studio's job worker, a request thread) sees only
+its own check.
 
 Why: the evaluate stage runs one ``evaluate`` call over every task (planning, grounding and the gold-action scores)
 and records nothing until it returns, so a Stop or a first Ctrl-C waited for the whole evaluation -- a minute on the

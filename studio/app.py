@@ -40,6 +40,7 @@ from studio.keys import SHORTCUTS_JS
 from studio.pace import SYNC_BUSY_S, poll_seconds
 from studio.picker import Picker
 from studio.picks import run_iterations
+from studio.render import md_escaped
 
 # Markdown tables (the curation, agreement, experiment and swap tables): whole words, and a table wider than the page
 # scrolls sideways. Gradio breaks a cell's words anywhere: headers read "iterat / ion", "pai / rs" even at 1400 px.
@@ -266,7 +267,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             if user:
                 return gr.skip(), identity_line(ctx, user), gr.skip()
             typed = (typed or "").strip()
-            return typed, f"Curating as **{typed}**" if typed else "", typed
+            return typed, f"Curating as **{md_escaped(typed)}**" if typed else "", typed
 
         gr.on([name.submit, name.blur], on_name, name, [curator, who, saved_name], api_name="studio_curator_name",
               api_visibility="undocumented", trigger_mode="always_last")
@@ -275,7 +276,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             if getattr(request, "username", None) or not (isinstance(saved, str) and saved.strip()):
                 return gr.update(), gr.update(), gr.update()
             saved = saved.strip()[:200]
-            return saved, saved, f"Curating as **{saved}**"
+            return saved, saved, f"Curating as **{md_escaped(saved)}**"
 
         demo.load(restore_name, saved_name, [name, curator, who], show_progress="hidden",
                   api_name="studio_restore_name", api_visibility="undocumented")

@@ -8,15 +8,15 @@ Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``F
 ticks; accuracy lines carry their 95% Wilson interval as error bars (``accuracy_lo``/``accuracy_hi``, when stored);
 each split/domain has one colour in the accuracy, gap-PPL and gap-log-PPL figures. The tables come from
 ``studio.metrics_swaps``. The compare box offers only the runs with evaluation rows (listed again, the pick kept, on
-Refresh, on a live redraw and when a tab is shown: a run evaluated later shows without a page reload); with a compare
-run drawn, the tables (run A's alone) are led by "run A: <id>", and a line above the charts cautions when A and B were
-evaluated on different task sets (``studio.metrics_compare``). Every handler only reads, except *Compute the swap
-table*: a write endpoint (refused by ``check_writable`` for ``--read-only`` and viewers, and on Spaces, where the
-button is hidden) that starts ``studio.jobs.swap_job`` on the shared worker, since ``python -m engine swap`` cannot
-open the store beside the studio. While a swap job this page started runs, a timer (every ``SWAP_WATCH_S``, off
-otherwise) watches the worker; when the job ends it redraws the run's tables and says how it ended (``swap_ended``), so
-nobody has to press Refresh. Likewise the run view redraws by itself (as Refresh does) once a stage its charts read
-ends in run A or the compare run (``studio.live_views``: checked while the tab is shown, and when it is shown again).
+Refresh and when a tab is shown: a run evaluated later shows without a page reload); with a compare run drawn, the
+tables (run A's alone) are led by "run A: <id>", and a line above the charts cautions when A and B were evaluated on
+different task sets (``studio.metrics_compare``). Every handler only reads, except *Compute the swap table*: a write
+endpoint (refused by ``check_writable`` for ``--read-only`` and viewers, and on Spaces, where the button is hidden)
+that starts ``studio.jobs.swap_job`` on the shared worker, since ``python -m engine swap`` cannot open the store beside
+the studio. While a swap job this page started runs, a timer (every ``SWAP_WATCH_S``, off otherwise) watches the
+worker; when the job ends it redraws the run's tables and says how it ended (``swap_ended``), so nobody has to press
+Refresh. Likewise the run view redraws by itself (as Refresh does) once a stage its charts read ends in run A or the
+compare run (``studio.live_views``: checked while the tab is shown, and when it is shown again).
 
 The training charts follow how the runs train (``studio.stage_text.run_objectives``): the planner's loss is titled
 and named DPO or GRPO, the grounder's SFT or GRPO; the rewards chart draws DPO's rewards / margins / accuracies or
@@ -257,15 +257,18 @@ def build(ctx: Ctx) -> None:
         return ([figs[n] for n in FIGURES] + list(run_tables(ctx.store, run_a, ctx.spaces, run_b))
                 + [task_set_caution(ctx.store, run_a, run_b)])
 
-    def runs(run_a, evt: gr.EventData = None):  # only runs with evaluation rows: one without any drew nothing
-        choices = ["", *compare_choices(ctx.store, run_a)]  # beside run A
-        # Refresh, a live redraw or a switch of the tab shown (another run may have been evaluated meanwhile: the
-        # live redraw follows runs A and B only): the list again and no value, so the box keeps its pick, one made
-        # while this ran included, and nothing is redrawn again. A new run A empties the box. Not on the box's focus:
-        # Gradio's page answered any update of a focused box with a change to "" (A redrawn without B while the box
-        # still showed B).
-        kept = getattr(getattr(evt, "target", None), "_id", None) in (refresh._id, live.trigger._id, ctx.tab._id)
-        return gr.update(choices=choices) if kept else gr.update(choices=choices, value="")
+    def runs(run_a, evt: gr.EventData = None, request: gr.Request | None = None):
+        choices = ["", *compare_choices(ctx.store, run_a)]  # beside run A: runs with evaluation rows (others: nothing)
+        # Refresh or a switch of the tab shown (a run evaluated meanwhile): the list again and no value, so the box
+        # keeps its pick, one made while this ran included, and nothing is redrawn again. A new run A empties the box.
+        # Not on the box's focus nor on a live redraw, which can come while the box is open: Gradio's page answered
+        # any update of a focused box with a change to "" (A redrawn without B while the box still showed B).
+        kept = getattr(getattr(evt, "target", None), "_id", None) in (refresh._id, ctx.tab._id)
+        drawn = live.applied(request)  # the B this session last drew with
+        if kept and not (isinstance(drawn, str) and drawn and drawn not in choices):
+            return gr.update(choices=choices)
+        # A new run A, or a B no longer offered (it became run A while a run change waited behind this event)
+        return gr.update(choices=choices, value="")
 
     def experiments(current):
         choices = [NO_EXPERIMENT, *mexp.experiment_choices(ctx.store)]
@@ -315,7 +318,7 @@ def build(ctx: Ctx) -> None:
     swap_go.click(on_swap, [ctx.run, ctx.curator], [swap_message, swap_watch], api_name="metrics_swap_compute")
     swap_watch.tick(watch_swap, ctx.run, [changes, swaps, swap_message, swap_watch], show_progress="hidden",
                     api_name="metrics_swap_watch", api_visibility="undocumented", trigger_mode="always_last")
-    gr.on([ctx.run.change, refresh.click, live.trigger.change, ctx.tab.change], runs, ctx.run, compare,
+    gr.on([ctx.run.change, refresh.click, ctx.tab.change], runs, ctx.run, compare,
           api_name="metrics_runs", api_visibility="undocumented", show_progress="hidden", trigger_mode="always_last")
     gr.on([ctx.run.change, refresh.click], experiments, experiment, experiment, api_name="metrics_experiments",
           api_visibility="undocumented", trigger_mode="always_last")

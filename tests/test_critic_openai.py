@@ -21,6 +21,7 @@ from engine.config import CriticSection
 from engine.critics import make_critic
 from engine.critics.base import Grounding
 from engine.critics.openai_backend import OpenAICritic, retry_after_s
+from engine.critics.prompts import critic_messages
 from engine.store import Store
 from engine.tasks import Task
 from tests._local_http import JSONHandler, local_server
@@ -526,3 +527,20 @@ def test_retry_errors_judges_again_only_the_error_verdicts_before_the_grounder_t
         assert "train_grounder of iteration 1 is done" in capsys.readouterr().err
         assert main(["step", "ground", "--run", run_id, "--iteration", "1", "--db", str(db), "--retry-errors"]) == 2
         assert "applies to the critique stage only" in capsys.readouterr().err
+
+
+def test_an_interrupt_drops_the_requests_not_started(fake_server):
+    """A second Ctrl-C raises KeyboardInterrupt where the critique waits for replies; the pool's ``with`` exit then
+    waited for every submitted request (up to timeout x retries each) before the interrupt reached the stage. Now the
+    requests not started are cancelled: with one in flight at a time, interrupting after the first reply sends no
+    more than the one already running."""
+    fake, url = fake_server
+    critic = _critic(url, concurrency=1)
+    keys = [f"k{i}" for i in range(6)]
+    messages = {key: critic_messages(_item("slowok", i)) for i, key in enumerate(keys)}
+    replies = critic._fetch_all(keys, messages)
+    next(replies)  # the first reply is in
+    with pytest.raises(KeyboardInterrupt):
+        replies.throw(KeyboardInterrupt)
+    time.sleep(0.5)  # a request already running finishes; none of the cancelled ones may start
+    assert fake.total <= 2, fake.counts

@@ -203,6 +203,8 @@ def test_a_second_ctrl_c_quits_at_once_records_stopped_and_the_run_resumes(tmp_p
         (run_id,) = [run["run_id"] for run in store.list_runs()]
         state = store.stage_status(run_id, 0)["evaluate"]
         assert state["status"] == "stopped" and "second Ctrl-C" in state["error"]
+    # no summary line: the run is named on stderr with the command that resumes it
+    assert f"run {run_id} quit at once; `python -m engine run --run {run_id} --db {db}` resumes it" in captured.err
     monkeypatch.undo()
     assert main(["run", "--db", str(db), "--run", run_id, "--iterations", "0", "--quiet"]) == 0
     assert summary(capsys.readouterr().out)["status"] == "done"

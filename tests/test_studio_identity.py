@@ -115,6 +115,10 @@ def test_the_name_box_cannot_change_the_curator_under_a_login(demo):
     assert name.fn("zed", _as(VIEWER))[1] == f"Viewing as **{VIEWER}** (read-only)"
     assert curator_of("zed", _as(CURATOR)) == CURATOR  # and the decisions are the login's, as they were
     assert name.fn("  zed ", _as(None)) == ("zed", "Curating as **zed**", "zed")  # without a login the name curates
+    # A typed or restored name is shown as typed in the header: "*ana*" read as an italic ana, "a_b_c" lost marks.
+    assert name.fn("*ana*_b", _as(None))[1] == r"Curating as **\*ana\*\_b**"
+    restore = app_fns(demo)["studio_restore_name"]
+    assert restore.fn(" *ana* ", _as(None)) == ("*ana*", "*ana*", r"Curating as **\*ana\***")
 
 
 # -- a pick does not switch a viewer's buttons back on ---------------------------------------------------------------

@@ -13,6 +13,7 @@ store exits 2 too; a store that cannot be used (held by another process, a newer
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import Any
 
@@ -54,10 +55,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if store_missing(args.db):  # bad input (2); a file that cannot be used as a store is 3
         return BAD_INPUT
-    a_run = False  # an --experiment that is a run's id: said with the refusal (report reads experiments only)
+    runs_named: set[str] = set()  # ids given as experiments that are runs': said with the refusal
     try:
         with Store(args.db, read_only=True) as store:
-            a_run = store.get_run(args.experiment) is not None
+            # --against names the other experiment: either id may be a run's
+            named = (args.experiment, (args.against or "").partition(":")[0])
+            runs_named = {name for name in named if name and store.get_run(name) is not None}
             if args.by_template:
                 split = args.split or "held_out"
                 report = template_breakdown(store, args.experiment, split)
@@ -76,9 +79,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except UnknownExperiment as exc:
         known = "; ".join(f"{e['experiment_id']} ({e['name']}, {e['runs']} runs)" for e in exc.known) or "none"
-        hint = (f" ({exc.experiment_id} is a run: `python -m engine status --db {args.db}` shows its evaluations, "
-                f"`python -m engine swap --db {args.db} --run {exc.experiment_id}` which stage moved them)"
-                if a_run else "")
+        db = shlex.quote(args.db)
+        hint = (f" ({exc.experiment_id} is a run: `python -m engine status --db {db}` shows its evaluations, "
+                f"`python -m engine swap --db {db} --run {exc.experiment_id}` which stage moved them)"
+                if exc.experiment_id in runs_named else "")
         print(f"error: no experiment {exc.experiment_id!r} in {args.db}{hint}; known experiments: {known}",
               file=sys.stderr)
         return 2

@@ -142,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
                     status = run_loop(store, run_id, iterations=args.iterations,
                                       progress=progress_printer(args.quiet), should_stop=should_stop,
                                       record_iterations=True)
+                except KeyboardInterrupt:  # a second Ctrl-C: no summary follows, so name the run and how to resume
+                    print(f"\nrun {run_id} quit at once; `python -m engine run --run {run_id} --db "
+                          f"{shlex.quote(args.db)}` resumes it", file=sys.stderr)
+                    raise
                 except Exception as exc:
                     # A stage failed: the store holds it, with its traceback, and keeps the run (a store this
                     # command made is not removed). Say so, then summarise. Else bad input (2) or a bug (traceback).

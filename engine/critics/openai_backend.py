@@ -175,7 +175,8 @@ class OpenAICritic:
         """Yield ``(key, verdict)`` as requests finish, at most ``concurrency`` in flight; cache good replies."""
         if not keys:
             return
-        with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(keys))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(keys)))
+        try:
             futures = {pool.submit(self._fetch, messages[key]): key for key in keys}
             for future in as_completed(futures):
                 key = futures[future]
@@ -183,6 +184,12 @@ class OpenAICritic:
                 if reply is not None and verdict.status not in UNCACHED:
                     self._cache_put(key, reply)
                 yield key, verdict
+        except BaseException:
+            # A second Ctrl-C (KeyboardInterrupt) or a stop: drop the requests not started. A `with` block's exit
+            # waited for every submitted request, up to timeout x retries each, before the interrupt got through.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
     def _fetch(self, messages: list[Message]) -> tuple[Verdict, Reply | None]:
         start = time.perf_counter()
