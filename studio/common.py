@@ -36,7 +36,7 @@ radios (``studio.picks``).
 
 from __future__ import annotations
 
-import html
+import html.entities
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -95,9 +95,12 @@ _MARKDOWN_MARKS = re.compile(r"`([^`]+)`|\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<![\w*])\*
 
 
 # What an HTML parser reads as markup inside text: a "<" that opens a tag, an end tag, a comment or a declaration (an
-# ASCII letter, "/", "!" or "?" next), and an "&" that opens a character reference (a letter or "#" next: "&lt;",
-# "&#60;", and "&amp" even without its ";"). Any other "<" or "&" ("<1", "a < b", "x & y") is text, sent as it is.
-_HTML_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=[A-Za-z#])")
+# ASCII letter, "/", "!" or "?" next), and an "&" that opens a character reference: "#" next ("&#60;"), or a name
+# the parser knows (HTML5's named references: "&lt;", and "&amp" or "&copyright" even without a ";", the legacy
+# names). Any other "<" or "&" ("<1", "a < b", "x & y", "R&D") is text, sent as it is. Longest names first, so the
+# alternation reads a whole name.
+_REFERENCE_NAMES = "|".join(re.escape(name) for name in sorted(html.entities.html5, key=len, reverse=True))
+_HTML_MARKUP = re.compile(rf"<(?=[A-Za-z/!?])|&(?=#|{_REFERENCE_NAMES})")
 
 
 def plain_text(message: str) -> str:

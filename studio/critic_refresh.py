@@ -16,15 +16,15 @@ reads. A page past the last
 shows the last (``studio.picks.clamped_page``), and the page box moves there through the tab's ``[page, nonce]``
 clamp state (the same clamp twice still moves it).
 
-The agreement line follows the team (``wire_agreement``): it was drawn only by this curator's own load and actions, so
-another curator's decisions did not show in it until then. It ticks on the team counters' ``gr.Timer``
-(``studio.team_counters.wire_counters``: every ``COUNTERS_S``, switched on in the browser only while the tab is shown
-with a run and an iteration; one timer for the tab, not one each), and each tick reads one small mark of the
-iteration's verdict log (``decisions_mark``: its row count and newest id; the log is append-only, so every
-decision, "looks right" and undo changes it) and redraws the line only when the mark differs from the one the session's
-line was drawn from (recorded by the load and the reloads before they read the agreement, run and iteration included:
-the tick reads what the line was drawn for, not the pickers of now), and sends nothing when a load or reload drew the
-line while the tick read.
+The agreement line follows the team (``agreement_tick``): it was drawn only by this curator's own load and actions, so
+another curator's decisions did not show in it until then. It is the second output of the team counters' tick
+(``studio.team_counters.wire_counters``, ``/critic_counters``: every ``COUNTERS_S``, switched on in the browser only
+while the tab is shown with a run and an iteration; one timer and one request a tick for the tab), and each tick reads
+one small mark of the iteration's verdict log (``decisions_mark``: its row count and newest id; the log is append-only,
+so every decision, "looks right" and undo changes it) and redraws the line only when the mark differs from the one the
+session's line was drawn from (recorded by the load and the reloads before they read the agreement, run and iteration
+included: the tick reads what the line was drawn for, not the pickers of now), and sends nothing when a load or reload
+drew the line while the tick read.
 """
 
 from __future__ import annotations
@@ -152,17 +152,6 @@ class CriticRefresh:
                 return gr.skip()
             self._record(request, _AgreementDrawn(drawn.run_id, drawn.iteration, now))
         return line
-
-    def wire_agreement(self, agreement: gr.Markdown, timer: gr.Timer) -> None:
-        """The agreement's tick (``/critic_agreement``, undocumented; ``agreement`` its only output) on ``timer``, the
-        tab's team counters' (``studio.team_counters.wire_counters``), whose switch turns it on and off: a timer of
-        its own had the same pace and the same switch, and doubled the timers the page keeps."""
-        def tick(request: gr.Request) -> Any:
-            return self.agreement_tick(request)
-
-        # "once": a tick still running when the next one comes (a loaded store) drops it; there is another soon.
-        timer.tick(tick, None, agreement, api_name="critic_agreement", api_visibility="undocumented",
-                   show_progress="hidden", trigger_mode="once")
 
     def load(self, run_id, it, st, rv, od, pg, current, name, request: gr.Request, evt: gr.EventData = None):
         """``/critic_queue``: ``(line, rows, picker, agreement, row count, page clamp)``. A new order starts at its

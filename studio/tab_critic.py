@@ -21,8 +21,8 @@ Handlers: ``verdict_table``, ``verdict_detail`` (``verdict_view``: with the butt
 (``/critic_next_reload``, ``/critic_prev_reload``: the table and its line, not the agreement, so another curator's
 decision shows at the next key press; nothing over a newer read of the queue, only what changed:
 ``studio.queue_sessions``), the team counters' timer (``/critic_counters``, ``/critic_counters_on``:
-``studio.team_counters``), the agreement's tick on that timer (``/critic_agreement``: another curator's decision
-shows within a tick, redrawn only when the iteration's verdict log has grown, ``studio.critic_refresh``),
+``studio.team_counters``), whose tick also redraws the agreement (another curator's decision shows within a tick,
+redrawn only when the iteration's verdict log has grown, ``studio.critic_refresh``),
 ``/critic_select_row`` and ``/critic_page_clamp`` (a page past the last one: the page box moves to the last page,
 which the queue shows) are undocumented. *Save edit* names the override the
 edit wrote (``engine.verdict_curation.SavedEdit``) and says plainly when the saved actions do not run (they parse, a
@@ -337,8 +337,8 @@ def build(ctx: Ctx) -> None:
 
     wire_walk(ctx, "verdict", pick, table, page, total_rows, prev_btn, next_btn, PAGE, queue.sessions, queue.walked,
               queue_inputs, [info, table, pick, total_rows, clamped])
-    counters = wire_counters(ctx, "verdict", info, queue.sessions)  # the team's "reviewed N of M", between keys
-    queue.wire_agreement(agreement, counters)  # the agreement follows the team too, on the same timer
+    # The team's "reviewed N of M" between keys, and the agreement: both follow the team, one request a tick.
+    wire_counters(ctx, "verdict", info, queue.sessions, also=(agreement, queue.agreement_tick))
 
     undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
                api_name="critic_undo", show_progress=quiet).success(

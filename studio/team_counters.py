@@ -1,8 +1,8 @@
 """The team's "reviewed N of M by the team, K by you" on a queue tab (Pairs, Critic), kept current for a curator who
 only reads: ``wire_counters`` adds a ``gr.Timer`` that every ``COUNTERS_S`` reads the two counts again
 (``engine.review_trail.review_progress``) and rewrites that counter inside the line above the table, nothing else.
-It hands the timer back: a tab's other line that follows the team (the Critic tab's agreement) ticks on it, one timer
-and one switch per tab.
+A tab's other line that follows the team (the Critic tab's agreement) is a second output of the same tick: one timer,
+one switch and one request a tick per tab.
 
 Takes the tab's ``studio.queue_sessions.QueueSessions``, whose painters record the line they drew and what its
 counter counts (``Counts``: the run, the iteration and the curator the line was read for, not what the pickers hold
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -71,20 +72,24 @@ def active_js(tab_id: str) -> str:
             f"return {{__type__: 'update', active: tab === {json.dumps(tab_id)} && !!run && !!it}}; }}")
 
 
-def wire_counters(ctx: Ctx, target: str, info: gr.Markdown, sessions: QueueSessions) -> gr.Timer:
+def wire_counters(ctx: Ctx, target: str, info: gr.Markdown, sessions: QueueSessions,
+                  also: tuple[gr.Markdown, Callable[[gr.Request | None], Any]] | None = None) -> gr.Timer:
     """The timer of one queue tab (``target`` pair | verdict) and its two events: the tick (``/{tab}_counters``,
-    ``info`` its only output) and, in the browser, its switch on and off (``/{tab}_counters_on``: ``active_js``, at
-    each change of the view key or the tab shown); tab ``pairs`` or ``critic`` (both undocumented). Returns the
-    timer, for another line of the tab that follows the team at the same pace to tick on (the Critic tab's agreement,
-    ``studio.critic_refresh``) rather than start a timer of its own."""
+    ``info`` its output) and, in the browser, its switch on and off (``/{tab}_counters_on``: ``active_js``, at
+    each change of the view key or the tab shown); tab ``pairs`` or ``critic`` (both undocumented). ``also``: another
+    line of the tab that follows the team at the same pace (the Critic tab's agreement, ``studio.critic_refresh``)
+    and its tick (``request -> its update or gr.skip()``), a second output of the same event: one request a tick,
+    not one a line. Returns the timer."""
     tab_id = "pairs" if target == "pair" else "critic"
     timer = gr.Timer(COUNTERS_S, active=False)
+    outputs = [info] if also is None else [info, also[0]]
 
     def tick(request: gr.Request) -> Any:
-        return recount(ctx, target, sessions, request)
+        counter = recount(ctx, target, sessions, request)
+        return counter if also is None else (counter, also[1](request))
 
     # "once": a tick still running when the next one comes (a loaded store) drops it; there is another in 10 s.
-    timer.tick(tick, None, info, api_name=f"{tab_id}_counters", api_visibility="undocumented",
+    timer.tick(tick, None, outputs, api_name=f"{tab_id}_counters", api_visibility="undocumented",
                show_progress="hidden", trigger_mode="once")
     gr.on([ctx.view.change, ctx.tab.change], None, [ctx.view, ctx.tab], timer, js=active_js(tab_id),
           api_name=f"{tab_id}_counters_on", api_visibility="undocumented", show_progress="hidden")

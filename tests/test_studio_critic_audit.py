@@ -82,6 +82,14 @@ def test_accepting_an_original_that_does_not_run_warns_as_save_edit_does_and_rec
 # -- the agreement line follows the team ----------------------------------------------------------------------------
 
 
+def _tick(fns, request=ANN):
+    """One tick of the Critic tab's team timer for ``request``'s session: what it sends the agreement line (its second
+    output, after the team counter)."""
+    tick = fns["critic_counters"]
+    assert [o.elem_id for o in tick.outputs][1:] == ["critic-agreement"] and not tick.inputs
+    return tick.fn(request)[1]
+
+
 def _load(fns, request=ANN) -> str:
     """The Critic tab's load for ``request``'s session: the agreement line it draws."""
     out = fns["critic_queue"].fn(RUN, IT, *CRITIC_FILTERS, None, "rita", request)
@@ -92,34 +100,34 @@ def test_the_agreement_follows_another_curators_decisions_on_a_tick(store, fns):
     """The agreement line was drawn by this curator's own load and actions only: a teammate's decision never showed
     in it while this curator read. Its timer now draws it again when the iteration's verdict log has changed (a
     decision, a "looks right", an undo), once, and sends nothing otherwise or to a session that has drawn none."""
-    tick = fns["critic_agreement"]
-    assert [o.elem_id for o in tick.outputs] == ["critic-agreement"] and not tick.inputs
-    assert tick.fn(ANN) == gr.skip()  # no line drawn in this session yet
+    assert _tick(fns) == gr.skip()  # no line drawn in this session yet
     assert "(0/0 reviewed of 3 verdicts)" in _load(fns)
-    assert tick.fn(ANN) == gr.skip()  # nothing changed
+    assert _tick(fns) == gr.skip()  # nothing changed
     verdict_curation.keep_original(store, RUN, IT, "m2", 0, 0, curator="bob")  # in another browser
-    drawn = tick.fn(ANN)
+    drawn = _tick(fns)
     assert "(0/1 reviewed of 3 verdicts)" in drawn and "by curator: bob 0/1" in drawn
-    assert tick.fn(ANN) == gr.skip()  # sent once
+    assert _tick(fns) == gr.skip()  # sent once
     review_trail.undo_last(store, RUN, IT, "bob", "verdict")  # an undo changes the agreement too
-    assert "(0/0 reviewed of 3 verdicts)" in tick.fn(ANN)
+    assert "(0/0 reviewed of 3 verdicts)" in _tick(fns)
     review_trail.mark_reviewed(store, RUN, IT, "verdict", "m1", 0, 0, curator="bob")
-    assert "(1/1 reviewed of 3 verdicts)" in tick.fn(ANN)
-    assert fns["critic_agreement"].fn(SimpleNamespace(session_hash="other", username=None)) == gr.skip()
+    assert "(1/1 reviewed of 3 verdicts)" in _tick(fns)
+    assert _tick(fns, SimpleNamespace(session_hash="other", username=None)) == gr.skip()
 
 
 def test_an_agreement_tick_with_nothing_new_is_one_small_query(store, fns, monkeypatch):
     """The tick runs every 10 s on every Critic page: with nothing decided it reads one count of the verdict log and
     never the agreement (a pass over every verdict)."""
-    from studio import critic_refresh
+    from studio import critic_refresh, team_counters
 
     _load(fns)
+    # The same tick's team counter is a read of its own (studio.team_counters): only the agreement's reads count here.
+    monkeypatch.setattr(team_counters, "recount", lambda *a: gr.skip())
     queries: list[str] = []
     real_query = store.query
     monkeypatch.setattr(store, "query", lambda sql, params=None: queries.append(sql) or real_query(sql, params))
     monkeypatch.setattr(critic_refresh, "agreement_markdown",
                         lambda *a: pytest.fail("the tick read the agreement with nothing new"))
-    assert fns["critic_agreement"].fn(ANN) == gr.skip()
+    assert _tick(fns) == gr.skip()
     assert len(queries) == 1 and "FROM overrides" in queries[0]
 
 
@@ -141,15 +149,16 @@ def test_an_agreement_tick_never_paints_over_a_newer_drawing(store, fns, monkeyp
         return real(*args)
 
     monkeypatch.setattr(critic_refresh, "agreement_markdown", read_while_a_load_draws)
-    assert fns["critic_agreement"].fn(ANN) == gr.skip() and "(1/1 reviewed" in loaded[0]
-    assert fns["critic_agreement"].fn(ANN) == gr.skip()  # the load drew the log as it is now
+    assert _tick(fns) == gr.skip() and "(1/1 reviewed" in loaded[0]
+    assert _tick(fns) == gr.skip()  # the load drew the log as it is now
 
 
-def test_the_agreement_ticks_on_the_team_counters_timer_the_critic_tabs_only_one(fns):
-    """The agreement had a timer of its own beside the team counters', at the same pace and with the same switch: the
-    page kept two timers for one tab. It now ticks on the counters' timer, which starts off and is switched in the
-    browser (no server call) by the view key and the tab shown: it ticks only while the Critic tab shows a run and an
-    iteration. That timer is the only one any Critic endpoint ticks on."""
+def test_the_agreement_rides_the_team_counters_tick_one_request_a_tick(fns):
+    """The agreement had a timer of its own beside the team counters', then a second event on the counters' timer:
+    two requests (two passes over the page's components, studio.pace) every 10 s on every Critic page. It is now the
+    second output of the counters' one tick. The timer starts off and is switched in the browser (no server call) by
+    the view key and the tab shown: it ticks only while the Critic tab shows a run and an iteration. That timer is
+    the only one any Critic endpoint ticks on, and one endpoint ticks on it."""
     from studio.team_counters import COUNTERS_S
 
     on = fns["critic_counters_on"]
@@ -157,12 +166,12 @@ def test_the_agreement_ticks_on_the_team_counters_timer_the_critic_tabs_only_one
     assert isinstance(timer, gr.Timer) and not timer.active and timer.value == COUNTERS_S
     assert on.fn is None and [c.elem_id for c in on.inputs] == ["view-key", "tab-key"]
     assert "'critic'" in on.js or '"critic"' in on.js
-    assert fns["critic_agreement"].targets == fns["critic_counters"].targets == [(timer._id, "tick")]
-    ticked = {target for name, fn in fns.items() if name.startswith("critic_") for target, event in fn.targets
-              if event == "tick"}
-    assert ticked == {timer._id}
+    ticks = [name for name, fn in fns.items() for target, event in fn.targets if event == "tick"
+             and name.startswith("critic_")]
+    assert ticks == ["critic_counters"] and fns["critic_counters"].targets == [(timer._id, "tick")]
+    assert [o.elem_id for o in fns["critic_counters"].outputs] == ["critic-info", "critic-agreement"]
     switches = [name for name, fn in fns.items() if any(getattr(o, "_id", None) == timer._id for o in fn.outputs)]
-    assert switches == ["critic_counters_on"] and "critic_agreement_on" not in fns
+    assert switches == ["critic_counters_on"] and "critic_agreement" not in fns
 
 
 # -- toasts show plain text -----------------------------------------------------------------------------------------
@@ -213,7 +222,8 @@ def _shown_as_html(text: str) -> str:
 
 
 @pytest.mark.parametrize("message", ["margin bounds must be numbers, got '<1' & '>2'", "a < b && c <= d",
-                                     "no <tokenizer> template, see </b> and <!-- x --> or &lt; &amp &#60;"])
+                                     "R&D and AT&T's Q&A", "no <tokenizer> template, see </b> and <!-- x --> or &lt;",
+                                     "&amp &#60; &copyright &Dagger;"])
 def test_a_toast_is_safe_in_html_and_an_api_client_reads_it_as_worded(message):
     """Gradio renders a toast as HTML and has no plain-text mode, but sends an API client (``gradio_client``) the
     same text as the error's message: escaping every ``<`` and ``&`` showed it ``got '&lt;1'``. Only what HTML
@@ -223,8 +233,8 @@ def test_a_toast_is_safe_in_html_and_an_api_client_reads_it_as_worded(message):
 
     shown = error_payload(user_error(message), False)["error"]
     assert _shown_as_html(shown) == message
-    if "<t" not in message:
-        assert shown == message
+    if not any(markup in message for markup in ("<t", "&amp", "&#", "&copy", "&Dagger")):
+        assert shown == message  # "R&D" reached the client as "R&amp;D"
     assert error_payload(quiet_stop(f"`{message}`"), False)["error"] == message
 
 

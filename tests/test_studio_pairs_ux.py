@@ -788,7 +788,8 @@ def test_the_team_counters_follow_another_curators_decision_without_a_key_press(
     unchanged, and what it drew is not sent again by the next key press (the table still is: it is the key's)."""
     import gradio as gr
 
-    assert _outputs(fns, f"{tab}_counters") == [f"{tab}-info"]  # the line alone: no table, picker or detail
+    # The line alone (on the Critic tab, and the agreement line: one request a tick): no table, picker or detail.
+    assert _outputs(fns, f"{tab}_counters") == [f"{tab}-info"] + (["critic-agreement"] if tab == "critic" else [])
     session = _Session(fns)
     line = session.call(SEARCH[tab])[f"{tab}-info"]
     assert "reviewed 0 of 3 by the team, 0 by you" in line

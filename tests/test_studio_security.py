@@ -368,13 +368,11 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "critic_prev": ("read", None),
         "critic_next_reload": ("read", critic_filters[:-1]),
         "critic_prev_reload": ("read", critic_filters[:-1]),
-        # The team counters' timer (studio.team_counters): the counts read again, the line this session drew rewritten;
-        # switched on and off in the browser only (js), by the view key and the tab shown.
+        # The team counters' timer (studio.team_counters): the counts read again, the line this session drew rewritten
+        # (and on the Critic tab the agreement, when the verdict log grew: studio.critic_refresh); switched on and off
+        # in the browser only (js), by the view key and the tab shown.
         **{f"{tab}_counters": ("read", ()) for tab in ("pairs", "critic")},
         **{f"{tab}_counters_on": ("read", None) for tab in ("pairs", "critic")},
-        # The Critic agreement's tick on the counters' timer (studio.critic_refresh): the agreement read again when
-        # the verdict log grew.
-        "critic_agreement": ("read", ()),
         "pairs_undo": ("write", (run_id, 1)),
         "pairs_undo_reload": ("read", pairs_applied),
         "pairs_undo_detail": ("read", (run_id, 1, pair)),
