@@ -91,12 +91,13 @@ def _run(actions: list[Action], domain: str, env: ToolEnv) -> ExecutionResult:
         try:
             result = _call(action, domain, values, state, env)
             assigned = _assign(action, result)
+            shown = {k: value_to_text(v) for k, v in assigned.items()}  # a value too long to write out is this step's
         except ToolError as exc:
             steps.append(StepResult(action, {}, f"{action}: {exc}"))
             return _finish(values, last, steps, error=steps[-1].error)
         values.update(assigned)
         last = action.outputs[-1]
-        steps.append(StepResult(action, {k: value_to_text(v) for k, v in assigned.items()}, None, result.note))
+        steps.append(StepResult(action, shown, None, result.note))
     return _finish(values, last, steps, error=None)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from engine.__main__ import main
 from engine.executor import ToolEnv, execute
 from engine.tools.qa import Corpus
@@ -154,3 +156,34 @@ def test_equation_variable_misused_is_a_step_error():
     result = execute("R1 = SetEquation(3*y - 7 = 20); R2 = Calculator(sqrt(R1))", "maths")
     assert not result.ok and result.values == {"R1": "3*y - 7 = 20"}
     assert result.error.startswith("R2 = Calculator(sqrt(R1)): an equation can be solved")
+
+
+def _doubling_chain(steps: int) -> str:
+    """``R1 = x+y+z+1`` and then ``Rk = R(k-1)*R(k-1) + R(k-1)``: symbols do not combine, so each step doubles it."""
+    actions = ["R1 = Calculator(x+y+z+1)"]
+    actions += [f"R{k} = Calculator(R{k - 1}*R{k - 1}+R{k - 1})" for k in range(2, steps + 1)]
+    return "; ".join(actions)
+
+
+@pytest.mark.parametrize(("actions", "stops_at", "message"), [
+    # Results past Python's 4,300 digits of int-to-text: rendering raised ValueError out of execute (a stage's crash).
+    ("R1 = Calculator(factorial(1000)*factorial(1000)*factorial(1000)*factorial(1000))", "R1", "number too large"),
+    ("R1 = Calculator(10**999); R2 = Calculator(R1*R1*R1*R1*R1)", "R2", "number too large"),
+    ("R1 = Calculator(floor(exp(19999)))", "R1", "exp argument too large"),
+    # Doubling symbolic expressions: 13 steps took 11 s and 400 KB of text, 17 did not end within 30 s.
+    (_doubling_chain(17), "R10", "expression too large"),
+])
+def test_a_value_too_large_to_write_out_is_a_failed_step_not_a_crash(actions, stops_at, message):
+    """Found by a fuzzing audit of real grounder-like output: every hostile action ends as ``ok: false`` with its
+    reason, the values before it kept, and nothing raised."""
+    result = execute(actions, "maths")
+    assert not result.ok and result.answer is None
+    assert result.error.startswith(f"{stops_at} = Calculator(") and message in result.error
+    assert stops_at not in result.values and all(len(text) < 50_000 for text in result.values.values())
+
+
+def test_a_long_exact_decimal_renders_to_twelve_digits():
+    """1.5/2**900 is an exact terminating decimal of 900 places: written out whole it was a 900-digit string (and
+    a slow one); past 40 places it renders as any irrational does."""
+    result = execute("R1 = Calculator(1.5/2**900); R2 = Calculator(0.1 + 0.2)", "maths")
+    assert result.values == {"R1": "1.77457827925e-271", "R2": "0.3"}

@@ -4,7 +4,8 @@ Contract: model text never reaches Python's evaluator or sympy's string parser (
 parsed by ``ast.parse`` in expression mode and walked, and only numbers, names, ``+ - * / ** // %``, comparisons,
 lists/tuples and calls to ``FUNCTIONS`` are turned into sympy objects. Sizes are checked before anything is built
 (text length, node count, nesting, integer size, exponents, factorials, ``exp`` arguments) and every built number is
-kept under ``2**MAX_BITS`` in magnitude, so forcing digits out of it (``floor``, ``sin``, rendering) stays cheap;
+kept under ``2**MAX_BITS`` in magnitude and every built value under ``MAX_VALUE_NODES`` nodes, so forcing digits out
+of it (``floor``, ``sin``, rendering) stays cheap;
 ``Rk(a, b)`` substitution re-checks each rebuilt node. ``evaluate`` gives a ``MathValue`` (or an ``Equation``, see
 below); bad input raises ``ToolError``.
 
@@ -47,9 +48,15 @@ MAX_NODES = 600  # syntax-tree nodes of one formula
 MAX_DEPTH = 60  # nesting of the syntax tree
 MAX_INT_DIGITS = 60  # digits of one integer literal
 MAX_EXPONENT = 1000  # |exponent| of a power
-MAX_BITS = 40_000  # bits of an exact numerator/denominator (about 12,000 digits)
+# Bits of an exact numerator/denominator: about 4,200 digits, under Python's limit on writing an int out as text
+# (4,300 digits by default), so every value renders (1000! is 8,530 bits).
+MAX_BITS = 14_000
 MAX_FACTORIAL = 1000
-MAX_EXP_ARG = 20_000  # |x| in exp(x): e**20000 is about 2**28854, under MAX_BITS
+MAX_EXP_ARG = 9_000  # |x| in exp(x): e**9000 is about 2**12984, under MAX_BITS
+# Nodes of one built value, counted as a walk over it meets them (a subexpression used twice counts twice): what
+# rendering and every sympy traversal cost. Symbols do not combine, so "R2 = R1*R1 + R1" doubles R1 at each step:
+# thirteen such steps took 11 s and 400 KB of text before this bound.
+MAX_VALUE_NODES = 2_000
 
 # What sympy raises when asked for something meaningless (a tuple minus a symbol, a comparison of non-reals, an
 # unsupported operator): for the user these are bad formulas, reported like any other ToolError.
@@ -406,8 +413,12 @@ def _check_size(value: Any) -> None:
             raise ToolError("number too large")
     elif getattr(value, "is_number", False) and _magnitude_bits(value) > MAX_BITS:
         raise ToolError("number too large")
-    if isinstance(value, sympy.Basic) and value.has(sympy.zoo, sympy.nan):
-        raise ToolError("division by zero or undefined result")
+    if isinstance(value, sympy.Basic):  # one walk, stopped at the bound (sympy's ``has`` walks it all)
+        for count, node in enumerate(sympy.preorder_traversal(value), 1):
+            if count > MAX_VALUE_NODES:
+                raise ToolError(f"expression too large (over {MAX_VALUE_NODES} terms)")
+            if node is sympy.zoo or node is sympy.nan:
+                raise ToolError("division by zero or undefined result")
 
 
 def _magnitude_bits(value: Any) -> int:

@@ -18,6 +18,10 @@ from typing import Any
 import sympy
 from sympy.core.sympify import CantSympify
 
+from engine.tools.base import ToolError
+
+MAX_DECIMAL_PLACES = 40  # an exact decimal longer than this renders to 12 significant digits
+
 
 @dataclass(frozen=True)
 class MathValue:
@@ -83,24 +87,35 @@ def render(v: Any, decimal: bool) -> str:
     if not isinstance(v, sympy.Basic):
         return str(v)
     if v.is_Integer:
-        return str(int(v))
+        return _digits(int(v))
     if v.is_Rational:
-        return _decimal_text(v) if decimal else f"{v.p}/{v.q}"
+        return _decimal_text(v) if decimal else f"{_digits(v.p)}/{_digits(v.q)}"
     if v.is_number and v.is_real and v.is_finite:
         return _trim(sympy.N(v, 12))
     return sympy.sstr(v).replace("**", "^")
 
 
+def _digits(n: int) -> str:
+    """``n`` in decimal; a ``ToolError`` past Python's limit on converting an int to text (4,300 digits by default:
+    ``engine.tools.expressions.MAX_BITS`` keeps every built number under it, this is the guard of last resort)."""
+    try:
+        return str(n)
+    except ValueError:
+        raise ToolError("number too large to write out") from None
+
+
 def _decimal_text(v: sympy.Rational) -> str:
-    q = v.q
+    # v * 10**k is whole exactly when 2**a * 5**b (q's only factors, for a terminating decimal) divides 10**k.
+    q, counts = v.q, []
     for prime in (2, 5):
+        count = 0
         while q % prime == 0:
-            q //= prime
-    if q != 1:  # not a terminating decimal
+            q, count = q // prime, count + 1
+        counts.append(count)
+    places = max(counts)
+    # Not a terminating decimal, or one too long to be worth writing out (1/2**1000 has 1,000 places): 12 digits.
+    if q != 1 or places > MAX_DECIMAL_PLACES:
         return _trim(sympy.N(v, 12))
-    places = 0
-    while (v * 10**places).q != 1:
-        places += 1
     text = f"{abs(v.p) * 10**places // v.q:0{places + 1}d}"
     sign = "-" if v < 0 else ""
     return f"{sign}{text[:-places]}.{text[-places:]}" if places else f"{sign}{text}"
