@@ -168,10 +168,45 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
                 raise DataError(path, number, "<json>", str(exc)) from None
             except RecursionError:
                 raise DataError(path, number, "<json>", "JSON nested too deeply") from None
+            if _SURROGATE_ESCAPE.search(text):
+                _refuse_lone_surrogates(path, number, row)
             records += 1
             yield number, row
     if not records:
         raise DataError(path, None, "<file>", "no records (the file is empty or blank)")
+
+
+# A \uD800-\uDFFF escape: JSON allows one alone, but the string it makes is no text (it cannot be written as UTF-8,
+# so the store and every JSON output failed on it, far from the file). Read only when a line holds such an escape.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _refuse_lone_surrogates(path: str, line: int | ArrayLine, row: Any) -> None:
+    """A ``DataError`` at the first field (``question``, ``messages[2].content``) whose text holds a lone UTF-16
+    surrogate; nothing when every one is half of a pair (json joins those into one character)."""
+    stack: list[tuple[str, Any]] = [("", row)]
+    while stack:  # iterative: json.loads allows deeper nesting than a recursive walk would
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                field = f"{where}.{key}" if where else str(key)
+                if not _is_text(key):
+                    raise DataError(path, line, field, "a field name holds a lone UTF-16 surrogate (a \\uD800-"
+                                                       "\\uDFFF escape without its pair): not text")
+                stack.append((field, item))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{index}]", item) for index, item in reversed(list(enumerate(value))))
+        elif isinstance(value, str) and not _is_text(value):
+            raise DataError(path, line, where or "<json>", "holds a lone UTF-16 surrogate (a \\uD800-\\uDFFF "
+                                                           "escape without its pair): not text, fix or drop it")
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_records(path: str | Path) -> Iterator[tuple[int, Any]]:
@@ -233,6 +268,7 @@ def _read_json_array(path: str) -> Iterator[tuple[ArrayLine, Any]]:
         raise DataError(path, int(lines.at(pos, 1)), "<json>", "expected a JSON array document starting with '['")
     pos += 1
     record = 0
+    surrogates = bool(_SURROGATE_ESCAPE.search(text))
     # Bad JSON is located as in JSON lines (a plain line, the column in the message); the record being read is named
     # in the message. Only a parsed record gets an ArrayLine, for the field errors that have no column to show.
     while True:
@@ -255,6 +291,8 @@ def _read_json_array(path: str) -> Iterator[tuple[ArrayLine, Any]]:
             raise DataError(path, int(start), "<json>", f"{exc} (in record {record})") from None
         except RecursionError:
             raise DataError(path, int(start), "<json>", f"JSON nested too deeply (in record {record})") from None
+        if surrogates:
+            _refuse_lone_surrogates(path, start, row)
         yield start, row
         pos = _JSON_SPACE.match(text, pos).end()
         if text.startswith("]", pos):

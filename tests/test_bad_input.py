@@ -365,3 +365,40 @@ def test_a_run_whose_evaluation_splits_have_no_tasks_is_refused_naming_the_field
     with Store(db) as store:
         assert store.list_runs() == []
     assert not (tmp_path / "runs").exists()
+
+
+LONE = "bad \ud800 half"  # json.dumps writes it as the escape \ud800, which JSON allows and UTF-8 cannot hold
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_lone_surrogate_is_refused_at_its_line_and_field(tmp_path, fmt, capsys):
+    """A ``\\ud800`` escape without its pair loaded as a string no store or JSON output can write: ``load --json``
+    died in a traceback and ``run`` failed in the store's insert (exit 1), far from the file. It is refused where it
+    is read, naming the field; a pair (an emoji written as two escapes) is one character and loads."""
+    row, id_key, _, _ = VALID[fmt]
+    paired = {**record(fmt, "a"), id_key: "smile \ud83d\ude00"}
+    path = write_lines(tmp_path / "t.jsonl", [paired, {**record(fmt, "b"), id_key: LONE}])
+    assert "lone UTF-16 surrogate" in str(located(fmt, path, 2, id_key))
+    if fmt == "lumos":  # nested: the field's path inside the record
+        nested = record("lumos", "b")
+        nested["messages"][1]["content"] = LONE
+        located(fmt, write_lines(tmp_path / "n.jsonl", [record(fmt, "a"), nested]), 2, "messages[1].content")
+    assert main(["load", "--format", fmt, str(path), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err and f"{path}:2: {id_key}: holds a lone UTF-16 surrogate" in err
+    (task,) = load(fmt, write_lines(tmp_path / "ok.jsonl", [paired]))
+    assert task.id == "smile \U0001F600"
+
+
+def test_a_lone_surrogate_in_an_array_document_names_its_record(tmp_path):
+    rows = [record("svamp", "a"), {**record("svamp", "b"), "Body": LONE}]
+    path = write_array(tmp_path / "s.json", svamp_array(rows))
+    assert "lone UTF-16 surrogate" in str(array_located(path, 8, 2, "Body"))
+
+
+def test_a_run_whose_tasks_hold_a_lone_surrogate_writes_nothing(tmp_path):
+    from engine.config import load_config
+
+    path = write_lines(tmp_path / "t.jsonl", [record("tasks", "a"), {**record("tasks", "b"), "question": LONE}])
+    config = load_config(None, [f"data.tasks={path}", f"run.workdir={tmp_path / 'runs'}"])
+    assert_create_run_writes_nothing(tmp_path, config, r"t.jsonl:2: question: holds a lone UTF-16 surrogate")

@@ -104,6 +104,8 @@ class FakeOpenAI:
             return self.completion(body, CORRECTION)
         if marker == "qa":
             return self.completion(body, "Brindleford")
+        if marker == "surrogate":  # json.dumps writes the lone half as the escape \ud800, which JSON allows
+            return self.completion(body, CORRECTION.replace("3*4", "3*4\ud800"))
         if marker == "echo":
             return self.completion(body, f"Your header was {auth}. Final answer reached")
         return ok
@@ -544,3 +546,15 @@ def test_an_interrupt_drops_the_requests_not_started(fake_server):
         replies.throw(KeyboardInterrupt)
     time.sleep(0.5)  # a request already running finishes; none of the cancelled ones may start
     assert fake.total <= 2, fake.counts
+
+
+def test_a_reply_holding_a_lone_surrogate_is_judged_and_cached(fake_server, tmp_path):
+    """A reply whose JSON holds a ``\\ud800`` escape without its pair decoded to a string no UTF-8 writer takes: the
+    cache insert raised and the whole batch failed. The half becomes "?", and the verdict is judged and cached."""
+    fake, url = fake_server
+    with Store(tmp_path / "c.duckdb") as store:
+        [verdict] = _critic(url, store).judge([_item("surrogate")])
+        assert verdict.status == "corrected" and verdict.corrected_actions.startswith("R1 = Calculator(3*4?)")
+        assert "\ud800" not in verdict.raw and store.query("SELECT count(*) AS n FROM critic_cache").n[0] == 1
+        [again] = _critic(url, store).judge([_item("surrogate")])
+        assert again.extra["cache"] == "hit" and fake.counts["surrogate"] == 1

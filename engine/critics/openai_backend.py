@@ -246,7 +246,10 @@ class OpenAICritic:
         if message is None:
             raise MalformedResponse("the first choice has no message")
         usage = getattr(completion, "usage", None)
-        return Reply(message.content or "", getattr(choice, "finish_reason", None),
+        # A lone UTF-16 surrogate (a "\\ud800" escape without its pair, which JSON allows) is no text: the cache file
+        # and the store could not write it and the batch failed. It becomes "?", as any undecodable text would.
+        text = (message.content or "").encode("utf-8", "replace").decode("utf-8")
+        return Reply(text, getattr(choice, "finish_reason", None),
                      getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None))
 
     # -- verdicts -----------------------------------------------------------------------------------------------

@@ -29,9 +29,8 @@ from typing import Any
 from engine.actions import format_actions, parse_actions
 from engine.formats.lumos import parse_subgoals
 
-_REASONING = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
 _CLOSE_ONLY = re.compile(r"^.*</(?:think|thinking|reasoning)>", re.S | re.I)  # reply began inside a block
-_OPEN_ONLY = re.compile(r"<(?:think|thinking|reasoning)>", re.I)
+_OPEN_ONLY = re.compile(r"<(think|thinking|reasoning)>", re.I)
 _FENCE = re.compile(r"^[ \t]*(```|~~~)[^\n]*$", re.M)
 _LABEL = r"[*_\s]*corrected[*_\s]+{}[*_\s]*[:：][*_]*"
 _SUBGOALS_LABEL = re.compile(_LABEL.format("sub[-\\s]?goals?"), re.I)
@@ -45,9 +44,30 @@ _ASSIGN = re.compile(r"^[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*=")
 _OPENERS, _CLOSERS = "([{", ")]}"
 
 
+def _drop_closed_blocks(text: str) -> str:
+    """``text`` without each reasoning block that closes: from an opening tag to the first closing tag of its name
+    (any case), left to right; an opening tag no close follows stays. One pass: a name found unclosed once is never
+    searched for again (a lazy ``<(name)>.*?</\\1>`` regex rescanned to the end from every unclosed tag, so a reply
+    of 20,000 of them took minutes)."""
+    kept: list[str] = []
+    pos = search_from = 0
+    unclosed: set[str] = set()
+    while opened := _OPEN_ONLY.search(text, search_from):
+        name = opened.group(1).lower()
+        close = None if name in unclosed else re.compile(rf"</{name}>", re.I).search(text, opened.end())
+        if close is None:  # no close of this name anywhere after here: none after a later opening either
+            unclosed.add(name)
+            search_from = opened.end()
+            continue
+        kept.append(text[pos:opened.start()])
+        pos = search_from = close.end()
+    kept.append(text[pos:])
+    return "".join(kept)
+
+
 def strip_reasoning(text: str) -> tuple[str, str | None]:
     """``(answer text, problem)``: reasoning blocks removed; problem is set when a block never closes."""
-    text = _REASONING.sub("", text)
+    text = _drop_closed_blocks(text)
     text = _CLOSE_ONLY.sub("", text)
     opened = _OPEN_ONLY.search(text)
     if opened:
