@@ -63,7 +63,8 @@ ITERATION_STAGES = ("sample", "score", "pairs", "train_planner", "ground", "crit
 @dataclass
 class RunSection:
     name: str = _f("run", "a readable name for the run")
-    workdir: str = _f("runs", "directory under which each run keeps its checkpoints")
+    # Empty, a run's directory was made in the current directory, among the user's files.
+    workdir: str = _f("runs", "directory under which each run keeps its checkpoints", nonempty=True)
     seed: int = _f(0, "seed for sampling, data order and training", ge=0, le=SEED_MAX)
     iterations: int = _f(2, "MOAT iterations to run", ge=1)
 
@@ -375,11 +376,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         return config_from_dict(data, source, {f"{section}.{name}" for section, values in merged.items()
                                                for name in values})
     except ConfigError as exc:
-        where = override_source(exc.field, merged) or (
-            file_line_source(Path(path), exc.field) if path is not None and exc.source == source else None)
-        if where is None:
+        located = _located(exc, path, merged, source)
+        if located is exc:
             raise
-        raise type(exc)(exc.field, exc.message, where) from None
+        raise located from None
+
+
+def locate_error(exc: ConfigError, path: str | Path | None, overrides: list[str] | None = None) -> ConfigError:
+    """``exc``, raised about a config ``load_config(path, overrides)`` gave (a data file a field names is missing,
+    found once the config is used), located as ``load_config`` locates its own errors: the ``--set`` that set the
+    field, else ``FILE:LINE`` of the field in the config file; ``exc`` itself when it already names a source or
+    neither finds the field."""
+    if exc.source is not None or path is None:
+        return exc
+    return _located(exc, path, parse_overrides(overrides or []), None)
+
+
+def _located(exc: ConfigError, path: str | Path | None, merged: dict[str, dict[str, Any]],
+             source: str | None) -> ConfigError:
+    where = override_source(exc.field, merged) or (
+        file_line_source(Path(path), exc.field) if path is not None and exc.source == source else None)
+    return exc if where is None else type(exc)(exc.field, exc.message, where)
 
 
 def field_help() -> dict[str, str]:

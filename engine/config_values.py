@@ -51,6 +51,8 @@ def range_text(meta: dict[str, Any]) -> str:
 
 def check_field(value: Any, meta: dict[str, Any], dotted: str, source: str | None) -> None:
     """A field's declared range or choices (declared with ``engine.config_fields.setting``)."""
+    if meta.get("nonempty") and isinstance(value, str) and not value.strip():
+        raise ConfigError(dotted, "must not be empty", source)
     choices = meta.get("choices")
     if choices:
         for item in value if isinstance(value, list) else [value]:
@@ -124,8 +126,11 @@ def coerce(value: Any, annotation: Any, dotted: str, source: str | None, text: b
             raise ConfigError(dotted, f"expected a finite number, got {value!r}", source)
         return converted
     if hint is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(dotted, f"expected a string, got {value!r}", source)
+        # From a file a number is refused as a string is for a number (``path = 5`` read as the file "5"); from
+        # the command line everything is text.
+        if not isinstance(value, str) and (not text or not isinstance(value, (int, float)) or isinstance(value, bool)):
+            quoted = f" (write it in quotes: \"{value}\")" if isinstance(value, (int, float)) else ""
+            raise ConfigError(dotted, f"expected a string, got {value!r}{quoted}", source)
         return str(value)
     return value
 

@@ -42,6 +42,9 @@ def test_yaml(tmp_path):
     ("sample.top_p=1.5", "sample.top_p: must be in (0, 1]"),
     ("critic.backend=openai", "critic.model: required"),
     ("run.iterations=2.5", "run.iterations: expected an integer"),
+    # Empty, each run's directory was made in the current directory (a fuzzing audit found one in the checkout).
+    ("run.workdir=", "run.workdir: must not be empty"),
+    ("run.workdir=  ", "run.workdir: must not be empty"),
 ])
 def test_errors_name_the_field(override, message):
     with pytest.raises(ConfigError) as info:

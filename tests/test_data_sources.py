@@ -77,6 +77,37 @@ def test_a_missing_tasks_file_given_absolutely_is_named_without_the_relative_pat
         load_run_tasks(config_from_dict({**AGENTS, "data": {"tasks": str(tmp_path)}}))
 
 
+def test_run_names_the_config_line_of_a_missing_data_file_or_model(tmp_path, capsys):
+    """Errors found once the config is used (a data file or a model directory that is not there) named the field
+    only, while every error found reading the config named ``FILE:LINE``: ``run`` now locates them the same way, or
+    names the ``--set`` that gave the value; nothing is written either way."""
+    from engine.__main__ import main
+
+    config = tmp_path / "c.toml"
+    config.write_text(f'[run]\nworkdir = "{tmp_path / "runs"}"\n\n[[data.sources]]\n'
+                      f'path = "{tmp_path / "nope.jsonl"}"\nformat = "gsm8k"\n', encoding="utf-8")
+    db = tmp_path / "s.duckdb"
+    assert main(["run", "--config", str(config), "--db", str(db), "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {config}:5: data.sources[1].path: no file ")
+    args = ["run", "--config", "examples/demo.toml", "--db", str(db), "--quiet",
+            "--set", f"run.workdir={tmp_path / 'runs'}"]
+    assert main([*args, "--set", f"planner.path={tmp_path / 'none'}"]) == 2
+    err = capsys.readouterr().err  # (a long value is shown cut short)
+    assert err.startswith("error: --set planner.path=") and ": planner.path: " in err and "no such model" in err
+    assert not db.exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_number_in_a_file_for_a_path_is_refused_not_read_as_a_file_name(tmp_path):
+    """``path = 5`` was read as the file "5" ("no file 5"), while ``k = "15"`` is refused: a file's values carry
+    their type both ways now. On the command line every value is text (``--set critic.model=7`` is "7")."""
+    config = tmp_path / "c.toml"
+    config.write_text("[[data.sources]]\npath = 5\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"c.toml:2: data.sources\[1\].path: expected a string, got 5 \(write it in "
+                                          r'quotes: "5"\)'):
+        load_config(config)
+    assert load_config(None, ["critic.model=7"]).critic.model == "7"
+
+
 def test_evaluation_splits_missing_from_every_source_are_refused(samples_dir):
     config = config_from_dict({**AGENTS, "data": {"sources": _sources(samples_dir)[:1]},
                                "evaluate": {"splits": ["held_in"]}})

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         stopping_note,
         store_unusable,
     )
-    from engine.config import load_config
+    from engine.config import load_config, locate_error
     from engine.errors import ConfigError, DataError
     from engine.loop import create_run, run_loop
     from engine.store import Store, StoreError
@@ -121,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
     # Ctrl-C: finish the batch in flight, record "stopped", print the summary, exit 130
     with ctrl_c_stops(stopping_note("run"), again_quits=True) as should_stop:
         made = _first_missing(db)  # removed again if the run is refused: a refusal leaves nothing behind
+        target = [f"run.iterations={args.iterations}"] if args.iterations else []  # a new run records N
+        config = None
         try:
-            target = [f"run.iterations={args.iterations}"] if args.iterations else []  # a new run records N
             config = None if args.run else load_config(args.config or DEFAULT_CONFIG, [*args.set, *target])
             with Store(args.db) as store:
                 if args.run:
@@ -159,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
                             "iterations": summary.get("iterations", [])})
         except (ConfigError, DataError) as exc:
             _remove_new(made, db)
+            if isinstance(exc, ConfigError) and config is not None:  # a field found bad once used: name its line
+                exc = locate_error(exc, args.config or DEFAULT_CONFIG, [*args.set, *target])
             return fail(exc)
         except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback
             return store_unusable(exc)
