@@ -17,9 +17,9 @@ def setting(default: Any, help: str, *, ge: float | None = None, gt: float | Non
        nonempty: bool = False) -> Any:
     """A dataclass field carrying its help text and what values it accepts.
 
-    ``ge``/``gt``/``le``/``lt`` bound a number; ``choices`` lists the allowed strings (for a list field: the allowed
-    items); ``why`` is added to the range error; ``nonempty``: a string that must not be empty or blank. ``engine.config_checks.validate`` reads them, the studio's config
-    editor shows ``help``.
+    ``ge``/``gt``/``le``/``lt`` bound a number; ``choices`` lists the allowed strings (for a list field: the
+    allowed items); ``why`` is added to the range error; ``nonempty``: a string that must not be empty or blank.
+    ``engine.config_checks.validate`` reads them, the studio's config editor shows ``help``.
     """
     meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "why": why,
             "nonempty": nonempty}
