@@ -47,10 +47,16 @@ _REQUIRED = ("id", "domain", "split", "question")
 _LIST_FIELDS = ("context", "gold_subgoals", "gold_actions")
 
 
+# What a JSON lines reader adds when a file turns out to be one JSON array (only svamp reads those).
+ARRAY_HINT = (": a JSON array document, and this format reads JSON lines, one object per line (only svamp reads an "
+              "array)")
+
+
 def task_from_dict(row: Any, path: str = "<memory>", line: int | None = None) -> Task:
     """Validate one Task JSON object; raise ``DataError`` naming the field that is wrong."""
     if not isinstance(row, dict):
-        raise DataError(path, line, "<record>", f"expected a JSON object, got {type(row).__name__}")
+        hint = ARRAY_HINT if isinstance(row, list) and line == 1 else ""  # an array on the file's one line
+        raise DataError(path, line, "<record>", f"expected a JSON object, got {type(row).__name__}{hint}")
     known = {f.name for f in fields(Task)}
     unknown = sorted(set(row) - known)
     if unknown:
@@ -163,6 +169,11 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
             try:
                 row = json.loads(text, parse_constant=_no_constants)
             except json.JSONDecodeError as exc:
+                # A pretty-printed JSON array document: its first line ("[" or "[{...") is no whole record.
+                if not records and text.lstrip().startswith("["):
+                    column = len(text) - len(text.lstrip()) + 1
+                    raise DataError(path, number, "<json>",
+                                    f"the file opens with '[' at column {column}{ARRAY_HINT}") from None
                 raise DataError(path, number, "<json>", _json_problem(exc, text)) from None
             except ValueError as exc:  # NaN / Infinity
                 raise DataError(path, number, "<json>", str(exc)) from None

@@ -402,3 +402,19 @@ def test_a_run_whose_tasks_hold_a_lone_surrogate_writes_nothing(tmp_path):
     path = write_lines(tmp_path / "t.jsonl", [record("tasks", "a"), {**record("tasks", "b"), "question": LONE}])
     config = load_config(None, [f"data.tasks={path}", f"run.workdir={tmp_path / 'runs'}"])
     assert_create_run_writes_nothing(tmp_path, config, r"t.jsonl:2: question: holds a lone UTF-16 surrogate")
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "svamp"])
+def test_a_json_array_document_given_to_a_json_lines_format_says_so(tmp_path, fmt):
+    """A pretty-printed array read as JSON lines failed on its first line as "the line ends before the record does
+    (is it cut short?)", which sent the user looking for a truncated file; an array on one line said only "expected a
+    JSON object, got list". Both now say the file is an array document, and that only svamp reads one."""
+    rows = [record(fmt, "a"), record(fmt, "b")]
+    pretty = write_array(tmp_path / "pretty.json", json.dumps(rows, indent=2))
+    err = str(located(fmt, pretty, 1, "<json>"))
+    assert "the file opens with '[' at column 1: a JSON array document" in err and "cut short" not in err
+    one_line = write_array(tmp_path / "one.json", json.dumps(rows))
+    assert "got list: a JSON array document, and this format reads JSON lines" in str(
+        located(fmt, one_line, 1, "<record>"))
+    later = write_lines(tmp_path / "later.jsonl", [record(fmt, "a"), [1, 2]])  # one bad record, not an array file
+    assert str(located(fmt, later, 2, "<record>")).endswith("expected a JSON object, got list")

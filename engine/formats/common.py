@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ArrayLine, DataError, line_text
-from engine.tasks import SPLITS
+from engine.tasks import ARRAY_HINT, SPLITS
 
 DEFAULT_SPLIT = "held_in"
 _ID_KEYS = ("id", "ID", "qid", "_id")
@@ -22,7 +22,9 @@ def check_split(path: str | Path, split: str) -> str:
 
 def expect_object(row: Any, path: str | Path, line: int) -> dict[str, Any]:
     if not isinstance(row, dict):
-        raise DataError(str(path), line, "<record>", f"expected a JSON object, got {type(row).__name__}")
+        # svamp reads array documents itself (engine.tasks.read_records): a list here is an array on one line.
+        hint = ARRAY_HINT if isinstance(row, list) and not isinstance(line, ArrayLine) and line == 1 else ""
+        raise DataError(str(path), line, "<record>", f"expected a JSON object, got {type(row).__name__}{hint}")
     return row
 
 
