@@ -200,6 +200,8 @@ def test_bad_json_line_3(tmp_path):
         ("gsm8k", {"question": "q?"}, "answer"),
         ("gsm8k", {"question": "q?", "answer": "no final line"}, "answer"),
         ("gsm8k", {"question": 7, "answer": "#### 1"}, "question"),
+        ("gsm8k", {"question": "q?", "answer": "x\n#### abc"}, "answer"),  # no answer could ever match it
+        ("gsm8k", {"question": "q?", "answer": "x\n#### 1e400"}, "answer"),
         ("svamp", {"ID": "s", "Body": "b", "Question": "q", "Answer": "51"}, "Answer"),
         ("svamp", {"ID": "s", "Body": "b", "Answer": 1.0}, "Question"),
         ("hotpotqa", {"question": "q", "answer": "a", "context": [["t", "not a list"]]}, "context[0]"),
@@ -213,6 +215,12 @@ def test_malformed_record(tmp_path, fmt, row, field):
     with pytest.raises(DataError) as exc:
         list(load(fmt, path))
     assert_located(exc, path, 1, field)
+
+
+def test_gsm8k_final_answers_may_carry_a_sign_and_decimals(tmp_path):
+    rows = [{"question": "q?", "answer": f"x\n#### {final}"} for final in ("-3", "+4", "2.50", ".5", "1,000.25")]
+    assert [t.answer for t in load("gsm8k", write_jsonl(tmp_path / "g.jsonl", rows))] == [
+        "-3", "+4", "2.50", ".5", "1000.25"]
 
 
 def test_gsm8k_commas_and_duplicate_id(tmp_path):

@@ -2,11 +2,12 @@
 
 Contract: Task.answer is ``N`` with thousands commas stripped; the worked solution (text before ``####``) is kept in
 ``meta["solution"]``; domain "maths", source "gsm8k"; id is the record's own id or ``gsm8k-<line>``. A record without
-``####`` or with an empty final answer raises ``DataError``.
+``####``, with an empty final answer or one that is not a number raises ``DataError``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,12 +18,19 @@ from engine.tasks import Task, read_jsonl
 SOURCE = "gsm8k"
 
 
+# GSM8K's final answers are whole numbers; a sign and a decimal part are allowed (variants of the set have them).
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
+
+
 def split_answer(answer: str) -> tuple[str, str]:
-    """``(solution, final)`` from a GSM8K answer; raises ``ValueError`` when there is no ``#### N``."""
+    """``(solution, final)`` from a GSM8K answer; raises ``ValueError`` when there is no ``#### N`` or N is not a
+    number (no answer the executor gives could ever match ``#### abc``)."""
     solution, sep, final = answer.rpartition("####")
     final = final.strip().replace(",", "")
     if not sep or not final:
         raise ValueError("expected a final line '#### N'")
+    if not _NUMBER.fullmatch(final):
+        raise ValueError(f"expected a number after '####', got {final[:40]!r}")
     return solution.strip(), final
 
 
