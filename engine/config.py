@@ -82,6 +82,9 @@ class DataSource:
                         "train for lumos, held_in for a benchmark; a tasks file keeps each record's own split)",
                     choices=("", *SPLITS))
     ground: str = _f("", "lumos only: the grounder file joined by id with this planner file")
+    id_prefix: str = _f("", "text put before every task id of this file, e.g. \"test-\": for two files whose ids "
+                            "collide (a benchmark file without ids numbers its records <format>-<line>, so two "
+                            "GSM8K files both have gsm8k-1)")
 
 
 @dataclass
@@ -90,8 +93,8 @@ class DataSection:
     format: str = _f("tasks", "tasks | lumos | gsm8k | svamp | hotpotqa | strategyqa", choices=DATA_FORMATS)
     ground: str = _f("", "lumos only: the grounder file joined by id with the planner file")
     sources: list[DataSource] = _f([], "several files, each with its format and split ([[data.sources]] tables: "
-                                       "path, format, split, ground), e.g. Lumos training files plus benchmark "
-                                       "test files; when given they replace data.tasks/format/ground")
+                                       "path, format, split, ground, id_prefix), e.g. Lumos training files plus "
+                                       "benchmark test files; when given they replace data.tasks/format/ground")
     domains: list[str] = _f([], "keep only these domains (empty: all)", choices=("maths", "qa", "web"))
     exclude_tasks: str = _f("", "a file of task ids, one per line ('#' comments), left out of the run's train split, "
                                 "e.g. the warm_start_tasks.txt that demo-models writes beside build.json: MOAT then "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -56,12 +57,17 @@ def load_run_tasks(config: RunConfig, *, keep_excluded: bool = False) -> list[Ta
     check_files_exist(config)
     tasks: list[Task] = []
     seen: dict[str, str] = {}
-    for source in data_sources(config):
+    for index, source in enumerate(data_sources(config), 1):
         for task in formats.load(source.format, source.path, ground=source.ground or None,
                                  split=source.split or None):
+            if source.id_prefix:
+                task = dataclasses.replace(task, id=source.id_prefix + task.id)
             if task.id in seen:
+                fix = (f"give one of them an id_prefix (data.sources[{index}].id_prefix = \"...\")"
+                       if config.data.sources and seen[task.id] != source.path else "ids must be unique across "
+                       "data.sources")
                 raise DataError(source.path, None, "id", f"duplicate id {task.id!r}: {seen[task.id]} has it too; "
-                                                         "ids must be unique across data.sources")
+                                                         f"{fix}")
             seen[task.id] = source.path
             tasks.append(task)
     if config.data.exclude_tasks and not keep_excluded:

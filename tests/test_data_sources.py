@@ -52,6 +52,25 @@ def test_an_id_in_two_sources_names_both_files(samples_dir):
     assert info.value.field == "id" and path in str(info.value)
 
 
+def test_two_benchmark_files_without_ids_are_told_apart_by_an_id_prefix(samples_dir, tmp_path):
+    """GSM8K files carry no ids, so both numbered their records gsm8k-1, gsm8k-2, ...: a train file and a test file
+    could not be used together without editing the data. The refusal now names the fix, ``id_prefix``, which puts
+    text before every id of its file (and survives the config's TOML round trip)."""
+    sources = [{"path": str(samples_dir / "gsm8k_train.jsonl"), "format": "gsm8k", "split": "held_in"},
+               {"path": str(samples_dir / "gsm8k_test.jsonl"), "format": "gsm8k", "split": "held_out"}]
+    with pytest.raises(DataError, match=r"duplicate id 'gsm8k-1': .*gsm8k_train.jsonl has it too; give one of them an "
+                                        r"id_prefix \(data.sources\[2\].id_prefix = \"...\"\)"):
+        load_run_tasks(config_from_dict({**AGENTS, "data": {"sources": sources}}))
+    sources[1]["id_prefix"] = "test-"
+    config = config_from_dict({**AGENTS, "data": {"sources": sources}})
+    tasks = load_run_tasks(config)
+    held_out = [t.id for t in tasks if t.split == "held_out"]
+    assert held_out[:2] == ["test-gsm8k-1", "test-gsm8k-2"] and "gsm8k-1" in {t.id for t in tasks}
+    path = tmp_path / "c.toml"
+    path.write_text(config_to_toml(config), encoding="utf-8")
+    assert load_config(path).data.sources[1].id_prefix == "test-"
+
+
 @pytest.mark.parametrize(("break_it", "field"), [
     (lambda sources: sources[1].update(path="data/gsm8k_test.jsonl"), "data.sources[2].path"),
     (lambda sources: sources[0].update(ground="nowhere/ground.jsonl"), "data.sources[1].ground"),
