@@ -167,10 +167,13 @@ def formulation_cautions(config: RunConfig, tasks: list[Task]) -> list[str]:
     if not iterative or not onetime:
         return []
     if config.data.sources:  # they replace data.tasks (engine.runtime.data_sources)
-        files = [f"data.sources[{i}].path = {s.path}" for i, s in enumerate(config.data.sources, 1)
-                 if s.format == "lumos"]
+        # A grounder file is named too: the iterative records may be its (a planner file of either formulation).
+        files = [f"data.sources[{i}].{field} = {path}" for i, s in enumerate(config.data.sources, 1)
+                 if s.format == "lumos" for field, path in (("path", s.path), ("ground", s.ground)) if path]
     else:
-        files = [f"data.tasks = {config.data.tasks}"] if config.data.format == "lumos" else []
+        files = [f"data.{field} = {path}" for field, path in (("tasks", config.data.tasks),
+                                                                ("ground", config.data.ground))
+                 if path] if config.data.format == "lumos" else []
     where = f" in {', '.join(files)}" if files else ""
     sources = ", ".join(sorted({t.source for t in iterative}))
     when = "" if len(onetime) == config.run.iterations else \

@@ -118,6 +118,22 @@ def test_lumos_samples_join(samples_dir, dataset, formulation):
             assert len(t.gold_actions) == 1
 
 
+@pytest.mark.parametrize(("plan_formulation", "ground_formulation"), [("iterative", "onetime"),
+                                                                      ("onetime", "iterative")])
+def test_lumos_files_of_two_formulations_are_refused_at_the_join(samples_dir, plan_formulation, ground_formulation):
+    """An iterative planner file joined with a onetime grounder file loaded, and the run then failed in its sample
+    stage ("iterative planning needs the executed result of subgoal 2") naming no file; the other way round it ran on
+    with a caution naming the wrong file. The join refuses both, at the grounder file's line."""
+    plan, _ = lumos_pair(samples_dir, "maths", plan_formulation)
+    _, ground = lumos_pair(samples_dir, "maths", ground_formulation)
+    with pytest.raises(DataError) as info:
+        list(load("lumos", plan, ground=ground))
+    assert (info.value.path, info.value.line, info.value.field) == (str(ground), 1, "messages")
+    article = {"onetime": "a onetime", "iterative": "an iterative"}
+    assert (f"{article[ground_formulation]} grounder record joined with {article[plan_formulation]} planner record; "
+            "join files of one formulation") in str(info.value)
+
+
 def test_lumos_maths_first_record(samples_dir):
     it = next(iter(load_lumos(*lumos_pair(samples_dir, "maths", "iterative"))))
     one = next(iter(load_lumos(*lumos_pair(samples_dir, "maths", "onetime"))))

@@ -272,12 +272,22 @@ def _check_pair(plan: _Record, ground: _Record, ground_path: str) -> None:
     """A planner and grounder record joined by id must describe the same task (catches misaligned ids)."""
     checks = (
         ("dataset", plan.dataset == ground.dataset, f"dataset {ground.dataset!r} differs from planner's"),
+        # An iterative plan joined with onetime actions loaded, then failed in the sample stage ("iterative planning
+        # needs the executed result of subgoal 2"), naming no file: the two files come as a pair of one formulation.
+        ("messages", plan.formulation == ground.formulation,
+         f"{_article(ground.formulation)} grounder record joined with {_article(plan.formulation)} planner record; "
+         "join files of one formulation (*_onetime with *_onetime, *_iterative with *_iterative)"),
         ("messages[0].content", plan.question == ground.question, "task text differs from the planner record's"),
         ("messages[0].content", plan.subgoals == ground.subgoals, "subgoals differ from the planner record's"),
     )
     for name, ok, message in checks:
         if not ok:
-            raise DataError(ground_path, ground.line, name, f"id {ground.id!r}: {message} (line {plan.line})")
+            raise DataError(ground_path, ground.line, name,
+                            f"id {ground.id!r}: {message} (the planner record: line {plan.line})")
+
+
+def _article(formulation: str) -> str:
+    return "an iterative" if formulation == "iterative" else f"a {formulation}"  # "a onetime": said "one-time"
 
 
 def _task(plan: _Record, ground: _Record | None, split: str) -> Task:
