@@ -116,6 +116,9 @@ class CriticSection:
     timeout_s: float = _f(120.0, "openai: per-request timeout", gt=0)
     max_retries: int = _f(4, "openai: retries on 429/5xx/timeouts, with backoff honouring Retry-After", ge=0)
     concurrency: int = _f(8, "openai: requests in flight", ge=1)
+    cache: bool = _f(True, "openai: reuse a reply stored in the store's critic_cache for the same model, prompt and "
+                           "sampling settings (temperature, top_p, max_tokens); false: ask the server every time, "
+                           "e.g. once a misbehaving server is fixed (replies are stored all the same)")
 
 
 @dataclass

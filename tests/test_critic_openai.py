@@ -264,6 +264,23 @@ def test_second_judge_hits_the_cache(fake_server, tmp_path):
         assert fake.total == sent + 2  # the error and the truncated reply are asked again
 
 
+def test_the_cache_is_keyed_by_the_sampling_settings_and_can_be_bypassed(fake_server, tmp_path):
+    """The cache was keyed by the model and the messages only: a run at another temperature (or token budget) got the
+    first run's replies back without one request, and a server fixed since could not be asked again. The sampling
+    settings are part of the key now, and ``critic.cache = false`` asks every time (and still stores the reply)."""
+    fake, url = fake_server
+    with Store(tmp_path / "c.duckdb") as store:
+        _critic(url, store).judge([_item("default")])
+        assert _critic(url, store).judge([_item("default")])[0].extra["cache"] == "hit" and fake.total == 1
+        for setting in ({"temperature": 0.7}, {"top_p": 0.5}, {"max_tokens": 512}):
+            [verdict] = _critic(url, store, **setting).judge([_item("default")])
+            assert verdict.extra["cache"] == "miss", setting
+        assert fake.total == 4
+        [fresh] = _critic(url, store, cache=False).judge([_item("default")])
+        assert fresh.extra["cache"] == "miss" and fake.total == 5
+        assert _critic(url, store, temperature=0.7).judge([_item("default")])[0].extra["cache"] == "hit"
+
+
 def test_unreachable_server_and_bad_domain_never_raise():
     critic = _critic("http://127.0.0.1:9/v1", max_retries=1)
     odd = _item("default")

@@ -16,9 +16,11 @@ raises for an item: any failure becomes ``Verdict(status="error", raw="<Exceptio
 * Concurrency: at most ``critic.concurrency`` requests in flight (a thread pool per ``judge`` call); identical
   prompts in one call are sent once.
 * Cache: ``critic_cache(model, prompt_sha256, response_json)``, keyed by the model name and the SHA-256 of the
-  messages' JSON. Replies that completed (not ``error``, not ``truncated``) are cached, so a re-run never pays
-  for them twice; a hit gives ``latency_s=0`` and ``extra["cache"]="hit"`` (token counts are the original
-  reply's). The key ignores ``base_url``: the same model name on two servers shares entries.
+  messages' JSON with the sampling settings (temperature, top_p, max_tokens: a run at another temperature asks
+  again). Replies that completed (not ``error``, not ``truncated``) are cached, so a re-run never pays for them
+  twice; a hit gives ``latency_s=0`` and ``extra["cache"]="hit"`` (token counts are the original reply's). The key
+  ignores ``base_url``: the same model name on two servers shares entries. ``critic.cache = false`` reads no entry
+  (every prompt is asked; replies are still stored, so a later run may reuse them).
 * Per verdict: ``backend="openai"``, ``model``, ``latency_s`` (the item's wall time, retries included),
   ``prompt_tokens``/``completion_tokens`` from ``usage``, ``finish_reason``, ``status``; ``extra`` has
   ``cache`` (hit/miss), ``attempts`` and, when unparsed, ``parse_error``; an error verdict's ``extra`` has
@@ -77,9 +79,11 @@ class Reply:
                    data.get("completion_tokens"))
 
 
-def prompt_key(messages: list[Message]) -> str:
-    """SHA-256 of the messages' canonical JSON (the cache key next to the model name)."""
-    payload = json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+def prompt_key(messages: list[Message], sampling: dict[str, Any] | None = None) -> str:
+    """SHA-256 of the request's canonical JSON: its messages and the ``sampling`` settings that shape the reply
+    (temperature, top_p, max_tokens); the cache key next to the model name."""
+    request = {"messages": messages, **({"sampling": sampling} if sampling else {})}
+    payload = json.dumps(request, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
@@ -159,7 +163,8 @@ class OpenAICritic:
             except Exception as exc:  # e.g. an unknown domain: this item only
                 verdicts[i] = self._error(exc, 0.0, 0)
                 continue
-            key = prompt_key(msgs)
+            key = prompt_key(msgs, {"temperature": self.config.temperature, "top_p": self.config.top_p,
+                                    "max_tokens": self.config.max_tokens})
             keyed.setdefault(key, []).append(i)
             messages[key] = msgs
         cached = self._cache_get(list(keyed))
@@ -272,7 +277,7 @@ class OpenAICritic:
 
     # -- cache --------------------------------------------------------------------------------------------------
     def _cache_get(self, keys: list[str]) -> dict[str, Reply]:
-        if self.store is None or not keys:
+        if self.store is None or not keys or not self.config.cache:
             return {}
         marks = ", ".join("?" for _ in keys)
         try:
