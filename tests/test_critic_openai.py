@@ -447,6 +447,36 @@ def test_an_item_the_critic_refuses_is_its_error_verdict_and_the_stage_finishes(
     assert verdicts["raw"].str.contains("maximum context length").all()
 
 
+class _NotAChatServer(FakeOpenAI):
+    """Another kind of web service on the critic's URL: every request answered 200 with an HTML page."""
+
+    def behave(self, marker: str, n: int, auth: str | None, body: dict) -> tuple[int, dict, bytes, float]:
+        return 200, {"Content-Type": "application/json"}, b"<html>welcome to the dashboard</html>", 0.0
+
+
+def test_a_batch_answered_whole_with_no_chat_completion_fails_the_stage(tiny_run):
+    """A server of another kind on the critic's URL answers every request, with no chat completion: every verdict was
+    an error, stored, and the stage read done (exit 0, nothing said). A batch of several answered so is taken for a
+    critic that cannot be used, as an unreachable one is; one malformed reply among good ones stays the item's."""
+    from engine.loop import run_stage
+
+    with local_server(Handler, _NotAChatServer()) as (_, url):
+        db, run_id = tiny_run("critic.backend=openai", f"critic.base_url={url}", "critic.model=critic-m",
+                              "critic.max_retries=0", "ground.max_new_tokens=8", stages=("sample", "score", "ground"))
+        with Store(db) as store:
+            assert store.count("groundings", run_id, 1) > 1
+            with pytest.raises(RuntimeError, match=r"could not judge any of the \d+ groundings .*first error: "
+                                                   r"JSONDecodeError"):
+                run_stage(store, run_id, 1, "critique")
+            assert store.count("verdicts", run_id, 1) == 0
+
+
+def test_one_malformed_reply_among_good_ones_is_that_items_error(fake_server):
+    _, url = fake_server
+    verdicts = _critic(url, max_retries=0).judge([_item("notjson", 0), _item("default", 1)])
+    assert [v.status for v in verdicts] == ["error", "accepted"] and verdicts[0].extra["malformed"] is True
+
+
 @pytest.mark.parametrize(("marker", "unreachable"), [("500", True), ("400", False), ("notjson", False)])
 def test_an_error_verdict_says_whether_the_critic_could_be_used_at_all(fake_server, marker, unreachable):
     _, url = fake_server

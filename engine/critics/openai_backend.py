@@ -26,7 +26,8 @@ raises for an item: any failure becomes ``Verdict(status="error", raw="<Exceptio
   ``cache`` (hit/miss), ``attempts`` and, when unparsed, ``parse_error``; an error verdict's ``extra`` has
   ``unreachable`` (``is_unreachable``): true when the server was never reached or refused every request of its kind
   (connection, timeout, 401/403/404, 429 or 5xx after the retries), false when it answered this item with a refusal
-  of the item itself (400, 422, a malformed body).
+  of the item itself (400, 422, a malformed body); and ``malformed`` (``is_malformed``): the reply was no chat
+  completion.
 """
 
 from __future__ import annotations
@@ -125,6 +126,13 @@ def is_unreachable(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in (401, 403, 404, 429) or exc.status_code >= 500
     return isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError))
+
+
+def is_malformed(exc: BaseException) -> bool:
+    """Whether the server answered with something that is no chat completion (not JSON, no choices, no message): one
+    such reply is the item's error, a whole batch of them a server that is not an OpenAI-compatible one (another
+    service on the port, a proxy's page), which the critique stage fails on as on an unreachable one."""
+    return isinstance(exc, (MalformedResponse, json.JSONDecodeError))
 
 
 class OpenAICritic:
@@ -267,7 +275,8 @@ class OpenAICritic:
 
     def _error(self, exc: BaseException, latency: float, attempts: int) -> Verdict:
         return Verdict("error", self.name, model=self.config.model, raw=self._describe(exc), latency_s=latency,
-                       extra={"cache": "miss", "attempts": attempts, "unreachable": is_unreachable(exc)})
+                       extra={"cache": "miss", "attempts": attempts, "unreachable": is_unreachable(exc),
+                              "malformed": is_malformed(exc)})
 
     def _describe(self, exc: BaseException) -> str:
         return self._redact(f"{type(exc).__name__}: {exc}")

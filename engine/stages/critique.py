@@ -2,14 +2,14 @@
 ``ground.which`` selects for judging: the lowest-PPL plan per task-step, the top n, or all distinct plans).
 
 The critic comes from ``critic.backend`` (``engine.critics.make_critic``); the stage stores one ``verdicts`` row per
-judged grounding with its backend, model, status, raw text, correction, latency and token usage. A resumed
-stage judges only the chunks that hold a grounding without a verdict. A chunk the critic could not judge at all
-(every verdict an ``error`` with ``extra["unreachable"]``: the server down, a wrong URL, key or model, out of quota)
-fails the stage and is not stored, so the stage reads failed instead of done with nothing to train on, and a
-resume judges the chunk again. An error about one item (a prompt too long, a malformed reply) is that item's
-verdict, stored as before: it would fail again on every resume. ``python -m engine step critique --retry-errors``
-removes an iteration's error verdicts (before its grounder trains on the verdicts) and runs this stage again, which
-judges those groundings alone.
+judged grounding with its backend, model, status, raw text, correction, latency and token usage. A resumed stage
+judges only the chunks that hold a grounding without a verdict. A chunk the critic could not judge at all (every
+verdict an ``error`` with ``extra["unreachable"]``: the server down, a wrong URL, key or model, out of quota; or, in a
+chunk of several, every reply no chat completion: another kind of server on the URL) fails the stage and is not
+stored, so the stage reads failed instead of done with nothing to train on, and a resume judges the chunk again. An
+error about one item (a prompt too long, a malformed reply) is that item's verdict, stored as before: it would fail
+again on every resume. ``python -m engine step critique --retry-errors`` removes an iteration's error verdicts (before
+its grounder trains on the verdicts) and runs this stage again, which judges those groundings alone.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def run(ctx: StageContext) -> dict[str, int]:
                            {"ok": bool(r.ok), "values": json.loads(r.values_json), "answer": r.answer,
                             "error": r.error}, bool(r.correct)) for r in chunk]
         verdicts = critic.judge(items)
-        if all(v.status == "error" and v.extra.get("unreachable") for v in verdicts):
+        if all(_unusable(v, several=len(verdicts) > 1) for v in verdicts):
             raise RuntimeError(_unreachable_message(ctx, len(items), verdicts[0].raw))
         rows = [{"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": item.task.id, "step": item.step,
                  "k": item.k, "backend": v.backend, "model": v.model, "status": v.status,
@@ -63,6 +63,14 @@ def run(ctx: StageContext) -> dict[str, int]:
         written += ctx.store.write("verdicts", rows)
         ctx.report(index + 1, n_chunks, f"{written} verdicts")
     return {"rows": ctx.store.count("verdicts", ctx.run_id, ctx.iteration), "new_rows": written}
+
+
+def _unusable(verdict, several: bool) -> bool:
+    """Whether a verdict says the critic cannot be used: unreachable, or (in a batch of several, every one so) a reply
+    that is no chat completion. A batch that came back whole as HTML or bare text is a server of another kind on
+    the URL; its verdicts were stored as errors and the stage read done, exit 0, nothing said."""
+    return verdict.status == "error" and bool(verdict.extra.get("unreachable")
+                                              or (several and verdict.extra.get("malformed")))
 
 
 def _unreachable_message(ctx: StageContext, n_items: int, first_error: str) -> str:
