@@ -286,7 +286,8 @@ def test_lumos_iterative_records_sampled_onetime_are_warned(samples_dir, capsys)
     assert cautions == [f'sample.formulation = "onetime": 10 train task(s) (lumos:maths) come from Lumos iterative '
                         f"records in data.tasks = {path}, data.ground = {ground}, whose steps are then joined into "
                         "one onetime plan per task, so the agents are not trained on the step-by-step turns and "
-                        'executed results the records hold. Set sample.formulation = "iterative" to train on them as recorded']
+                        'executed results the records hold. Set sample.formulation = "iterative" to train on them as '
+                        "recorded"]
     assert capsys.readouterr().err == f"warning: {cautions[0]}\n"
     config = lumos_config(samples_dir, "iterative", "sample.formulation=iterative")
     assert preflight(config, load_run_tasks(config)) == []
