@@ -30,6 +30,8 @@ the printing is once: a caller that shows the cautions itself (the studio, throu
 * ``tasks`` (the run's, when given) holding train tasks from Lumos iterative records while an iteration samples with
   ``sample.formulation = "onetime"`` (phase settings applied): their steps are joined into one onetime plan; it names
   ``sample.formulation = "iterative"``.
+* one sampling call whose attention cache alone would take over half the planner device's memory
+  (``engine.memory_check``: ``sample.k`` x ``sample.batch_size`` rows); it names the batch size that fits.
 
 ``check_stage_agents(store, run_id, iteration, stage, config)`` is the quick check before one stage of a stored run
 (``python -m engine step``): every model directory that stage would load -- a configured model, or a checkpoint an
@@ -74,6 +76,10 @@ def preflight(config: RunConfig, tasks: list[Task] | None = None) -> list[str]:
         list(load_tasks(config.sft.original_data))
     if tasks is not None:
         cautions += formulation_cautions(config, tasks)
+    from engine.memory_check import sampling_memory_caution
+
+    memory = sampling_memory_caution(config)
+    cautions += [memory] if memory else []
     for caution in cautions:
         warn(caution)
     return cautions
