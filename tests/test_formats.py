@@ -383,3 +383,25 @@ def test_svamp_json_array_as_distributed(tmp_path, capsys):
     assert main(["load", "--format", "svamp", str(array), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["count"] == 3 and out["first"]["id"] == "chal-1" and out["domains"] == {"maths": 3}
+
+
+@pytest.mark.parametrize(("sample", "given", "named"), [
+    ("gsm8k_test.jsonl", "svamp", "gsm8k"), ("gsm8k_test.jsonl", "lumos", "gsm8k"),
+    ("gsm8k_test.jsonl", "tasks", "gsm8k"), ("gsm8k_test.jsonl", "strategyqa", "gsm8k"),
+    ("svamp.jsonl", "gsm8k", "svamp"), ("lumos_derived_maths_plan_onetime.jsonl", "gsm8k", "lumos"),
+    ("hotpotqa_dev_simplified.jsonl", "gsm8k", "hotpotqa"), ("strategyqa_train_full.jsonl", "hotpotqa", "strategyqa"),
+])
+def test_a_file_read_in_another_format_names_the_format_its_fields_are(samples_dir, sample, given, named):
+    """A GSM8K file read as SVAMP said only "Body: missing required field": the first record's error now says whose
+    fields it holds. Only on the first record, and only when they are another format's."""
+    path = samples_dir / sample
+    with pytest.raises(DataError) as info:
+        list(load(given, path))
+    assert info.value.line == 1 and f"are those of the {named} format: is this file {named}?" in str(info.value)
+
+
+def test_a_files_own_format_error_gets_no_other_format_named(tmp_path):
+    path = write_jsonl(tmp_path / "g.jsonl", [{"question": "q?", "answer": "x\n#### abc"}])
+    with pytest.raises(DataError) as info:
+        list(load("gsm8k", path))
+    assert "is this file" not in str(info.value)
