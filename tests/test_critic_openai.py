@@ -85,6 +85,8 @@ class FakeOpenAI:
             return self.failure(500, "boom") if n == 1 else ok
         if marker == "500":
             return self.failure(500, "boom forever")
+        if marker == "401":
+            return self.failure(401, "Incorrect API key provided")
         if marker == "400":
             return self.failure(400, f"bad request from {auth}")
         if marker == "slow":
@@ -237,6 +239,19 @@ def test_missing_key_env_sends_a_placeholder(fake_server, monkeypatch):
     fake, url = fake_server
     _critic(url).judge([_item("default")])
     assert fake.auth == ["Bearer EMPTY"]
+
+
+def test_a_refused_key_says_which_variable_held_it_or_that_none_was_set(fake_server, monkeypatch):
+    """A 401 read "AuthenticationError: Error code: 401 - Incorrect API key provided" while the client had sent the
+    placeholder EMPTY because the variable was unset: the error now says which, never the key."""
+    _, url = fake_server
+    monkeypatch.delenv("MOAT_TEST_CRITIC_KEY", raising=False)
+    [unset] = _critic(url, max_retries=0).judge([_item("401")])
+    assert unset.raw.endswith("($MOAT_TEST_CRITIC_KEY is unset, so the placeholder key EMPTY was sent)")
+    monkeypatch.setenv("MOAT_TEST_CRITIC_KEY", SECRET)
+    [refused] = _critic(url, max_retries=0).judge([_item("401")])
+    assert refused.raw.endswith("(the key in $MOAT_TEST_CRITIC_KEY, critic.api_key_env, was refused)")
+    assert SECRET not in refused.raw and refused.extra["unreachable"] is True
 
 
 def test_requests_run_concurrently_but_bounded(fake_server):

@@ -279,7 +279,15 @@ class OpenAICritic:
                               "malformed": is_malformed(exc)})
 
     def _describe(self, exc: BaseException) -> str:
-        return self._redact(f"{type(exc).__name__}: {exc}")
+        text = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):  # 401, 403: which key went
+            env = self.config.api_key_env
+            if self._secret:
+                text += f" (the key in ${env}, critic.api_key_env, was refused)"
+            else:
+                unset = f"${env} is unset" if env else "critic.api_key_env is empty"
+                text += f" ({unset}, so the placeholder key EMPTY was sent)"
+        return self._redact(text)
 
     def _redact(self, text: str) -> str:
         return text.replace(self._secret, "***") if self._secret and text else text
