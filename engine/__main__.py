@@ -33,6 +33,7 @@ COMMANDS = {
     "report": "report",
     "merge": "merge",
     "fetch-model": "fetch_model",
+    "config": "config",
 }
 
 

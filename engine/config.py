@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import textwrap
 import typing
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -293,6 +294,24 @@ def config_to_toml(config: RunConfig) -> str:
             for item in items:
                 lines += [f"[[{section}.{name}]]", *value_lines(item), ""]
     return "\n".join(lines)
+
+
+def commented_toml(config: RunConfig, sections: list[str] | None = None) -> str:
+    """``config_to_toml`` with each field's help as a ``#`` comment above it (``sections``: only these), for people
+    to read and edit; ``load_config`` reads it back to the same values."""
+    help_of = field_help()
+    lines: list[str] = []
+    section, table = "", ""
+    for line in config_to_toml(config).splitlines():
+        if line.startswith("["):
+            table = line.strip("[]")  # "sample", or "data.sources" for an array of tables
+            section = table.split(".")[0]
+        if sections is not None and section not in sections:
+            continue
+        if "=" in line and table == section and (text := help_of.get(f"{section}.{line.split(' = ', 1)[0]}")):
+            lines += [f"# {part}" for part in textwrap.wrap(text, 114, break_on_hyphens=False, break_long_words=False)]
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run iterations 0..N and record N as the run's run.iterations, so a resume goes as far "
                              "(default: run.iterations; 0: iteration 0 only, not recorded)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a config field, e.g. --set sample.k=8 --set data.train_limit=32")
+                        help="override a config field, e.g. --set sample.k=8 --set data.train_limit=32 (every "
+                             "field with its help: python -m engine config)")
     add_quiet_flag(parser)
 
 
