@@ -30,6 +30,8 @@ the printing is once: a caller that shows the cautions itself (the studio, throu
 * ``tasks`` (the run's, when given) holding train tasks from Lumos iterative records while an iteration samples with
   ``sample.formulation = "onetime"`` (phase settings applied): their steps are joined into one onetime plan; it names
   ``sample.formulation = "iterative"``.
+* ``critic.backend = "openai"`` with a server that does not answer at ``critic.base_url`` now, refuses the key, or
+  lists its models without ``critic.model`` (``engine.critics.openai_backend.probe_caution``: one ``GET /models``).
 * one sampling call whose attention cache alone would take over half the planner device's memory
   (``engine.memory_check``: ``sample.k`` x ``sample.batch_size`` rows); it names the batch size that fits.
 
@@ -80,9 +82,22 @@ def preflight(config: RunConfig, tasks: list[Task] | None = None) -> list[str]:
 
     memory = sampling_memory_caution(config)
     cautions += [memory] if memory else []
+    if config.critic.backend == "openai" and _critiques(config):
+        from engine.critics.openai_backend import probe_caution
+
+        critic = probe_caution(config.critic)
+        cautions += [critic] if critic else []
     for caution in cautions:
         warn(caution)
     return cautions
+
+
+def _critiques(config: RunConfig) -> bool:
+    """Whether any iteration of the run has a critique stage (stage 2 on, its phase runs it)."""
+    from engine.schedule import iteration_config, skip_reason
+
+    return any(skip_reason(config, t, "critique") is None and iteration_config(config, t).stages.stage2
+               for t in range(1, config.run.iterations + 1))
 
 
 # The cautions this process has printed: one line each, however many times a command checks the same config.

@@ -37,7 +37,8 @@ def test_sections_can_be_picked_and_a_bad_value_is_refused_as_run_refuses_it(cap
     heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     assert heads == ["[sample]", "[dpo]"]
     assert main(["config", "--set", "sample.k=1"]) == 2
-    assert capsys.readouterr().err == "error: --set sample.k=1: sample.k: must be >= 2 (a pair needs two plans), got 1\n"
+    refused = "error: --set sample.k=1: sample.k: must be >= 2 (a pair needs two plans), got 1\n"
+    assert capsys.readouterr().err == refused
     assert main(["config", "--section", "sampel"]) == 2
     sections = ", ".join(f.name for f in dataclasses.fields(RunConfig))
     assert capsys.readouterr().err == f"error: --section: no section 'sampel' (sections: {sections})\n"

@@ -620,3 +620,60 @@ def test_a_reply_holding_a_lone_surrogate_is_judged_and_cached(fake_server, tmp_
         assert "\ud800" not in verdict.raw and store.query("SELECT count(*) AS n FROM critic_cache").n[0] == 1
         [again] = _critic(url, store).judge([_item("surrogate")])
         assert again.extra["cache"] == "hit" and fake.counts["surrogate"] == 1
+
+
+class _ListsModels(Handler):
+    """The fake critic server with ``GET /v1/models``: the models in ``self.server.state.served`` (401 when it holds
+    the string "refuse")."""
+
+    def do_GET(self) -> None:
+        served = self.server.state.served  # type: ignore[attr-defined]
+        if served == "refuse":
+            self._send(401, json.dumps({"error": {"message": "Incorrect API key provided"}}).encode())
+            return
+        self._send(200, json.dumps({"object": "list", "data": [{"id": m, "object": "model", "created": 0,
+                                                                  "owned_by": "test"} for m in served]}).encode())
+
+
+def test_a_critic_server_is_probed_before_the_run_starts(monkeypatch):
+    """A wrong critic.base_url was found when the critique stage ran (two minutes into the demo, hours at the paper's
+    scale). One ``GET /models`` before the run says, as a caution, that nothing answers there, that the key was
+    refused, or that the server does not serve critic.model; a server that answers as expected, or has no
+    ``/models`` (this file's other fake server), draws none."""
+    from engine.critics.openai_backend import probe_caution
+
+    monkeypatch.delenv("MOAT_TEST_CRITIC_KEY", raising=False)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    assert probe_caution(_config(dead)) == (f"critic.base_url = {dead}: nothing answers there now "
+                                            "(APIConnectionError); the critique stage will fail unless the server is "
+                                            "up by then")
+    fake = FakeOpenAI()
+    with local_server(_ListsModels, fake) as (_, url):
+        fake.served = ["critic-m", "other"]
+        assert probe_caution(_config(url)) is None
+        fake.served = ["qwen-7b", "llama-8b"]
+        assert probe_caution(_config(url)) == f"critic.model = critic-m: the server at {url} serves qwen-7b, " \
+                                              "llama-8b, not this model"
+        fake.served = "refuse"
+        assert probe_caution(_config(url)) == (f"critic.base_url = {url}: the server refused the placeholder key "
+                                               "EMPTY ($MOAT_TEST_CRITIC_KEY is unset) (401); the critique stage "
+                                               "will fail with it")
+    with local_server(Handler, FakeOpenAI()) as (_, url):  # no GET /models at all: nothing to conclude
+        assert probe_caution(_config(url)) is None
+
+
+def test_the_probe_runs_with_the_runs_cautions_only_when_a_critique_stage_will(tiny_agents_dir, monkeypatch):
+    from engine import preflight as preflight_module
+    from engine.critics import openai_backend
+
+    asked: list[str] = []
+    monkeypatch.setattr(openai_backend, "probe_caution", lambda critic: asked.append(critic.model) or "probe said so")
+    base = ["planner.path=" + str(tiny_agents_dir / "planner"), "grounder.path=" + str(tiny_agents_dir / "grounder"),
+            "critic.backend=openai", "critic.base_url=http://127.0.0.1:9/v1", "critic.model=critic-m"]
+    from engine.config import load_config
+
+    assert "probe said so" in preflight_module.preflight(load_config(None, base))
+    assert "probe said so" not in preflight_module.preflight(load_config(None, [*base, "stages.stage2=false"]))
+    assert asked == ["critic-m"]

@@ -135,6 +135,36 @@ def is_malformed(exc: BaseException) -> bool:
     return isinstance(exc, (MalformedResponse, json.JSONDecodeError))
 
 
+PROBE_TIMEOUT_S = 5.0
+
+
+def probe_caution(config: CriticSection) -> str | None:
+    """One quick look at the critic server before a run starts (``GET /models``, ``PROBE_TIMEOUT_S``, no retry): a
+    caution when nothing answers at ``critic.base_url``, when it refuses the key, or when it lists its models and
+    ``critic.model`` is not among them; None when it answers as expected, or in a way that says nothing (a server
+    without ``/models``). A caution, not an error: the server may be started before the critique stage runs, which
+    at the paper's scale is hours later -- the wrong URL found then cost those hours."""
+    secret = os.environ.get(config.api_key_env) if config.api_key_env else None
+    client = openai.OpenAI(base_url=config.base_url, api_key=secret or "EMPTY",
+                           timeout=min(PROBE_TIMEOUT_S, config.timeout_s), max_retries=0)
+    where = f"critic.base_url = {config.base_url}"
+    try:
+        served = [model.id for model in client.models.list()]
+    except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+        return (f"{where}: nothing answers there now ({type(exc).__name__}); the critique stage will fail unless the "
+                "server is up by then")
+    except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+        key = f"the key in ${config.api_key_env}" if secret else f"the placeholder key EMPTY (${config.api_key_env} " \
+                                                                 "is unset)"
+        return f"{where}: the server refused {key} ({exc.status_code}); the critique stage will fail with it"
+    except Exception:  # no /models (404), another status, a body that is no list: nothing to conclude
+        return None
+    if served and config.model not in served:
+        shown = ", ".join(served[:5]) + (", ..." if len(served) > 5 else "")
+        return f"critic.model = {config.model}: the server at {config.base_url} serves {shown}, not this model"
+    return None
+
+
 class OpenAICritic:
     name = "openai"
 
