@@ -40,6 +40,8 @@ def format_test(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 1
         return "–"
     if cell.get("n") == 1:
         return f"{cell['diff'] * scale:+.{digits}f} (n=1, no test)"
+    if cell.get("sd") == 0:  # every seed differed alike: a t test has no spread to go on
+        return f"{cell['diff'] * scale:+.{digits}f} (n={cell['n']}, the same on every seed: no test)"
     lo, hi = cell["ci95"]
     return (f"{cell['diff'] * scale:+.{digits}f} [{lo * scale:+.{digits}f}, {hi * scale:+.{digits}f}] "
             f"p={cell['p']:.3g} (n={cell['n']})")

@@ -107,19 +107,28 @@ def mean_interval(values: Sequence[float]) -> dict[str, float | list[float] | in
     return {"mean": mean, "ci95": [mean - half, mean + half], "n": n, "sd": sd}
 
 
+# A spread of the paired differences below this is float rounding of one difference (0.45 - 0.5 and 0.55 - 0.6
+# differ by 1e-16): the values compared are fractions and percentages, never this fine.
+SAME_DIFFERENCE = 1e-12
+
+
 def paired_t(a: Sequence[float], b: Sequence[float]) -> dict[str, float | list[float] | int]:
-    """Paired comparison of ``b`` against ``a`` (same seeds, same order): ``{"diff", "ci95", "p", "n"}`` where
-    diff = mean(b - a); p is two-sided (1.0 when every difference is equal, including all zero)."""
+    """Paired comparison of ``b`` against ``a`` (same seeds, same order): ``{"diff", "ci95", "p", "n", "sd"}`` where
+    diff = mean(b - a) and sd the differences' standard deviation; p is two-sided, and 1.0 -- no test, not evidence
+    of no difference -- when there is nothing to test: one pair, or every difference the same (sd 0: a t statistic
+    without a spread; p came out 0.0, "significant", for two seeds that happened to differ alike)."""
     if len(a) != len(b):
         raise ValueError(f"paired values need the same length, got {len(a)} and {len(b)}")
     diffs = [float(y) - float(x) for x, y in zip(a, b)]
     summary = mean_interval(diffs)
     n, sd = int(summary["n"]), float(summary["sd"])
+    if n >= 2 and sd < SAME_DIFFERENCE:  # the same difference on every seed, to float rounding
+        sd = 0.0
     if n < 2 or sd == 0 or math.isnan(sd):
-        p = 1.0 if n < 2 or summary["mean"] == 0 else 0.0
+        p = 1.0
     else:
         p = t_sf_two_sided(float(summary["mean"]) / (sd / math.sqrt(n)), n - 1)
-    return {"diff": summary["mean"], "ci95": summary["ci95"], "p": p, "n": n}
+    return {"diff": summary["mean"], "ci95": summary["ci95"], "p": p, "n": n, "sd": sd}
 
 
 def mcnemar(before: Sequence[bool], after: Sequence[bool]) -> dict[str, float | int]:

@@ -176,6 +176,8 @@ def _test(cell: dict[str, Any] | None, scale: float, digits: int) -> str:
         return "–"
     if cell["n"] == 1:  # one seed pair: a difference, no test (its p = 1 is not evidence of no difference)
         return f"{cell['diff'] * scale:+.{digits}f} (1 seed, no test)"
+    if cell.get("sd") == 0:  # every seed differed alike: a t test has no spread to go on
+        return f"{cell['diff'] * scale:+.{digits}f} (the same on all {cell['n']} seeds, no test)"
     return f"{cell['diff'] * scale:+.{digits}f} (p={cell['p']:.3g}, n={cell['n']})"
 
 

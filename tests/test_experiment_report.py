@@ -230,7 +230,7 @@ def test_a_dev_only_tuning_report_shows_dev_changes_and_no_empty_held_out_column
     assert ("| variant | iteration | held-in accuracy Δ pp | dev accuracy Δ pp | dev gap PPL Δ % | "
             "dev qa gap PPL Δ % |") in change
     mean, lo, hi = hand_interval([(0.30 - 0.10) * 100, (0.40 - 0.10) * 100, (0.35 - 0.10) * 100])
-    assert f"| best | 1 | +0.0 [+0.0, +0.0] p=1 (n=3) | {mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in change
+    assert f"| best | 1 | +0.0 (n=3, the same on every seed: no test) | {mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in change
     # the gap's change on dev, where a gap target may be tuned: per seed % of PPL, all domains and per domain
     vs_0 = report["variants"]["best"]["iterations"]["1"]["vs_iteration_0"]
     pct = [100 * (dev_gap(s, 1) - dev_gap(s, 0)) / dev_gap(s, 0) for s in (1, 2, 3)]
@@ -242,7 +242,7 @@ def test_a_dev_only_tuning_report_shows_dev_changes_and_no_empty_held_out_column
     assert f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in change and "held_out_gap_ppl_pct" not in vs_0
     versus = text[text.index("## vs best"):]
     mean, lo, hi = hand_interval([(0.20 - 0.30) * 100, (0.50 - 0.40) * 100, (0.30 - 0.35) * 100])
-    assert f"| top3 | 1 | +0.0 [+0.0, +0.0] p=1 (n=3) | {mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in versus
+    assert f"| top3 | 1 | +0.0 (n=3, the same on every seed: no test) | {mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in versus
     assert "held-out" not in change and "held-out" not in versus.split("## Runs")[0]
     assert "| dev accuracy Δ pp | dev gap PPL Δ |" in versus  # dev's gap, paired with the baseline's
 
@@ -278,6 +278,20 @@ def test_one_seed_prints_no_interval_and_no_test():
     single = paired_t([0.5], [0.4])
     assert format_test(single, 100) == "-10.0 (n=1, no test)" and _test(single, 100, 1) == "-10.0 (1 seed, no test)"
     assert format_test(paired_t([0.5, 0.6], [0.4, 0.4]), 100).endswith("p=0.205 (n=2)")
+
+
+def test_seeds_that_all_differ_alike_give_no_test_not_p_zero():
+    """Two seeds whose difference happened to be the same (a gap that did not move) gave sd 0 and p = 0.0: a
+    zero-width interval read as certainty. No spread, no t test: p = 1 (as for one seed) and the tables say why."""
+    from engine.report_markdown import format_test
+    from engine.stats import paired_t
+    from studio.metrics_experiment import _test
+
+    same = paired_t([0.5, 0.6], [0.45, 0.55])
+    assert same["p"] == 1.0 and same["sd"] == 0.0 and same["diff"] == pytest.approx(-0.05)
+    assert format_test(same, 100) == "-5.0 (n=2, the same on every seed: no test)"
+    assert _test(same, 100, 1) == "-5.0 (the same on all 2 seeds, no test)"
+    assert paired_t([0.5, 0.6], [0.4, 0.4])["p"] == pytest.approx(0.205, abs=1e-3)
 
 
 def test_wilson_bounds_at_none_and_all_correct_are_exactly_0_and_1():

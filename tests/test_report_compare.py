@@ -131,5 +131,5 @@ def test_a_dev_tuning_experiment_read_against_its_baseline_shows_the_dev_gap(tmp
     text = compare_markdown(report)
     assert "| variant | iteration | dev accuracy Δ pp | dev gap PPL Δ |" in text
     assert "held-out gap PPL Δ" not in text  # no held-out evaluation, no empty column
-    assert f"| new | 1 | +0.0 [+0.0, +0.0] p=1 (n=3) | {sum(diffs) / 3:+.3f} [" in text
+    assert f"| new | 1 | +0.0 (n=3, the same on every seed: no test) | {sum(diffs) / 3:+.3f} [" in text
     assert "| new | `sample.k` | `4` | `15` |" in text
