@@ -170,6 +170,10 @@ def _doubling_chain(steps: int) -> str:
     ("R1 = Calculator(factorial(1000)*factorial(1000)*factorial(1000)*factorial(1000))", "R1", "number too large"),
     ("R1 = Calculator(10**999); R2 = Calculator(R1*R1*R1*R1*R1)", "R2", "number too large"),
     ("R1 = Calculator(floor(exp(19999)))", "R1", "exp argument too large"),
+    # ... and inside a symbolic value, where only the value's own size was checked (a review found these three).
+    ("R1 = Calculator(10**999*x); R2 = Calculator(R1**5)", "R2", "number too large"),
+    ("R1 = Calculator(x/10**999); R2 = Calculator(R1*R1*R1*R1*R1)", "R2", "number too large"),
+    ("R1 = Calculator(factorial(1000)); R2 = Calculator(R1*x*R1)", "R2", "number too large"),
     # Doubling symbolic expressions: 13 steps took 11 s and 400 KB of text, 17 did not end within 30 s.
     (_doubling_chain(17), "R10", "expression too large"),
 ])

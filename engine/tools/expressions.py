@@ -419,6 +419,8 @@ def _check_size(value: Any) -> None:
                 raise ToolError(f"expression too large (over {MAX_VALUE_NODES} terms)")
             if node is sympy.zoo or node is sympy.nan:
                 raise ToolError("division by zero or undefined result")
+            if node.is_Rational and _bits(node) > MAX_BITS:  # a coefficient inside an expression: 10**999*x, squared
+                raise ToolError("number too large")
 
 
 def _magnitude_bits(value: Any) -> int:

@@ -92,7 +92,10 @@ def render(v: Any, decimal: bool) -> str:
         return _decimal_text(v) if decimal else f"{_digits(v.p)}/{_digits(v.q)}"
     if v.is_number and v.is_real and v.is_finite:
         return _trim(sympy.N(v, 12))
-    return sympy.sstr(v).replace("**", "^")
+    try:
+        return sympy.sstr(v).replace("**", "^")
+    except ValueError:  # an integer past Python's digit limit inside it (the builder's bounds should catch it first)
+        raise ToolError("number too large to write out") from None
 
 
 def _digits(n: int) -> str:
