@@ -486,6 +486,36 @@ def test_a_batch_answered_whole_with_no_chat_completion_fails_the_stage(tiny_run
             assert store.count("verdicts", run_id, 1) == 0
 
 
+def test_groundings_judged_again_get_their_malformed_replies_stored_not_the_stage_failed(tiny_run, capsys):
+    """``--retry-errors`` sends again the error verdicts of an iteration: items the server answered badly before
+    may be answered badly again, and failing the stage for them wedged the iteration (every resume failed again). The
+    malformed-batch rule reads only a chunk judged whole; what is judged again is stored as before."""
+    from engine.__main__ import main
+
+    with local_server(Handler, FakeOpenAI()) as (_, good):
+        # critic.cache off: the groundings made errors below were judged (and cached) fine by this server
+        db, run_id = tiny_run("critic.backend=openai", f"critic.base_url={good}", "critic.model=critic-m",
+                              "critic.max_retries=0", "ground.max_new_tokens=8", "critic.cache=false",
+                              stages=("sample", "score", "ground", "critique"))
+    with Store(db) as store:
+        judged = store.count("verdicts", run_id, 1)
+        assert judged > 2
+        with store._cursor() as cur:  # two groundings the critic failed on before (as a flaky reply leaves them)
+            cur.execute("UPDATE verdicts SET status = 'error' WHERE run_id = ? AND iteration = 1 AND task_id IN "
+                        "(SELECT task_id FROM verdicts WHERE run_id = ? ORDER BY task_id LIMIT 2)", [run_id, run_id])
+        errors = int(store.query("SELECT count(*) AS n FROM verdicts WHERE status = 'error'")["n"][0])
+        assert 2 <= errors < judged
+    with local_server(Handler, _NotAChatServer()) as (_, bad):
+        assert main(["step", "critique", "--run", run_id, "--iteration", "1", "--db", str(db), "--base-url", bad,
+                     "--retry-errors", "--quiet"]) == 0
+    capsys.readouterr()
+    with Store(db) as store:
+        assert store.stage_status(run_id, 1)["critique"]["status"] == "done"
+        assert store.count("verdicts", run_id, 1) == judged
+        raws = store.query("SELECT raw FROM verdicts WHERE status = 'error'")["raw"]
+        assert len(raws) == errors and raws.str.startswith("JSONDecodeError").all()
+
+
 def test_one_malformed_reply_among_good_ones_is_that_items_error(fake_server):
     _, url = fake_server
     verdicts = _critic(url, max_retries=0).judge([_item("notjson", 0), _item("default", 1)])

@@ -43,14 +43,19 @@ def run(ctx: StageContext) -> dict[str, int]:
         ctx.check_stop()
         # A chunk is stored in one transaction, so on a resume none of it is judged; only error verdicts removed for
         # judging again (`step critique --retry-errors`) leave part of one, and the rest keeps the verdicts it had.
+        whole = len(chunk)
         chunk = [r for r in chunk if (r.task_id, r.step, r.k) not in judged]
         if not chunk:  # pending_batches yields only chunks with an unjudged item; kept so, cheaply
             continue
+        # Replies that are no chat completions condemn the server only on a chunk judged whole, from two prompts or
+        # more (identical groundings share one request): the error verdicts sent again by --retry-errors may be
+        # items the server cannot answer, stored as such before, and must not wedge the stage.
+        several = len(chunk) == whole and len({(r.task_id, r.subgoals_json, r.actions) for r in chunk}) > 1
         items = [Grounding(tasks[r.task_id], int(r.step), int(r.k), json.loads(r.subgoals_json), r.actions,
                            {"ok": bool(r.ok), "values": json.loads(r.values_json), "answer": r.answer,
                             "error": r.error}, bool(r.correct)) for r in chunk]
         verdicts = critic.judge(items)
-        if all(_unusable(v, several=len(verdicts) > 1) for v in verdicts):
+        if all(_unusable(v, several) for v in verdicts):
             raise RuntimeError(_unreachable_message(ctx, len(items), verdicts[0].raw))
         rows = [{"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": item.task.id, "step": item.step,
                  "k": item.k, "backend": v.backend, "model": v.model, "status": v.status,
@@ -66,9 +71,10 @@ def run(ctx: StageContext) -> dict[str, int]:
 
 
 def _unusable(verdict, several: bool) -> bool:
-    """Whether a verdict says the critic cannot be used: unreachable, or (in a batch of several, every one so) a reply
-    that is no chat completion. A batch that came back whole as HTML or bare text is a server of another kind on
-    the URL; its verdicts were stored as errors and the stage read done, exit 0, nothing said."""
+    """Whether a verdict says the critic cannot be used: unreachable, or (``several``: in a chunk judged whole from
+    two prompts or more, every one so) a reply that is no chat completion. A batch that came back whole as HTML or
+    bare text is a server of another kind on the URL; its verdicts were stored as errors and the stage read done,
+    exit 0, nothing said."""
     return verdict.status == "error" and bool(verdict.extra.get("unreachable")
                                               or (several and verdict.extra.get("malformed")))
 
