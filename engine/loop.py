@@ -86,7 +86,7 @@ def check_new_run(config: RunConfig) -> tuple[list[Task], list[str]]:
     raises ``CheckpointError``). Returns the tasks and the cautions (also printed on stderr, once per process)."""
     tasks = load_run_tasks(config)
     check_eval_splits(config, tasks)
-    return tasks, preflight(config, tasks)
+    return tasks, preflight(config, tasks, probe_critic=True)
 
 
 def stored_run_cautions(store: Store, run_id: str) -> list[str]:

@@ -31,7 +31,8 @@ the printing is once: a caller that shows the cautions itself (the studio, throu
   ``sample.formulation = "onetime"`` (phase settings applied): their steps are joined into one onetime plan; it names
   ``sample.formulation = "iterative"``.
 * ``critic.backend = "openai"`` with a server that does not answer at ``critic.base_url`` now, refuses the key, or
-  lists its models without ``critic.model`` (``engine.critics.openai_backend.probe_caution``: one ``GET /models``).
+  lists its models without ``critic.model`` (``engine.critics.openai_backend.probe_caution``: one ``GET /models``),
+  only when asked (``probe_critic``: a run being created or validated).
 * one sampling call whose attention cache alone would take over half the planner device's memory
   (``engine.memory_check``: ``sample.k`` x ``sample.batch_size`` rows); it names the batch size that fits.
 
@@ -62,9 +63,11 @@ _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
-def preflight(config: RunConfig, tasks: list[Task] | None = None) -> list[str]:
+def preflight(config: RunConfig, tasks: list[Task] | None = None, *, probe_critic: bool = False) -> list[str]:
     """Raise ``CheckpointError``/``DataError`` for the first model or file of ``config`` that cannot be used; return
-    every caution (see the module docstring), each printed on stderr only the first time this process meets it."""
+    every caution (see the module docstring), each printed on stderr only the first time this process meets it.
+    ``probe_critic``: also ask an OpenAI-compatible critic's server (a run about to be created, or validated; not a
+    resume, an evaluation or a stored run's cautions, whose answer would be stale or beside the point)."""
     cautions = []
     for role in ("planner", "grounder"):
         section = getattr(config, role)
@@ -82,7 +85,7 @@ def preflight(config: RunConfig, tasks: list[Task] | None = None) -> list[str]:
 
     memory = sampling_memory_caution(config)
     cautions += [memory] if memory else []
-    if config.critic.backend == "openai" and _critiques(config):
+    if probe_critic and config.critic.backend == "openai" and _critiques(config):
         from engine.critics.openai_backend import probe_caution
 
         critic = probe_caution(config.critic)

@@ -296,6 +296,27 @@ def test_the_cache_is_keyed_by_the_sampling_settings_and_can_be_bypassed(fake_se
         assert _critic(url, store, temperature=0.7).judge([_item("default")])[0].extra["cache"] == "hit"
 
 
+def test_entries_cached_before_the_key_held_the_settings_are_still_read_at_the_default_settings(fake_server,
+                                                                                                  tmp_path):
+    """The key change would have made an upgraded store ask again for every prompt of a critique (hours of a paid
+    API at scale): an entry under the old key (the messages alone) is read while the settings are the defaults,
+    which nearly every old entry was made with, and not otherwise."""
+    from engine.critics.openai_backend import Reply, prompt_key
+
+    fake, url = fake_server
+    item = _item("default")
+    with Store(tmp_path / "c.duckdb") as store:
+        old = Reply("Final answer reached", "stop", 10, 3)
+        store.write("critic_cache", [{"model": "critic-m", "prompt_sha256": prompt_key(critic_messages(item)),
+                                      "response_json": old.to_json()}])
+        defaults = CriticSection()
+        at_defaults = dict(temperature=defaults.temperature, top_p=defaults.top_p, max_tokens=defaults.max_tokens)
+        [verdict] = _critic(url, store, **at_defaults).judge([item])
+        assert verdict.extra["cache"] == "hit" and verdict.status == "accepted" and fake.total == 0
+        [other] = _critic(url, store, **{**at_defaults, "temperature": 0.7}).judge([item])
+        assert other.extra["cache"] == "miss" and fake.total == 1
+
+
 def test_unreachable_server_and_bad_domain_never_raise():
     critic = _critic("http://127.0.0.1:9/v1", max_retries=1)
     odd = _item("default")
@@ -653,25 +674,30 @@ def test_a_reply_holding_a_lone_surrogate_is_judged_and_cached(fake_server, tmp_
 
 
 class _ListsModels(Handler):
-    """The fake critic server with ``GET /v1/models``: the models in ``self.server.state.served`` (401 when it holds
-    the string "refuse")."""
+    """The fake critic server with ``GET /v1/models``: the models in ``self.server.state.served`` (``id`` or ``(id,
+    owned_by)``; 401 when it holds the string "refuse"), counting the requests in ``state.listed``."""
 
     def do_GET(self) -> None:
-        served = self.server.state.served  # type: ignore[attr-defined]
-        if served == "refuse":
+        state = self.server.state  # type: ignore[attr-defined]
+        state.listed = getattr(state, "listed", 0) + 1
+        if state.served == "refuse":
             self._send(401, json.dumps({"error": {"message": "Incorrect API key provided"}}).encode())
             return
-        self._send(200, json.dumps({"object": "list", "data": [{"id": m, "object": "model", "created": 0,
-                                                                  "owned_by": "test"} for m in served]}).encode())
+        models = [m if isinstance(m, tuple) else (m, "test") for m in state.served]
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": owner} for m, owner in models]
+        self._send(200, json.dumps({"object": "list", "data": data}).encode())
 
 
 def test_a_critic_server_is_probed_before_the_run_starts(monkeypatch):
     """A wrong critic.base_url was found when the critique stage ran (two minutes into the demo, hours at the paper's
     scale). One ``GET /models`` before the run says, as a caution, that nothing answers there, that the key was
-    refused, or that the server does not serve critic.model; a server that answers as expected, or has no
-    ``/models`` (this file's other fake server), draws none."""
+    refused, or that the server does not serve critic.model (Ollama's "name:latest" and llama.cpp's one GGUF file,
+    which answers to any name, are served); a server that answers as expected, or has no ``/models`` (this file's
+    other fake server), draws none."""
+    from engine.critics import openai_backend
     from engine.critics.openai_backend import probe_caution
 
+    monkeypatch.setattr(openai_backend, "PROBE_KEEP_S", 0.0)  # each answer read afresh here
     monkeypatch.delenv("MOAT_TEST_CRITIC_KEY", raising=False)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -681,8 +707,9 @@ def test_a_critic_server_is_probed_before_the_run_starts(monkeypatch):
                                             "up by then")
     fake = FakeOpenAI()
     with local_server(_ListsModels, fake) as (_, url):
-        fake.served = ["critic-m", "other"]
-        assert probe_caution(_config(url)) is None
+        for served in (["critic-m", "other"], ["critic-m:latest"], [("/models/judge.gguf", "llamacpp")]):
+            fake.served = served
+            assert probe_caution(_config(url)) is None, served
         fake.served = ["qwen-7b", "llama-8b"]
         assert probe_caution(_config(url)) == f"critic.model = critic-m: the server at {url} serves qwen-7b, " \
                                               "llama-8b, not this model"
@@ -690,20 +717,33 @@ def test_a_critic_server_is_probed_before_the_run_starts(monkeypatch):
         assert probe_caution(_config(url)) == (f"critic.base_url = {url}: the server refused the placeholder key "
                                                "EMPTY ($MOAT_TEST_CRITIC_KEY is unset) (401); the critique stage "
                                                "will fail with it")
+        assert "(critic.api_key_env is empty) (401)" in probe_caution(_config(url, api_key_env=""))
     with local_server(Handler, FakeOpenAI()) as (_, url):  # no GET /models at all: nothing to conclude
         assert probe_caution(_config(url)) is None
 
 
-def test_the_probe_runs_with_the_runs_cautions_only_when_a_critique_stage_will(tiny_agents_dir, monkeypatch):
+def test_the_probe_asks_once_a_minute_per_server_and_only_for_a_run_being_created(tiny_agents_dir, monkeypatch):
+    """An experiment creates many runs of one critic: the answer is kept a minute (a server that is down costs 5 s a
+    question). A resume, an evaluation or a stored run's cautions never probe: their answer would be stale or beside
+    the point."""
     from engine import preflight as preflight_module
-    from engine.critics import openai_backend
-
-    asked: list[str] = []
-    monkeypatch.setattr(openai_backend, "probe_caution", lambda critic: asked.append(critic.model) or "probe said so")
-    base = ["planner.path=" + str(tiny_agents_dir / "planner"), "grounder.path=" + str(tiny_agents_dir / "grounder"),
-            "critic.backend=openai", "critic.base_url=http://127.0.0.1:9/v1", "critic.model=critic-m"]
     from engine.config import load_config
+    from engine.critics import openai_backend
+    from engine.loop import check_new_run
 
-    assert "probe said so" in preflight_module.preflight(load_config(None, base))
-    assert "probe said so" not in preflight_module.preflight(load_config(None, [*base, "stages.stage2=false"]))
-    assert asked == ["critic-m"]
+    monkeypatch.setattr(openai_backend, "_probed", {})
+    fake = FakeOpenAI()
+    fake.served = ["other-model"]
+    with local_server(_ListsModels, fake) as (_, url):
+        base = ["planner.path=" + str(tiny_agents_dir / "planner"),
+                "grounder.path=" + str(tiny_agents_dir / "grounder"), "critic.backend=openai",
+                f"critic.base_url={url}", "critic.model=critic-m"]
+        config = load_config("examples/demo.toml", base)
+        for _ in range(3):
+            assert any(c.startswith("critic.model = critic-m") for c in check_new_run(config)[1])
+        assert fake.listed == 1
+        monkeypatch.setattr(openai_backend, "_probed", {})
+        assert not any(c.startswith("critic.") for c in preflight_module.preflight(config))  # a resume's check
+        no_stage2 = load_config("examples/demo.toml", [*base, "stages.stage2=false"])
+        assert not any(c.startswith("critic.") for c in check_new_run(no_stage2)[1])
+        assert fake.listed == 1

@@ -97,7 +97,7 @@ def _preflight(exp, variants: list[str], seeds: list[int], iterations: int) -> N
         try:
             tasks = load_run_tasks(config)
             check_eval_splits(config, tasks)
-            preflight(config, tasks)
+            preflight(config, tasks, probe_critic=True)
         except ConfigError as exc:
             raise ConfigError(f"variants.{variant}", f"{exc.field}: {exc.message}", str(exp.source)) from None
 

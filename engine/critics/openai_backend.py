@@ -82,8 +82,9 @@ class Reply:
 
 def prompt_key(messages: list[Message], sampling: dict[str, Any] | None = None) -> str:
     """SHA-256 of the request's canonical JSON: its messages and the ``sampling`` settings that shape the reply
-    (temperature, top_p, max_tokens); the cache key next to the model name."""
-    request = {"messages": messages, **({"sampling": sampling} if sampling else {})}
+    (temperature, top_p, max_tokens); the cache key next to the model name. Without ``sampling``: the key entries
+    had before it held the settings (the messages' JSON alone)."""
+    request: Any = messages if sampling is None else {"messages": messages, "sampling": sampling}
     payload = json.dumps(request, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
@@ -136,6 +137,10 @@ def is_malformed(exc: BaseException) -> bool:
 
 
 PROBE_TIMEOUT_S = 5.0
+# An answer is kept this long per server, model and key variable: an experiment creates many runs of one critic, and
+# a server that is down costs PROBE_TIMEOUT_S each time it is asked.
+PROBE_KEEP_S = 60.0
+_probed: dict[tuple[str, str, str, bool], tuple[float, str | None]] = {}
 
 
 def probe_caution(config: CriticSection) -> str | None:
@@ -145,22 +150,39 @@ def probe_caution(config: CriticSection) -> str | None:
     without ``/models``). A caution, not an error: the server may be started before the critique stage runs, which
     at the paper's scale is hours later -- the wrong URL found then cost those hours."""
     secret = os.environ.get(config.api_key_env) if config.api_key_env else None
+    key = (config.base_url, config.model, config.api_key_env, bool(secret))
+    kept = _probed.get(key)
+    if kept is not None and time.monotonic() - kept[0] < PROBE_KEEP_S:
+        return kept[1]
+    caution = _probe(config, secret)
+    _probed[key] = (time.monotonic(), caution)
+    return caution
+
+
+def _probe(config: CriticSection, secret: str | None) -> str | None:
     client = openai.OpenAI(base_url=config.base_url, api_key=secret or "EMPTY",
                            timeout=min(PROBE_TIMEOUT_S, config.timeout_s), max_retries=0)
     where = f"critic.base_url = {config.base_url}"
     try:
-        served = [model.id for model in client.models.list()]
+        served = list(client.models.list())
     except (openai.APIConnectionError, openai.APITimeoutError) as exc:
         return (f"{where}: nothing answers there now ({type(exc).__name__}); the critique stage will fail unless the "
                 "server is up by then")
     except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-        key = f"the key in ${config.api_key_env}" if secret else f"the placeholder key EMPTY (${config.api_key_env} " \
-                                                                 "is unset)"
+        if secret:
+            key = f"the key in ${config.api_key_env}"
+        else:
+            unset = f"${config.api_key_env} is unset" if config.api_key_env else "critic.api_key_env is empty"
+            key = f"the placeholder key EMPTY ({unset})"
         return f"{where}: the server refused {key} ({exc.status_code}); the critique stage will fail with it"
     except Exception:  # no /models (404), another status, a body that is no list: nothing to conclude
         return None
-    if served and config.model not in served:
-        shown = ", ".join(served[:5]) + (", ..." if len(served) > 5 else "")
+    ids = [model.id for model in served]
+    # Ollama lists "llama3:latest" for "llama3"; llama.cpp lists its GGUF file and answers to any model name.
+    known = config.model in ids or f"{config.model}:latest" in ids or any(
+        getattr(model, "owned_by", None) == "llamacpp" for model in served)
+    if ids and not known:
+        shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
         return f"critic.model = {config.model}: the server at {config.base_url} serves {shown}, not this model"
     return None
 
@@ -205,7 +227,7 @@ class OpenAICritic:
                                     "max_tokens": self.config.max_tokens})
             keyed.setdefault(key, []).append(i)
             messages[key] = msgs
-        cached = self._cache_get(list(keyed))
+        cached = self._cache_get(list(keyed), messages)
         for key, reply in cached.items():
             for i in keyed[key]:
                 verdicts[i] = self._verdict(reply, 0.0, 0, "hit")
@@ -323,17 +345,32 @@ class OpenAICritic:
         return text.replace(self._secret, "***") if self._secret and text else text
 
     # -- cache --------------------------------------------------------------------------------------------------
-    def _cache_get(self, keys: list[str]) -> dict[str, Reply]:
+    def _cache_get(self, keys: list[str], messages: dict[str, list[Message]]) -> dict[str, Reply]:
+        """The stored replies of ``keys``. Entries stored before the key held the sampling settings (keyed by the
+        messages alone) are read too while the settings are the defaults, as nearly every such entry was made: an
+        upgrade does not pay for a whole critique again."""
         if self.store is None or not keys or not self.config.cache:
             return {}
-        marks = ", ".join("?" for _ in keys)
+        legacy = {prompt_key(messages[key]): key for key in keys} if self._default_sampling() else {}
+        asked = [*keys, *legacy]
+        marks = ", ".join("?" for _ in asked)
         try:
             frame = self.store.query(f"SELECT prompt_sha256, response_json FROM critic_cache WHERE model = ? AND "
-                                     f"prompt_sha256 IN ({marks})", [self.config.model, *keys])
-            return {row.prompt_sha256: Reply.from_json(row.response_json) for row in frame.itertuples(index=False)}
+                                     f"prompt_sha256 IN ({marks})", [self.config.model, *asked])
         except Exception as exc:  # a broken cache only costs money, never the stage
             log.warning("critic cache lookup failed: %s", exc)
             return {}
+        found = {row.prompt_sha256: row.response_json for row in frame.itertuples(index=False)}
+        replies = {key: Reply.from_json(found[key]) for key in keys if key in found}
+        for old, key in legacy.items():
+            if key not in replies and old in found:
+                replies[key] = Reply.from_json(found[old])
+        return replies
+
+    def _default_sampling(self) -> bool:
+        defaults = CriticSection()
+        return (self.config.temperature, self.config.top_p, self.config.max_tokens) == (
+            defaults.temperature, defaults.top_p, defaults.max_tokens)
 
     def _cache_put(self, key: str, reply: Reply) -> None:
         if self.store is None:
