@@ -177,7 +177,10 @@ def _runs(store: Store, experiment_id: str, requested: int) -> list[dict[str, An
         run.update({"iterations_done": done, "status": "done" if done >= requested else "incomplete",
                     "wall_s": round(run["wall_s"], 3), "exists": run["run_id"] in configs})
         if run["status"] != "done":
-            run["at"] = unfinished[0] if unfinished else f"iteration {done + 1} not started"
+            # Every recorded stage done: the next iteration is begun (its next stage not yet recorded) or not.
+            begun = [stage for (it, stage), status in stages.items() if it == done + 1]
+            run["at"] = unfinished[0] if unfinished else (
+                f"iteration {done + 1}: {', '.join(begun)} done" if begun else f"iteration {done + 1} not started")
         out.append(run)
     return out
 

@@ -158,6 +158,11 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
         if not evaluated:
             raise SwapError(f"run {run_id} has no iteration whose evaluate stage is done")
         after = evaluated[-1]
+        if after <= base:  # a run stopped before its first iteration was evaluated: say so, not "after - 1 = -1"
+            raise SwapError(f"run {run_id} has iteration {base} evaluated but no later one: the swap table compares "
+                            f"the agents of iteration {base} with those of a later evaluated iteration (evaluated: "
+                            f"{', '.join(map(str, evaluated))}); finish an iteration first (python -m engine run "
+                            f"--run {run_id})")
     elif after not in evaluated:
         done = ", ".join(map(str, evaluated)) or "none"
         raise SwapError(f"iteration {after} of run {run_id} has no done evaluate stage (evaluated: {done})")

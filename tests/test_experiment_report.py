@@ -148,6 +148,17 @@ def test_report_numbers_equal_a_hand_computation(hand_store):
     json.dumps(report, allow_nan=False)  # strict JSON
 
 
+def test_a_run_stopped_between_two_stages_of_an_iteration_is_not_called_not_started(hand_store):
+    """A run stopped after its sample stage (score not yet recorded) read "iteration 1 not started" while ``status``
+    showed sample done."""
+    run_id = next(r["run_id"] for r in experiment_report(hand_store, "abl-0000beef")["runs"]
+                  if (r["variant"], r["seed"]) == ("no_stage2", 1))
+    hand_store.set_stage(run_id, 1, "sample", "done")
+    runs = {(r["variant"], r["seed"]): r for r in experiment_report(hand_store, "abl-0000beef")["runs"]}
+    stopped = runs[("no_stage2", 1)]
+    assert stopped["status"] == "incomplete" and stopped["at"] == "iteration 1: sample done"
+
+
 def test_busy_time_counts_overlaps_once_and_leaves_out_idle_gaps():
     start = datetime(2026, 1, 1, 12, 0, 0)
 

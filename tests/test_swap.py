@@ -222,7 +222,10 @@ def test_bad_requests_raise_swap_error(scripted_run):
     with pytest.raises(SwapError, match="base must be"):
         swap_table(store, run_id, base=-1)
     store.set_stage(run_id, 1, "evaluate", "failed")
-    with pytest.raises(SwapError, match="base must be"):  # the last evaluated iteration is now 0
+    # The last evaluated iteration is now 0 (a run stopped in iteration 1): this said "base must be an iteration
+    # from 0 to after - 1 = -1, got 0".
+    with pytest.raises(SwapError, match=rf"run {run_id} has iteration 0 evaluated but no later one: .*\(evaluated: "
+                                        rf"0\); finish an iteration first \(python -m engine run --run {run_id}\)"):
         swap_table(store, run_id)
 
 
