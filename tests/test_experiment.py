@@ -170,6 +170,12 @@ def test_bad_input_exits_2_before_anything_is_written(tmp_path, capsys):
     assert "did you mean 'no_critic'?" in capsys.readouterr().err
     assert main(["experiment", "--config", str(good), "--db", str(db), "--seeds", "1,x"]) == 2
     assert "--seeds: expected comma-separated integers" in capsys.readouterr().err
+    # An empty item (a slip) ran the other seeds or variants unsaid.
+    assert main(["experiment", "--config", str(good), "--db", str(db), "--seeds", "1,,2"]) == 2
+    assert capsys.readouterr().err == ("error: command line: --seeds: an empty item in '1,,2' (item 2): expected "
+                                       "comma-separated values\n")
+    assert main(["experiment", "--config", str(good), "--db", str(db), "--variants", "full,"]) == 2
+    assert "--variants: an empty item in 'full,' (item 2)" in capsys.readouterr().err
     models = write_experiment(tmp_path / "m.toml", {"full": [], "gone": [f"planner.path={tmp_path / 'nowhere'}"]})
     assert main(["experiment", "--config", str(models), "--db", str(db)]) == 2
     assert "variants.gone: planner.path:" in capsys.readouterr().err

@@ -45,6 +45,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "from the store's medians) and write nothing")
 
 
+def _items(text: str, flag: str) -> list[str]:
+    """The comma-separated items of ``text``, stripped; an empty one among others (``11,,12``: a slip, which ran
+    the rest unsaid) is an error. A flag given empty has no items."""
+    from engine.errors import ConfigError
+
+    items = [item.strip() for item in text.split(",")]
+    if items == [""]:
+        return []
+    if "" in items:
+        raise ConfigError(flag, f"an empty item in {text!r} (item {items.index('') + 1}): expected comma-separated "
+                                "values", "command line")
+    return items
+
+
 def _chosen(args: argparse.Namespace, exp) -> tuple[list[str], list[int], int]:
     from engine.config_values import suggest
     from engine.errors import ConfigError
@@ -52,17 +66,18 @@ def _chosen(args: argparse.Namespace, exp) -> tuple[list[str], list[int], int]:
 
     variants = list(exp.variants)
     if args.variants is not None:
-        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-        for v in variants:
-            if v not in exp.variants:
-                raise ConfigError("--variants", f"no variant {v!r}{suggest(v, exp.variants)} (variants: "
-                                                f"{', '.join(exp.variants)})", str(exp.source))
+        variants = _items(args.variants, "--variants")
         if not variants:
             raise ConfigError("--variants", "expected at least one variant name", "command line")
+        for v in variants:
+            if v not in exp.variants:  # the file's variants are what it is checked against: named as the source
+                raise ConfigError("--variants", f"no variant {v!r}{suggest(v, exp.variants)} (variants: "
+                                                f"{', '.join(exp.variants)})", "command line")
     seeds = exp.seeds
     if args.seeds is not None:
+        items = _items(args.seeds, "--seeds")  # a ConfigError, which is a ValueError: outside the try
         try:
-            seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+            seeds = [int(s) for s in items]
         except ValueError:
             raise ConfigError("--seeds", f"expected comma-separated integers, got {args.seeds!r}",
                               "command line") from None
