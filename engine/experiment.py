@@ -8,7 +8,8 @@ name = "ablations"              # letters, digits, _ . -; prefixes the experimen
 base = "../demo.toml"           # the run config every variant starts from, relative to this file
 seeds = [11, 12, 13]            # one run per variant and seed (run.seed)
 iterations = 3                  # run.iterations of every run (default: the base config's)
-set = []                        # section.field=value overrides applied to every variant
+set = []                        # section.field=value overrides applied to every variant (then the command
+                                # line's --set, if any: part of the definition, hence of the id)
 baseline = "full"               # optional: the variant the report compares the others with (default: full)
 swap = ["full"]                 # optional: variants whose runs also get the planner x grounder swap table
 [variants.full]
@@ -40,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,8 +161,11 @@ def parse_seeds(value: Any, where: str, source: str) -> list[int]:
     return seeds
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment file (see the module docstring); raises ``ConfigError``."""
+def load_experiment(path: str | Path, extra_set: Sequence[str] = ()) -> Experiment:
+    """Read and validate an experiment file (see the module docstring); raises ``ConfigError``. ``extra_set``: the
+    command line's ``--set`` overrides, applied to every variant after the file's shared ``set`` and part of the
+    definition like it (so the same command line resumes the same experiment, and another ``--set`` is another
+    experiment); a bad one is named as ``--set section.field=value``."""
     path = Path(path)
     source = str(path)
     if not path.is_file():
@@ -209,6 +214,10 @@ def load_experiment(path: str | Path) -> Experiment:
             raise ConfigError("experiment.swap", f"no variant {vname!r}{suggest(vname, variants)} "
                                                  f"(variants: {', '.join(variants)})", source)
     base_config = load_config(base)  # its own errors name the base file
+    if extra_set:
+        _string_list(list(extra_set), "--set", "command line")
+        load_config(None, [*shared, *extra_set], base=config_to_dict(base_config))  # names the --set at fault
+        shared = [*shared, *extra_set]
     iterations = head.get("iterations", base_config.run.iterations)
     iterations = _int(iterations, "experiment.iterations", source, 1)
     exp = Experiment(name=name, source=path, base=base, seeds=seeds, iterations=iterations, set=shared,

@@ -182,6 +182,33 @@ def test_bad_input_exits_2_before_anything_is_written(tmp_path, capsys):
     assert not db.exists() and not jobs_dir(db).exists()
 
 
+def test_the_command_lines_set_applies_to_every_variant_and_is_part_of_the_definition(tmp_path, capsys):
+    """An experiment could not be shrunk or moved from the command line (no --set): a user copied the preset to
+    change run.workdir or data.train_limit. ``--set`` applies after the file's set, to every variant; it is part of
+    the definition, so the same line keeps the id and another --set makes another experiment. A bad value names the
+    --set, and a field each run sets is refused as in the file."""
+    good = write_experiment(tmp_path / "g.toml", {"full": [], "no_stage1": ["stages.stage1=false"]},
+                            shared=["data.train_limit=4"])
+    plain = load_experiment(good)
+    small = load_experiment(good, ["data.train_limit=2", f"run.workdir={tmp_path / 'runs'}"])
+    again = load_experiment(good, ["data.train_limit=2", f"run.workdir={tmp_path / 'runs'}"])
+    assert small.experiment_id == again.experiment_id != plain.experiment_id
+    for variant in ("full", "no_stage1"):
+        config = small.run_config(variant, 11, 1)
+        assert config.data.train_limit == 2 and config.run.workdir == str(tmp_path / "runs")
+    assert plain.run_config("full", 11, 1).data.train_limit == 4
+    db = tmp_path / "s.duckdb"
+    assert main(["experiment", "--config", str(good), "--db", str(db), "--set", "sample.k=1"]) == 2
+    assert capsys.readouterr().err.startswith("error: --set sample.k=1: sample.k: must be >= 2")
+    assert main(["experiment", "--config", str(good), "--db", str(db), "--set", "run.seed=3"]) == 2
+    assert "error: command line: --set: run.seed is set by the experiment for each run" in capsys.readouterr().err
+    assert main(["experiment", "--config", str(good), "--db", str(db), "--set", "data.train_limit=2",
+                 "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["experiment"] == load_experiment(
+        good, ["data.train_limit=2"]).experiment_id
+    assert not db.exists()
+
+
 # -- registering and planning (no models) ----------------------------------------------------------------------------
 
 

@@ -36,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", default=None, help="comma-separated variants to run (default: all)")
     parser.add_argument("--seeds", default=None, help="comma-separated seeds to run (default: the file's)")
     parser.add_argument("--iterations", type=int, default=None, help="iterations per run (default: the file's)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a config field in every variant, after the file's set (e.g. --set "
+                             "run.workdir=/tmp/runs --set data.train_limit=8): part of the experiment's definition, "
+                             "so the same line resumes it and another --set makes another experiment")
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once, each in its own process and DuckDB file (one per GPU); default 1: "
                              "in this process, directly in the store")
@@ -126,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.experiment import load_experiment
 
     try:
-        exp = load_experiment(args.config)
+        exp = load_experiment(args.config, args.set)
         variants, seeds, iterations = _chosen(args, exp)
         _preflight(exp, variants, seeds, iterations)
     except (ConfigError, DataError) as exc:
