@@ -41,7 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     from engine.store import Store
 
     def emit(event: dict) -> None:
-        print(json.dumps(event), flush=True)
+        try:
+            print(json.dumps(event), flush=True)
+        except BrokenPipeError:  # the parent was killed: nobody reads; should_stop ends the run, resumable
+            stop["flag"] = True
+            try:  # stdout's pipe is gone: point it at nothing, so Python's exit flush raises nothing either
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except OSError:
+                pass
 
     def should_stop() -> bool:
         return stop["flag"] or os.getppid() != parent  # a killed parent: stop, so a re-run can resume the file

@@ -512,6 +512,23 @@ def test_parallel_jobs_give_the_runs_and_rows_of_jobs_1_and_resume_killed_worker
         assert state[key]["rows"] == reference[key]["rows"], key
 
 
+def test_a_worker_whose_parent_is_gone_ends_quietly(loop_config, tmp_path):
+    """A worker of a parallel experiment whose parent was SIGKILLed wrote its next event into a pipe nobody reads:
+    a BrokenPipeError traceback in the job's log (the job file still resumed). It now takes it for a stop and ends
+    cleanly."""
+    from engine.loop import create_run
+
+    db = tmp_path / "job.duckdb"
+    with Store(db) as store:
+        run_id = create_run(store, loop_config)
+        store.set_stage(run_id, 0, "evaluate", "done")  # nothing left to run: the worker goes straight to its events
+    worker = subprocess.Popen([sys.executable, "-m", "engine.job_worker", "--db", str(db), "--run", run_id,
+                               "--iterations", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    worker.stdout.close()  # the parent's end of the pipe, gone as with a killed parent
+    _, err = worker.communicate(timeout=300)
+    assert worker.returncode == 0 and b"BrokenPipeError" not in err and b"Traceback" not in err, err[-2000:]
+
+
 @pytest.mark.slow
 def test_swap_lists_variants_whose_finished_runs_get_the_swap_table(inprocess_run, capsys, tmp_path):
     """``swap = [...]`` is not part of the experiment's identity: adding it to a finished experiment computes the
