@@ -163,8 +163,10 @@ def run(args: argparse.Namespace) -> int:
                 if args.jobs == 1:
                     absorb_job_files(store, exp_id)
                 plans = plan_runs(store, exp, variants, seeds, iterations, use_job_files=args.jobs > 1)
-                bar = tqdm(total=sum(p.units for p in plans), unit="stage", disable=args.quiet,
-                           file=sys.stderr, dynamic_ncols=True)
+                units = sum(p.units for p in plans)
+                # Nothing left: no bar (an empty one drew "0stage [00:00, ?stage/s]", twice, above the summary).
+                bar = tqdm(total=units, unit="stage", disable=args.quiet or units == 0, file=sys.stderr,
+                           dynamic_ncols=True)
                 hooks = {"on_start": bar.set_description,
                          "on_unit": lambda name: (bar.set_description(name, refresh=False), bar.update(1)),
                          "should_stop": should_stop}
