@@ -64,8 +64,7 @@ ITERATION_STAGES = ("sample", "score", "pairs", "train_planner", "ground", "crit
 @dataclass
 class RunSection:
     name: str = _f("run", "a readable name for the run")
-    # Empty, a run's directory was made in the current directory, among the user's files.
-    workdir: str = _f("runs", "directory under which each run keeps its checkpoints", nonempty=True)
+    workdir: str = _f("runs", "directory under which each run keeps its checkpoints (not empty)")
     seed: int = _f(0, "seed for sampling, data order and training", ge=0, le=SEED_MAX)
     iterations: int = _f(2, "MOAT iterations to run", ge=1)
 

@@ -13,16 +13,14 @@ BF16 = ("auto", "true", "false")
 
 
 def setting(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-       lt: float | None = None, choices: tuple[str, ...] | None = None, why: str = "",
-       nonempty: bool = False) -> Any:
+       lt: float | None = None, choices: tuple[str, ...] | None = None, why: str = "") -> Any:
     """A dataclass field carrying its help text and what values it accepts.
 
     ``ge``/``gt``/``le``/``lt`` bound a number; ``choices`` lists the allowed strings (for a list field: the
-    allowed items); ``why`` is added to the range error; ``nonempty``: a string that must not be empty or blank.
+    allowed items); ``why`` is added to the range error.
     ``engine.config_checks.validate`` reads them, the studio's config editor shows ``help``.
     """
-    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "why": why,
-            "nonempty": nonempty}
+    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "why": why}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)

@@ -51,8 +51,6 @@ def range_text(meta: dict[str, Any]) -> str:
 
 def check_field(value: Any, meta: dict[str, Any], dotted: str, source: str | None) -> None:
     """A field's declared range or choices (declared with ``engine.config_fields.setting``)."""
-    if meta.get("nonempty") and isinstance(value, str) and not value.strip():
-        raise ConfigError(dotted, "must not be empty", source)
     choices = meta.get("choices")
     if choices:
         for item in value if isinstance(value, list) else [value]:

@@ -84,6 +84,9 @@ def check_new_run(config: RunConfig) -> tuple[list[Task], list[str]]:
     """What ``create_run`` checks before it writes anything, writing nothing: the run's tasks (a bad file raises its
     ``DataError``), that every evaluated split has tasks, and ``engine.preflight`` (a model that cannot be used
     raises ``CheckpointError``). Returns the tasks and the cautions (also printed on stderr, once per process)."""
+    if not config.run.workdir.strip():  # a new run only: a stored one keeps the directory it was made in
+        raise ConfigError("run.workdir", "must not be empty (the run's directory would be made in the current "
+                                         "directory, among your files)")
     tasks = load_run_tasks(config)
     check_eval_splits(config, tasks)
     return tasks, preflight(config, tasks, probe_critic=True)
