@@ -99,18 +99,29 @@ def write_adapter_base(out: str | Path, base: str, base_adapter: str = "") -> No
                                           encoding="utf-8")
 
 
+def merged(model, adapter: str):
+    """``model`` with the LoRA ``adapter`` applied and merged into its weights (a plain model again). peft reads
+    transformers' deprecated ``is_gradient_checkpointing`` on the way, whose FutureWarning every ``merge`` printed: it
+    is the libraries' matter, not the user's, and is kept out of their terminal."""
+    import warnings
+
+    from peft import PeftModel
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return PeftModel.from_pretrained(model, adapter).merge_and_unload()
+
+
 def load_model(spec: ModelSpec, *, trainable: bool = False):
     """Return ``(model, tokenizer)``; an adapter is merged so inference runs on plain weights. ``spec.path`` may be an
     adapter checkpoint of a run: its chain back to the full model is loaded and merged in order."""
     from transformers import AutoModelForCausalLM
 
     if is_adapter_checkpoint(spec.path):
-        from peft import PeftModel
-
         base, adapters = adapter_chain(spec.path)
         model, _ = load_model(ModelSpec(base.path, base.adapter, spec.dtype, spec.device), trainable=False)
         for adapter in adapters:
-            model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+            model = merged(model, adapter)
         model.train(trainable)
         return model, load_tokenizer(spec.path)
     device = resolve_device(spec.device)
@@ -118,9 +129,7 @@ def load_model(spec: ModelSpec, *, trainable: bool = False):
     model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=resolve_dtype(spec.dtype, device),
                                                  **({"device_map": "auto"} if spread else {}))
     if spec.adapter:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, spec.adapter).merge_and_unload()
+        model = merged(model, spec.adapter)
     if not spread:
         model.to(device)
     model.train(trainable)
