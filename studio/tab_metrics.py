@@ -31,6 +31,8 @@ An empty chart of a picked run says which stage writes it, or that every run ski
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
@@ -61,6 +63,7 @@ from studio.plots import (
 from studio.stage_text import objectives, run_objectives
 
 SWAP_WATCH_S = 3  # the busy pace of studio.pace: only while this page's swap job runs
+DRAWN_SESSIONS = 512  # sessions whose last drawn (run A, run B) is kept, to tell a run change's echo
 
 
 def swap_ended(snapshot: dict) -> str | None:
@@ -250,7 +253,20 @@ def build(ctx: Ctx) -> None:
     # as Refresh would.
     live = watch(ctx, "metrics")
 
-    def draw(run_a, run_b, request: gr.Request | None = None):
+    drawn: OrderedDict[str | None, tuple[str, str]] = OrderedDict()  # per session: the (A, B) it last drew
+
+    def draw(run_a, run_b, request: gr.Request | None = None, evt: gr.EventData = None):
+        session = session_of(request)
+        # On a loaded machine the page fires the run picker's change twice for one load (studio.app's on_run skips
+        # the second): the figures were drawn twice. A run change to the pair this session drew last is that echo
+        # (a real change always moves A); a refresh, a compare pick or a live redraw still draws.
+        from_run = getattr(getattr(evt, "target", None), "_id", None) == ctx.run._id
+        if from_run and drawn.get(session) == (run_a, run_b or ""):
+            return [gr.skip()] * (len(FIGURES) + 3)
+        drawn[session] = (run_a, run_b or "")
+        drawn.move_to_end(session)
+        while len(drawn) > DRAWN_SESSIONS:
+            drawn.popitem(last=False)
         # Before the read: a stage that ends during it is seen by the next check.
         live.seen(request, run_a, None, applied=run_b or None)
         figs = figures(ctx.store, run_a, run_b)
