@@ -85,22 +85,15 @@ def preflight(config: RunConfig, tasks: list[Task] | None = None, *, probe_criti
 
     memory = sampling_memory_caution(config)
     cautions += [memory] if memory else []
-    if probe_critic and config.critic.backend == "openai" and _critiques(config):
+    if probe_critic and config.critic.backend == "openai":
         from engine.critics.openai_backend import probe_caution
+        from engine.schedule import critiques
 
-        critic = probe_caution(config.critic)
+        critic = probe_caution(config.critic) if critiques(config) else None
         cautions += [critic] if critic else []
     for caution in cautions:
         warn(caution)
     return cautions
-
-
-def _critiques(config: RunConfig) -> bool:
-    """Whether any iteration of the run has a critique stage (stage 2 on, its phase runs it)."""
-    from engine.schedule import iteration_config, skip_reason
-
-    return any(skip_reason(config, t, "critique") is None and iteration_config(config, t).stages.stage2
-               for t in range(1, config.run.iterations + 1))
 
 
 # The cautions this process has printed: one line each, however many times a command checks the same config.

@@ -62,6 +62,12 @@ def skip_reason(config: RunConfig, iteration: int, stage: str) -> str | None:
     return f"not in phase {phase.name!r} (it runs {', '.join(phase.stages)})"
 
 
+def critiques(config: RunConfig) -> bool:
+    """Whether any iteration of the run has a critique stage (stage 2 on, its phase runs it)."""
+    return any(skip_reason(config, t, "critique") is None and iteration_config(config, t).stages.stage2
+               for t in range(1, config.run.iterations + 1))
+
+
 def describe(config: RunConfig) -> list[str]:
     """One line per phase: ``"1-2 executor: sample, score, ground, ... (sft.epochs=2)"``."""
     lines, start = [], 1
