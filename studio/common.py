@@ -126,6 +126,22 @@ def session_of(request: gr.Request | None) -> str | None:
     return str(session) if session else None
 
 
+def fired_by(evt: gr.EventData | None, block: gr.blocks.Block) -> bool:
+    """Whether ``evt`` was fired by ``block``. Gradio keeps a per-session copy of a component once a handler has sent
+    it a prop update (``gr.update(choices=...)``: a new instance under the same key, with a new ``_id``), and an
+    event's ``target`` is that copy: the run picker's changes named a block of ``_id`` 243, not 3, so a check by
+    ``_id`` alone never matched it in a served app. The copy is built from the block's constructor arguments, so
+    it keeps the class and the ``elem_id``; a block without an ``elem_id`` is matched by ``_id`` only (give it one
+    if handlers send it prop updates)."""
+    target = getattr(evt, "target", None)
+    if target is None:
+        return False
+    if target is block or getattr(target, "_id", None) == block._id:
+        return True
+    elem_id = getattr(block, "elem_id", None)
+    return bool(elem_id) and type(target) is type(block) and getattr(target, "elem_id", None) == elem_id
+
+
 def user_error(message: str) -> gr.Error:
     """An error the user can fix (no curator name, a bad plan number), for the page's error modal, its text plain
     (``toast_text``). Gradio prints a traceback for every exception a handler raises unless it is a ``gr.Error`` with

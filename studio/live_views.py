@@ -60,7 +60,7 @@ from typing import Any
 import gradio as gr
 
 from engine.store import Store
-from studio.common import Ctx
+from studio.common import Ctx, fired_by
 from studio.pace import LIVE_BUSY_S, poll_seconds
 
 SESSIONS = 1024  # per tab: far more browser sessions than a team opens at once
@@ -185,11 +185,10 @@ class Watch:
 
     def fired(self, evt: gr.EventData | None, request: gr.Request | None, run_id: str | None,
               iteration: Any) -> bool:
-        """Whether the load of ``evt`` is a live reload: its trigger sent it (by id: the served app's event names a
-        copy of the component built here) for the run and iteration the session's last load read. A view change
-        queued behind it (``always_last``: one of them runs) reads its view as a view change does."""
-        target = getattr(evt, "target", None)
-        if target is None or getattr(target, "_id", None) != self.trigger._id:
+        """Whether the load of ``evt`` is a live reload: its trigger sent it (``common.fired_by``) for the run and
+        iteration the session's last load read. A view change queued behind it (``always_last``: one of them runs)
+        reads its view as a view change does."""
+        if not fired_by(evt, self.trigger):
             return False
         with self.live.lock:
             record = self._seen.get(getattr(request, "session_hash", None))

@@ -40,7 +40,7 @@ import plotly.graph_objects as go
 from engine.report import UnknownExperiment, experiment_report
 from engine.store import Store
 from studio import metrics_experiment as mexp
-from studio.common import Ctx, check_writable, session_of, who_of
+from studio.common import Ctx, check_writable, fired_by, session_of, who_of
 from studio.jobs import swap_job, swap_unavailable
 from studio.live_views import watch
 from studio.metrics_compare import compare_choices, run_a_label, task_set_caution
@@ -260,7 +260,7 @@ def build(ctx: Ctx) -> None:
         # On a loaded machine the page fires the run picker's change twice for one load (studio.app's on_run skips
         # the second): the figures were drawn twice. A run change to the pair this session drew last is that echo
         # (a real change always moves A); a refresh, a compare pick or a live redraw still draws.
-        from_run = getattr(getattr(evt, "target", None), "_id", None) == ctx.run._id
+        from_run = fired_by(evt, ctx.run)
         if from_run and drawn.get(session) == (run_a, run_b or ""):
             return [gr.skip()] * (len(FIGURES) + 3)
         drawn[session] = (run_a, run_b or "")
@@ -279,7 +279,7 @@ def build(ctx: Ctx) -> None:
         # keeps its pick, one made while this ran included, and nothing is redrawn again. A new run A empties the box.
         # Not on the box's focus nor on a live redraw, which can come while the box is open: Gradio's page answered
         # any update of a focused box with a change to "" (A redrawn without B while the box still showed B).
-        kept = getattr(getattr(evt, "target", None), "_id", None) in (refresh._id, ctx.tab._id)
+        kept = fired_by(evt, refresh) or fired_by(evt, ctx.tab)
         drawn = live.applied(request)  # the B this session last drew with
         if kept and not (isinstance(drawn, str) and drawn and drawn not in choices):
             return gr.update(choices=choices)

@@ -100,3 +100,32 @@ def test_an_echoed_run_change_does_not_draw_the_figures_again(world, monkeypatch
     draw.fn(RUN, "", bob, from_run)  # another page
     draw.fn(RUN, "", ann, SimpleNamespace(target=SimpleNamespace(_id=-1)))  # a refresh, a compare pick
     assert len(drew) == 3
+
+
+def test_an_echo_from_the_sessions_copy_of_the_run_picker_is_caught(world, monkeypatch):
+    """In a served app the run picker's change names Gradio's per-session copy of it (made by the load's
+    ``gr.update(choices=...)``: a new instance with a new ``_id``, built from the picker's constructor arguments, as
+    gradio.blocks' postprocess does), not the picker built here: the echo guard compared ``_id`` and never matched,
+    so a loaded page drew the figures twice (the browser test's CI failures). ``common.fired_by`` knows the copy."""
+    from types import SimpleNamespace
+
+    import gradio as gr
+
+    from studio import tab_metrics
+    from studio.common import fired_by
+    from tests._store_world import studio_fns
+
+    fns = studio_fns(world)
+    draw = fns["metrics_figures"]
+    run_picker, compare = draw.inputs[0], draw.inputs[1]
+    session_copy = type(run_picker)(**{**run_picker.constructor_args, "render": False})
+    assert session_copy._id != run_picker._id and fired_by(SimpleNamespace(target=session_copy), run_picker)
+    assert not fired_by(SimpleNamespace(target=session_copy), compare)  # another picker, another elem_id
+    assert not fired_by(SimpleNamespace(target=None), run_picker) and not fired_by(None, run_picker)
+    drew: list[tuple] = []
+    real = tab_metrics.figures
+    monkeypatch.setattr(tab_metrics, "figures", lambda *a, **k: drew.append(a[1:]) or real(*a, **k))
+    ann = SimpleNamespace(session_hash="ann", username=None)
+    first = draw.fn(RUN, "", ann, SimpleNamespace(target=session_copy))
+    echo = draw.fn(RUN, "", ann, SimpleNamespace(target=session_copy))
+    assert first[0] is not None and echo == [gr.skip()] * len(first) and len(drew) == 1
