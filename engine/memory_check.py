@@ -5,10 +5,12 @@ call of the sample stage -- ``sample.batch_size`` prompts x ``sample.k`` samples
 ``sample.max_new_tokens`` plus at least ``PROMPT_TOKENS_AT_LEAST`` prompt tokens -- would take more than
 ``SHARE`` of the memory of the planner's device (the machine's RAM on a CPU, the GPU's on CUDA), else None. The
 estimate is a lower bound (prompts are often longer, and the model's weights and activations come on top), from the
-planner's ``config.json`` (layers, key/value heads, head size) and 4 bytes a value on a CPU, 2 on a GPU. None as
-well when the planner's config or the memory size cannot be read (a hub id not downloaded, a platform without
-``sysconf``): a caution that cannot be computed is not given. Iterations whose phase (``schedule.phases``) samples
-with other settings are each checked; the largest call is named. The vLLM backend pages its own cache: no caution.
+planner's ``config.json`` (layers, key/value heads, head size) and the size of a value in the dtype the planner's
+weights load in, which the cache is kept in (``engine.models.resolve_dtype``: ``auto`` is fp32 on a CPU and on a GPU
+without native bf16, bf16 on one with; a configured ``planner.dtype`` as set). None as well when the planner's
+config or the memory size cannot be read (a hub id not downloaded, a platform without ``sysconf``): a caution that
+cannot be computed is not given. Iterations whose phase (``schedule.phases``) samples with other settings are each
+checked; the largest call is named. The vLLM backend pages its own cache: no caution.
 
 Found by an audit: ``sample.k = 5000`` on a 135M model ran 75 s and was killed by the kernel for 24 GB, with nothing
 said before, and left a run whose config cannot change.
@@ -30,7 +32,7 @@ def sampling_memory_caution(config: RunConfig) -> str | None:
     """The caution for the largest sampling call of the run, or None (see the module docstring)."""
     from engine.schedule import iteration_config, skip_reason
 
-    per_token = _cache_bytes_per_token(config.planner.path, config.planner.device)
+    per_token = _cache_bytes_per_token(config.planner.path, config.planner.device, config.planner.dtype)
     available = _device_memory(config.planner.device)
     if per_token is None or not available:
         return None
@@ -71,7 +73,21 @@ def _is_cuda(device: str) -> bool:
         return False
 
 
-def _cache_bytes_per_token(path: str, device: str) -> int | None:
+def _bytes_per_value(dtype: str, device: str) -> int:
+    """Bytes of one cached key or value: the cache is kept in the dtype the model's weights load in, decided as
+    ``engine.models.load_model`` decides it (fp32 on a pre-Ampere GPU for ``auto``, or a configured float32)."""
+    import torch
+
+    from engine.models import resolve_device, resolve_dtype
+
+    try:
+        planner_device = resolve_device(device)
+    except RuntimeError:  # a device string torch cannot parse: loading will say so; estimate on what _is_cuda reads
+        planner_device = torch.device("cuda" if _is_cuda(device) else "cpu")
+    return resolve_dtype(dtype, planner_device).itemsize
+
+
+def _cache_bytes_per_token(path: str, device: str, dtype: str = "auto") -> int | None:
     """Bytes of keys and values one token adds to the cache, from the model's ``config.json`` (None: unreadable)."""
     try:
         found = json.loads((Path(path).expanduser() / "config.json").read_text(encoding="utf-8"))
@@ -84,7 +100,7 @@ def _cache_bytes_per_token(path: str, device: str) -> int | None:
         return None
     kv_heads = found.get("num_key_value_heads") or heads
     head_dim = found.get("head_dim") or hidden // heads
-    return 2 * layers * kv_heads * head_dim * (2 if _is_cuda(device) else 4)
+    return 2 * layers * kv_heads * head_dim * _bytes_per_value(dtype, device)
 
 
 def _device_memory(device: str) -> int | None:

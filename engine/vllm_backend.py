@@ -5,7 +5,8 @@ itself only inside ``VLLMGenerator`` (``pip install moat-studio[vllm]``, a CUDA 
 ``engine.generators.HFGenerator``:
 
 - ``VLLMGenerator(path, dtype=..., tokenizer=..., options=...)`` loads the checkpoint (full weights; LoRA adapters
-  are refused by config validation) into a ``vllm.LLM``;
+  are refused by config validation) into a ``vllm.LLM``; ``dtype="auto"`` is bfloat16 on a GPU that computes it
+  natively (``engine.precision.native_bf16``: compute capability 8.0 on), else float16, which vLLM asks for there;
 - ``.generate(prompts, GenerationConfig, seed) -> list[list[str]]``: per prompt, ``num_return_sequences``
   continuations, special tokens removed, stripped, in prompt order; ``temperature == 0`` is greedy;
 - ``.close()`` shuts the engine down and frees its GPU memory (the training stages need it next).
@@ -25,8 +26,11 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from engine.errors import ConfigError
 from engine.generation import GenerationConfig, stop_token_ids
+from engine.precision import native_bf16
 
 INSTALL_HINT = "pip install moat-studio[vllm]"
 
@@ -46,8 +50,15 @@ def require_vllm(field: str) -> Any:
 
 
 def _vllm_dtype(dtype: str) -> str:
-    # The HF backend's "auto" is bf16 on CUDA; vLLM's own "auto" would pick fp16 for fp32 checkpoints.
-    return "bfloat16" if dtype == "auto" else dtype
+    """The ``dtype`` handed to vLLM for the agent's ``dtype`` field; ``auto`` is decided here, not by vLLM (whose own
+    ``auto`` would pick fp16 for fp32 checkpoints)."""
+    if dtype != "auto":
+        return dtype
+    if not torch.cuda.is_available():  # not the GPU this backend is for: left as it was, for vLLM to judge
+        return "bfloat16"
+    # bf16 where the GPU computes it natively, as the HF backend loads weights (engine.models.resolve_dtype). Before
+    # Ampere vLLM refuses bf16 and asks for float16; the HF backend's fp32 there would halve the cache vLLM can page.
+    return "bfloat16" if native_bf16(torch.device("cuda")) else "float16"
 
 
 class VLLMGenerator:
@@ -108,8 +119,6 @@ class VLLMGenerator:
         except Exception:  # best effort: vLLM versions move these; a leak beats a crash at stage end
             pass
         gc.collect()
-        import torch
-
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
