@@ -213,6 +213,18 @@ def render_chat(
     return text.strip()
 
 
+def training_completion(completion: str, eos: str | None) -> str:
+    """The completion an SFT row gives TRL: the assistant's text without its end-of-turn token, which TRL appends
+    (and scoring scores: the target + EOS). A chat template may render text after that token (ChatML's newline after
+    ``<|im_end|>``, Qwen2.5 and SmolLM2): taken off only as a suffix, it stayed, and TRL trained on
+    ``...<|im_end|>\n<|im_end|>``, tokens after the turn had ended. Cut at the last EOS followed by whitespace only."""
+    if eos:
+        head, found, tail = completion.rpartition(eos)
+        if found and not tail.strip():
+            return head
+    return completion
+
+
 def prompt_and_completion(messages: list[Message], template: str = "lumos", tokenizer: Any = None) -> tuple[str, str]:
     """Split the final assistant turn off: ``(prompt, completion)`` with ``prompt + completion`` the full chat."""
     if not messages or messages[-1]["role"] != "assistant":

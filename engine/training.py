@@ -19,6 +19,10 @@ fine-tuning. ``should_stop`` is polled after every optimizer step; ``on_log`` re
 below): the same loss up to float rounding, without the prompt and padding positions a CPU would otherwise compute.
 ``sft_train(micro_batches=n)`` cuts each batch into n micro-batches of similar length (``micro_batch_args``): the same
 batches and steps up to float rounding, with less padding computed.
+
+Full fine-tuning of weights loaded in bf16 or fp16 trains fp32 master weights (``master_weights_dtype``), as mixed
+precision means: autocast computes in bf16, the weights and AdamW's state are fp32, and the trained model comes back
+in the dtype it was loaded in.
 """
 
 from __future__ import annotations
@@ -125,17 +129,51 @@ def loss_tokens_only(enabled: bool) -> Iterator[None]:
         trl_utils._use_triton = original
 
 
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def master_weights_dtype(model, settings: TrainSettings) -> torch.dtype | None:
+    """The half dtype a full fine-tuning's weights were loaded in (``dtype = "bfloat16"``, or ``auto`` on a bf16
+    GPU), which ``_full_precision`` trains in fp32 and hands back in; None when nothing is cast (fp32 weights, LoRA,
+    whose adapters peft keeps in fp32, or DeepSpeed ZeRO-3, which partitions the weights and keeps its own fp32
+    master copy). Trained as loaded, the weights and AdamW's state were bf16: an update under half a bf16 step
+    (about 0.4% of a weight) rounded to nothing, and at DPO's learning rate of 4e-7 0.5% of the weights moved in
+    4 steps where an fp32 copy moved 95% (tests/test_training_precision.py)."""
+    if settings.lora:
+        return None
+    dtype = next(model.parameters()).dtype
+    if dtype not in HALF_DTYPES:
+        return None
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return None if is_deepspeed_zero3_enabled() else dtype
+
+
+@contextmanager
+def _full_precision(model, settings: TrainSettings) -> Iterator[torch.dtype | None]:
+    """Train ``model``'s half-precision weights as fp32 master weights (``master_weights_dtype``; the trainer's
+    bf16 autocast still computes in bf16), yielding the dtype they go back to. A failed or stopped training leaves
+    them in fp32: the caller's model is then thrown away."""
+    half = master_weights_dtype(model, settings)
+    if half is not None:
+        model.float()
+    yield half
+
+
 def _train(trainer, settings: TrainSettings) -> None:
     with loss_tokens_only(settings.loss_tokens_only):
         _quiet(trainer).train()
 
 
-def _finish(trainer, settings: TrainSettings):
+def _finish(trainer, settings: TrainSettings, half: torch.dtype | None = None):
     """The trained model: a LoRA run's ``PeftModel`` as it is when its adapter is what gets saved
-    (``settings.save_adapter``), else plain weights (the adapter merged in)."""
+    (``settings.save_adapter``), else plain weights (the adapter merged in); fp32 master weights back in the dtype
+    ``half`` they were loaded in (the checkpoint keeps the size it had)."""
     model = trainer.model
     if settings.lora and not settings.save_adapter:
         model = model.merge_and_unload()
+    if half is not None:
+        model.to(half)
     model.eval()
     return model
 
@@ -194,7 +232,7 @@ def sft_train(model, tokenizer, rows: list[dict[str, str]], settings: TrainSetti
     if micro_batches > 1 and sampling != "random":
         raise ValueError(f"micro_batches {micro_batches} draws random batches: it cannot be combined with {sampling}")
     device = next(model.parameters()).device
-    with tempfile.TemporaryDirectory(prefix="moat-sft-") as out:
+    with tempfile.TemporaryDirectory(prefix="moat-sft-") as out, _full_precision(model, settings) as half:
         common = {**_common_args(settings, device, out), "train_sampling_strategy": sampling}
         common.update(micro_batch_args(settings, micro_batches))
         args = SFTConfig(**common, completion_only_loss=True, packing=False)
@@ -205,7 +243,7 @@ def sft_train(model, tokenizer, rows: list[dict[str, str]], settings: TrainSetti
             callbacks=[StepHooks(on_log, should_stop)],
         )
         _train(trainer, settings)
-        return _finish(trainer, settings), list(trainer.state.log_history)
+        return _finish(trainer, settings, half), list(trainer.state.log_history)
 
 
 def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSettings, *, ref_model=None,
@@ -225,7 +263,8 @@ def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSetting
         ref_model = copy.deepcopy(model).eval()
         for p in ref_model.parameters():
             p.requires_grad_(False)
-    with tempfile.TemporaryDirectory(prefix="moat-dpo-") as out:
+    # After the reference's copy: the frozen reference stays in the dtype it was loaded in (half the memory).
+    with tempfile.TemporaryDirectory(prefix="moat-dpo-") as out, _full_precision(model, settings) as half:
         losses, weights = [settings.loss_type], [1.0]
         if settings.sft_weight > 0:
             losses, weights = [settings.loss_type, "sft"], [1.0, settings.sft_weight]
@@ -238,7 +277,7 @@ def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSetting
             callbacks=[StepHooks(on_log, should_stop)],
         )
         _train(trainer, settings)
-        return _finish(trainer, settings), list(trainer.state.log_history)
+        return _finish(trainer, settings, half), list(trainer.state.log_history)
 
 
 def grpo_train(model, tokenizer, rows: list[dict[str, str]], settings: GRPOSettings, book, *,
@@ -255,7 +294,7 @@ def grpo_train(model, tokenizer, rows: list[dict[str, str]], settings: GRPOSetti
     common = _common_args(settings, device, "")
     common.pop("max_length")  # GRPO bounds the completion instead (max_completion_length)
     generation = {"eos_token_id": stop_token_ids} if stop_token_ids else None
-    with tempfile.TemporaryDirectory(prefix="moat-grpo-") as out:
+    with tempfile.TemporaryDirectory(prefix="moat-grpo-") as out, _full_precision(model, settings) as half:
         common["output_dir"] = out
         args = GRPOConfig(**common, num_generations=settings.num_generations,
                           max_completion_length=settings.max_completion_length, temperature=settings.temperature,
@@ -269,4 +308,4 @@ def grpo_train(model, tokenizer, rows: list[dict[str, str]], settings: GRPOSetti
             callbacks=[StepHooks(on_log, should_stop)],
         )
         _train(trainer, settings)
-        return _finish(trainer, settings), list(trainer.state.log_history)
+        return _finish(trainer, settings, half), list(trainer.state.log_history)

@@ -70,10 +70,16 @@ def save_checkpoint(ctx: StageContext, role: str, agent: Agent, model) -> str:
 
 def training_precision(ctx: StageContext, role: str, settings) -> str:
     """The precision this training runs in and why (``engine.precision``), reported to the run's log."""
-    from engine.models import resolve_device
+    from engine.models import resolve_device, resolve_dtype
     from engine.precision import describe
+    from engine.training import HALF_DTYPES
 
-    text = describe(settings.bf16, resolve_device(getattr(ctx.config, role).device))
+    section = getattr(ctx.config, role)
+    device = resolve_device(section.device)
+    text = describe(settings.bf16, device)
+    loaded = resolve_dtype(section.dtype, device)
+    if loaded in HALF_DTYPES and not settings.lora:  # engine.training.master_weights_dtype (ZeRO-3 aside)
+        text += f"; {str(loaded).removeprefix('torch.')} weights trained as fp32 master weights"
     ctx.report(0, 1, f"training in {text}")
     return text
 

@@ -143,6 +143,18 @@ class StageContext:
         model = self.plain_model(role, iteration)
         return copy.deepcopy(model) if model is self.agent(role, iteration).model else model
 
+    def take_model(self, role: str):
+        """``role``'s model for in-process training, with nothing else left in the cache: the cached agent's own
+        model, taken out of the cache (trained in place, no copy), or with a shared base a fresh load of the role's
+        merged chain. Training holds the policy, a DPO reference and the optimizer state; the planner's copy beside
+        its cached original and the grounder left cached by the score stage were two more models on the device (four
+        7B models in a DPO step of examples/paper.toml). Taken out, a model stopped halfway through training is
+        never served to a later stage; the loop drops the cache after every training stage anyway."""
+        agent = self.agent(role)
+        model = self.plain_model(role) if isinstance(agent.model, RoleModel) else agent.model
+        self._agents.clear()  # the shared base (self._shared) stays: the other role's adapters live on it
+        return model
+
     def forget_agent(self, path: str) -> None:
         """Drop the cached agent loaded from ``path`` (a caller done with it frees its memory early); with a shared
         base the base stays (the other role's view needs it) until ``forget_agents``."""

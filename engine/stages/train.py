@@ -114,10 +114,12 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
         return {"rows": len(rows), "precision": precision, "curation": curation,
                 **train_launched(ctx, "planner", "dpo", rows, settings)}
     start = ctx.agent("planner")
+    model = ctx.take_model("planner")  # a "previous" reference is dpo_train's frozen copy of it
     ref_model = None
     if settings.reference == "initial" and ctx.iteration > 1:
-        ref_model = ctx.plain_model("planner", iteration=1)  # the warm-start planner, frozen
-    model = ctx.model_copy("planner")  # the cached starting planner stays intact for later stages
+        # The warm-start planner, frozen: loaded after the take, so never the object being trained (an iteration 1
+        # that kept its planner leaves both at one path).
+        ref_model = ctx.plain_model("planner", iteration=1)
     model.train()
     on_log = train_logger(ctx, optimizer_steps(len(rows), settings))
     trained, history = dpo_train(model, start.tokenizer, rows, settings, ref_model=ref_model, on_log=on_log,
@@ -182,7 +184,8 @@ def grounder_sft_rows(agent: Agent, examples: list[Example]) -> list[dict[str, s
             results[task.id] = gold_step_results(task)
         messages = grounding_messages(task, step, subgoals, results.get(task.id, []), actions)
         prompt, completion = prompts.prompt_and_completion(messages, agent.chat_template, agent.tokenizer)
-        rows.append({"prompt": prompt, "completion": completion.removesuffix(agent.tokenizer.eos_token or "")})
+        completion = prompts.training_completion(completion, agent.tokenizer.eos_token)
+        rows.append({"prompt": prompt, "completion": completion})
     return rows
 
 
@@ -211,7 +214,7 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
               "precision": training_precision(ctx, "grounder", settings)}
     if launched(ctx):
         return {**counts, **train_launched(ctx, "grounder", "sft", rows, settings)}
-    model = ctx.model_copy("grounder")
+    model = ctx.take_model("grounder")
     model.train()
     on_log = train_logger(ctx, optimizer_steps(len(rows), settings))
     trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=ctx.should_stop,

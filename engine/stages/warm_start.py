@@ -49,7 +49,8 @@ def planner_rows(agent: Agent, tasks: list[Task], formulation: str) -> list[dict
                 chats.append(prompts.planner_messages(task, task.gold_subgoals, "iterative", results[:n]))
         for messages in chats:
             prompt, completion = prompts.prompt_and_completion(messages, agent.chat_template, agent.tokenizer)
-            rows.append({"prompt": prompt, "completion": completion.removesuffix(agent.tokenizer.eos_token or "")})
+            completion = prompts.training_completion(completion, agent.tokenizer.eos_token)
+            rows.append({"prompt": prompt, "completion": completion})
     return rows
 
 
@@ -80,7 +81,7 @@ def _run(ctx: StageContext, role: str) -> dict[str, int | str]:
     counts: dict[str, int | str] = {"rows": len(rows), "precision": precision}
     if train.launched(ctx):
         return {**counts, **train.train_launched(ctx, role, "sft", rows, settings)}
-    model = ctx.model_copy(role)
+    model = ctx.take_model(role)
     model.train()
     on_log = checkpoints.train_logger(ctx, checkpoints.optimizer_steps(len(rows), settings))
     trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log,

@@ -1,0 +1,95 @@
+"""Full fine-tuning of weights loaded in bf16 trains fp32 master weights (``engine.training.master_weights_dtype``):
+the same training as on an fp32 copy, handed back in bf16; trained as loaded, an update under half a bf16 step was
+lost. And an in-process DPO stage holds two models (the policy and its frozen reference), not four
+(``StageContext.take_model``). Tiny models from a config; each trains for a few steps."""
+
+from __future__ import annotations
+
+import copy
+import gc
+
+import pytest
+import torch
+
+from engine.config import DPOSettings, TrainSettings
+from engine.training import dpo_train, master_weights_dtype, sft_train
+from tests.test_training import ROWS, _grounder_rows
+
+pytestmark = pytest.mark.slow  # trains tiny models
+
+
+def _train_sft(model, tokenizer, rows):
+    settings = TrainSettings(learning_rate=2e-5, max_steps=3, batch_size=2, max_length=256, bf16="false", seed=0)
+    return sft_train(model, tokenizer, rows, settings)[0]
+
+
+def test_bf16_weights_train_as_the_fp32_copy_would_and_come_back_in_bf16(tiny_agents, demo_tasks):
+    _, grounder = tiny_agents
+    rows = _grounder_rows(demo_tasks, 4)
+    loaded = copy.deepcopy(grounder.model).to(torch.bfloat16)
+    as_fp32 = _train_sft(copy.deepcopy(loaded).float(), grounder.tokenizer, rows)
+    trained = _train_sft(copy.deepcopy(loaded), grounder.tokenizer, rows)
+    assert next(trained.parameters()).dtype == torch.bfloat16  # the checkpoint keeps its size
+    expected = as_fp32.to(torch.bfloat16).state_dict()
+    assert all(torch.equal(expected[name], value) for name, value in trained.state_dict().items())
+    # Before: trained in bf16 itself (weights and AdamW's state), lr 2e-5 moved a different, smaller set of weights.
+    old = dict(loaded.named_parameters())
+    moved = sum(int((old[n] != p).sum()) for n, p in trained.named_parameters())
+    assert moved > 0
+
+
+def test_bf16_dpo_trains_fp32_master_weights_beside_a_frozen_reference(tiny_agents):
+    planner, _ = tiny_agents
+    loaded = copy.deepcopy(planner.model).to(torch.bfloat16)
+    reference = copy.deepcopy(loaded).float().eval()
+    settings = DPOSettings(learning_rate=4e-7, max_steps=2, batch_size=2, max_length=128, bf16="false", seed=0)
+    as_fp32, _ = dpo_train(copy.deepcopy(loaded).float(), planner.tokenizer, ROWS, settings, ref_model=reference)
+    trained, _ = dpo_train(copy.deepcopy(loaded), planner.tokenizer, ROWS, settings, ref_model=reference)
+    expected = as_fp32.to(torch.bfloat16).state_dict()
+    assert next(trained.parameters()).dtype == torch.bfloat16
+    assert all(torch.equal(expected[name], value) for name, value in trained.state_dict().items())
+
+
+def test_what_is_cast_and_what_is_not(tiny_agents):
+    planner, _ = tiny_agents
+    full, lora = TrainSettings(), TrainSettings(lora=True)
+    assert master_weights_dtype(planner.model, full) is None  # fp32 already
+    half = copy.deepcopy(planner.model).to(torch.float16)
+    assert master_weights_dtype(half, full) is torch.float16
+    assert master_weights_dtype(half, lora) is None  # peft keeps the adapters in fp32; the base is frozen
+
+
+def _live_models() -> int:
+    """Models alive now, each counted once (a model inside another, a PeftModel's base, is not another)."""
+    from transformers import PreTrainedModel
+
+    gc.collect()
+    models = [o for o in gc.get_objects() if isinstance(o, PreTrainedModel)]
+    return sum(not any(m is not o and any(m is sub for sub in o.modules()) for o in models) for m in models)
+
+
+def test_an_in_process_dpo_stage_holds_the_policy_and_its_reference_only(tiny_run, monkeypatch):
+    """The planner was trained on a deep copy beside its cached original, dpo_train copied it again for the
+    reference, and the grounder stayed cached from the score stage: four models inside DPOTrainer.train (four 7B
+    models in a DPO step of examples/paper.toml). The stages share one context, as in a run."""
+    import trl
+
+    from engine.loop import run_config, run_directory, run_stage
+    from engine.stages.context import StageContext
+    from engine.store import Store
+
+    counted: list[int] = []
+    train = trl.DPOTrainer.train
+
+    def counting(self, *args, **kwargs):
+        counted.append(_live_models())
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(trl.DPOTrainer, "train", counting)
+    db, run_id = tiny_run("pairs.min_gap=0.0", "dpo.max_steps=1", "dpo.batch_size=2", "dpo.reference=previous",
+                          "dpo.lora=false")
+    with Store(db) as store:
+        ctx = StageContext(store, run_id, 1, run_config(store, run_id), run_directory(store, run_id))
+        for stage in ("sample", "score", "pairs", "train_planner"):
+            assert run_stage(store, run_id, 1, stage, context=ctx) == "done"
+    assert counted == [2], counted
