@@ -1,15 +1,22 @@
 """Checking a run config as a whole: every value against its field (``engine.config_values``), the rules that tie
 fields together, the secret rules for fields (see ``engine.config``'s docstring) and a curriculum's phases. Every
 problem raises ``ConfigError`` naming the dotted field; messages about secrets never echo the value.
+
+``check_launch_files`` is apart from ``validate``: it reads the files ``launch.mode = "accelerate"`` hands to
+``accelerate launch`` (the accelerate config, the DeepSpeed JSON it names) and asks for the deepspeed package, so it
+belongs before a run starts, not in every load of a config (a stored run's config must load where they are missing).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import re
+import sys
 import typing
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from engine.config_values import check_field, coerce, get_field, suggest
 from engine.errors import ConfigError
@@ -79,6 +86,81 @@ def validate(config: RunConfig, source: str | None) -> None:
         _check_shared(config, source)
     if config.schedule.phases:
         check_schedule(config, source)
+
+
+def check_launch_files(config: RunConfig) -> None:
+    """With ``launch.mode = "accelerate"``: the accelerate config exists (a relative path is read from the current
+    directory, as ``engine.launch`` passes it), parses (JSON when its name ends in ``.json``, else YAML: accelerate's
+    own rule) and is one accelerate accepts; the DeepSpeed JSON it names (``deepspeed_config.deepspeed_config_file``)
+    exists and parses; and a DeepSpeed launch finds the deepspeed package. Otherwise the train stages would fail only
+    when they start, after the sampling and scoring of the iteration. Raises ``ConfigError`` naming
+    ``launch.accelerate_config`` (``launch.extra_args`` for ``--use_deepspeed`` there), without a source: the caller
+    locates it (``engine.config.locate_error``: ``FILE:LINE``)."""
+    launch = config.launch
+    if launch.mode != "accelerate":
+        return
+    field, path = "launch.accelerate_config", launch.accelerate_config
+    settings = _read_launch_file(path, field, "accelerate config")
+    if not isinstance(settings, dict):
+        raise ConfigError(field, f"{path}: expected a mapping of accelerate settings, got {type(settings).__name__}")
+    if "zero_optimization" in settings and "distributed_type" not in settings:
+        raise ConfigError(field, f"{path} is a DeepSpeed config, not an accelerate config: name an accelerate config "
+                                 "whose deepspeed_config.deepspeed_config_file is this file (as "
+                                 "examples/accelerate/zero2.yaml names ds_zero2.json)")
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.utils import DistributedType, is_deepspeed_available
+
+    try:  # accelerate's own reading: unknown keys, a distributed_type it does not know
+        accelerate_config = load_config_from_file(path)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(field, f"{path}: accelerate cannot use it: {str(exc).splitlines()[0]}") from None
+    on_deepspeed = getattr(accelerate_config, "distributed_type", None) == DistributedType.DEEPSPEED
+    if not on_deepspeed and "--use_deepspeed" in launch.extra_args:
+        field, on_deepspeed = "launch.extra_args", True
+    if not on_deepspeed:
+        return
+    if not is_deepspeed_available():  # what `accelerate launch` itself checks before it starts a DeepSpeed launch
+        raise ConfigError(field, f"{path} trains with DeepSpeed, but the deepspeed package is not installed for "
+                                 f"{sys.executable}: pip install deepspeed (or use an accelerate config without "
+                                 "DeepSpeed, e.g. examples/accelerate/ddp.yaml)")
+    deepspeed_file = (getattr(accelerate_config, "deepspeed_config", None) or {}).get("deepspeed_config_file")
+    if deepspeed_file:
+        deepspeed_settings = _read_launch_file(str(deepspeed_file), field, "DeepSpeed config", named_in=path,
+                                               as_json=True)
+        if not isinstance(deepspeed_settings, dict):
+            raise ConfigError(field, f"{path}: deepspeed_config.deepspeed_config_file: {deepspeed_file}: expected a "
+                                     f"JSON object, got {type(deepspeed_settings).__name__}")
+
+
+def _read_launch_file(path: str, field: str, what: str, named_in: str = "", as_json: bool | None = None) -> Any:
+    """The parsed contents of a file ``field`` hands to the launch (``named_in``: the accelerate config that names
+    it); ``ConfigError`` naming the file, and the line of a parse error, when it is missing or does not parse."""
+    prefix = f"{named_in}: deepspeed_config.deepspeed_config_file: " if named_in else ""
+    found = Path(path)
+    if not found.is_file():
+        where = "" if found.is_absolute() else (f" (a relative path is read from the current directory, "
+                                                f"{Path.cwd()}, not from the config file's)")
+        what_is = f"{path} is a directory, not a file" if found.is_dir() else f"no {what} file {path}"
+        raise ConfigError(field, prefix + what_is + where)
+    try:
+        text = found.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(field, f"{prefix}{path}: cannot read the {what}: {exc}") from None
+    is_json = path.endswith(".json") if as_json is None else as_json  # accelerate's rule: .json is JSON, else YAML
+    if is_json:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(field, f"{prefix}{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(field, f"{prefix}{where}: not valid YAML: {problem}") from None
 
 
 def _check_grpo(config: RunConfig, section: str, objective: str, source: str | None) -> None:

@@ -13,6 +13,11 @@ trainers never run in threads of one process. The design:
 * Workers run in their own session with ``CUDA_VISIBLE_DEVICES=<gpu>`` (slot i of N takes the i-th visible GPU,
   round robin when N exceeds them) and ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``/torch threads = max(1, cores // N),
   so N CPU workers do not oversubscribe the cores. ``PYTHONPATH`` points at this engine, so workers run the same code.
+* Before any worker starts, ``check_launches`` looks at the training launches of the runs left to train: with GPUs,
+  a variant whose ``[launch]`` runs ``accelerate launch`` over more processes than the one GPU a job sees is refused
+  (``ConfigError`` naming the variant; its ranks would have no GPU of their own and the train stage would fail after
+  the iteration's sampling and scoring); a fixed ``--main_process_port`` in ``launch.extra_args`` draws a caution
+  (``warning: ...`` on stderr): concurrent jobs' launches would contend for it.
 * When a worker exits (done, stopped or failed), the parent copies that run's rows -- every table with a ``run_id``
   column, the runs row included -- from the job file into the main store in ONE transaction (``ATTACH ...
   READ_ONLY``; ``DELETE`` + ``INSERT ... SELECT``). A finished run's job file and log are then deleted; an
@@ -39,8 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import engine
+from engine.errors import ConfigError
 from engine.experiment import Experiment
 from engine.job_worker import THREADS_ENV
+from engine.preflight import warn
 from engine.runner import OnRun, PlannedRun, RunResult, ensure_run, job_file, jobs_dir, linked_runs, units_left
 from engine.store import Store
 
@@ -74,6 +81,67 @@ def worker_env(slot: int, jobs: int, gpus: list[str]) -> dict[str, str]:
     root = str(Path(engine.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     return env
+
+
+# What one job's worker sees: ``worker_env`` gives each job one GPU (CUDA_VISIBLE_DEVICES) when there are any.
+GPUS_PER_JOB = 1
+# The stages that train through ``engine.launch`` when ``launch.mode = "accelerate"``.
+LAUNCHED_STAGES = ("warm_start_planner", "warm_start_grounder", "train_planner", "train_grounder")
+
+
+def _trains(plan: PlannedRun) -> bool:
+    """Whether the plan's run has a training stage left (a plan without its unit list: whenever it has units)."""
+    if not plan.todo:
+        return plan.units > 0
+    return any(stage in LAUNCHED_STAGES for _, stage in plan.todo)
+
+
+def _fixed_port(extra_args: list[str]) -> str | None:
+    """The ``--main_process_port`` that ``extra_args`` fixes (``--main_process_port N`` or ``=N``); None for none or
+    0 (accelerate then picks a free port for each launch)."""
+    for index, arg in enumerate(extra_args):
+        name, sep, value = arg.partition("=")
+        if name != "--main_process_port":
+            continue
+        port = value if sep else (extra_args[index + 1] if index + 1 < len(extra_args) else "")
+        return None if port.strip() in ("", "0") else port.strip()
+    return None
+
+
+def check_launches(exp: Experiment, plans: list[PlannedRun], iterations: int, width: int,
+                   gpus: list[str]) -> list[str]:
+    """Refuse a variant whose training launch cannot run in a job: ``launch.mode = "accelerate"`` with
+    ``launch.num_processes`` above the ``GPUS_PER_JOB`` a job sees (raises ``ConfigError`` naming the variant, as the
+    experiment's own pre-run checks do). A refusal, not a caution: each rank trains on ``cuda:LOCAL_RANK``
+    (``engine.train_worker``), which does not exist past the job's one GPU, so the train stage would certainly fail,
+    after the iteration's sampling and scoring. Without GPUs nothing is pinned and CPU ranks need none. Returns the
+    cautions: with ``width`` > 1 concurrent jobs, a fixed ``--main_process_port`` in ``launch.extra_args`` (their
+    launches would contend for it; accelerate's switch to a free port when it finds the port taken races between
+    launches that start together)."""
+    cautions: list[str] = []
+    checked: set[str] = set()
+    for plan in plans:
+        if plan.variant in checked or not _trains(plan):
+            continue
+        checked.add(plan.variant)
+        launch = exp.run_config(plan.variant, plan.seed, iterations).launch
+        if launch.mode != "accelerate":
+            continue
+        if gpus and launch.num_processes > GPUS_PER_JOB:
+            raise ConfigError(f"variants.{plan.variant}", f"launch.num_processes: {launch.num_processes} training "
+                                                          f"processes, but each of the experiment's jobs sees "
+                                                          f"{GPUS_PER_JOB} GPU (CUDA_VISIBLE_DEVICES): the ranks past "
+                                                          "it would have none and the train stage would fail after "
+                                                          "the iteration's sampling and scoring. Run this experiment "
+                                                          "with --jobs 1 (each launch then gets every GPU), or set "
+                                                          f"launch.num_processes = {GPUS_PER_JOB}", str(exp.source))
+        port = _fixed_port(launch.extra_args)
+        if width > 1 and port is not None:
+            cautions.append(f"{exp.source}: variants.{plan.variant}: launch.extra_args fixes --main_process_port "
+                            f"{port}: the training launches of {width} concurrent jobs may contend for it (a "
+                            "distributed launch listens on it); use "
+                            "--main_process_port 0 (accelerate picks a free port) or leave it out")
+    return cautions
 
 
 def remove_job_file(path: Path) -> None:
@@ -132,6 +200,8 @@ def run_parallel(store: Store, exp: Experiment, plans: list[PlannedRun], iterati
     """Run ``plans`` in up to ``jobs`` worker processes (see the module docstring)."""
     gpus = visible_gpus()
     width = max(1, min(jobs, len(plans)))  # workers that can run at once: each gets cores // width threads
+    for caution in check_launches(exp, plans, iterations, width, gpus):  # raises before any run is created
+        warn(caution)
     if gpus and width > len(gpus):
         print(f"note: {width} jobs share {len(gpus)} GPU(s) (round robin)", file=sys.stderr)
     results = {id(p): RunResult(p.variant, p.seed, p.name, p.run_id, "not started", 0.0) for p in plans}

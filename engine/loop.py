@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.config import ITERATION_STAGES, RunConfig, config_from_dict, config_to_dict, config_to_toml
+from engine.config_checks import check_launch_files
 from engine.errors import ConfigError, DataError, StageStopped, UnknownRun, mark_stage_failed
 from engine.preflight import check_stage_agents, preflight
 from engine.runtime import check_eval_splits, load_run_tasks
@@ -82,13 +83,15 @@ def create_run_with_cautions(store: Store, config: RunConfig) -> tuple[str, list
 
 def check_new_run(config: RunConfig) -> tuple[list[Task], list[str]]:
     """What ``create_run`` checks before it writes anything, writing nothing: the run's tasks (a bad file raises its
-    ``DataError``), that every evaluated split has tasks, and ``engine.preflight`` (a model that cannot be used
-    raises ``CheckpointError``). Returns the tasks and the cautions (also printed on stderr, once per process)."""
+    ``DataError``), that every evaluated split has tasks, an accelerate launch's files
+    (``config_checks.check_launch_files``) and ``engine.preflight`` (a model that cannot be used raises
+    ``CheckpointError``). Returns the tasks and the cautions (also printed on stderr, once per process)."""
     if not config.run.workdir.strip():  # a new run only: a stored one keeps the directory it was made in
         raise ConfigError("run.workdir", "must not be empty (the run's directory would be made in the current "
                                          "directory, among your files)")
     tasks = load_run_tasks(config)
     check_eval_splits(config, tasks)
+    check_launch_files(config)
     return tasks, preflight(config, tasks, probe_critic=True)
 
 
@@ -308,6 +311,7 @@ def run_loop(store: Store, run_id: str, *, iterations: int | None = None, progre
     stopped run resumes to the same N; 0 (iteration 0 only) is never recorded (``run.iterations`` is 1 or more)."""
     config = run_config(store, run_id)
     preflight(config)  # again on resume: a model directory may have moved since the run was created
+    check_launch_files(config)  # an accelerate launch's files: else the train stage fails after the sampling
     if record_iterations and iterations is not None and iterations >= 1:
         config = set_iterations(store, run_id, iterations)
     iterations = config.run.iterations if iterations is None else iterations

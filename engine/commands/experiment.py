@@ -98,6 +98,7 @@ def _preflight(exp, variants: list[str], seeds: list[int], iterations: int) -> N
     """Every run's config builds, and each distinct model set and task file loads (before anything is written)."""
     import json
 
+    from engine.config_checks import check_launch_files
     from engine.errors import ConfigError
     from engine.experiment import validate_runs
     from engine.preflight import preflight
@@ -107,6 +108,10 @@ def _preflight(exp, variants: list[str], seeds: list[int], iterations: int) -> N
     seen: set[str] = set()
     for variant in variants:
         config = exp.run_config(variant, seeds[0], iterations)
+        try:
+            check_launch_files(config)
+        except ConfigError as exc:
+            raise ConfigError(f"variants.{variant}", f"{exc.field}: {exc.message}", str(exp.source)) from None
         key = json.dumps([config.planner.__dict__, config.grounder.__dict__, config.critic.__dict__,
                           config.data.__dict__, config.sft.original_data, config.evaluate.splits], sort_keys=True,
                          default=str)
