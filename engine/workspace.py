@@ -4,7 +4,8 @@ Contract:
 
 * ``inside(root, path, what)`` resolves ``path`` the way the engine will open it (relative paths from the working
   directory, symlinks followed) and returns it when it is ``root`` or below it; otherwise (``../`` escapes, absolute
-  paths elsewhere, a symlink inside the root that points out) it raises ``PathOutsideWorkspace`` naming ``what``.
+  paths elsewhere, a symlink inside the root that points out) it raises ``PathOutsideWorkspace`` naming ``what`` and
+  the path as given, never the root or the resolved path (the message reaches a browser).
 * ``config_paths_inside(config, root)`` applies ``inside`` to every path field of a run config (``CONFIG_PATHS``,
   each ``data.sources`` file, plus ``critic.model`` for the hf critic and ``launch.accelerate_config`` in
   accelerate mode) and raises ``ConfigError`` naming the first field outside the root. Empty fields are skipped; a
@@ -15,6 +16,7 @@ Contract:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from engine.config import RunConfig
@@ -34,8 +36,11 @@ def inside(root: str | Path, path: str | Path, what: str = "path") -> Path:
     base = Path(root).resolve()
     resolved = Path(path).expanduser().resolve()  # relative -> from cwd, as open() and the engine see it
     if resolved != base and base not in resolved.parents:
-        raise PathOutsideWorkspace(f"{what} must be inside the workspace {base}; {str(path)!r} resolves to "
-                                   f"{resolved}")
+        # Neither the root nor the resolved path: the message reaches a browser, and a server's directory layout
+        # is not a visitor's to see (a Space's /home/user/app). The path as sent, and why it is out.
+        linked = Path(os.path.abspath(Path(path).expanduser())) != resolved
+        how = " (through a symbolic link that points out of it)" if linked else ""
+        raise PathOutsideWorkspace(f"{what} must be inside the workspace; {str(path)!r} is outside it{how}")
     return resolved
 
 

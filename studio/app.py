@@ -98,7 +98,7 @@ def view_key(run_id: str | None, iteration: int | None) -> str:
 def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: bool = False, spaces: bool = False,
               jobs: JobWorker | None = None, viewers: frozenset[str] = frozenset(),
               workspace: str | Path | None = None, first_visit: bool = False) -> gr.Blocks:
-    jobs = jobs or JobWorker(store, read_only=read_only)
+    jobs = jobs or JobWorker(store, read_only=read_only, own_jobs_only=spaces)
     secret = browser_secret(store.path)  # curators' names, places and filters survive a restart
     showcase = start_showcase(store, jobs, config_path, spaces) if first_visit else None
     with gr.Blocks(title="MOAT Studio") as demo:

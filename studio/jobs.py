@@ -17,7 +17,9 @@ Contract:
   ``--iterations``, *Rest of iteration*) finishes that iteration. It never lowers it.
 * ``stop()`` sets a ``threading.Event`` the engine polls as ``should_stop`` (between batches / optimizer steps);
   the stage is then recorded ``stopped`` in the store and resumes later from what is stored. Its line names the job
-  (``Stop requested: the job `kind` on `run` ...``).
+  (``Stop requested: the job `kind` on `run` ...``). A stop from a page other than the starter's is recorded
+  (``stopped_by``: its curator name, else "another page") and shown in the job box. With ``own_jobs_only`` (Spaces)
+  only the starting page may stop a job, and another page's refusal says to wait rather than to stop it.
 * A refusal says who holds the worker as far as the asking page may know (``started_by``): "started from this page"
   when the same browser session (``session``, Gradio's ``request.session_hash``) started it, else the starter's
   curator name when one was given (the job box shows it too), else "started by another page, no name given"; a job
@@ -56,9 +58,11 @@ BUSY_HEAD = "Refused: a job is already running on this store"
 class JobWorker:
     """One background job at a time on one store; see the module docstring."""
 
-    def __init__(self, store: Store, read_only: bool = False, max_events: int = 200):
+    def __init__(self, store: Store, read_only: bool = False, max_events: int = 200, own_jobs_only: bool = False):
         self.store = store
         self.read_only = read_only
+        # Spaces: a page may stop only the job it started (any visitor stopped any run, the first-visit demo's too).
+        self.own_jobs_only = own_jobs_only
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -102,8 +106,13 @@ class JobWorker:
         if not self.running():
             return None
         st = self._state
-        return (f"{BUSY_HEAD} ({st['label']} on {st['run_id']}, {started_by(st, session)}). Stop it or wait for it "
-                "to finish.")
+        advice = "Stop it or wait for it to finish." if self._may_stop(session) else "Wait for it to finish."
+        return f"{BUSY_HEAD} ({st['label']} on {st['run_id']}, {started_by(st, session)}). {advice}"
+
+    def _may_stop(self, session: str | None) -> bool:
+        """Whether a page of ``session`` may stop the running job: any page may, but with ``own_jobs_only`` only the
+        page that started it (a job no page started, the first-visit demo, then runs to its end)."""
+        return not self.own_jobs_only or bool(session and self._state.get("session") == session)
 
     def start_loop(self, kind: str, run_id: str, user: str = "", max_iteration: int | None = None,
                    where: str = "in this studio", session: str | None = None) -> str | None:
@@ -123,11 +132,19 @@ class JobWorker:
                                                                          max_iteration, where), user=user,
                            session=session)
 
-    def stop(self) -> str:
-        if not self.running():
-            return "No job is running."
-        self._stop.set()
-        state = self._state  # the running job's (replaced whole, under the lock, only when a job starts)
+    def stop(self, user: str = "", session: str | None = None) -> str:
+        """Ask the running job to stop; the line saying so, or why not. ``user``/``session`` as ``submit`` takes
+        them: the job box names who stopped a job another page started (``stopped_by``)."""
+        with self._lock:
+            if not self.running():
+                return "No job is running."
+            state = self._state  # the running job's (replaced whole, under the lock, only when a job starts)
+            if not self._may_stop(session):
+                return (f"Refused: the job `{state['label']}` on `{state['run_id']}` was {started_by(state, session)}"
+                        "; only the page that started a job can stop it here. It ends by itself.")
+            if not (session and state.get("session") == session) and not state.get("stopped_by"):
+                state["stopped_by"] = user or "another page"
+            self._stop.set()
         # Named as "Started `kind` on `run`" names it: the Run tab settles this line too once the job has ended.
         return f"Stop requested: the job `{state['label']}` on `{state['run_id']}` stops after the batch in flight."
 

@@ -122,7 +122,8 @@ def job_markdown(jobs: JobWorker) -> str:
     took = (snap["finished_at"] or time.time()) - snap["started_at"]
     lines = [f"**Job** `{snap['label']}` on `{snap['run_id']}` — **{snap['status']}**"
              f"{' (stop requested)' if snap['stop_requested'] and snap['running'] else ''} · {took:.0f}s"
-             f"{' · by ' + snap['user'] if snap.get('user') else ''}"]
+             f"{' · by ' + snap['user'] if snap.get('user') else ''}"
+             f"{' · stop asked by ' + snap['stopped_by'] if snap.get('stopped_by') else ''}"]
     result = None if snap["running"] else _result_words(snap.get("result"))
     if result:
         lines.append(f"Result: {result}")

@@ -1,6 +1,7 @@
 """Export tab: the curated pairs (TRL preference format) or grounder SFT records of an iteration as JSONL or Parquet
 through ``engine.export``, offered as a download, and pushed to a Hugging Face Hub dataset (``datasets``'
-``push_to_hub``) when ``HF_TOKEN`` is set; without a token the tab says so. Pairs come in either form
+``push_to_hub``) when ``HF_TOKEN`` is set; without a token the tab says so. Never on Spaces: the token there is the
+Space owner's and the visitors anonymous (the push is off and refused over the API too). Pairs come in either form
 (``engine.export.PAIRS_FORMS``, as ``export --pairs-form``): ``text``, the rendered strings the planner trained on,
 or ``messages``, TRL's conversational preference format; the download and the Hub push carry the form picked, and a
 messages file is named ``...-pairs-messages.<format>`` so it never replaces the text one.
@@ -152,9 +153,15 @@ def build(ctx: Ctx) -> None:
         make = gr.Button("Export", variant="primary", elem_id="export-go", interactive=not ctx.read_only)
     message = gr.Markdown(elem_id="export-message")
     file = gr.File(label="Download", elem_id="export-file")
-    has_token = bool(os.environ.get("HF_TOKEN"))
-    gr.Markdown("HF_TOKEN found: pushing is enabled." if has_token else
-                "Set `HF_TOKEN` in the studio's environment to push exports to the Hugging Face Hub.")
+    # On Spaces the token is the Space owner's secret and every visitor is anonymous: a push would write any dataset
+    # the owner's token can, under the owner's name. Downloads stay.
+    has_token = bool(os.environ.get("HF_TOKEN")) and not ctx.spaces
+    if ctx.spaces:
+        gr.Markdown("Pushing to the Hugging Face Hub is off on Spaces (it would use the Space owner's token); "
+                    "download the file and push it from your own machine.")
+    else:
+        gr.Markdown("HF_TOKEN found: pushing is enabled." if has_token else
+                    "Set `HF_TOKEN` in the studio's environment to push exports to the Hugging Face Hub.")
     with gr.Row():
         repo = gr.Textbox(label="Hub dataset repo (owner/name)", interactive=has_token and not ctx.read_only)
         push = gr.Button("Push to Hub", interactive=has_token and not ctx.read_only)
@@ -181,6 +188,8 @@ def build(ctx: Ctx) -> None:
 
     def on_push(run_id, it, k, repo_id, form, request: gr.Request) -> str:
         check_writable(ctx, request)
+        if ctx.spaces:  # the button is off; an API client gets the same answer
+            return "Refused on Spaces: pushing would use the Space owner's token. Download the file instead."
         with user_errors():  # a bad pairs form from an API client: its message, not a stack trace
             return push_to_hub(ctx.store, run_id, it, k, repo_id, os.environ.get("HF_TOKEN"), form or "text")
 

@@ -184,9 +184,9 @@ def build(ctx: Ctx, config_path: str) -> None:
             return start_job(ctx, kind, run_id, name, request)
         return start
 
-    def on_stop(request: gr.Request) -> str:
+    def on_stop(name: str, request: gr.Request) -> str:
         check_writable(ctx, request)
-        return ctx.jobs.stop()
+        return ctx.jobs.stop(user=who_of(name, request) or "", session=session_of(request))
 
     def refresh(run_id: str | None, drawn: list[str] | None, msg: str | None = None):
         # Only what changed since this session last drew it (studio.redraw): an unchanged chart or table re-sent
@@ -223,7 +223,7 @@ def build(ctx: Ctx, config_path: str) -> None:
     for kind, btn in buttons.items():
         btn.click(starter(kind), [ctx.run, ctx.curator], message, api_name=f"run_{kind}").then(
             **busy, api_name=f"run_{kind}_pace")
-    stop_btn.click(on_stop, None, message, api_name="run_stop")
+    stop_btn.click(on_stop, ctx.curator, message, api_name="run_stop")
     # One event, in order per session (see studio.app.CONCURRENCY): an older snapshot never lands last.
     drawn = gr.State(None)  # signatures of what this session's Run tab last drew (studio.redraw)
     gr.on([timer.tick, ctx.run.change], refresh, [ctx.run, drawn, message],

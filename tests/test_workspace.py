@@ -33,8 +33,11 @@ def test_inside_accepts_the_root_and_below(root):
                                     "~/x"])
 def test_inside_refuses_escapes(root, escape):
     path = escape if escape.startswith(("/", "~")) else str(root / escape)
-    with pytest.raises(PathOutsideWorkspace, match="must be inside the workspace"):
+    with pytest.raises(PathOutsideWorkspace, match="must be inside the workspace") as info:
         inside(root, path, "data.tasks")
+    # The message reaches a browser (a Spaces visitor): the path as sent, never the server's directories.
+    assert str(root.resolve()) not in str(info.value).replace(path, "") and repr(path) in str(info.value)
+    assert ("symbolic link" in str(info.value)) == escape.startswith("out-link")
 
 
 def test_relative_paths_resolve_from_the_working_directory(root, monkeypatch):
