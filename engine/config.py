@@ -180,7 +180,8 @@ class Phase:
                                                    "phase: sample, score, ground, critique, train_grounder, evaluate",
                            choices=ITERATION_STAGES)
     set: list[str] = _f([], "section.field=value settings for this phase only (sample, score, pairs, dpo, grpo, "
-                            "ground, critic, sft, stages.planner_objective / grounder_data), e.g. "
+                            "ground, critic, sft, grpo_grounder, stages.planner_objective / grounder_objective / "
+                            "grounder_data; with agents.topology = shared not the LoRA fields), e.g. "
                             "[\"sft.epochs=2\", \"ground.which=all\"]")
 
 

@@ -18,6 +18,7 @@ import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.config_training import GRPOSettings
 from engine.config_values import check_field, coerce, get_field, suggest
 from engine.errors import ConfigError
 
@@ -48,12 +49,15 @@ def validate(config: RunConfig, source: str | None) -> None:
         raise ConfigError("critic.base_url", "required for the openai backend", source)
     if bool(config.tools.qa_base_url) != bool(config.tools.qa_model):
         raise ConfigError("tools.qa_model", "set both tools.qa_base_url and tools.qa_model, or neither", source)
-    for dotted, settings in (("sample.backend", config.dpo), ("ground.backend", config.sft)):
+    training = (("sample.backend", planner_training(config)), ("ground.backend", grounder_training(config)))
+    for dotted, section in training:  # the section that trains the role: its checkpoints are what the backend loads
+        settings = getattr(config, section)
         if get_field(config, dotted) == "vllm" and settings.lora and settings.save_adapter:
             # vLLM loads a model directory; a run's adapter checkpoint is an adapter plus the model it applies to.
-            section = "dpo" if settings is config.dpo else "sft"
             raise ConfigError(f"{section}.save_adapter", f"with {dotted} = vllm the checkpoints must be full weights: "
                                                          f"set {section}.save_adapter = false", source)
+    for section in ("grpo", "grpo_grounder"):
+        _check_grpo_max_length(config, section, source)
     for dotted, role in (("sample.backend", "planner"), ("ground.backend", "grounder")):
         if get_field(config, dotted) == "vllm" and getattr(config, role).adapter:
             # vLLM serves plain weights here; merging on the fly would write a second copy of the model.
@@ -163,6 +167,27 @@ def _read_launch_file(path: str, field: str, what: str, named_in: str = "", as_j
         raise ConfigError(field, f"{prefix}{where}: not valid YAML: {problem}") from None
 
 
+def planner_training(config: RunConfig) -> str:
+    """The section that trains the planner under ``stages.planner_objective``: ``grpo`` or ``dpo``."""
+    return "grpo" if config.stages.planner_objective == "grpo" else "dpo"
+
+
+def grounder_training(config: RunConfig) -> str:
+    """The section that trains the grounder under ``stages.grounder_objective``: ``grpo_grounder`` or ``sft``."""
+    return "grpo_grounder" if config.stages.grounder_objective == "grpo" else "sft"
+
+
+def _check_grpo_max_length(config: RunConfig, section: str, source: str | None) -> None:
+    """``max_length`` is inherited from ``TrainSettings`` but TRL's ``GRPOConfig`` has no such field (nor a prompt
+    length): ``engine.training.grpo_train`` drops it. Refused rather than ignored, so no run believes it truncates."""
+    default = next(f.default for f in dataclasses.fields(GRPOSettings) if f.name == "max_length")
+    value = getattr(config, section).max_length
+    if value != default:
+        raise ConfigError(f"{section}.max_length", f"has no effect for GRPO (got {value}): TRL bounds each rollout "
+                                                   f"by {section}.max_completion_length and does not truncate "
+                                                   f"prompts; leave it at {default}", source)
+
+
 def _check_grpo(config: RunConfig, section: str, objective: str, source: str | None) -> None:
     """What online group RL of a role needs (``[grpo]`` for the planner, ``[grpo_grounder]`` for the grounder)."""
     grpo = getattr(config, section)
@@ -193,8 +218,7 @@ def _check_shared(config: RunConfig, source: str | None) -> None:
             raise ConfigError(f"grounder.{name}", f"agents.topology = shared runs one base model in both roles: "
                                                   f"planner.{name} ({getattr(planner, name)!r}) and grounder.{name} "
                                                   f"({getattr(grounder, name)!r}) must be equal", source)
-    planner_settings = "grpo" if config.stages.planner_objective == "grpo" else "dpo"
-    grounder_settings = "grpo_grounder" if config.stages.grounder_objective == "grpo" else "sft"
+    planner_settings, grounder_settings = planner_training(config), grounder_training(config)
     lora = {section: getattr(config, section).lora for section in (planner_settings, grounder_settings)}
     if len(set(lora.values())) > 1:
         # One role as adapters on the base and the other rewriting that base would leave no base to share.
@@ -239,6 +263,34 @@ def _needs(stage: str, config: RunConfig) -> list[str]:
     return []
 
 
+# Under agents.topology = shared these decide what a checkpoint is (engine.stages.context.one_set_of_weights): a
+# LoRA adapter on the one base, or the one set of weights itself.
+SHARED_LAYOUT_FIELDS = tuple(f"{section}.{name}" for section in ("dpo", "sft", "grpo", "grpo_grounder")
+                             for name in ("lora", "save_adapter"))
+
+
+def _check_shared_phase(config: RunConfig, phase_config: RunConfig, phase: str, where: str,
+                        source: str | None) -> None:
+    """A shared-topology phase keeps the run's checkpoint layout: the next phase loads this one's checkpoints, and an
+    adapter cannot be read as the one set of weights (or the reverse) -- the run would fail an iteration later."""
+    for dotted in SHARED_LAYOUT_FIELDS:
+        run_value, phase_value = get_field(config, dotted), get_field(phase_config, dotted)
+        if phase_value != run_value:
+            raise ConfigError(where, f"{dotted}: agents.topology = shared: phase {phase!r} sets it to "
+                                     f"{phase_value}, the run has {run_value}; every phase must keep the run's LoRA "
+                                     "settings (its checkpoints are the next phase's agents): set it for the whole "
+                                     "run instead", source)
+    run_lora, phase_lora = (getattr(c, planner_training(c)).lora for c in (config, phase_config))
+    if phase_lora != run_lora:  # no LoRA field changed: an objective switched to a section with other LoRA settings
+        dotted = next(d for d in ("stages.planner_objective", "stages.grounder_objective")
+                      if get_field(phase_config, d) != get_field(config, d))
+        trains = planner_training if "planner" in dotted else grounder_training
+        raise ConfigError(where, f"{dotted}: agents.topology = shared: phase {phase!r} sets it to "
+                                 f"{get_field(phase_config, dotted)}, whose {trains(phase_config)}.lora is "
+                                 f"{phase_lora} where the run's {trains(config)}.lora is {run_lora}; every phase must "
+                                 "keep the run's LoRA settings (its checkpoints are the next phase's agents)", source)
+
+
 def check_schedule(config: RunConfig, source: str | None) -> None:
     names: set[str] = set()
     for index, phase in enumerate(config.schedule.phases, start=1):
@@ -259,6 +311,8 @@ def check_schedule(config: RunConfig, source: str | None) -> None:
                                                   f"{', '.join(SETTABLE_SECTIONS)}, {', '.join(SETTABLE_FIELDS)})",
                                   source)
         phase_config = apply_settings(config, phase.set, f"{where}.set", source) if phase.set else config
+        if config.agents.topology == "shared":
+            _check_shared_phase(config, phase_config, phase.name, f"{where}.set", source)
         for stage in phase.stages:
             missing = [need for need in _needs(stage, phase_config) if need not in phase.stages]
             if missing:

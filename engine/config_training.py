@@ -75,10 +75,14 @@ class GRPOSettings(TrainSettings):
     num_generations: int = _f(8, "rollouts (plans) per task: one group, whose rewards set each other's advantage",
                               ge=2)
     max_completion_length: int = _f(96, "tokens per rollout", ge=1)
+    max_length: int = _f(512, "not used by GRPO: TRL's GRPOTrainer has no total or prompt length, so the rollouts "
+                              "are bounded by max_completion_length and the prompts are not truncated; any other "
+                              "value is refused", ge=1)
     temperature: float = _f(1.0, "sampling temperature of the rollouts", gt=0)
     top_p: float = _f(0.95, "nucleus sampling of the rollouts", gt=0, le=1)
-    beta: float = _f(0.0, "KL coefficient against the iteration's starting planner; 0: no KL term and no reference "
-                          "model in memory (PilotRL, DAPO)", ge=0)
+    beta: float = _f(0.0, "KL coefficient against the role's model at the start of the iteration (the planner's "
+                          "for [grpo], the grounder's for [grpo_grounder]); 0: no KL term and no reference model in "
+                          "memory (PilotRL, DAPO)", ge=0)
     epsilon: float = _f(0.2, "lower clip range of the probability ratio", gt=0)
     epsilon_high: float = _f(0.2, "upper clip range (DAPO's clip-higher: 0.28)", gt=0)
     loss_type: str = _f("dapo", "TRL's token aggregation: dapo (default, no length bias) | grpo | dr_grpo | bnpo",

@@ -20,9 +20,11 @@ Contract:
 * ``export_sft(store, run_id, iteration, path, fmt)`` writes ``{"messages": [...], "task_id", "step", "k"}`` chat
   records from ``verdict_curation.effective_sft_records``, rendered as the train_grounder stage renders them
   (``turns.grounding_messages``: the iterative layout, with the gold history, for a step >= 1).
-* ``export_rollouts(store, run_id, iteration, path, fmt)`` writes the GRPO rollouts of a
-  ``stages.planner_objective = grpo`` iteration: ``{"prompt", "completion", "task_id", "batch", "n", "rewards",
-  "reward", "advantage"}`` (``rewards``: each named reward as a JSON object text; ``prompt``: the planner prompt).
+* ``export_rollouts(store, run_id, iteration, path, fmt)`` writes the GRPO rollouts of an iteration that trained
+  either agent by GRPO (``stages.planner_objective`` or ``stages.grounder_objective = grpo``), both roles' in one
+  file: ``{"prompt", "completion", "task_id", "role", "batch", "n", "rewards", "reward", "advantage"}`` (``role``:
+  ``planner`` or ``grounder``; ``prompt``: that role's prompt, the planner's for a plan, the grounder's for an action
+  sequence; ``rewards``: each named reward as a JSON object text).
 * ``fmt`` is ``"jsonl"`` or ``"parquet"``; files are written to a temp file and renamed into place, so a reader
   never sees half a file. Each returns the number of rows written; the files load with
   ``datasets.load_dataset("json" | "parquet", data_files=path)``.

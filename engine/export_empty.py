@@ -3,9 +3,10 @@
 ``what`` is ``pairs``, ``sft`` or ``rollouts``. None means the stage that makes those rows is done, so an empty export
 is the data (every pair filtered out, or excluded or tied by curation) and may be written. Otherwise a sentence for
 the user: iteration 0 samples and grounds no plans, an iteration that trained neither agent by GRPO has no rollouts,
-and one whose pairs / ground / GRPO training stage is not done has none yet (saying how to run it: the CLI command,
-or with ``studio`` the Run tab's button). ``python -m engine export`` refuses with it (exit 2, nothing written); the
-studio's Export tab shows it instead of a download of an empty file.
+one that trained its grounder by GRPO has no SFT records (though its ground stage wrote groundings), and one whose
+pairs / ground / GRPO training stage is not done has none yet (saying how to run it: the CLI command, or with
+``studio`` the Run tab's button). ``python -m engine export`` refuses with it (exit 2, nothing written); the studio's
+Export tab shows it instead of a download of an empty file.
 """
 
 from __future__ import annotations
@@ -54,10 +55,20 @@ def _objectives(store: Store, run_id: str, iteration: int) -> dict[str, str] | N
     return {"train_planner": config.stages.planner_objective, "train_grounder": config.stages.grounder_objective}
 
 
+def _grounder_by_grpo(store: Store, run_id: str, iteration: int) -> bool:
+    return (_objectives(store, run_id, iteration) or {}).get("train_grounder") == "grpo"
+
+
 def empty_reason(store: Store, run_id: str, iteration: int, what: str, studio: bool = False) -> str | None:
     """Why ``iteration`` of ``run_id`` cannot hold ``what`` rows, for an export that found none; None when the
     stage that makes them is done, so the empty export is the data (see ``SOURCES``)."""
     noun = NOUNS[what]
+    if what == "sft" and iteration >= 1 and _grounder_by_grpo(store, run_id, iteration):
+        # Its ground stage wrote groundings, but no critic judged them: the grounder's data are its GRPO rollouts
+        # (the studio's Export tab offers no rollouts, and a Space's visitor has no shell: no hint there).
+        hint = "" if studio else " (try --what rollouts)"
+        return (f"iteration {iteration} trained its grounder by GRPO (stages.grounder_objective), so it has no "
+                f"{noun}: its grounder's training data are its GRPO rollouts{hint}")
     if what in SOURCES and store.count(SOURCES[what][0], run_id, iteration):
         return None
     if iteration == 0:  # stages_of(0): the warm start (SFT on gold data) and the baseline evaluation, nothing else

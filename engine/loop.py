@@ -32,7 +32,7 @@ from engine.config_checks import check_launch_files
 from engine.errors import ConfigError, DataError, StageStopped, UnknownRun, mark_stage_failed
 from engine.preflight import check_stage_agents, preflight
 from engine.runtime import check_eval_splits, load_run_tasks
-from engine.schedule import iteration_config, phase_of, skip_reason
+from engine.schedule import critique_skip_reason, iteration_config, phase_of, skip_reason
 from engine.stages import critique, evaluation, ground, pairs, sample, score, train, train_grpo, warm_start
 from engine.stages.context import ProgressSink, StageContext, crash_point, one_set_of_weights
 from engine.store import Store
@@ -172,12 +172,8 @@ def is_skipped(stage: str, config: RunConfig, iteration: int = 1) -> str | None:
         return "stage 1 disabled (stages.stage1 = false)"
     if stage in STAGE2 and not config.stages.stage2:
         return "stage 2 disabled (stages.stage2 = false)"
-    if stage == "critique" and config.stages.grounder_objective == "grpo":
-        return "the grounder learns by GRPO (stages.grounder_objective = grpo): its rewards, not a critic, judge it"
-    if stage == "critique" and config.stages.grounder_data != "critic":
-        what = {"raw": "the grounder's own groundings, unchecked",
-                "executed": "the groundings that executed to the gold answer"}[config.stages.grounder_data]
-        return f"no critic (stages.grounder_data = {config.stages.grounder_data}): SFT on {what}"
+    if stage == "critique" and (reason := critique_skip_reason(config)):  # one rule with schedule.critiques
+        return reason
     return None
 
 

@@ -18,7 +18,8 @@ so a curriculum resumes after a kill exactly where it stopped, within a phase or
 
 ``engine.config_checks.check_schedule`` (run with every config check) raises ``ConfigError`` naming the phase's
 field (``schedule.phases[2].stages``) for an empty or repeated name, a ``set`` outside what a phase may set or with
-a bad value, and a stage whose input no stage of the phase makes (e.g. ``pairs`` without ``score``).
+a bad value (under ``agents.topology = shared``, one that changes the run's LoRA settings: the next phase loads this
+one's checkpoints), and a stage whose input no stage of the phase makes (e.g. ``pairs`` without ``score``).
 """
 
 from __future__ import annotations
@@ -62,9 +63,25 @@ def skip_reason(config: RunConfig, iteration: int, stage: str) -> str | None:
     return f"not in phase {phase.name!r} (it runs {', '.join(phase.stages)})"
 
 
+def critique_skip_reason(config: RunConfig) -> str | None:
+    """Why an iteration running under ``config`` (its phase's settings applied) has no critique stage whatever its
+    phase runs: stage 2 off, or a grounder that learns from something other than the critic's verdicts. None: it
+    critiques. ``engine.loop.is_skipped`` records the same reasons."""
+    if not config.stages.stage2:
+        return "stage 2 disabled (stages.stage2 = false)"
+    if config.stages.grounder_objective == "grpo":
+        return "the grounder learns by GRPO (stages.grounder_objective = grpo): its rewards, not a critic, judge it"
+    if config.stages.grounder_data != "critic":
+        what = {"raw": "the grounder's own groundings, unchecked",
+                "executed": "the groundings that executed to the gold answer"}[config.stages.grounder_data]
+        return f"no critic (stages.grounder_data = {config.stages.grounder_data}): SFT on {what}"
+    return None
+
+
 def critiques(config: RunConfig) -> bool:
-    """Whether any iteration of the run has a critique stage (stage 2 on, its phase runs it)."""
-    return any(skip_reason(config, t, "critique") is None and iteration_config(config, t).stages.stage2
+    """Whether any iteration of the run has a critique stage (its phase runs it, and under the phase's settings
+    ``critique_skip_reason`` finds none): whether a run needs its critic at all, e.g. before probing a server."""
+    return any(skip_reason(config, t, "critique") is None and critique_skip_reason(iteration_config(config, t)) is None
                for t in range(1, config.run.iterations + 1))
 
 

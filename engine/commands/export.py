@@ -18,7 +18,8 @@ one parts, and the command exits 2, writing nothing (``engine.export.PromptMisma
 ``--what`` is refused (exit 2). An unknown run, a missing DuckDB file, an iteration the run does not have, or a
 ``--out`` whose folder takes no new file prints ``error: ...`` on stderr and exits 2, writing nothing. So does an
 iteration that cannot hold the rows asked for: iteration 0 samples and grounds no plans (no pairs, no SFT records), an
-iteration that trained neither agent by GRPO has no rollouts, and one whose pairs / ground / GRPO training stage is not
+iteration that trained neither agent by GRPO has no rollouts, one whose grounder trained by GRPO has no SFT records
+(its training data are its rollouts: ``--what rollouts``), and one whose pairs / ground / GRPO training stage is not
 done has none yet (the message says which). When that stage is done but kept nothing (every pair filtered, or excluded
 by curation), the empty file is the data: it is written, exit 0, and a ``note: 0 ... rows`` line on stderr says why. A
 store that cannot be used (held by another process, a newer schema, not a store) exits 3, as in every command.
