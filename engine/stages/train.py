@@ -45,7 +45,7 @@ from engine.stages.checkpoints import (
     train_logger,
     training_precision,
 )
-from engine.stages.context import StageContext
+from engine.stages.context import StageContext, StopLatch
 from engine.tasks import Task
 from engine.turns import Agent, grounding_messages, plan_subgoals
 from engine.verdict_curation import effective_sft_records
@@ -122,9 +122,11 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
         ref_model = ctx.plain_model("planner", iteration=1)
     model.train()
     on_log = train_logger(ctx, optimizer_steps(len(rows), settings))
+    cut = StopLatch(ctx.should_stop)
     trained, history = dpo_train(model, start.tokenizer, rows, settings, ref_model=ref_model, on_log=on_log,
-                                 should_stop=ctx.should_stop)
-    ctx.check_stop()  # stopped mid-training: no checkpoint
+                                 should_stop=cut)
+    if cut.fired:  # stopped mid-training: no checkpoint
+        raise StageStopped("train_planner stopped at the user's request")
     path = save_checkpoint(ctx, "planner", start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "planner", path, checkpoint_kind(settings))
     return {"rows": len(rows), "log_lines": len(history), "precision": precision, "curation": curation}
@@ -217,9 +219,10 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
     model = ctx.take_model("grounder")
     model.train()
     on_log = train_logger(ctx, optimizer_steps(len(rows), settings))
-    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=ctx.should_stop,
+    cut = StopLatch(ctx.should_stop)
+    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=cut,
                                  micro_batches=settings.micro_batches)
-    if ctx.should_stop():
+    if cut.fired:  # stopped mid-training: no checkpoint
         raise StageStopped("train_grounder stopped at the user's request")
     path = save_checkpoint(ctx, "grounder", start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "grounder", path, checkpoint_kind(settings))

@@ -23,7 +23,7 @@ from engine.config import RunConfig
 from engine.errors import StageStopped
 from engine.outcome import gold_step_results
 from engine.stages import checkpoints, train
-from engine.stages.context import StageContext
+from engine.stages.context import StageContext, StopLatch
 from engine.tasks import Task
 from engine.turns import Agent
 
@@ -84,9 +84,9 @@ def _run(ctx: StageContext, role: str) -> dict[str, int | str]:
     model = ctx.take_model(role)
     model.train()
     on_log = checkpoints.train_logger(ctx, checkpoints.optimizer_steps(len(rows), settings))
-    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log,
-                                 should_stop=ctx.should_stop)
-    if ctx.should_stop():
+    cut = StopLatch(ctx.should_stop)
+    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=cut)
+    if cut.fired:  # stopped mid-training: no checkpoint
         raise StageStopped(f"{ctx.stage} stopped at the user's request")
     path = checkpoints.save_checkpoint(ctx, role, start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, path, checkpoints.checkpoint_kind(settings))
