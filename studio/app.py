@@ -34,7 +34,7 @@ from engine.store import Store
 from studio import place, tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
 from studio.browser_secret import browser_secret
 from studio.common import Ctx, can_write, identity_line, login_of
-from studio.first_visit import start_showcase, welcome
+from studio.first_visit import showcase_run, start_showcase, welcome
 from studio.jobs import JobWorker
 from studio.keys import SHORTCUTS_JS
 from studio.pace import SYNC_BUSY_S, poll_seconds
@@ -189,10 +189,14 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             only); without a login both are left alone (a name typed before the page finished loading must survive
             it). For a session that may change nothing (a viewer) every registered write control is switched off;
             otherwise they are left as built."""
-            runs = [r["run_id"] for r in store.list_runs()]
+            rows = store.list_runs()
+            runs = [r["run_id"] for r in rows]
+            # On Spaces a session without a saved place opens on the demo run the welcome talks about, not on the
+            # newest run: there that is often another visitor's experiment under way.
+            landing = showcase_run(rows) if spaces else None
             user = login_of(request)
             off = gr.update(interactive=False) if not can_write(ctx, request) else gr.skip()
-            return (gr.update(choices=runs, value=place.pick_run(runs, wanted)),
+            return (gr.update(choices=runs, value=place.pick_run(runs, wanted, landing)),
                     identity_line(ctx, user) if user else gr.skip(),
                     gr.update(value=user, interactive=False, label="Your login") if user else gr.skip(),
                     *[off] * len(ctx.write_controls))

@@ -6,7 +6,8 @@ limits on Spaces) and starts it in the studio's job worker at once: the iteratio
 iteration (plans, pairs, DPO, groundings, critic verdicts, SFT, evaluation). ``welcome(store, jobs, run_id)`` is the
 one paragraph the page shows, from the run's state in the store and the worker each time it is asked: ``WELCOME``
 while the run is being prepared (what is happening, how long it usually takes, and a line saying which stage is under
-way and how long the run has taken so far), ``FINISHED`` once every stage is done (where to look), ``UNFINISHED`` when
+way and how long the run has taken so far), ``FINISHED`` once every stage is done (where to look, and what one small
+iteration moves: the capability gap first, accuracy on its few evaluation tasks perhaps not yet), ``UNFINISHED`` when
 it stopped or failed before that (where to see why, how to continue). Each ends with the demo run's config cautions
 (``engine.preflight``: it runs, but likely not as meant; ``studio.new_run_config.cautions_markdown``), when it has
 any: a visitor never sees the server's stderr. They are read through ``studio.run_cautions``, the cache the Run tab's
@@ -15,6 +16,10 @@ every 2 s, runs no preflight of its own while the cache keeps them.
 
 How long it takes is said only for the demo agents at the sizes measured (``expected_duration``); for other agents
 the live line is all the visitor gets, rather than a figure that was never measured for them.
+
+The demo run is the store's first run named ``SHOWCASE_NAME`` (``showcase_run``): on Spaces a session with no saved
+place opens on it (``studio.place.pick_run``'s ``landing``), the run the welcome talks about, rather than on the
+newest run, which there is often another visitor's experiment under way.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from engine.loop import STAGES, create_run_with_cautions, pending, run_config, r
 from engine.report_markdown import duration_text
 from engine.store import Store
 from studio.jobs import JobWorker
-from studio.new_run_config import cautions_markdown
+from studio.new_run_config import cautions_markdown, tasks_used
 from studio.pipeline import label
 from studio.run_cautions import remember, run_cautions
 from studio.spaces_policy import DEMO_AGENTS, SPACES_CAPS, spaces_capped
@@ -51,17 +56,20 @@ WELCOME = (
     "MOAT iteration runs (the planner samples plans, the grounder scores them, DPO trains the planner on the "
     "best-vs-worst pairs, the critic checks the grounder's actions, SFT trains the grounder). {how_long}The "
     "**Run** tab shows each stage as it goes. Then look at **Pairs** (which plan the grounder preferred, and by how "
-    "much), **Critic** (the corrections the grounder learns from) and **Metrics** (accuracy before and after). To "
-    "start your own, press *Start a new run* in the **Run** tab (its config is under *Advanced*).\n\n{now}"
+    "much), **Critic** (the corrections the grounder learns from) and **Metrics** (the capability gap and accuracy, "
+    "before and after). To start your own, press *Start a new run* in the **Run** tab (its config is under "
+    "*Advanced*).\n\n{now}"
 )
 HOW_LONG = "It usually takes {duration}. "
 NOW = "*Now:* {where} · {elapsed} so far."
 FINISHED = (
     "**Welcome.** The demo run `{run_id}` is ready: the starting planner and grounder were evaluated, then one MOAT "
     "iteration ran. Look at **Pairs** (which plan the grounder preferred, and by how much: iteration 1), **Critic** "
-    "(the corrections the grounder learnt from) and **Metrics** (accuracy before and after); the **Run** tab says "
-    "what each stage did. To start your own, press *Start a new run* in the **Run** tab (its config is under "
-    "*Advanced*)."
+    "(the corrections the grounder learnt from) and **Metrics**, where after one small iteration the *capability "
+    "gap* chart (the grounder's perplexity of the gold actions, lower is better) is what moves first: accuracy on "
+    "{evaluated} evaluation tasks may not move yet (the README's experiments show the full effect over 3 iterations "
+    "and 5 seeds). The **Run** tab says what each stage did. To start your own, press *Start a new run* in the "
+    "**Run** tab (its config is under *Advanced*)."
 )
 UNFINISHED = (
     "**Welcome.** The demo run `{run_id}` stopped before it finished: the **Run** tab shows where and why, and "
@@ -86,13 +94,20 @@ def start_showcase(store: Store, jobs: JobWorker, config_path: str, spaces: bool
     return None if refused else run_id
 
 
+def showcase_run(runs: list[dict[str, Any]]) -> str | None:
+    """The first-visit demo run among ``runs`` (``Store.list_runs``' rows, oldest first): the oldest named
+    ``SHOWCASE_NAME`` (``start_showcase`` makes it in an empty store, so a visitor's run of that name comes later);
+    None when there is none."""
+    return next((row["run_id"] for row in runs if row.get("name") == SHOWCASE_NAME), None)
+
+
 def welcome(store: Store, jobs: JobWorker, run_id: str) -> tuple[str, bool]:
     """``(paragraph, settled)`` for the demo run ``run_id`` as it stands (see the module docstring), its cautions
     below it; ``settled``: finished, so the paragraph will not change again and the page may stop asking."""
     config = run_config(store, run_id)
     cautions = cautions_markdown(run_cautions(store, run_id) or [])
     if not pending(store, run_id, config, config.run.iterations):
-        return FINISHED.format(run_id=run_id) + cautions, True
+        return FINISHED.format(run_id=run_id, evaluated=tasks_used(store, run_id, config)[2]) + cautions, True
     snap = jobs.snapshot()
     if snap["running"] and snap.get("run_id") == run_id:
         duration = expected_duration(config)

@@ -8,7 +8,10 @@ the equivalent CLI command (``cli_command``; a config as TOML: ``config_toml``),
 into the workspace when it lay outside, any other path outside named; ``paths_outside``, ``new_run_workdir``).
 
 A config from the page is checked like a file (``engine.config``), then every path in it must lie inside the
-studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_policy``.
+studio's workspace (``engine.workspace``), and on Spaces it must pass ``spaces_policy`` (its choices, such as the
+critic's backend, are checked first, on the TOML itself: ``spaces_choices``). On Spaces *Create run* also refuses a
+new run once the store holds ``MAX_SPACES_RUNS`` (``spaces_runs_full``). The created line says what the run uses of
+its tasks (``tasks_used``: per iteration's training, and in each evaluation), not only how many its data holds.
 
 A config's cautions (``engine.preflight``: it runs, but likely not as meant, e.g. a chat layout its tokenizer does
 not use) are shown, not only printed on the server's stderr: each as a bullet naming its field under
@@ -35,7 +38,7 @@ from engine.store import Store
 from engine.workspace import PathOutsideWorkspace, config_paths_inside, inside
 from studio.render import md_escaped
 from studio.run_cautions import remember
-from studio.spaces_policy import spaces_policy
+from studio.spaces_policy import spaces_choices, spaces_policy, spaces_runs_full
 
 # What a config's cautions are shown under (``cautions_markdown``).
 CAUTION_HEAD = "**⚠ Warning:** this config runs, but likely not as meant:"
@@ -65,6 +68,8 @@ def config_problem(text: str, spaces: bool = False,
     except tomllib.TOMLDecodeError as exc:
         return None, _toml_problem(exc)
     try:
+        if spaces:  # a choice Spaces refuses is said before the config's checks ask for what that choice needs
+            spaces_choices(data)
         config = config_from_dict(data, "editor")
         if workspace is not None:
             config_paths_inside(config, workspace)
@@ -171,7 +176,10 @@ def create_run_from_text(store: Store, text: str, spaces: bool = False,
     """Validate, then register a run (tasks loaded; nothing trained): ``(run_id, message)``. The message is one line,
     followed by the config's cautions when it has any (``cautions_markdown``; all of them, however often the server
     met them before: ``engine.loop.create_run_with_cautions``). The cautions are kept for the run
-    (``studio.run_cautions.remember``): the Run tab's box reads them from there rather than check the config again."""
+    (``studio.run_cautions.remember``): the Run tab's box reads them from there rather than check the config again.
+    On Spaces a store that holds ``MAX_SPACES_RUNS`` runs takes no more (``spaces_runs_full``)."""
+    if spaces and (full := spaces_runs_full(len(store.list_runs()))):
+        return None, f"Not created: {full}"
     config, error = validate_config(text, spaces, workspace)
     if config is None:
         return None, f"Not created: {error}"
@@ -180,7 +188,25 @@ def create_run_from_text(store: Store, text: str, spaces: bool = False,
     except (ConfigError, DataError, OSError) as exc:  # a task file or model path that fails the preflight
         return None, f"Not created: {_refusal(exc)}"
     remember(store, run_id, cautions)  # the Run tab's next refresh shows them without a second preflight
-    return run_id, f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks).{cautions_markdown(cautions)}"
+    total, train, evaluated = tasks_used(store, run_id, config)
+    return run_id, (f"Created run `{run_id}` ({total} tasks in its data; each iteration trains on {train}, "
+                    f"evaluation uses {evaluated}).{cautions_markdown(cautions)}")
+
+
+def tasks_used(store: Store, run_id: str, config: RunConfig) -> tuple[int, int, int]:
+    """``(in its data, trained on per iteration, evaluated)``: the run's stored tasks, how many of its train split
+    each iteration trains on (``data.train_limit``, 0: all) and how many the evaluation scores (``data.eval_limit``
+    per split of ``evaluate.splits``, 0: all). The engine draws them with ``engine.runtime.sample_tasks`` (through
+    ``StageContext.train_tasks`` and ``pick_eval_tasks``), which keeps ``limit`` of a split's tasks, or all of them
+    when the limit is 0 or larger; its rule is applied to counts here, as the welcome asks on every page load and
+    reading the tasks takes most of a second."""
+
+    def kept(limit: int, split: str) -> int:
+        available = store.count("tasks", run_id, split=split)
+        return min(limit, available) if limit else available
+
+    evaluated = sum(kept(config.data.eval_limit, split) for split in config.evaluate.splits)
+    return store.count("tasks", run_id), kept(config.data.train_limit, "train"), evaluated
 
 
 def with_note(message: str, note: str) -> str:

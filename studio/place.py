@@ -4,8 +4,10 @@
 the browser by ``save_js``, so a reload right after a change still finds it), and on page load ``read(saved, tabs)``
 turns what the browser sent back into a place the page can take; ``pick_run`` and
 ``pick_iteration`` then choose the picker values: the saved ones where this store still has them, else the defaults
-(the newest run; its newest training iteration with a stage done, ``done_iterations``, so a visitor does not land on
-an iteration that has only just started and shows empty pages; else its newest training iteration). A saved value
+(the ``landing`` run when given and still there: on Spaces the first-visit demo run,
+``studio.first_visit.showcase_run``, which the welcome talks about, rather than another visitor's newest experiment;
+else the newest run; its newest training iteration with a stage done, ``done_iterations``, so a visitor does not land
+on an iteration that has only just started and shows empty pages; else its newest training iteration). A saved value
 is data from the browser: anything that is not a known tab, a string run id or an integer iteration is ignored. The
 iteration is kept only when the curator picked it: while the picker shows the studio's own pick the place saves none
 (``save_js``), so a reload takes the default of that moment (the run may have trained further meanwhile).
@@ -53,10 +55,13 @@ def read(saved: Any, tabs: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def pick_run(runs: list[str], wanted: Any) -> str | None:
-    """The saved run where the store has it, else the newest (None for an empty store)."""
+def pick_run(runs: list[str], wanted: Any, landing: str | None = None) -> str | None:
+    """The saved run where the store has it, else ``landing`` where the store has it (the run a session without a
+    saved place opens on: on Spaces the first-visit demo run), else the newest (None for an empty store)."""
     run = wanted.get("run") if isinstance(wanted, dict) else None
-    return run if run in runs else (runs[-1] if runs else None)
+    if run in runs:
+        return run
+    return landing if landing in runs else (runs[-1] if runs else None)
 
 
 def done_iterations(store: Store, run_id: str | None, iterations: list[int]) -> list[int]:

@@ -79,11 +79,14 @@ def test_create_run_shows_the_cautions_every_time_under_the_created_line(tmp_pat
         for _ in range(2):  # the second time the server prints nothing: the page still says it
             run_id, message = create_run_from_text(store, text)
             line = message.partition("\n\n")[0]
-            assert line == f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks)."
+            tasks = store.count("tasks", run_id)
+            assert line == (f"Created run `{run_id}` ({tasks} tasks in its data; each iteration trains on 96, "
+                            "evaluation uses 450).")
             assert_shows_the_caution(message, chatml)
         assert len([line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]) == 1
         run_id, message = create_run_from_text(store, demo_text(tmp_path))  # the demo agents: no caution
-        assert message == f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks)."
+        assert message == (f"Created run `{run_id}` ({store.count('tasks', run_id)} tasks in its data; each iteration "
+                           "trains on 96, evaluation uses 450).")
 
 
 def test_validate_makes_creates_checks_and_shows_the_cautions_writing_nothing(tmp_path, chatml):

@@ -132,7 +132,7 @@ def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
     assert welcome(store, jobs, run_id) == (UNFINISHED.format(run_id=run_id), False)
     _finish(store, run_id)
     text, settled = welcome(store, jobs, run_id)
-    assert settled and text == FINISHED.format(run_id=run_id) and "being prepared" not in text
+    assert settled and text == FINISHED.format(run_id=run_id, evaluated=40) and "being prepared" not in text
     assert "**Pairs**" in text and "**Critic**" in text and "**Metrics**" in text
     # The page: rendered from the run's state when built, and again on load / each tick until settled.
     monkeypatch.setattr(studio.app, "start_showcase", lambda *args: run_id)
