@@ -46,19 +46,18 @@ role of the stored checkpoint). Only existence is checked (a checkpoint the run 
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.config import RunConfig
 from engine.errors import CheckpointError
+from engine.model_paths import missing_model_directory
 
 if TYPE_CHECKING:
     from engine.store import Store
     from engine.tasks import Task
 
-_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+\Z")  # "org/name"; anything else that is not a directory is a local path
 _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
@@ -116,7 +115,7 @@ def check_model(path: str, adapter: str, device: str, role: str, path_field: str
     path_field = path_field or f"{role}.path"
     check_device(device, f"{role}.device")
     local = Path(path).expanduser()
-    if not local.is_dir() and (local.exists() or not _HUB_ID.match(path)):
+    if missing_model_directory(path):  # a local path never goes to the hub (engine.model_paths)
         raise CheckpointError(path_field, f"{path}: no such model directory")
     if adapter and not (Path(adapter) / "adapter_config.json").is_file():
         raise CheckpointError(f"{role}.adapter", f"{adapter}: not a LoRA adapter directory (no adapter_config.json)")
@@ -263,9 +262,8 @@ def check_stage_agents(store: Store, run_id: str, iteration: int, stage: str, co
 
 
 def _gone(path: str) -> bool:
-    """Neither a local directory nor (not existing locally) a hub id: what ``check_model`` refuses first."""
-    local = Path(path).expanduser()
-    return not local.is_dir() and (local.exists() or not _HUB_ID.match(path))
+    """What ``check_model`` refuses first: no directory here and no hub id (``engine.model_paths``)."""
+    return missing_model_directory(path)
 
 
 def _recorded_by(store: Store, run_id: str, path: str, last: int) -> tuple[int | None, str]:

@@ -38,7 +38,13 @@ Returns ``{"run_id", "base", "after", "agents": {"P0": path, ...}, "tasks": [tas
 {"label", "after", "before", "results": {split: {domain: {"gained", "lost", "p", "n"}}}}}, "reused": [cells],
 "reused_from": {cell: origin}, "not_kept": {cell: why}, "not_reusable": {cell: why}, "outcomes": {cell: {task_id:
 correct}}, "seconds"}``.
-Raises ``SwapError`` for an unknown run, an ``after`` without a done evaluate stage, or ``base`` not in 0..after-1.
+Raises ``SwapError`` for an unknown run, an ``after`` without a done evaluate stage, ``base`` not in 0..after-1,
+or a run whose two roles are one set of weights (``swap_refusal``: ``agents.topology = "shared"`` without LoRA, where
+either role's training changes both, so no planner of one iteration exists beside a grounder of another). Before
+loading any model, the model directories of both agents after each iteration a computed cell uses must be there (as
+``python -m engine step evaluate`` of that iteration checks them: ``engine.preflight.check_stage_agents``), else
+``CheckpointError`` names the first one missing and where it came from; a relative path is relative to the working
+directory.
 
 ``stored_swaps(store, run_id, base=None, after=None)`` only reads: the stored table of a run in the same shape
 (``"cells"``, ``"gold_plans"``, ``"tests"`` with the McNemar rows as ``{"gained", "lost", "p"}``, plus ``"base"``,
@@ -55,13 +61,15 @@ from collections.abc import Callable
 from typing import Any
 
 from engine import eval_cache
+from engine.config import RunConfig
 from engine.dbutil import records
 from engine.eval_cache import StoredEvaluation, evaluation_key
 from engine.evaluate import Trace, evaluate, gold_logppl, ground_plans, summarize, summary_from_rows
 from engine.loop import run_config, run_directory
 from engine.outcome import Toolbox, toolbox_for
+from engine.preflight import check_stage_agents
 from engine.runtime import pick_eval_tasks
-from engine.stages.context import ProgressSink, StageContext
+from engine.stages.context import ProgressSink, StageContext, one_set_of_weights
 from engine.stats import mcnemar
 from engine.stop_check import stop_checked
 from engine.store import Store
@@ -85,6 +93,18 @@ def agent_after(ctx: StageContext, role: str, t: int) -> str:
     """The checkpoint of the planner/grounder after iteration ``t`` (0: the run's starting agent): the one iteration
     t + 1 starts from, as the evaluate stage of iteration t resolves it."""
     return ctx.agent_path(role, t + 1)
+
+
+def swap_refusal(config: RunConfig) -> str | None:
+    """Why a run of ``config`` has no swap table, or None. With one set of weights in both roles (the shared
+    topology without LoRA) the planner after iteration t *is* the grounder after iteration t, trained by DPO and SFT
+    alike, so "P1 G0" would not be stage 1's planner beside the starting grounder: both stages are in both agents."""
+    if not one_set_of_weights(config):
+        return None
+    return ("its planner and grounder are one set of weights (agents.topology = \"shared\" without LoRA), which "
+            "both stages train in turn: stage 1's planner cannot be swapped apart from stage 2's grounder. Give "
+            "each role its own weights (agents.topology = \"separate\") or its own LoRA adapters on the shared base "
+            "(dpo.lora or grpo.lora, and sft.lora) to attribute the gain to a stage")
 
 
 def evaluated_iterations(store: Store, run_id: str) -> list[int]:
@@ -153,6 +173,10 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
     started = time.perf_counter()
     if store.get_run(run_id) is None:
         raise SwapError(store.unknown_run(run_id))
+    config = run_config(store, run_id)
+    refusal = swap_refusal(config)
+    if refusal:  # before the iterations: no later evaluation would make such a run's table mean anything
+        raise SwapError(f"run {run_id} has no swap table: {refusal}")
     evaluated = evaluated_iterations(store, run_id)
     if after is None:
         if not evaluated:
@@ -168,7 +192,6 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
         raise SwapError(f"iteration {after} of run {run_id} has no done evaluate stage (evaluated: {done})")
     if not 0 <= base < after:
         raise SwapError(f"base must be an iteration from 0 to after - 1 = {after - 1}, got {base}")
-    config = run_config(store, run_id)
     ctx = StageContext(store, run_id, after, config, run_directory(store, run_id))
     ctx.begin(after, "swap", progress, should_stop or (lambda: False))
     tasks = pick_eval_tasks(store.get_tasks(run_id), config.evaluate.splits, config.data.eval_limit,
@@ -191,6 +214,10 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
         return [paths["grounder", b]] + ([paths["planner", a]] if a != GOLD else [])
 
     uses = Counter(path for cell in todo for path in models_of(*cell))
+    for t in sorted({t for a, b in todo for t in (a, b) if t != GOLD}):
+        # The agents after t are what the evaluate stage of t loads: a relative path resolved from another working
+        # directory, or a deleted checkpoint, is named here instead of failing inside transformers.
+        check_stage_agents(store, run_id, t, "evaluate", config)
     toolbox = toolbox_for(config.tools)
     cache = eval_cache.for_workdir(config.run.workdir) if reuse and config.evaluate.reuse else None
     reused_from: dict[str, str] = {}

@@ -6,7 +6,10 @@ per planner/grounder combination with correct/n and % per split x domain and the
 paired McNemar tests of which stage moved what, and the capability gap; ``--json`` prints the table as one JSON
 object. A progress bar on stderr counts the cells computed (``--quiet``: none, nor the libraries' bars). A missing
 store file (``error: no store at ...``, the wording of every command), an unknown run, an ``--after`` whose evaluate
-stage is not done, or ``--base`` not below ``--after`` prints ``error: ...`` on stderr and exits 2; a store that
+stage is not done, ``--base`` not below ``--after``, a run whose planner and grounder are one set of weights
+(``agents.topology = "shared"`` without LoRA: no stage can be swapped apart), or a model directory a cell would load
+that is missing (``planner.path: assets/demo/planner: no such model directory (...)``, as ``step`` says it; a
+relative path is relative to the working directory) prints ``error: ...`` on stderr and exits 2; a store that
 cannot be opened (held by another process, newer schema) prints one ``error: ...`` line on stderr and exits 3, as
 every command does.
 """
@@ -39,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.commands.run import progress_printer
+    from engine.errors import ConfigError
     from engine.store import Store, StoreError
     from engine.swap import SwapError, swap_table
 
@@ -51,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                 return BAD_INPUT
             table = swap_table(store, args.run, base=args.base, after=args.after,
                                progress=progress_printer(args.quiet))
-    except SwapError as exc:
+    except (SwapError, ConfigError) as exc:  # ConfigError: a CheckpointError, a model directory that is not there
         print(f"error: {exc}", file=sys.stderr)
         return BAD_INPUT
     except StoreError as exc:  # held by another process, a newer schema, not a store: say so, no traceback

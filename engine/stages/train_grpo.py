@@ -4,8 +4,11 @@
 The planner: instead of DPO on the offline pairs, the trainer samples ``grpo.num_generations`` plans per training
 task of the iteration (the tasks the sample stage used), rewards each with the named rewards of ``grpo.rewards``
 (engine/rewards.py: the iteration's grounder supplies the ``gap`` and ``execution`` signals, so the planner is still
-aligned to *this* grounder, online) and learns from their group advantages. The sample, score and pairs stages
-still run: stage 2 grounds the sampled plans, and the studio can show a task's DPO pair beside its GRPO group.
+aligned to *this* grounder, online) and learns from their group advantages. A task trains only when every configured
+reward can score it (``PLANNER_REWARD_NEEDS``: ``gap`` needs gold actions, ``execution`` a gold answer; ``format``
+and ``overlong`` nothing); the counts say how many were left out for each reward (``left_out``), and why in
+``left_out_note`` (in ``note`` when none is left, and the planner is kept). The sample, score and pairs stages still
+run: stage 2 grounds the sampled plans, and the studio can show a task's DPO pair beside its GRPO group.
 
 The grounder: instead of SFT on the critic's verdicts, the trainer samples ``grpo_grounder.num_generations`` action
 sequences for each distinct prompt the ground stage grounded (the plans ``ground.which`` picked, as the planner
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -48,7 +52,31 @@ from engine.stages.checkpoints import (
     training_precision,
 )
 from engine.stages.context import StageContext
+from engine.tasks import Task
 from engine.turns import planner_prompt
+
+# What each planner reward reads from a task, and the test that the task has it; rewards not named need nothing.
+PLANNER_REWARD_NEEDS: dict[str, tuple[str, Callable[[Task], bool]]] = {
+    "gap": ("gold actions", lambda t: bool(t.gold_actions)),
+    "execution": ("a gold answer", lambda t: bool(t.answer.strip())),
+}
+
+
+def scorable_tasks(tasks: list[Task], rewards: Sequence[str]) -> tuple[list[Task], dict[str, int]]:
+    """The tasks every reward of ``rewards`` can score, and per reward how many tasks lack what it needs (a task
+    lacking two rewards' fields counts under both)."""
+    needs = [(name, PLANNER_REWARD_NEEDS[name]) for name in rewards if name in PLANNER_REWARD_NEEDS]
+    left_out = {name: sum(not has(t) for t in tasks) for name, (_, has) in needs}
+    kept = [t for t in tasks if all(has(t) for _, (_, has) in needs)]
+    return kept, {name: n for name, n in left_out.items() if n}
+
+
+def left_out_note(left_out: dict[str, int], kept: int) -> str:
+    """``"3 training task(s) left out: the gap reward needs gold actions, which they lack"``, one clause per
+    reward; with no task ``kept``, ending in ``"; planner unchanged"``."""
+    parts = [f"{n} training task(s) left out: the {name} reward needs {PLANNER_REWARD_NEEDS[name][0]}, which they "
+             "lack" for name, n in left_out.items()]
+    return "; ".join(parts) + ("; planner unchanged" if not kept else "")
 
 
 def build_book(ctx: StageContext, tasks: dict) -> RolloutBook:
@@ -94,16 +122,20 @@ def rollout_frame(ctx: StageContext, book: RolloutBook, role: str) -> pd.DataFra
 def run_planner(ctx: StageContext) -> dict[str, Any]:
     discard_output(ctx, "planner")
     ctx.store.delete("rollouts", ctx.run_id, ctx.iteration, role="planner")
-    tasks = [t for t in ctx.train_tasks() if t.gold_actions]
+    tasks, left_out = scorable_tasks(ctx.train_tasks(), ctx.config.grpo.rewards)
     if not tasks:
-        return keep_previous(ctx, "planner", "no training tasks with gold actions: planner unchanged")
+        reason = left_out_note(left_out, 0) if left_out else "no training tasks: planner unchanged"
+        return {**keep_previous(ctx, "planner", reason), "left_out": left_out}
     settings = copy.deepcopy(ctx.config.grpo)
     settings.seed = ctx.config.run.seed + ctx.iteration
     precision = training_precision(ctx, "planner", settings)
     start = ctx.agent("planner")
     book = build_book(ctx, {t.id: t for t in tasks})
     rows = [{"prompt": planner_prompt(start, t), "task_id": t.id} for t in tasks]
-    return _train(ctx, "planner", start, rows, settings, book, precision)
+    counts = _train(ctx, "planner", start, rows, settings, book, precision)
+    if left_out:  # kept apart from "note", which the studio shows instead of the training line
+        counts.update(left_out=left_out, left_out_note=left_out_note(left_out, len(tasks)))
+    return counts
 
 
 def run_grounder(ctx: StageContext) -> dict[str, Any]:
