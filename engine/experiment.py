@@ -223,6 +223,12 @@ def load_experiment(path: str | Path, extra_set: Sequence[str] = ()) -> Experime
     exp = Experiment(name=name, source=path, base=base, seeds=seeds, iterations=iterations, set=shared,
                      variants=variants, base_config=config_to_dict(base_config), baseline=baseline, swap=swap)
     validate_runs(exp, seeds[:1], iterations)
+    from engine.swap import swap_refusal  # here, not at the top: engine.swap loads the stage machinery
+
+    for vname in swap:  # else the swap step would fail after every run of the experiment
+        refusal = swap_refusal(exp.run_config(vname, seeds[0], iterations))
+        if refusal:
+            raise ConfigError("experiment.swap", f"{vname}: {refusal}", source)
     return exp
 
 

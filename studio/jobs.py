@@ -259,10 +259,13 @@ def loop_job(store: Store, run_id: str, kind: str, progress: Callable[[dict[str,
 def swap_unavailable(store: Store, run_id: str | None) -> str | None:
     """Why the swap table of ``run_id`` cannot be computed now (None: it can): it pairs iteration 0's agents with
     the last evaluated iteration's, so it needs an iteration after 0 whose evaluate stage is done."""
-    from engine.swap import evaluated_iterations
+    from engine.swap import evaluated_iterations, swap_refusal
 
     if not run_id or store.get_run(run_id) is None:
         return "Pick a run first."
+    refusal = swap_refusal(run_config(store, run_id))
+    if refusal:
+        return f"Run `{run_id}`: {refusal}."
     evaluated = [t for t in evaluated_iterations(store, run_id) if t > 0]
     if not evaluated:
         return (f"Run `{run_id}` has no iteration after 0 whose evaluate stage is done: the swap table pairs "

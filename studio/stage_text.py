@@ -147,7 +147,8 @@ def _grpo(counts: dict[str, Any], unit: str = "tasks") -> str:
     return (f"GRPO on {_n(counts.get('rows'))} {unit}: {_n(counts.get('rollouts'))} rollouts"
             + (f", mean reward {mean:.2f} ({', '.join(counts.get('rewards') or [])})" if mean is not None else "")
             + (f", {flat} groups without signal" if flat else "")
-            + (f", {counts['precision']}" if counts.get("precision") else ""))
+            + (f", {counts['precision']}" if counts.get("precision") else "")
+            + (f"; {counts['left_out_note']}" if counts.get("left_out_note") else ""))
 
 
 def shown_status(status: str, live: bool) -> str:

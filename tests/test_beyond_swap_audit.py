@@ -203,3 +203,40 @@ def test_a_missing_local_path_like_a_hub_id_is_no_model_directory_at_once(tmp_pa
     assert not missing_model_directory("HuggingFaceTB/SmolLM2-135M")
     assert not missing_model_directory("runs")
     assert missing_model_directory("runs/a/b")  # not of the org/name form: a local path, as before
+
+
+def test_an_experiment_that_asks_a_swap_table_of_a_one_weights_variant_is_refused_when_it_loads(tmp_path,
+                                                                                                 tiny_agents_dir):
+    """Else ``swap_finished`` raised after every run of the experiment had been trained."""
+    from engine.errors import ConfigError
+    from engine.experiment import load_experiment
+
+    grounder = str(tiny_agents_dir / "grounder")
+    shared = ", ".join(f'"{s}"' for s in [*SHARED, f"planner.path={grounder}", f"grounder.path={grounder}"])
+    path = tmp_path / "exp.toml"
+    base = Path(__file__).resolve().parents[1] / "examples" / "demo.toml"
+    path.write_text(f'[experiment]\nname = "x"\nbase = "{base}"\nseeds = [1]\nswap = ["one"]\n\n'
+                    f'[variants.one]\nset = [{shared}]\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"experiment\.swap: one: its planner and grounder are one set of weights"):
+        load_experiment(path)
+
+
+def test_the_studios_swap_button_says_why_before_a_job_starts(tmp_path, demo_tasks, tiny_agents_dir, monkeypatch):
+    from studio.jobs import swap_unavailable
+
+    grounder = str(tiny_agents_dir / "grounder")
+    config = load_config(None, [*SHARED, f"planner.path={grounder}", f"grounder.path={grounder}",
+                                f"run.workdir={tmp_path / 'runs'}"])
+    store, run_id, _ = _evaluated_run(tmp_path, demo_tasks, config, monkeypatch)
+    assert swap_unavailable(store, run_id).startswith(f"Run `{run_id}`: its planner and grounder are one set")
+    store.close()
+
+
+def test_the_run_tab_shows_which_tasks_grpo_left_out(tmp_path):
+    from studio.stage_text import _stage_line
+
+    counts = {"objective": "grpo", "rows": 5, "rollouts": 10, "mean_reward": 0.5, "rewards": ["execution"],
+              "left_out_note": "1 training task(s) left out: the execution reward needs a gold answer"}
+    with Store(tmp_path / "s.duckdb") as store:
+        line = _stage_line(store, "no-run", 1, "train_planner", "done", counts)
+    assert line.startswith("GRPO on 5 tasks: 10 rollouts") and line.endswith("; " + counts["left_out_note"])
