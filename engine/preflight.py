@@ -35,6 +35,7 @@ the printing is once: a caller that shows the cautions itself (the studio, throu
   only when asked (``probe_critic``: a run being created or validated).
 * one sampling call whose attention cache alone would take over half the planner device's memory
   (``engine.memory_check``: ``sample.k`` x ``sample.batch_size`` rows); it names the batch size that fits.
+* a full fine-tuning too large for its device (``engine.train_memory``); it names the LoRA field and the launch.
 
 ``check_stage_agents(store, run_id, iteration, stage, config)`` is the quick check before one stage of a stored run
 (``python -m engine step``): every model directory that stage would load -- a configured model, or a checkpoint an
@@ -81,9 +82,10 @@ def preflight(config: RunConfig, tasks: list[Task] | None = None, *, probe_criti
     if tasks is not None:
         cautions += formulation_cautions(config, tasks)
     from engine.memory_check import sampling_memory_caution
+    from engine.train_memory import training_memory_caution
 
-    memory = sampling_memory_caution(config)
-    cautions += [memory] if memory else []
+    memory = [sampling_memory_caution(config), *(training_memory_caution(config, r) for r in ("planner", "grounder"))]
+    cautions += [m for m in memory if m]
     if probe_critic and config.critic.backend == "openai":
         from engine.critics.openai_backend import probe_caution
         from engine.schedule import critiques
