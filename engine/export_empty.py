@@ -43,13 +43,13 @@ def _not_done(run_id: str, iteration: int, stage: str, status: str, note: str, s
 def _objectives(store: Store, run_id: str, iteration: int) -> dict[str, str] | None:
     """``{"train_planner": objective, "train_grounder": objective}`` under the run's config with the iteration's
     curriculum phase applied; None when the stored config no longer loads (then only stage records decide)."""
-    from engine.config import config_from_dict
+    from engine.config import stored_config
     from engine.errors import ConfigError
     from engine.schedule import iteration_config
 
     run = store.get_run(run_id) or {}
     try:
-        config = iteration_config(config_from_dict(run.get("config") or {}), iteration)
+        config = iteration_config(stored_config(run.get("config") or {}), iteration)
     except ConfigError:
         return None
     return {"train_planner": config.stages.planner_objective, "train_grounder": config.stages.grounder_objective}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.config import config_from_dict
+from engine.config import stored_config
 from engine.errors import ConfigError
 from engine.schedule import iteration_config
 
@@ -33,7 +33,7 @@ def replay_note(store: Store, run_id: str, iteration: int, what: str) -> str:
                 "records (sft.original_ratio)" if mixed else "")
     run = store.get_run(run_id) or {}
     try:
-        config = iteration_config(config_from_dict(run.get("config") or {}), int(iteration))
+        config = iteration_config(stored_config(run.get("config") or {}), int(iteration))
     except (ConfigError, TypeError, ValueError):
         return ""
     ratio = config.sft.original_ratio

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.config import ITERATION_STAGES, RunConfig, config_from_dict, config_to_dict, config_to_toml
+from engine.config import ITERATION_STAGES, RunConfig, config_to_dict, config_to_toml, stored_config
 from engine.config_checks import check_launch_files
 from engine.errors import ConfigError, DataError, StageStopped, UnknownRun, mark_stage_failed
 from engine.preflight import check_stage_agents, preflight
@@ -130,7 +130,7 @@ def set_iterations(store: Store, run_id: str, iterations: int) -> RunConfig:
     if snapshot.get("run", {}).get("iterations") != iterations:  # the snapshot otherwise stays as it was stored
         snapshot.setdefault("run", {})["iterations"] = iterations
         store.set_run_config(run_id, snapshot)
-    config = config_from_dict(snapshot)
+    config = stored_config(snapshot)
     write_run_config(run_directory(store, run_id), config)
     return config
 
@@ -150,7 +150,7 @@ def run_config(store: Store, run_id: str) -> RunConfig:
     run = store.get_run(run_id)
     if run is None:
         raise UnknownRun(store.unknown_run(run_id))
-    return config_from_dict(run["config"])
+    return stored_config(run["config"])
 
 
 def run_directory(store: Store, run_id: str) -> Path:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config import RunConfig, config_from_dict, config_to_dict
+from engine.config import RunConfig, config_to_dict, stored_config
 from engine.dbutil import loads, records
 from engine.errors import ConfigError
 from engine.experiment import Experiment
@@ -148,7 +148,7 @@ def _reusable(store: Store, name: str, config: RunConfig, inputs: dict[str, str]
         if any(_changed_inputs(loads(j, {}).get("inputs"), inputs) for j in owners):
             continue
         try:  # read back as this engine reads it: fields added since the run was made take their defaults
-            stored = config_to_dict(config_from_dict(loads(text, {})))
+            stored = config_to_dict(stored_config(loads(text, {})))
         except ConfigError:
             continue
         if _comparable(stored) == want:

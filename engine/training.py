@@ -28,6 +28,7 @@ in the dtype it was loaded in.
 from __future__ import annotations
 
 import copy
+import os
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -58,11 +59,32 @@ class StepHooks(TrainerCallback):
             self.on_log_sink({"step": state.global_step, "epoch": state.epoch, **logs})
 
     def on_step_end(self, args, state, control, **kwargs):
-        # Asked only while steps remain: a stop pressed during the last step leaves the training whole, and the
-        # caller keeps it (``should_stop`` answering True means the training was cut short: engine.stages.StopLatch).
-        if self.should_stop is not None and state.global_step < state.max_steps and self.should_stop():
+        # Asked after every step, the last included: a launched worker counts its steps by these calls
+        # (engine.train_worker.progress_hook). A StopLatch is told whether steps remain.
+        if self.should_stop is None:
+            return control
+        last = state.global_step >= state.max_steps
+        if self.should_stop.ask(last) if isinstance(self.should_stop, StopLatch) else self.should_stop():
             control.should_training_stop = True
         return control
+
+
+class StopLatch:
+    """The ``should_stop`` a training stage hands its trainer, which remembers whether a stop cut the training short
+    (``cut``): asked after the last optimizer step, the training is whole whatever the answer. A stop pressed during
+    the last step (the Run tab showed "5/5", then "stopped ... nothing kept") threw a whole training away; the stage
+    now keeps it, and the loop stops before the next stage."""
+
+    def __init__(self, should_stop: Callable[[], bool]) -> None:
+        self.should_stop, self.cut = should_stop, False
+
+    def __call__(self) -> bool:  # a caller that does not say whether steps remain (not StepHooks)
+        return self.ask(last=False)
+
+    def ask(self, last: bool) -> bool:
+        wants = self.should_stop()
+        self.cut = self.cut or (wants and not last)
+        return wants
 
 
 def _common_args(settings: TrainSettings, device: torch.device, output_dir: str) -> dict[str, Any]:
@@ -137,25 +159,30 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 def master_weights_dtype(model, settings: TrainSettings) -> torch.dtype | None:
     """The half dtype a full fine-tuning's weights were loaded in (``dtype = "bfloat16"``, or ``auto`` on a bf16
     GPU), which ``_full_precision`` trains in fp32 and hands back in; None when nothing is cast (fp32 weights, LoRA,
-    whose adapters peft keeps in fp32, or DeepSpeed ZeRO-3, which partitions the weights and keeps its own fp32
-    master copy). Trained as loaded, the weights and AdamW's state were bf16: an update under half a bf16 step
-    (about 0.4% of a weight) rounded to nothing, nearly every update at the paper's DPO learning rate of 4e-7
-    (tests/test_training_precision.py checks the result equals an fp32 copy's training)."""
+    whose adapters peft keeps in fp32, or an accelerate launch with DeepSpeed, which keeps its own fp32 master copy,
+    or FSDP, which shards the module). Trained as loaded, the weights and AdamW's state were bf16: an update under
+    half a bf16 step (about 0.4% of a weight) rounded to nothing, nearly every update at the paper's DPO learning
+    rate of 4e-7 (tests/test_training_precision.py checks the result equals an fp32 copy's training)."""
     if settings.lora:
         return None
     dtype = next(model.parameters()).dtype
     if dtype not in HALF_DTYPES:
         return None
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    return None if is_deepspeed_zero3_enabled() else dtype
+    # Under `accelerate launch` with DeepSpeed or FSDP the engine wraps and shards the model: DeepSpeed keeps its own
+    # fp32 master copy, and neither a module cast before sharding nor one of the wrapped module after is ours to
+    # make. transformers' is_deepspeed_zero3_enabled() would only answer once the trainer's arguments exist, after
+    # this is decided, so the launch's own environment says it.
+    if any(os.environ.get(flag, "").lower() in ("1", "true") for flag in ("ACCELERATE_USE_DEEPSPEED",
+                                                                          "ACCELERATE_USE_FSDP")):
+        return None
+    return dtype
 
 
 @contextmanager
 def _full_precision(model, settings: TrainSettings) -> Iterator[torch.dtype | None]:
     """Train ``model``'s half-precision weights as fp32 master weights (``master_weights_dtype``; the trainer's
-    bf16 autocast still computes in bf16), yielding the dtype they go back to. A failed or stopped training leaves
-    them in fp32: the caller's model is then thrown away."""
+    bf16 autocast still computes in bf16), yielding the dtype they go back to (``_finish`` casts them, a stopped
+    training's too). A failed training leaves them in fp32: the caller's model is then thrown away."""
     half = master_weights_dtype(model, settings)
     if half is not None:
         model.float()

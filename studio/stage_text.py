@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from engine.config import RunConfig, config_from_dict
+from engine.config import RunConfig, stored_config
 from engine.errors import ConfigError
 from engine.ledger import active_seconds
 from engine.schedule import iteration_config
@@ -42,7 +42,7 @@ def _run_config(store: Store, run_id: str | None) -> RunConfig | None:
     if run is None:
         return None
     try:
-        return config_from_dict(run.get("config") or {})
+        return stored_config(run.get("config") or {})
     except (ConfigError, TypeError, ValueError):
         return None
 

@@ -24,7 +24,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from engine.config import config_from_dict
+from engine.config import stored_config
 from engine.errors import ConfigError
 from engine.rollouts import task_group
 from engine.schedule import iteration_config
@@ -58,7 +58,7 @@ def _planned_tasks(store: Store, run_id: str, iteration: int) -> int | None:
     """How many training tasks the iteration's sample stage sets out to sample (``data.train_limit`` of the run's
     train tasks, as ``StageContext.train_tasks`` picks them); None when the stored config no longer loads."""
     try:
-        limit = iteration_config(config_from_dict((store.get_run(run_id) or {}).get("config") or {}),
+        limit = iteration_config(stored_config((store.get_run(run_id) or {}).get("config") or {}),
                                  int(iteration)).data.train_limit
     except (ConfigError, TypeError, ValueError):
         return None

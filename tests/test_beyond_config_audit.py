@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import load_config
+from engine.config import config_from_dict, load_config
 from engine.config_training import GrounderGRPOSettings, GRPOSettings
 from engine.errors import ConfigError
 from engine.schedule import critique_skip_reason, critiques
@@ -205,3 +205,16 @@ def test_the_studio_is_told_the_same_without_a_cli_flag(db):
     with Store(db) as store:
         reason = empty_reason(store, GROUNDER_GRPO, 1, "sft", studio=True)
     assert reason is not None and reason.endswith("its grounder's training data are its GRPO rollouts")
+
+
+def test_a_run_stored_with_a_grpo_max_length_still_loads():
+    """The field never had an effect and is refused in new configs; a run created before keeps loading (status,
+    export, resume, the studio), reading as it computed."""
+    from engine.config import config_to_dict, stored_config
+
+    data = config_to_dict(load_config(None, []))
+    data["grpo"]["max_length"], data["grpo_grounder"]["max_length"] = 256, 2048
+    config = stored_config(data)
+    assert config.grpo.max_length == config.grpo_grounder.max_length == 512
+    with pytest.raises(ConfigError, match=r"grpo\.max_length: has no effect for GRPO"):
+        config_from_dict(data)

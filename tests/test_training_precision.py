@@ -59,6 +59,16 @@ def test_what_is_cast_and_what_is_not(tiny_agents):
     assert master_weights_dtype(half, lora) is None  # peft keeps the adapters in fp32; the base is frozen
 
 
+@pytest.mark.parametrize("flag", ["ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP"])
+def test_a_sharded_launch_is_left_as_configured(tiny_agents, monkeypatch, flag):
+    """Under ``accelerate launch`` with DeepSpeed (its own fp32 master copy) or FSDP (a sharded, wrapped module) the
+    weights are not cast: transformers' ZeRO-3 check would answer only once the trainer's arguments exist."""
+    planner, _ = tiny_agents
+    half = copy.deepcopy(planner.model).to(torch.bfloat16)
+    monkeypatch.setenv(flag, "true")
+    assert master_weights_dtype(half, TrainSettings()) is None
+
+
 def _live_models() -> int:
     """Models alive now, each counted once (a model inside another, a PeftModel's base, is not another)."""
     from transformers import PreTrainedModel

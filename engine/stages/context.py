@@ -209,20 +209,6 @@ class StageContext:
             raise StageStopped(f"{self.stage} stopped at the user's request")
 
 
-class StopLatch:
-    """The ``should_stop`` a training stage hands its trainer: ``fired`` once it has answered True, which the trainer
-    asks only while optimizer steps remain (``engine.training.StepHooks``), so ``fired`` means the training was cut
-    short. A stop pressed after the last step (the Run tab showed "5/5", then "stopped ... nothing kept") left a whole
-    training thrown away; now its checkpoint is kept and the loop stops before the next stage."""
-
-    def __init__(self, should_stop: Callable[[], bool]) -> None:
-        self.should_stop, self.fired = should_stop, False
-
-    def __call__(self) -> bool:
-        self.fired = self.fired or self.should_stop()
-        return self.fired
-
-
 def batches(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 

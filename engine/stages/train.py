@@ -45,7 +45,7 @@ from engine.stages.checkpoints import (
     train_logger,
     training_precision,
 )
-from engine.stages.context import StageContext, StopLatch
+from engine.stages.context import StageContext
 from engine.tasks import Task
 from engine.turns import Agent, grounding_messages, plan_subgoals
 from engine.verdict_curation import effective_sft_records
@@ -97,7 +97,7 @@ def train_launched(ctx: StageContext, role: str, kind: str, rows: list[dict[str,
 
 def run_planner(ctx: StageContext) -> dict[str, Any]:
     """DPO on the effective pairs (``stages.planner_objective = dpo``; grpo: engine/stages/train_grpo.py)."""
-    from engine.training import dpo_train
+    from engine.training import StopLatch, dpo_train
 
     discard_output(ctx, "planner")
     # The curator actions in effect as the pairs are read: the Pairs tab tells later overrides (not in this
@@ -122,10 +122,10 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
         ref_model = ctx.plain_model("planner", iteration=1)
     model.train()
     on_log = train_logger(ctx, optimizer_steps(len(rows), settings))
-    cut = StopLatch(ctx.should_stop)
+    stop = StopLatch(ctx.should_stop)
     trained, history = dpo_train(model, start.tokenizer, rows, settings, ref_model=ref_model, on_log=on_log,
-                                 should_stop=cut)
-    if cut.fired:  # stopped mid-training: no checkpoint
+                                 should_stop=stop)
+    if stop.cut:  # stopped mid-training: no checkpoint
         raise StageStopped("train_planner stopped at the user's request")
     path = save_checkpoint(ctx, "planner", start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "planner", path, checkpoint_kind(settings))
@@ -199,7 +199,7 @@ def mix_original(new: list[Example], original: list[Example], ratio: float, seed
 
 
 def run_grounder(ctx: StageContext) -> dict[str, int | str]:
-    from engine.training import sft_train
+    from engine.training import StopLatch, sft_train
 
     discard_output(ctx, "grounder")
     new = _grounder_examples(ctx)
@@ -219,10 +219,10 @@ def run_grounder(ctx: StageContext) -> dict[str, int | str]:
     model = ctx.take_model("grounder")
     model.train()
     on_log = train_logger(ctx, optimizer_steps(len(rows), settings))
-    cut = StopLatch(ctx.should_stop)
-    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=cut,
+    stop = StopLatch(ctx.should_stop)
+    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=stop,
                                  micro_batches=settings.micro_batches)
-    if cut.fired:  # stopped mid-training: no checkpoint
+    if stop.cut:  # stopped mid-training: no checkpoint
         raise StageStopped("train_grounder stopped at the user's request")
     path = save_checkpoint(ctx, "grounder", start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, "grounder", path, checkpoint_kind(settings))

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from engine import generation
+from engine.errors import StageStopped
 from engine.outcome import toolbox_for
 from engine.rewards import (
     ActionExecutionReward,
@@ -161,15 +162,17 @@ def _train(ctx: StageContext, role: str, start, rows: list[dict[str, str]], sett
            precision: str) -> dict[str, Any]:
     """GRPO of a fresh copy of ``role`` (the cached starting agent stays intact for later stages) on ``rows``; then
     its rollouts, checkpoint and checkpoint row, in that order, and the stage's counts."""
-    from engine.training import grpo_train
+    from engine.training import StopLatch, grpo_train
 
     model = ctx.model_copy(role)
     model.train()
     total = optimizer_steps(len(rows) * settings.num_generations, settings)
+    stop = StopLatch(ctx.should_stop)
     trained, history = grpo_train(model, start.tokenizer, rows, settings, book,
                                   stop_token_ids=generation.stop_token_ids(start.model, start.tokenizer),
-                                  on_log=train_logger(ctx, total), should_stop=ctx.should_stop)
-    ctx.check_stop()  # stopped mid-training: no checkpoint, no rollouts
+                                  on_log=train_logger(ctx, total), should_stop=stop)
+    if stop.cut:  # stopped mid-training: no checkpoint, no rollouts
+        raise StageStopped(f"{ctx.stage} stopped at the user's request")
     ctx.store.write("rollouts", rollout_frame(ctx, book, role))
     path = save_checkpoint(ctx, role, start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, path, checkpoint_kind(settings))

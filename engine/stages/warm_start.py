@@ -23,7 +23,7 @@ from engine.config import RunConfig
 from engine.errors import StageStopped
 from engine.outcome import gold_step_results
 from engine.stages import checkpoints, train
-from engine.stages.context import StageContext, StopLatch
+from engine.stages.context import StageContext
 from engine.tasks import Task
 from engine.turns import Agent
 
@@ -63,7 +63,7 @@ def _settings(config: RunConfig, role: str):
 
 
 def _run(ctx: StageContext, role: str) -> dict[str, int | str]:
-    from engine.training import sft_train
+    from engine.training import StopLatch, sft_train
 
     checkpoints.discard_output(ctx, role)
     tasks = ctx.store.get_tasks(ctx.run_id, split="train")
@@ -84,9 +84,9 @@ def _run(ctx: StageContext, role: str) -> dict[str, int | str]:
     model = ctx.take_model(role)
     model.train()
     on_log = checkpoints.train_logger(ctx, checkpoints.optimizer_steps(len(rows), settings))
-    cut = StopLatch(ctx.should_stop)
-    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=cut)
-    if cut.fired:  # stopped mid-training: no checkpoint
+    stop = StopLatch(ctx.should_stop)
+    trained, history = sft_train(model, start.tokenizer, rows, settings, on_log=on_log, should_stop=stop)
+    if stop.cut:  # stopped mid-training: no checkpoint
         raise StageStopped(f"{ctx.stage} stopped at the user's request")
     path = checkpoints.save_checkpoint(ctx, role, start, trained)
     ctx.store.put_checkpoint(ctx.run_id, ctx.iteration, role, path, checkpoints.checkpoint_kind(settings))
