@@ -96,7 +96,7 @@ class LaunchSection:
                                 "working directory); see examples/accelerate/")
     num_processes: int = _f(1, "accelerate: training processes (one per GPU); overrides the config file's", ge=1)
     extra_args: list[str] = _f([], "accelerate: more `accelerate launch` arguments, e.g. [\"--main_process_port\", "
-                                    "\"29501\"]")
+                                    "\"0\"] (0: a free port, which concurrent experiment jobs need)")
     poll_s: float = _f(1.0, "accelerate: seconds between reads of the worker's log and the stop flag", gt=0)
 
 
