@@ -59,19 +59,24 @@ def _model_config(path: str) -> dict[str, Any] | None:
 
 
 def _training(config: RunConfig, role: str) -> tuple[str, Any] | None:
-    """``(section name, settings)`` of ``role``'s in-process full fine-tuning, or None when it has none."""
-    from engine.loop import is_skipped  # the ablations' and the curriculum's skips, as the loop applies them
-    from engine.schedule import iteration_config
+    """``(section name, settings)`` of the first iteration that fully fine-tunes ``role`` in this process (each
+    iteration's phase settings applied: a curriculum may switch objective or LoRA), or None when none does. The
+    skips are the loop's (``engine.loop.is_skipped``: the phase's stages, stage 1 or 2 off), read here without
+    importing the loop, which imports this module through the preflight."""
+    from engine.config_checks import grounder_training, planner_training
+    from engine.schedule import iteration_config, skip_reason
 
     stage = f"train_{role}"
-    if config.launch.mode != "inprocess" or all(is_skipped(stage, iteration_config(config, it), it) is not None
-                                                  for it in range(1, config.run.iterations + 1)):
-        return None
-    objective = config.stages.planner_objective if role == "planner" else config.stages.grounder_objective
-    name = {("planner", "grpo"): "grpo", ("grounder", "grpo"): "grpo_grounder"}.get(
-        (role, objective), "dpo" if role == "planner" else "sft")
-    settings = getattr(config, name)
-    return None if settings.lora else (name, settings)
+    for iteration in range(1, config.run.iterations + 1):
+        phase = iteration_config(config, iteration)
+        on = phase.stages.stage1 if role == "planner" else phase.stages.stage2
+        if not on or skip_reason(config, iteration, stage) is not None or phase.launch.mode != "inprocess":
+            continue
+        name = planner_training(phase) if role == "planner" else grounder_training(phase)
+        settings = getattr(phase, name)
+        if not settings.lora:
+            return name, settings
+    return None
 
 
 def training_memory_caution(config: RunConfig, role: str) -> str | None:

@@ -69,13 +69,14 @@ def test_a_sharded_launch_is_left_as_configured(tiny_agents, monkeypatch, flag):
     assert master_weights_dtype(half, TrainSettings()) is None
 
 
-def _live_models() -> int:
-    """Models alive now, each counted once (a model inside another, a PeftModel's base, is not another)."""
+def _live_models(before: set[int] = frozenset()) -> set[int]:
+    """The ids of the models alive now and not in ``before``, each counted once (a model inside another, a
+    PeftModel's base, is not another). ``before``: models other tests of the session keep alive (fixtures)."""
     from transformers import PreTrainedModel
 
     gc.collect()
-    models = [o for o in gc.get_objects() if isinstance(o, PreTrainedModel)]
-    return sum(not any(m is not o and any(m is sub for sub in o.modules()) for o in models) for m in models)
+    models = [o for o in gc.get_objects() if isinstance(o, PreTrainedModel) and id(o) not in before]
+    return {id(m) for m in models if not any(m is not o and any(m is sub for sub in o.modules()) for o in models)}
 
 
 def test_an_in_process_dpo_stage_holds_the_policy_and_its_reference_only(tiny_run, monkeypatch):
@@ -90,9 +91,10 @@ def test_an_in_process_dpo_stage_holds_the_policy_and_its_reference_only(tiny_ru
 
     counted: list[int] = []
     train = trl.DPOTrainer.train
+    before = _live_models()  # in the whole suite, other tests' fixtures keep models alive (CI counted 4 with them)
 
     def counting(self, *args, **kwargs):
-        counted.append(_live_models())
+        counted.append(len(_live_models(before)))
         return train(self, *args, **kwargs)
 
     monkeypatch.setattr(trl.DPOTrainer, "train", counting)
