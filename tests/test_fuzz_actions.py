@@ -30,7 +30,9 @@ from engine.executor import ExecutionResult, ToolEnv, execute
 from engine.tools.maths import FUNCTIONS
 from engine.tools.qa import Corpus
 
-MAX_SECONDS = 2.0  # per call; the executor kills a solver after env.time_limit_s
+# Per call: the executor kills a solver after env.time_limit_s (0.5 s a step); a call of two solver steps took over
+# 2 s on a loaded 2-core CI machine (a CI run of 2026-12-07), while a solver left running would take minutes.
+MAX_SECONDS = 8.0
 MAX_PEAK_BYTES = 50 * 1024 * 1024  # per call, traced Python allocations
 TIME_LIMIT_S = 0.5
 EXAMPLES = 250
