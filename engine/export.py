@@ -164,8 +164,8 @@ def _sampled_planner(store: Store, run_id: str, iteration: int, needs_tokenizer:
 
 def _iteration_config(run: dict[str, Any], iteration: int) -> RunConfig:
     """The config ``iteration`` of ``run`` (a ``Store.get_run`` dict) ran under: its phase's settings applied."""
-    from engine.config import stored_config
     from engine.schedule import iteration_config
+    from engine.stored_config import stored_config
 
     return iteration_config(stored_config(run.get("config") or {}), iteration)
 

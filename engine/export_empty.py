@@ -43,9 +43,9 @@ def _not_done(run_id: str, iteration: int, stage: str, status: str, note: str, s
 def _objectives(store: Store, run_id: str, iteration: int) -> dict[str, str] | None:
     """``{"train_planner": objective, "train_grounder": objective}`` under the run's config with the iteration's
     curriculum phase applied; None when the stored config no longer loads (then only stage records decide)."""
-    from engine.config import stored_config
     from engine.errors import ConfigError
     from engine.schedule import iteration_config
+    from engine.stored_config import stored_config
 
     run = store.get_run(run_id) or {}
     try:

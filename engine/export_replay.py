@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.config import stored_config
 from engine.errors import ConfigError
 from engine.schedule import iteration_config
+from engine.stored_config import stored_config
 
 if TYPE_CHECKING:
     from engine.store import Store

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.config import ITERATION_STAGES, RunConfig, config_to_dict, config_to_toml, stored_config
+from engine.config import ITERATION_STAGES, RunConfig, config_to_dict, config_to_toml
 from engine.config_checks import check_launch_files
 from engine.errors import ConfigError, DataError, StageStopped, UnknownRun, mark_stage_failed
 from engine.preflight import check_stage_agents, preflight
@@ -36,6 +36,7 @@ from engine.schedule import critique_skip_reason, iteration_config, phase_of, sk
 from engine.stages import critique, evaluation, ground, pairs, sample, score, train, train_grpo, warm_start
 from engine.stages.context import ProgressSink, StageContext, crash_point, one_set_of_weights
 from engine.store import Store
+from engine.stored_config import stored_config
 from engine.threads import adapt_to_load
 
 if TYPE_CHECKING:

@@ -36,12 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config import RunConfig, config_to_dict, stored_config
+from engine.config import RunConfig, config_to_dict
 from engine.dbutil import loads, records
 from engine.errors import ConfigError
 from engine.experiment import Experiment
 from engine.loop import create_run, extend_iterations, pending, run_config, run_loop, stages_of
 from engine.store import Store
+from engine.stored_config import stored_config
 
 OnRun = Callable[[str], None]  # called with a run name
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from engine.config import RunConfig, stored_config
+from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.ledger import active_seconds
 from engine.schedule import iteration_config
 from engine.store import Store
+from engine.stored_config import stored_config
 
 # The stages that commit their rows batch by batch (``engine.stages.context.pending_batches``): stopped or killed,
 # they resume from the rows stored. Each: (table, one row, several rows) for the line that says what was kept.

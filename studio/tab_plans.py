@@ -24,11 +24,11 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from engine.config import stored_config
 from engine.errors import ConfigError
 from engine.rollouts import task_group
 from engine.schedule import iteration_config
 from engine.store import Store
+from engine.stored_config import stored_config
 from studio.common import Ctx
 from studio.live_views import watch
 from studio.picker import Picker

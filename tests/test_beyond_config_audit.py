@@ -210,7 +210,8 @@ def test_the_studio_is_told_the_same_without_a_cli_flag(db):
 def test_a_run_stored_with_a_grpo_max_length_still_loads():
     """The field never had an effect and is refused in new configs; a run created before keeps loading (status,
     export, resume, the studio), reading as it computed."""
-    from engine.config import config_to_dict, stored_config
+    from engine.config import config_to_dict
+    from engine.stored_config import stored_config
 
     data = config_to_dict(load_config(None, []))
     data["grpo"]["max_length"], data["grpo_grounder"]["max_length"] = 256, 2048
