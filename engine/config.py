@@ -12,7 +12,8 @@ a field says otherwise.
 The sections live by what they configure: the run, its data, agents, tools, warm start, stages and schedule here;
 the iteration's stages in ``engine.config_stages``; the trainers in ``engine.config_training``; the field declaration
 (``setting``, imported as ``_f``) in ``engine.config_fields``. This module re-exports them all, so ``from
-engine.config import SampleSection`` keeps working.
+engine.config import SampleSection`` keeps working. Reading the file itself (TOML, or YAML) is
+``engine.config_file.read_config_file``.
 
 Secrets never enter a config: the snapshot is stored with the run (``runs.config``) and shown in the studio. A key
 field (``critic.api_key``, ``token``, ``password``, ...), a value that looks like a key (``sk-...``, ``hf_...``, a
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import textwrap
 import typing
 from collections.abc import Collection
@@ -35,6 +35,7 @@ from typing import Any
 from engine.config_checks import validate
 from engine.config_fields import SEED_MAX as SEED_MAX  # re-exported: callers read the bounds from here
 from engine.config_fields import setting as _f  # short: every field below is one
+from engine.config_file import read_config_file
 from engine.config_source import file_line_source, override_source
 from engine.config_stages import CriticSection as CriticSection
 from engine.config_stages import EvaluateSection as EvaluateSection
@@ -325,55 +326,6 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
         section, name = key.strip().split(".", 1)
         merged.setdefault(section, {})[name] = value.strip()
     return merged
-
-
-def _yaml_loader() -> type:
-    """PyYAML's safe loader with YAML 1.2's floats: YAML 1.1 reads ``1e-6`` (no dot) as a string, and a file's
-    string for a number field is refused, so ``learning_rate: 1e-6`` -- the way a TRL or LLaMA-Factory YAML writes
-    it -- would be an error the user never made. A subclass, so PyYAML's own SafeLoader is left as it is."""
-    import re
-
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    # Only what YAML 1.1 misses, a number with an exponent (1e-6, 2.5E3): "15" stays an int and "08" a string.
-    Loader.add_implicit_resolver("tag:yaml.org,2002:float",
-                                 re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
-                                 list("-+.0123456789"))
-    return Loader
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a BOM from a Windows editor is not an error
-    except UnicodeDecodeError as exc:
-        raise ConfigError("<file>", f"not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})",
-                          str(path)) from None
-    except OSError as exc:
-        raise ConfigError("<file>", f"cannot read: {exc.strerror}", str(path)) from None
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.load(text, Loader=_yaml_loader()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError("<yaml>", str(exc).replace("\n", " "), str(path)) from None
-        return data
-    import tomllib  # Python >= 3.11 (pyproject's requires-python)
-
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        # "FILE:LINE: <toml>: what (column C)", the place every other error names (Python 3.11 gives the place
-        # only in the message's tail, "(at line L, column C)").
-        where = re.search(r"\s*\(at line (\d+), column (\d+)\)$", str(exc))
-        if where is None:
-            raise ConfigError("<toml>", str(exc), str(path)) from None
-        message = f"{str(exc)[:where.start()]} (column {where.group(2)})"
-        raise ConfigError("<toml>", message, f"{path}:{where.group(1)}") from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,

@@ -12,6 +12,9 @@ from engine.config_fields import BF16, SEED_MAX
 from engine.config_fields import setting as _f  # short: every field below is one
 
 REWARD_NAMES = ("gap", "execution", "format", "overlong")  # engine.rewards.REWARDS
+# The planner rewards that read the grounder (gap scores with it, execution grounds the plan with it): the GRPO
+# planner stage loads it only for these (engine.stages.train_grpo), and preflight checks it only then.
+GROUNDER_READERS = frozenset({"gap", "execution"})
 GROUNDER_REWARD_NAMES = ("execution", "format", "overlong")  # engine.rewards.GROUNDER_REWARDS
 
 

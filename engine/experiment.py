@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config import SEED_MAX, RunConfig, config_to_dict, load_config, parse_overrides, read_config_file
+from engine.config import SEED_MAX, RunConfig, config_to_dict, load_config, parse_overrides
+from engine.config_file import read_config_file
 from engine.config_values import suggest
 from engine.errors import ConfigError
 

@@ -10,9 +10,12 @@ store, None when it does not exist yet) and writes nothing. It returns:
   ``exp.swap``'s variants without a stored table);
 - ``estimate_s``: the stage time left, each unit costed at the median duration of its stage (at iteration 0, or at
   later iterations) among the done stages of this experiment's runs, else of every run in the store
-  (``estimate_from`` says which, and how many stages the medians rest on); a stage the variant leaves out
+  (``estimate_from`` says which, and how many stages the medians rest on); a run's stages are read where the command
+  would read them: from its job file when ``engine.jobs`` left one (a killed ``--jobs N`` command leaves the newest
+  rows there, and the main store may record none of them), else from the store; a stage the variant leaves out
   (``engine.loop.is_skipped``) costs nothing. Units with no such recorded duration are counted in ``unestimated`` and
-  left out of the sum, so the estimate is then a floor. None when the store has no done stage to go by.
+  left out of the sum, so the estimate is then a floor. None when neither the store nor a job file
+  has a done stage to go by.
 
 The estimate is stage time summed over runs, as ``report``'s ``wall_s.total``: runs side by side under ``--jobs N``
 overlap, and how much that gains depends on the cores, so no wall time is promised. Swap tables record no times and
@@ -23,39 +26,70 @@ estimate of the other runs' iteration 0 is high until some of them have read the
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from engine.experiment import Experiment
 from engine.loop import is_skipped
-from engine.runner import PlannedRun, has_swap_table, linked_runs, units_left
+from engine.runner import PlannedRun, has_swap_table, job_file, linked_runs, units_left
 from engine.schedule import iteration_config
 from engine.store import Store
 
 Medians = dict[tuple[str, bool], float]  # (stage, at iteration 0?) -> median seconds
 
 
-def stage_medians(store: Store, experiment_id: str) -> tuple[Medians, str]:
-    """``({(stage, at iteration 0?): median seconds}, where they come from)``: the experiment's own done stages, else
-    every run's. Iteration 0 has medians of its own: its evaluation is the one ``evaluate.reuse`` usually reads
-    from the cache (every run of an experiment starts from the same agents), so it costs far less than a later one."""
-    query = ("SELECT stage, iteration = 0 AS initial, "
-             "median(date_diff('millisecond', started_at, finished_at) / 1000.0 + coalesce(earlier_s, 0)) AS s, "
-             "count(*) AS n "
-             "FROM stages WHERE status = 'done' AND started_at IS NOT NULL AND finished_at IS NOT NULL {where} "
-             "GROUP BY ALL")
-    own = store.query(query.format(where="AND run_id IN (SELECT run_id FROM experiment_runs WHERE experiment_id = ?)"),
-                      [experiment_id])
+# One row per done stage: its run, stage, whether at iteration 0, and its seconds (every span: ``earlier_s``).
+DONE_STAGE_SECONDS = (
+    "SELECT run_id, stage, iteration = 0 AS initial, "
+    "date_diff('millisecond', started_at, finished_at) / 1000.0 + coalesce(earlier_s, 0) AS s "
+    "FROM stages WHERE status = 'done' AND started_at IS NOT NULL AND finished_at IS NOT NULL")
+
+
+def own_runs(store: Store, experiment_id: str, plans: list[PlannedRun]) -> set[str]:
+    """The experiment's runs: linked to it, or about to be adopted by one of ``plans`` (a run a kill left
+    unlinked, or one an earlier version of the file made: ``engine.runner.plan_runs``)."""
+    return {*linked_runs(store, experiment_id).values(), *(p.run_id for p in plans if p.run_id)}
+
+
+def job_files_of(store: Store, run_ids: set[str]) -> dict[str, Path]:
+    """``{run_id: job file}`` for those of ``run_ids`` that ``engine.jobs`` left a job file for: what the command
+    absorbs first (``--jobs 1``) or resumes in place (``--jobs N``)."""
+    found = {run_id: job_file(store.path, run_id) for run_id in run_ids}
+    return {run_id: path for run_id, path in found.items() if path.exists()}
+
+
+def done_stage_seconds(store: Store, job_files: dict[str, Path]) -> pd.DataFrame:
+    """Every done stage's seconds (``DONE_STAGE_SECONDS``), a run with a job file read from it instead of the store:
+    the job file holds the run's newest rows, which replace the store's when merged (``engine.jobs.merge``)."""
+    in_store = store.query(DONE_STAGE_SECONDS)
+    frames = [in_store[~in_store["run_id"].isin(list(job_files))]]
+    for run_id, path in job_files.items():
+        with Store(path, read_only=True) as job:
+            frames.append(job.query(f"{DONE_STAGE_SECONDS} AND run_id = ?", [run_id]))
+    found = [frame for frame in frames if len(frame)]  # pandas warns about concatenating empty frames
+    return pd.concat(found, ignore_index=True) if found else in_store.iloc[0:0]
+
+
+def stage_medians(store: Store, experiment_id: str, plans: list[PlannedRun] | None = None) -> tuple[Medians, str]:
+    """``({(stage, at iteration 0?): median seconds}, where they come from)``: the done stages of the experiment's
+    runs (linked, or adopted by ``plans``), else every run's, each run read from its job file when it has one.
+    Iteration 0 has medians of its own: its evaluation is the one ``evaluate.reuse`` usually reads from the cache
+    (every run of an experiment starts from the same agents), so it costs far less than a later one."""
+    ours = own_runs(store, experiment_id, plans or [])
+    seconds = done_stage_seconds(store, job_files_of(store, ours))
+    own = seconds[seconds["run_id"].isin(list(ours))]
     if len(own):
-        return _medians(own), f"{int(own['n'].sum())} done stages of this experiment"
-    every = store.query(query.format(where=""))
-    if len(every):
-        return _medians(every), f"{int(every['n'].sum())} done stages of other runs in this store"
+        return _medians(own), f"{len(own)} done stages of this experiment"
+    if len(seconds):
+        return _medians(seconds), f"{len(seconds)} done stages of other runs in this store"
     return {}, "no done stage in this store"
 
 
-def _medians(df) -> Medians:
-    return {(str(stage), bool(initial)): float(s) for stage, initial, s in df[["stage", "initial", "s"]].itertuples(
-        index=False)}
+def _medians(df: pd.DataFrame) -> Medians:
+    grouped = df.astype({"s": float}).groupby(["stage", "initial"])["s"].median()
+    return {(str(stage), bool(initial)): float(s) for (stage, initial), s in grouped.items()}
 
 
 def _swaps_left(store: Store | None, exp: Experiment, plans: list[PlannedRun], seeds: list[int],
@@ -78,7 +112,7 @@ def _swaps_left(store: Store | None, exp: Experiment, plans: list[PlannedRun], s
 def describe(store: Store | None, exp: Experiment, plans: list[PlannedRun], seeds: list[int],
              iterations: int) -> dict[str, Any]:
     """What the command would do (see the module docstring)."""
-    medians, source = stage_medians(store, exp.experiment_id) if store is not None else ({}, "no store yet")
+    medians, source = stage_medians(store, exp.experiment_id, plans) if store is not None else ({}, "no store yet")
     runs, estimate, unestimated = [], 0.0, 0
     for plan in plans:
         action = "skip" if plan.units == 0 else "create" if plan.run_id is None else "resume"

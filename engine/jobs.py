@@ -16,8 +16,10 @@ trainers never run in threads of one process. The design:
 * Before any worker starts, ``check_launches`` looks at the training launches of the runs left to train: with GPUs,
   a variant whose ``[launch]`` runs ``accelerate launch`` over more processes than the one GPU a job sees is refused
   (``ConfigError`` naming the variant; its ranks would have no GPU of their own and the train stage would fail after
-  the iteration's sampling and scoring); a fixed ``--main_process_port`` in ``launch.extra_args`` draws a caution
-  (``warning: ...`` on stderr): concurrent jobs' launches would contend for it.
+  the iteration's sampling and scoring); a fixed main process port -- ``--main_process_port`` in
+  ``launch.extra_args``, or else ``main_process_port:`` in the accelerate config file ``launch.accelerate_config``
+  names (0 or absent: a free port each launch) -- draws a caution (``warning: ...`` on stderr): concurrent jobs'
+  launches would contend for it.
 * When a worker exits (done, stopped or failed), the parent copies that run's rows -- every table with a ``run_id``
   column, the runs row included -- from the job file into the main store in ONE transaction (``ATTACH ...
   READ_ONLY``; ``DELETE`` + ``INSERT ... SELECT``). A finished run's job file and log are then deleted; an
@@ -44,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import engine
+from engine.config import LaunchSection
+from engine.config_checks import _read_launch_file as read_launch_file  # the pre-run checks' reader
 from engine.errors import ConfigError
 from engine.experiment import Experiment
 from engine.job_worker import THREADS_ENV
@@ -96,16 +100,31 @@ def _trains(plan: PlannedRun) -> bool:
     return any(stage in LAUNCHED_STAGES for _, stage in plan.todo)
 
 
-def _fixed_port(extra_args: list[str]) -> str | None:
-    """The ``--main_process_port`` that ``extra_args`` fixes (``--main_process_port N`` or ``=N``); None for none or
-    0 (accelerate then picks a free port for each launch)."""
+def _port_argument(extra_args: list[str]) -> str | None:
+    """The value ``extra_args`` gives ``--main_process_port`` (``--main_process_port N`` or ``=N``), None when it
+    gives none."""
     for index, arg in enumerate(extra_args):
         name, sep, value = arg.partition("=")
-        if name != "--main_process_port":
-            continue
-        port = value if sep else (extra_args[index + 1] if index + 1 < len(extra_args) else "")
-        return None if port.strip() in ("", "0") else port.strip()
+        if name == "--main_process_port":
+            return (value if sep else (extra_args[index + 1] if index + 1 < len(extra_args) else "")).strip()
     return None
+
+
+def _fixed_port(launch: LaunchSection) -> tuple[str, str] | None:
+    """``(port, where it is fixed)`` for a launch whose every run listens on one ``--main_process_port``, else None.
+    The command line's ``launch.extra_args`` override the accelerate config file's ``main_process_port:`` (accelerate
+    takes a file's setting only for an argument not given); 0, empty or absent: accelerate picks a free port."""
+    given = _port_argument(launch.extra_args)
+    if given is not None:
+        return None if given in ("", "0") else (given, "launch.extra_args fixes --main_process_port")
+    try:  # the file as the pre-run checks read it (engine.config_checks), which report one that does not parse
+        settings = read_launch_file(launch.accelerate_config, "launch.accelerate_config", "accelerate config")
+    except ConfigError:
+        return None
+    port = settings.get("main_process_port") if isinstance(settings, dict) else None
+    if port is None or str(port).strip() in ("", "0"):
+        return None
+    return str(port).strip(), f"launch.accelerate_config {launch.accelerate_config} sets main_process_port:"
 
 
 def check_launches(exp: Experiment, plans: list[PlannedRun], iterations: int, width: int,
@@ -115,9 +134,9 @@ def check_launches(exp: Experiment, plans: list[PlannedRun], iterations: int, wi
     experiment's own pre-run checks do). A refusal, not a caution: each rank trains on ``cuda:LOCAL_RANK``
     (``engine.train_worker``), which does not exist past the job's one GPU, so the train stage would certainly fail,
     after the iteration's sampling and scoring. Without GPUs nothing is pinned and CPU ranks need none. Returns the
-    cautions: with ``width`` > 1 concurrent jobs, a fixed ``--main_process_port`` in ``launch.extra_args`` (their
-    launches would contend for it; accelerate's switch to a free port when it finds the port taken races between
-    launches that start together)."""
+    cautions: with ``width`` > 1 concurrent jobs, a fixed main process port, in ``launch.extra_args`` or in the
+    accelerate config file (``_fixed_port``: their launches would contend for it; accelerate's switch to a free port
+    when it finds the port taken races between launches that start together)."""
     cautions: list[str] = []
     checked: set[str] = set()
     for plan in plans:
@@ -135,12 +154,13 @@ def check_launches(exp: Experiment, plans: list[PlannedRun], iterations: int, wi
                                                           "the iteration's sampling and scoring. Run this experiment "
                                                           "with --jobs 1 (each launch then gets every GPU), or set "
                                                           f"launch.num_processes = {GPUS_PER_JOB}", str(exp.source))
-        port = _fixed_port(launch.extra_args)
-        if width > 1 and port is not None:
-            cautions.append(f"{exp.source}: variants.{plan.variant}: launch.extra_args fixes --main_process_port "
-                            f"{port}: the training launches of {width} concurrent jobs may contend for it (a "
-                            "distributed launch listens on it); use "
-                            "--main_process_port 0 (accelerate picks a free port) or leave it out")
+        fixed = _fixed_port(launch) if width > 1 else None
+        if fixed is not None:
+            port, where = fixed
+            cautions.append(f"{exp.source}: variants.{plan.variant}: {where} {port}: the training launches of "
+                            f"{width} concurrent jobs may contend for it (a distributed launch listens on it); use "
+                            "--main_process_port 0 in launch.extra_args or main_process_port: 0 in the accelerate "
+                            "config (accelerate picks a free port), or leave it out")
     return cautions
 
 

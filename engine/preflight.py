@@ -29,7 +29,7 @@ the printing is once: a caller that shows the cautions itself (the studio, throu
   the field and ``"tokenizer"``. A template that renders the lumos layout (the demo agents') draws none.
 * ``tasks`` (the run's, when given) holding train tasks from Lumos iterative records while an iteration samples with
   ``sample.formulation = "onetime"`` (phase settings applied): their steps are joined into one onetime plan; it names
-  ``sample.formulation = "iterative"``.
+  ``sample.formulation = "iterative"`` (``engine.formulation_caution``).
 * ``critic.backend = "openai"`` with a server that does not answer at ``critic.base_url`` now, refuses the key, or
   lists its models without ``critic.model`` (``engine.critics.openai_backend.probe_caution``: one ``GET /models``),
   only when asked (``probe_critic``: a run being created or validated).
@@ -52,7 +52,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.config import RunConfig
+from engine.config_training import GROUNDER_READERS
 from engine.errors import CheckpointError
+from engine.formulation_caution import formulation_cautions
 from engine.model_paths import missing_model_directory
 
 if TYPE_CHECKING:
@@ -169,39 +171,6 @@ def layout_caution(tokenizer: Any, tokenizer_path: str, role: str) -> str | None
             "fine-tuned on the Lumos layout)")
 
 
-def formulation_cautions(config: RunConfig, tasks: list[Task]) -> list[str]:
-    """The caution for train tasks from Lumos iterative records (planner or grounder) in a run that samples an
-    iteration onetime: the records' steps are joined into one onetime plan (gold subgoals and actions as a whole), so
-    the step-by-step turns and executed results they hold are not what the agents are trained on. Not an error: a
-    onetime run on iterative data is a valid choice, just seldom the one meant."""
-    from engine.schedule import iteration_config, skip_reason
-
-    iterative = [t for t in tasks if t.split == "train" and t.source.startswith("lumos:")
-                 and "iterative" in (t.meta.get("formulation"), t.meta.get("plan_formulation"))]
-    # GRPO trains onetime agents only (engine.config_checks): there is no other formulation to point such a run to.
-    onetime = [t for t in range(1, config.run.iterations + 1) if skip_reason(config, t, "sample") is None
-               and (c := iteration_config(config, t)).sample.formulation == "onetime"
-               and "grpo" not in (c.stages.planner_objective, c.stages.grounder_objective)]
-    if not iterative or not onetime:
-        return []
-    if config.data.sources:  # they replace data.tasks (engine.runtime.data_sources)
-        # A grounder file is named too: the iterative records may be its (a planner file of either formulation).
-        files = [f"data.sources[{i}].{field} = {path}" for i, s in enumerate(config.data.sources, 1)
-                 if s.format == "lumos" for field, path in (("path", s.path), ("ground", s.ground)) if path]
-    else:
-        files = [f"data.{field} = {path}" for field, path in (("tasks", config.data.tasks),
-                                                                ("ground", config.data.ground))
-                 if path] if config.data.format == "lumos" else []
-    where = f" in {', '.join(files)}" if files else ""
-    sources = ", ".join(sorted({t.source for t in iterative}))
-    when = "" if len(onetime) == config.run.iterations else \
-        f" in iteration(s) {', '.join(map(str, onetime))} (schedule.phases)"
-    return [f"sample.formulation = \"onetime\"{when}: {len(iterative)} train task(s) ({sources}) come from Lumos "
-            f"iterative records{where}, whose steps are then joined into one onetime plan per task, so the agents "
-            "are not trained on the step-by-step turns and executed results the records hold. Set "
-            "sample.formulation = \"iterative\" to train on them as recorded"]
-
-
 # The agents each stage loads, by role: the ones its iteration starts from (offset 0) or, for evaluate, the ones it
 # ends with (offset 1, what the iteration's training left). A few stages load more by their settings
 # (``_stage_needs``); pairs and critique (a reference or remote critic) load none.
@@ -220,8 +189,9 @@ STAGE_AGENTS: dict[str, tuple[tuple[str, int], ...]] = {
 def _stage_needs(stage: str, iteration: int, config: RunConfig) -> list[tuple[str, int]]:
     """``(role, iteration whose starting agent is loaded)`` for every agent ``stage`` of ``iteration`` loads."""
     needs = [(role, iteration + offset) for role, offset in STAGE_AGENTS.get(stage, ())]
-    if stage == "train_planner" and config.stages.planner_objective == "grpo":
-        needs.append(("grounder", iteration))  # the gap reward scores rollouts with the grounder
+    if stage == "train_planner" and config.stages.planner_objective == "grpo" \
+            and GROUNDER_READERS.intersection(config.grpo.rewards):
+        needs.append(("grounder", iteration))  # gap scores rollouts with the grounder, execution grounds them with it
     if stage == "train_planner" and config.stages.planner_objective == "dpo" and config.dpo.reference == "initial" \
             and iteration > 1:
         needs.append(("planner", 1))  # the frozen DPO reference: the planner iteration 1 started from

@@ -5,8 +5,10 @@ Contract:
 * ``register(store, exp, seeds, iterations)`` records the experiment in ``experiments`` (its definition, the
   union of the seeds and the largest iteration count ever asked for, and the fingerprints of the model and task
   files it reads, ``engine.fingerprint``); it refuses (``ConfigError``, nothing written) an experiment whose files
-  changed since it was recorded, whose runs would otherwise be resumed as if nothing had. The experiment's runs
-  are ordinary runs, grouped by ``experiment_runs (experiment_id, variant, seed) -> run_id``.
+  changed since it was recorded, whose runs would otherwise be resumed as if nothing had; it returns whether the
+  experiment is new and ``other_definitions``, the ids of other experiments of its name (read without writing, so
+  a dry run can say the same). The experiment's runs are ordinary runs, grouped by
+  ``experiment_runs (experiment_id, variant, seed) -> run_id``.
 * ``plan_runs`` lists what one command will do, seed-major (every variant of the first seed, then the next seed),
   without writing anything (``experiment --dry-run`` prints it: ``engine.experiment_plan``; with no store yet,
   every run is to create): for each (variant, seed) the run already linked to the experiment (or a run of the same
@@ -114,9 +116,14 @@ def register(store: Store, exp: Experiment, seeds: list[int], iterations: int) -
         row["created_at"] = old["created_at"]
     row["config_json"] = exp.to_json(seeds, iterations, inputs)
     store.write("experiments", [row])
-    others = store.query("SELECT experiment_id FROM experiments WHERE name = ? AND experiment_id <> ? "
-                         "ORDER BY created_at", [exp.name, exp_id])["experiment_id"].tolist()
-    return not old, others
+    return not old, other_definitions(store, exp)
+
+
+def other_definitions(store: Store, exp: Experiment) -> list[str]:
+    """The ids of the other experiments of ``exp``'s name, oldest first: an edited file gives a new id (read only,
+    so ``experiment --dry-run`` says what ``register`` would)."""
+    return store.query("SELECT experiment_id FROM experiments WHERE name = ? AND experiment_id <> ? "
+                       "ORDER BY created_at", [exp.name, exp.experiment_id])["experiment_id"].tolist()
 
 
 def linked_runs(store: Store, experiment_id: str) -> dict[tuple[str, int], str]:

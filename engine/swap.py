@@ -33,11 +33,12 @@ remote QA model, a shared base).
 Per-task outcomes are returned, not stored in the store: greedy decoding on a fixed task order recomputes them, a
 diagonal's are in ``eval_traces``, and a kept cell's in its cache entry.
 
-Returns ``{"run_id", "base", "after", "agents": {"P0": path, ...}, "tasks": [task ids], "cells": {"P{a}G{b}":
-{split: {domain: {...}}}}, "gold_plans": {"G{b}": {...}}, "tests": {"stage1" | "stage2" | "both" | "gold_plans":
-{"label", "after", "before", "results": {split: {domain: {"gained", "lost", "p", "n"}}}}}, "reused": [cells],
-"reused_from": {cell: origin}, "not_kept": {cell: why}, "not_reusable": {cell: why}, "outcomes": {cell: {task_id:
-correct}}, "seconds"}``.
+Returns ``{"run_id", "base", "after", "agents": {"P0": path, ...}, "warm_started": [the roles whose starting agent
+(iteration 0) is the checkpoint ``[warm_start]`` trained, not the model as loaded], "tasks": [task ids], "cells":
+{"P{a}G{b}": {split: {domain: {...}}}}, "gold_plans": {"G{b}": {...}}, "tests": {"stage1" | "stage2" | "both" |
+"gold_plans": {"label", "after", "before", "results": {split: {domain: {"gained", "lost", "p", "n"}}}}}, "reused":
+[cells], "reused_from": {cell: origin}, "not_kept": {cell: why}, "not_reusable": {cell: why}, "outcomes": {cell:
+{task_id: correct}}, "seconds"}``.
 Raises ``SwapError`` for an unknown run, an ``after`` without a done evaluate stage, ``base`` not in 0..after-1,
 or a run whose two roles are one set of weights (``swap_refusal``: ``agents.topology = "shared"`` without LoRA, where
 either role's training changes both, so no planner of one iteration exists beside a grounder of another). Before
@@ -274,6 +275,8 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
     return {
         "run_id": run_id, "base": base, "after": after,
         "agents": {f"{role[0].upper()}{t}": path for (role, t), path in paths.items()},
+        # Iteration 0's agents are the models as loaded unless the warm start recorded checkpoints for them.
+        "warm_started": [role for role in ("planner", "grounder") if store.checkpoint(run_id, 0, role)],
         "tasks": task_ids,
         "cells": {cell_name(*cell): results[cell][0] for cell in [(base, base), (after, base), (base, after),
                                                                    (after, after)]},

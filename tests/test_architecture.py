@@ -1,5 +1,7 @@
 """The module map the README promises: no import cycle among engine/ and studio/ modules (function-local imports
-included; imports under ``if TYPE_CHECKING:`` excluded, they never run), and engine/ never imports the UI."""
+included; imports under ``if TYPE_CHECKING:`` excluded, they never run), engine/ never imports the UI, and every
+module stays under the size the project keeps (``MAX_MODULE_BYTES``: past it, new logic goes in a module of its
+own)."""
 
 from __future__ import annotations
 
@@ -106,3 +108,13 @@ def test_engine_never_imports_the_ui():
             assert not {d for d in deps if d.startswith("studio")}, name
     for path in (ROOT / "engine").rglob("*.py"):
         assert not {m for m in _imports(path, _module_name(path)) if m.split(".")[0] in UI_PACKAGES}, path
+
+
+MAX_MODULE_BYTES = 24 * 1024  # 24,576: the most a module may hold
+
+
+def test_every_module_stays_under_the_size_limit():
+    sizes = {str(path.relative_to(ROOT)): path.stat().st_size
+             for pkg in ("engine", "studio") for path in (ROOT / pkg).rglob("*.py")}
+    assert len(sizes) > 80
+    assert {path: size for path, size in sizes.items() if size > MAX_MODULE_BYTES} == {}

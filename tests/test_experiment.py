@@ -512,6 +512,48 @@ def test_parallel_jobs_give_the_runs_and_rows_of_jobs_1_and_resume_killed_worker
         assert state[key]["rows"] == reference[key]["rows"], key
 
 
+@pytest.mark.slow
+def test_a_dry_run_after_a_killed_jobs_command_estimates_from_its_job_file(tiny_setup):
+    """A ``--jobs N`` command SIGKILLed mid-run leaves the run's newest rows in its job file and none in the main
+    store (which it merges only when a worker exits). Made here as ``engine.jobs`` makes it -- the run created in the
+    main store, its job file seeded, then a real worker on it, killed as iteration 1's evaluation starts -- the dry
+    run plans from the job file and costs what is left at the stage times the worker recorded (it said "no estimate
+    (no done stage in this store)")."""
+    from engine.jobs import seed_job_file, worker_env
+    from engine.runner import ensure_run, job_file, plan_runs, register
+
+    tmp, overrides = tiny_setup
+    config = tiny_experiment(tmp / "killed-jobs", overrides)
+    exp = load_experiment(config)
+    db = tmp / "killed-jobs" / "s.duckdb"
+    with Store(db) as store:
+        register(store, exp, [1, 2], 1)
+        run_id = ensure_run(store, exp, plan_runs(store, exp, ["full"], [1], 1)[0], 1)
+        jobs_dir(db).mkdir(parents=True)
+        seed_job_file(store, run_id, job_file(db, run_id))
+    worker = subprocess.run([sys.executable, "-m", "engine.job_worker", "--db", str(job_file(db, run_id)), "--run",
+                             run_id, "--iterations", "1"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                            env={**worker_env(0, 1, []), "HF_HUB_OFFLINE": "1", "MOAT_KILL_AT": "1:evaluate:start"})
+    assert worker.returncode == -9, worker.stderr[-3000:]
+    with Store(job_file(db, run_id), read_only=True) as job:
+        recorded = job.query("SELECT count(*) AS n, "
+                             "sum(date_diff('millisecond', started_at, finished_at) / 1000.0 + earlier_s) AS s "
+                             "FROM stages WHERE status = 'done'").iloc[0]
+    with Store(db, read_only=True) as store:
+        assert store.query("SELECT count(*) AS n FROM stages WHERE status = 'done'")["n"][0] == 0
+    dry = command(config, db, "--variants", "full", "--dry-run")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    out = last_json(dry.stdout)
+    assert [(r["run_id"], r["action"], r["units"]) for r in out["runs"]] == [(run_id, "resume", 1),
+                                                                            (None, "create", 9)]
+    # Every stage but iteration 1's evaluation is done once, so the run to create is costed at exactly those times;
+    # an evaluation at iteration 0 (a cache read, usually) does not price one at iteration 1: both are left out.
+    assert int(recorded["n"]) == 8 and out["estimate_from"] == "8 done stages of this experiment"
+    assert out["estimate_s"] == pytest.approx(float(recorded["s"]), abs=0.051) and out["unestimated"] == 2
+    assert "no estimate" not in dry.stderr and "of stage time" in dry.stderr
+    assert out["new"] is False and out["other_definitions"] == []
+
+
 def test_a_worker_whose_parent_is_gone_ends_quietly(loop_config, tmp_path):
     """A worker of a parallel experiment whose parent was SIGKILLed wrote its next event into a pipe nobody reads:
     a BrokenPipeError traceback in the job's log (the job file still resumed). It now takes it for a stop and ends

@@ -102,3 +102,72 @@ def test_a_dry_run_reads_what_is_left_and_costs_it_at_the_stores_medians(tmp_pat
     assert [(r["action"], r["units"]) for r in wider["runs"]] == [("resume", 8), ("resume", 15), ("create", 17),
                                                                    ("create", 17)]
     assert digest(db) == before
+
+
+def test_a_dry_run_after_a_killed_jobs_command_costs_the_stages_its_job_files_record(tmp_path, capsys):
+    """``--jobs N`` killed while its workers ran: the main store holds the runs as they were when their job files
+    were seeded (no stage done), the job files the stages done since. The real command resumes (or absorbs) the job
+    files, so the dry run plans from them -- and, before the fix, still costed from the store alone: "no estimate
+    (no done stage in this store)"."""
+    from engine.jobs import seed_job_file
+    from engine.runner import job_file
+
+    config = experiment_file(tmp_path)
+    exp = load_experiment(config)
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        register(store, exp, [1, 2], 1)
+        for (variant, seed), stages in DONE.items():
+            run_id = ensure_run(store, exp, plan_runs(store, exp, [variant], [seed], 1)[0], 1)
+            seed_job_file(store, run_id, job_file(db, run_id))  # as engine.jobs does before starting the worker
+            with Store(job_file(db, run_id)) as job:  # what the worker recorded before the kill
+                job.write("stages", [{"run_id": run_id, "iteration": t, "stage": stage, "status": "done",
+                                      "started_at": START, "finished_at": START + timedelta(seconds=seconds)}
+                                     for t, stage, seconds in stages])
+                if variant == "no_stage2":
+                    job.set_stage(run_id, 1, "score", "running")
+        assert store.query("SELECT count(*) AS n FROM stages WHERE status = 'done'")["n"][0] == 0
+    files = sorted(db.parent.glob("s.jobs/*"))
+    before = {path: digest(path) for path in [db, *files]}
+    capsys.readouterr()
+    assert main(["experiment", "--config", str(config), "--db", str(db), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    assert {path: digest(path) for path in [db, *files]} == before and sorted(db.parent.glob("s.jobs/*")) == files
+    assert [(r["name"], r["action"], r["units"]) for r in out["runs"]] == [
+        ("plan/full/s1", "skip", 0), ("plan/no_stage2/s1", "resume", 7), ("plan/full/s2", "create", 9),
+        ("plan/no_stage2/s2", "create", 9)]
+    # The same stages and seconds as the store of the test above: the same estimate.
+    assert out["estimate_s"] == 21 + 53 + 41 and out["unestimated"] == 0
+    assert out["estimate_from"] == "11 done stages of this experiment"
+    assert "about 1 min 55 s of stage time" in captured.err
+
+
+def test_a_dry_run_says_what_the_command_would_of_a_new_or_recorded_experiment(tmp_path, capsys):
+    """The real command notes an edited file that makes a new experiment under a recorded name; the dry run says the
+    same (stderr and ``new`` / ``other_definitions``), and that a recorded experiment is recorded."""
+    config = experiment_file(tmp_path)
+    exp = load_experiment(config)
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        register(store, exp, [1, 2], 1)
+    edited = tmp_path / "edited.toml"
+    edited.write_text(config.read_text() + '[variants.k4]\nset = ["sample.k=4"]\n')
+    capsys.readouterr()
+    assert main(["experiment", "--config", str(edited), "--db", str(db), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    new_id = load_experiment(edited).experiment_id
+    assert (out["experiment"], out["new"], out["other_definitions"]) == (new_id, True, [exp.experiment_id])
+    assert (f"note: {edited} differs from the definition of experiment(s) {exp.experiment_id}: this is a new "
+            f"experiment {new_id}") in captured.err
+    assert f"experiment {new_id} (dry run: nothing written; a new experiment)" in captured.err
+    assert main(["experiment", "--config", str(config), "--db", str(db), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    assert (out["new"], out["other_definitions"]) == (False, [])
+    assert "note:" not in captured.err and "nothing written; recorded in this store)" in captured.err
+    # a store not made yet: a new experiment, no other definition to note
+    assert main(["experiment", "--config", str(edited), "--db", str(tmp_path / "none.duckdb"), "--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (out["new"], out["other_definitions"]) == (True, [])

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from engine import jobs
-from engine.config import load_config, locate_error
+from engine.config import LaunchSection, load_config, locate_error
 from engine.config_checks import check_launch_files
 from engine.errors import ConfigError
-from engine.experiment import load_experiment
+from engine.experiment import Experiment, load_experiment
 from engine.runner import PlannedRun
 from engine.runtime import check_eval_splits, data_sources, load_run_tasks
 
@@ -228,7 +228,44 @@ def test_jobs_caution_against_a_fixed_port_for_concurrent_launches(launch_experi
                                             (["--main_process_port=29502"], "29502"),
                                             (["--main_process_port", "0"], None), ([], None)])
 def test_a_fixed_port_is_read_in_both_spellings(args, port):
-    assert jobs._fixed_port(args) == port
+    launch = LaunchSection(mode="accelerate", extra_args=args,
+                           accelerate_config=str(ROOT / "examples" / "accelerate" / "single_process.yaml"))
+    assert (jobs._fixed_port(launch) or (None,))[0] == port
+
+
+def _port_experiment(tmp_path: Path, variants: dict[str, tuple[str, list[str]]]) -> Experiment:
+    """An experiment whose variants launch through accelerate, each with (its accelerate config's text, extra_args)."""
+    text = (f'[experiment]\nname = "ports"\nbase = {json.dumps(str(ROOT / "examples" / "demo.toml"))}\n'
+            "seeds = [1, 2]\niterations = 1\n")
+    for name, (yaml_text, extra_args) in variants.items():
+        (tmp_path / f"{name}.yaml").write_text(yaml_text, encoding="utf-8")
+        sets = ["launch.mode=accelerate", "launch.num_processes=1",
+                f"launch.accelerate_config={tmp_path / f'{name}.yaml'}", f"launch.extra_args={json.dumps(extra_args)}"]
+        text += f"\n[variants.{name}]\nset = {json.dumps(sets)}\n"
+    (tmp_path / "exp.toml").write_text(text, encoding="utf-8")
+    return load_experiment(tmp_path / "exp.toml")
+
+
+def test_jobs_caution_against_a_port_the_accelerate_config_fixes(tmp_path):
+    """``main_process_port:`` in the accelerate config file fixes the port as much as ``--main_process_port`` in
+    ``launch.extra_args`` (which only the latter cautioned against); 0 or absent leaves accelerate a free port, and
+    the command line's argument, which accelerate prefers to the file's, decides when both say."""
+    single = "distributed_type: NO\nnum_processes: 1\n"
+    exp = _port_experiment(tmp_path, {
+        "filed": (single + "main_process_port: 29600\n", []),
+        "zero": (single + "main_process_port: 0\n", []),
+        "absent": (single, []),
+        "freed": (single + "main_process_port: 29600\n", ["--main_process_port", "0"]),
+        "both": (single + "main_process_port: 29600\n", ["--main_process_port=29501"])})
+    for variant in ("zero", "absent", "freed"):
+        assert jobs.check_launches(exp, _plans(variant, TRAINING), 1, 2, ["0", "1"]) == [], variant
+    (caution,) = jobs.check_launches(exp, _plans("filed", TRAINING), 1, 2, ["0", "1"])
+    assert (f"variants.filed: launch.accelerate_config {tmp_path / 'filed.yaml'} sets main_process_port: 29600: the "
+            "training launches of 2 concurrent jobs may contend for it") in caution
+    assert "main_process_port: 0 in the accelerate config" in caution
+    (caution,) = jobs.check_launches(exp, _plans("both", TRAINING), 1, 2, ["0", "1"])
+    assert "variants.both: launch.extra_args fixes --main_process_port 29501:" in caution
+    assert jobs.check_launches(exp, _plans("filed", TRAINING), 1, 1, ["0"]) == []  # one job at a time
 
 
 def test_run_parallel_refuses_before_it_starts_a_worker(launch_experiment, monkeypatch, tmp_path):

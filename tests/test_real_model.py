@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import config_from_dict, read_config_file
+from engine.config import config_from_dict
+from engine.config_file import read_config_file
 from engine.loop import create_run, run_loop
 from engine.registry_models import ModelUnavailable, obtain
 from engine.store import Store

@@ -264,6 +264,31 @@ def test_cli_quiet_prints_the_table_and_no_progress(scripted_run, capsys):
     assert quiet.err == "" and json.loads(quiet.out)["run_id"] == run_id
 
 
+def test_cli_labels_the_base_row_warm_start_only_when_the_warm_start_trained_the_agents(scripted_run, capsys,
+                                                                                          tmp_path):
+    """Iteration 0's agents are the models as loaded unless ``[warm_start]`` ran: the markdown called them "warm
+    start" either way. They are the starting agents (as the report and the studio say), warm-started when the
+    warm start recorded their checkpoints."""
+    store, run_id, _ = scripted_run
+    db = str(store.path)
+    store.close()
+    assert main(["swap", "--db", db, "--run", run_id, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "| P0 G0 (starting agents) |" in out and "warm" not in out
+    assert main(["swap", "--db", db, "--run", run_id, "--quiet", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warm_started"] == []
+    with Store(db) as store:
+        for role in ("planner", "grounder"):  # what warm_start_planner / warm_start_grounder record
+            checkpoint = tmp_path / "runs" / f"warm-{role}"
+            checkpoint.mkdir(parents=True)
+            (checkpoint / "model.safetensors").write_bytes(f"warm {role}".encode())
+            store.put_checkpoint(run_id, 0, role, checkpoint, "full")
+    assert main(["swap", "--db", db, "--run", run_id, "--quiet"]) == 0
+    assert "| P0 G0 (starting agents, warm-started) |" in capsys.readouterr().out
+    assert main(["swap", "--db", db, "--run", run_id, "--quiet", "--base", "0", "--after", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warm_started"] == ["planner", "grounder"]
+
+
 # -- a real one-iteration run on the tiny agents ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -393,7 +418,7 @@ def test_real_cli_json_and_markdown(real_store, capsys):
     values = table["cells"]["P1G0"][split][domain]
     row = next(line for line in out.splitlines() if line.startswith("| P1 G0 (stage 1 only) |"))
     assert f"{values['correct']}/{values['n']}" in row
-    for label in ("P0 G0 (warm start)", "P0 G1 (stage 2 only)", "P1 G1 (both)", "stage 1 alone: P1 G0 vs P0 G0",
+    for label in ("P0 G0 (starting agents)", "P0 G1 (stage 2 only)", "P1 G1 (both)", "stage 1 alone: P1 G0 vs P0 G0",
                   "Reused, from the evaluate stage's stored metrics or the evaluation cache"):
         assert label in out
 

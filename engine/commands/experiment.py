@@ -13,9 +13,11 @@ status: 0 done, 1 a run failed, 2 bad input, 3 the store cannot be used (held by
 by Ctrl-C (SIGINT; 128 + 2, the shell's convention, as ``engine run``), so a script can tell it from a finished one.
 
 ``--dry-run`` stops after the checks: it says what the same command would do -- each run created, resumed or
-skipped, the stages and swap tables left, and an estimate of the stage time from the medians the store has recorded
-(``engine.experiment_plan``) -- on stderr as a table and as the last stdout line (``{"experiment": id, "dry_run":
-true, ...}``), and writes nothing: the store is opened read-only, and one that does not exist is not created.
+skipped, the stages and swap tables left, and an estimate of the stage time from the medians the store and the
+job files a ``--jobs N`` command left have recorded (``engine.experiment_plan``) -- on stderr as a table and as the
+last stdout line (``{"experiment": id, "dry_run": true, ..., "new": is it new to the store, "other_definitions":
+[older ids of its name]}``; the real command's note on a new definition of a recorded name is printed as well), and
+writes nothing: the store is opened read-only, and one that does not exist is not created.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet_flag(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="say what would run (runs to create, resume or skip; stages left; estimated stage time "
-                             "from the store's medians) and write nothing")
+                             "from the medians of the stage times recorded in the store and its job files) and "
+                             "write nothing")
 
 
 def _items(text: str, flag: str) -> list[str]:
@@ -159,9 +162,7 @@ def run(args: argparse.Namespace) -> int:
             with Store(args.db) as store:
                 new, others = register(store, exp, seeds, iterations)
                 if new and others:
-                    print(f"note: {exp.source} differs from the definition of experiment(s) {', '.join(others)}: "
-                          f"this is a new experiment {exp_id} (the runs of unchanged variants are reused, the others "
-                          "start afresh)", file=sys.stderr)
+                    print(_new_definition_note(exp, others), file=sys.stderr)
                 jobs = "in this process" if args.jobs == 1 else f"{args.jobs} jobs"
                 print(f"experiment {exp_id}: {len(variants)} variant(s) x {len(seeds)} seed(s), {iterations} "
                       f"iteration(s), {jobs}; db {args.db}", file=sys.stderr)
@@ -202,6 +203,12 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_STATUS.get(status, 1)
 
 
+def _new_definition_note(exp, others: list[str]) -> str:
+    """What the command says of an experiment new to the store whose name other (older) definitions share."""
+    return (f"note: {exp.source} differs from the definition of experiment(s) {', '.join(others)}: this is a new "
+            f"experiment {exp.experiment_id} (the runs of unchanged variants are reused, the others start afresh)")
+
+
 def _dry_run(args: argparse.Namespace, exp, variants: list[str], seeds: list[int], iterations: int) -> int:
     """``--dry-run`` (see the module docstring): exit 0, 2 for inputs changed under a recorded experiment, 3 for a
     store that cannot be opened (held by a running experiment, say)."""
@@ -212,13 +219,16 @@ def _dry_run(args: argparse.Namespace, exp, variants: list[str], seeds: list[int
     from engine.errors import ConfigError, StoreError
     from engine.experiment_plan import describe
     from engine.report_markdown import duration_text
-    from engine.runner import plan_runs, recorded_experiment
+    from engine.runner import other_definitions, plan_runs, recorded_experiment
     from engine.store import Store
 
+    new, others = True, []  # no store yet: the real command records a new experiment, and no other of its name
     try:
         if Path(args.db).exists():
             with Store(args.db, read_only=True) as store:
-                recorded_experiment(store, exp)  # the real command would refuse changed model or task files
+                # The real command would refuse changed model or task files, and say what ``register`` returns.
+                new = recorded_experiment(store, exp) is None
+                others = other_definitions(store, exp)
                 # Job files hold a --jobs run's newest rows; the real command reads (or absorbs) them first.
                 plans = plan_runs(store, exp, variants, seeds, iterations, use_job_files=True, read_only=True)
                 summary = describe(store, exp, plans, seeds, iterations)
@@ -228,8 +238,11 @@ def _dry_run(args: argparse.Namespace, exp, variants: list[str], seeds: list[int
         return fail(exc)
     except StoreError as exc:
         return store_unusable(exc)
-    print(f"experiment {exp.experiment_id} (dry run: nothing written): {len(variants)} variant(s) x {len(seeds)} "
-          f"seed(s), {iterations} iteration(s); db {args.db}", file=sys.stderr)
+    if new and others:
+        print(_new_definition_note(exp, others), file=sys.stderr)
+    recorded = "a new experiment" if new else "recorded in this store"
+    print(f"experiment {exp.experiment_id} (dry run: nothing written; {recorded}): {len(variants)} variant(s) x "
+          f"{len(seeds)} seed(s), {iterations} iteration(s); db {args.db}", file=sys.stderr)
     width = max(len(r["name"]) for r in summary["runs"])
     for r in summary["runs"]:
         print(f"  {r['name']:<{width}}  {r['action']:<6}  {r['units']:>3} stage(s) left  {r['run_id'] or '-'}",
@@ -245,5 +258,5 @@ def _dry_run(args: argparse.Namespace, exp, variants: list[str], seeds: list[int
     print(f"{len(actions)} run(s): {actions.count('create')} to create, {actions.count('resume')} to resume, "
           f"{actions.count('skip')} finished; {summary['units']} stage(s) left, {summary['swaps']} swap table(s); "
           f"{time_text}", file=sys.stderr)
-    print_json({**summary, "db": str(args.db)})
+    print_json({**summary, "db": str(args.db), "new": new, "other_definitions": others})
     return 0

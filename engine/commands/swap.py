@@ -3,7 +3,8 @@
 Contract: ``swap --run R [--db D] [--base 0] [--after N] [--json | --markdown]`` builds ``engine.swap.swap_table``
 (it writes the run's ``swaps`` rows, so the store is opened for writing) and prints it as markdown (default): one row
 per planner/grounder combination with correct/n and % per split x domain and the row's grounder on gold plans, the
-paired McNemar tests of which stage moved what, and the capability gap; ``--json`` prints the table as one JSON
+paired McNemar tests of which stage moved what, and the capability gap (the base row of ``--base 0`` is labelled
+"starting agents", with ", warm-started" when ``[warm_start]`` trained them); ``--json`` prints the table as one JSON
 object. A progress bar on stderr counts the cells computed (``--quiet``: none, nor the libraries' bars). A missing
 store file (``error: no store at ...``, the wording of every command), an unknown run, an ``--after`` whose evaluate
 stage is not done, ``--base`` not below ``--after``, a run whose planner and grounder are one set of weights
@@ -100,11 +101,22 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _base_label(table: dict[str, Any]) -> str:
+    """What the base cell's agents are: at iteration 0 the starting agents (as the report and the studio call them),
+    warm-started only where ``[warm_start]`` trained them -- otherwise they are the models as loaded."""
+    if table["base"]:
+        return f"after iteration {table['base']}"
+    warm = table.get("warm_started", [])
+    if not warm:
+        return "starting agents"
+    return "starting agents, warm-started" if len(warm) == 2 else f"starting agents, {warm[0]} warm-started"
+
+
 def markdown(table: dict[str, Any]) -> str:
     base, after, cells, gold = table["base"], table["after"], table["cells"], table["gold_plans"]
     columns = _columns(cells[f"P{base}G{base}"])
     splits = list(dict.fromkeys(split for split, _ in columns))
-    labels = {f"P{base}G{base}": "warm start" if base == 0 else f"after iteration {base}",
+    labels = {f"P{base}G{base}": _base_label(table),
               f"P{after}G{base}": "stage 1 only", f"P{base}G{after}": "stage 2 only", f"P{after}G{after}": "both"}
 
     def name(cell: str) -> str:

@@ -4,21 +4,25 @@
 The planner: instead of DPO on the offline pairs, the trainer samples ``grpo.num_generations`` plans per training
 task of the iteration (the tasks the sample stage used), rewards each with the named rewards of ``grpo.rewards``
 (engine/rewards.py: the iteration's grounder supplies the ``gap`` and ``execution`` signals, so the planner is still
-aligned to *this* grounder, online) and learns from their group advantages. A task trains only when every configured
-reward can score it (``PLANNER_REWARD_NEEDS``: ``gap`` needs gold actions, ``execution`` a gold answer; ``format``
-and ``overlong`` nothing); the counts say how many were left out for each reward (``left_out``), and why in
-``left_out_note`` (in ``note`` when none is left, and the planner is kept). The sample, score and pairs stages still
-run: stage 2 grounds the sampled plans, and the studio can show a task's DPO pair beside its GRPO group.
+aligned to *this* grounder, online) and learns from their group advantages. The grounder is loaded only when one of
+those two is configured (``GROUNDER_READERS``); otherwise one an earlier stage left cached is dropped first. A task
+trains only when every configured reward can score it (``PLANNER_REWARD_NEEDS``: ``gap`` needs gold actions,
+``execution`` a gold answer; ``format`` and ``overlong`` nothing); the counts say how many were left out for each
+reward (``left_out``), and why in ``left_out_note`` (in ``note`` when none is left, and the planner is kept). The
+sample, score and pairs stages still run: stage 2 grounds the sampled plans, and the studio can show a task's DPO
+pair beside its GRPO group.
 
 The grounder: instead of SFT on the critic's verdicts, the trainer samples ``grpo_grounder.num_generations`` action
 sequences for each distinct prompt the ground stage grounded (the plans ``ground.which`` picked, as the planner
 wrote them) and rewards each by ``grpo_grounder.rewards`` (execution against the gold answer, format): the grounder
 learns to execute its planner's real plans from its own attempts, with no critic in the loop.
 
-Every rollout is stored in ``rollouts`` with its role (text, each reward, weighted total, advantage) once training
-has finished; the checkpoint is saved as for DPO/SFT (``engine.stages.train``). Crash safety as there: a re-run
-discards the checkpoint, the log lines and the role's rollouts of an earlier attempt and trains from the start; the
-rollouts and the checkpoint row are written only after training completed.
+Either role's cached model is trained in place and taken out of the stage context's cache (as for DPO/SFT), except
+a planner whose grounder rewards ground with that very model (one path or one set of weights in both roles): a copy
+of it trains then. Every rollout is stored in ``rollouts`` with its role (text, each reward, weighted total,
+advantage) once training has finished; the checkpoint is saved as for DPO/SFT (``engine.stages.train``). Crash
+safety as there: a re-run discards the checkpoint, the log lines and the role's rollouts of an earlier attempt and
+trains from the start; the rollouts and the checkpoint row are written only after training completed.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from engine import generation
+from engine.config_training import GROUNDER_READERS
 from engine.errors import StageStopped
 from engine.outcome import toolbox_for
 from engine.rewards import (
@@ -72,6 +77,18 @@ def scorable_tasks(tasks: list[Task], rewards: Sequence[str]) -> tuple[list[Task
     return kept, {name: n for name, n in left_out.items() if n}
 
 
+def drop_unread_grounder(ctx: StageContext, rewards: Sequence[str]) -> None:
+    """Free the grounder an earlier stage left cached (the score stage's, in one process) when no reward of
+    ``rewards`` reads it, so GRPO trains without a whole idle model beside it. Not with one base or one set of
+    weights in both roles (``agents.topology = shared``), nor when both roles load one path: the planner *is* that
+    cached model (dropping it would reload the planner), and the grounder's view of it costs nothing apart."""
+    if GROUNDER_READERS.intersection(rewards) or ctx.config.agents.topology == "shared":
+        return
+    path = ctx.agent_path("grounder", ctx.iteration)
+    if path != ctx.agent_path("planner", ctx.iteration):
+        ctx.forget_agent(path)
+
+
 def left_out_note(left_out: dict[str, int], kept: int) -> str:
     """``"3 training task(s) left out: the gap reward needs gold actions, which they lack"``, one clause per
     reward; with no task ``kept``, ending in ``"; planner unchanged"``."""
@@ -81,13 +98,14 @@ def left_out_note(left_out: dict[str, int], kept: int) -> str:
 
 
 def build_book(ctx: StageContext, tasks: dict) -> RolloutBook:
-    """The configured rewards, in order, with their weights."""
+    """The configured rewards, in order, with their weights. The grounder is loaded only when a reward reads it
+    (``GROUNDER_READERS``): each maker asks the context for it, which loads it once."""
     cfg = ctx.config.grpo
-    grounder = ctx.agent("grounder")
     makers = {
-        "gap": lambda: GapReward(grounder, tasks, batch_size=ctx.config.score.batch_size),
+        "gap": lambda: GapReward(ctx.agent("grounder"), tasks, batch_size=ctx.config.score.batch_size),
         "execution": lambda: ExecutionReward(
-            grounder_actions(grounder, ctx.config.evaluate.ground_max_new_tokens, ctx.config.evaluate.batch_size),
+            grounder_actions(ctx.agent("grounder"), ctx.config.evaluate.ground_max_new_tokens,
+                             ctx.config.evaluate.batch_size),
             tasks, toolbox_for(ctx.config.tools)),
         "format": FormatReward,
         "overlong": lambda: overlong_reward(cfg.max_completion_length, cfg.overlong_cache),
@@ -130,6 +148,7 @@ def run_planner(ctx: StageContext) -> dict[str, Any]:
     settings = copy.deepcopy(ctx.config.grpo)
     settings.seed = ctx.config.run.seed + ctx.iteration
     precision = training_precision(ctx, "planner", settings)
+    drop_unread_grounder(ctx, settings.rewards)
     start = ctx.agent("planner")
     book = build_book(ctx, {t.id: t for t in tasks})
     rows = [{"prompt": planner_prompt(start, t), "task_id": t.id} for t in tasks]
@@ -158,13 +177,26 @@ def run_grounder(ctx: StageContext) -> dict[str, Any]:
     return _train(ctx, "grounder", start, rows, settings, book, precision)
 
 
+def rewards_ground_with(ctx: StageContext, role: str, start, rewards: Sequence[str]) -> bool:
+    """Whether a planner reward of ``rewards`` grounds with ``start``'s very model (both roles load one path, or one
+    set of weights): trained in place, the grounder scoring the rollouts would drift with the policy."""
+    return role == "planner" and bool(GROUNDER_READERS.intersection(rewards)) \
+        and ctx.agent("grounder").model is start.model  # loaded by build_book already: no load here
+
+
 def _train(ctx: StageContext, role: str, start, rows: list[dict[str, str]], settings, book: RolloutBook,
            precision: str) -> dict[str, Any]:
-    """GRPO of a fresh copy of ``role`` (the cached starting agent stays intact for later stages) on ``rows``; then
-    its rollouts, checkpoint and checkpoint row, in that order, and the stage's counts."""
+    """GRPO of ``role`` on ``rows``; then its rollouts, checkpoint and checkpoint row, in that order, and the stage's
+    counts. The model trained is the cached one, taken out of the cache (``StageContext.take_model``: no second copy
+    of the policy beside it, and a training stopped halfway is never served to a later stage); ``start`` keeps the
+    tokenizer, stop ids and checkpoint layout. Only when a reward grounds with that same model is a copy trained, so
+    the rewards keep scoring with the starting weights."""
     from engine.training import StopLatch, grpo_train
 
-    model = ctx.model_copy(role)
+    if rewards_ground_with(ctx, role, start, settings.rewards):
+        model = ctx.model_copy(role)
+    else:
+        model = ctx.take_model(role)
     model.train()
     total = optimizer_steps(len(rows) * settings.num_generations, settings)
     stop = StopLatch(ctx.should_stop)
