@@ -20,6 +20,10 @@ Contract:
   (``Stop requested: the job `kind` on `run` ...``). A stop from a page other than the starter's is recorded
   (``stopped_by``: its curator name, else "another page") and shown in the job box. With ``own_jobs_only`` (Spaces)
   only the starting page may stop a job, and another page's refusal says to wait rather than to stop it.
+* ``owners``: which page created which run (``studio.run_owners.RunOwners``: *Start a new run* records it,
+  ``studio.run_jobs.start_first_iteration``), kept here because the worker is the store's one piece of state every
+  session shares; on a Space a page curates only the runs it created (``studio.curation_rights``), by the rule that
+  lets it stop only the job it started.
 * A refusal says who holds the worker as far as the asking page may know (``started_by``): "started from this page"
   when the same browser session (``session``, Gradio's ``request.session_hash``) started it, else the starter's
   curator name when one was given (the job box shows it too), else "started by another page, no name given"; a job
@@ -47,6 +51,7 @@ from typing import Any
 from engine.errors import ConfigError
 from engine.loop import pending, run_config, run_loop
 from engine.store import Store
+from studio.run_owners import RunOwners
 
 JobFn = Callable[[Callable[[dict[str, Any]], None], Callable[[], bool]], str]
 LOOP_KINDS = ("next_stage", "rest_of_iteration", "next_iteration")
@@ -63,6 +68,7 @@ class JobWorker:
         self.read_only = read_only
         # Spaces: a page may stop only the job it started (any visitor stopped any run, the first-visit demo's too).
         self.own_jobs_only = own_jobs_only
+        self.owners = RunOwners()  # who created which run: on Spaces, who may curate it (studio.curation_rights)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

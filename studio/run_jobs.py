@@ -7,7 +7,8 @@ iteration-0 evaluation, then iteration 1), the worker's state as markdown (``job
 and ETA while the job runs, how each stage stands once it has ended), and the announcing line turned into how the job
 ended once it has, as is a press refused while it ran (``settled_message``; a created run's cautions stay below
 it). Each job records the browser session that started it (``studio.common.session_of``), so a press refused
-while it runs can say "started from this page" (``studio.jobs.started_by``).
+while it runs can say "started from this page" (``studio.jobs.started_by``); *Start a new run* records that session
+as the new run's creator too (``studio.run_owners``: on a Space, the page that may curate it).
 """
 
 from __future__ import annotations
@@ -106,7 +107,10 @@ def start_first_iteration(store: Store, jobs: JobWorker, run_id: str, user: str 
     """*Start a new run*'s job: the iteration-0 evaluation and then iteration 1, as the first-visit demo run does (a
     "next iteration" job on a fresh run stops after iteration 0, which left a new run with nothing in Pairs or
     Critic). Within the Spaces cap of one iteration. A message when refused. ``user``, ``session``: who started it,
-    as ``JobWorker.submit`` takes them."""
+    as ``JobWorker.submit`` takes them. ``run_id`` is the run that page has just created (*Start a new run* creates
+    it, then calls this): ``session`` is recorded as its creator (``JobWorker.owners``), even when the job is refused,
+    so on a Space that page may curate it (``studio.curation_rights``)."""
+    jobs.owners.record(run_id, session)
     return jobs.submit("start_new", run_id, lambda progress, stop: run_loop(store, run_id, iterations=1,
                                                                             progress=progress, should_stop=stop),
                        user=user, session=session)

@@ -35,6 +35,11 @@ gives the gold answer and what the original and the correction reach (``studio.c
 picked; the table's grounding columns are "runs" (executes without an error) and "correct" (reaches the gold answer);
 the original -> correction diff goes action by action (``studio.render.action_diff_html``).
 
+On a Hugging Face Space a page curates only the runs it created (``studio.curation_rights``): every write endpoint
+(the decisions, *Save edit*, undo) refuses any other run server side, its buttons stay off (*Run edit* stays: a read),
+a pick there takes no lease, and a line under the picker (drawn with the verdict and after every load) says why and to
+start one's own run instead.
+
 The queue's reads and the agreement live in ``studio.critic_queue`` (re-exported here: this module is the tab's
 handler surface), its refreshes (the load, the action reloads, the walk's refresh) in ``studio.critic_refresh``.
 """
@@ -48,9 +53,7 @@ from engine.outcome import run_grounding, toolbox_for_run
 from engine.store import Store
 from studio.common import (
     Ctx,
-    can_write,
     check_lease,
-    check_writable,
     claim_note,
     curator_of,
     leasing_name,
@@ -125,6 +128,7 @@ from studio.critic_queue import (
     verdict_view as verdict_view,
 )
 from studio.critic_refresh import CriticRefresh
+from studio.curation_rights import check_curation, guarded_undo, may_curate, read_only_notice
 from studio.keys import QUEUE_PROGRESS, action_words, correction_why, undo_handler, wire_walk, wire_why
 from studio.live_views import watch
 from studio.pairs_queue import replaced_note
@@ -231,6 +235,8 @@ def build(ctx: Ctx) -> None:
         pick = Picker([], label="Verdict", elem_id="critic-pick", scale=4)
         next_btn = gr.Button("Next (j) ▶", elem_id="critic-next", size="sm", scale=0)
     lease = gr.Markdown(elem_id="critic-lease")
+    # On a Space, why this run is read-only for this page and what to do instead (studio.curation_rights).
+    read_only = gr.Markdown(elem_id="critic-read-only")
     with gr.Row():
         original, corrected = gr.HTML(elem_id="critic-original"), gr.HTML(elem_id="critic-corrected")
     diff = gr.HTML(elem_id="critic-diff")
@@ -249,7 +255,7 @@ def build(ctx: Ctx) -> None:
 
     def act(action):
         def handler(run_id, it, key, name, why, request: gr.Request):
-            check_writable(ctx, request)
+            check_curation(ctx, run_id, request, "verdict")  # on a Space, only a run this page created
             if not key:
                 raise user_error("Pick a verdict first.")
             curator = curator_of(name, request)
@@ -259,7 +265,7 @@ def build(ctx: Ctx) -> None:
         return handler
 
     def on_save(run_id, it, key, actions, name, why, request: gr.Request):
-        check_writable(ctx, request)
+        check_curation(ctx, run_id, request, "verdict")
         if not key:
             raise user_error("Pick a verdict first.")
         curator = curator_of(name, request)
@@ -290,9 +296,9 @@ def build(ctx: Ctx) -> None:
     wire_why(ctx, "critic-accept_correction", correction_why, [ctx.run, ctx.iteration, pick])
 
     def view(run_id, it, key, request: gr.Request | None = None):
-        # The write buttons come on with a pick only where the session may write (a viewer's stay off, as the load
-        # handler left them: studio.common.can_write).
-        writable = can_write(ctx, request)
+        # The write buttons come on with a pick only where the session may curate the run (a viewer's stay off, as
+        # the load handler left them; on a Space, those of a run this page did not create: studio.curation_rights).
+        writable = may_curate(ctx, run_id, request)
         on = gr.update(interactive=bool(key) and writable)
         preview = gr.update(interactive=bool(key))  # a read: a read-only studio may run an edit too
         return (*verdict_view(ctx.store, run_id, it, key, read_only=not writable), *[on] * 4, preview, on)
@@ -311,24 +317,28 @@ def build(ctx: Ctx) -> None:
     drawn = gr.State(None)  # [run, iteration, key] the verdict's view was last drawn for
 
     def shown(run_id, it, key, request: gr.Request | None = None):
-        return (*view(run_id, it, key, request), [run_id, it, key])
+        return (*view(run_id, it, key, request), read_only_notice(ctx, run_id, request, "verdict"), [run_id, it, key])
 
-    pick.change(shown, [ctx.run, ctx.iteration, pick], [*detail, drawn], api_name="critic_detail")
+    pick.change(shown, [ctx.run, ctx.iteration, pick], [*detail, read_only, drawn], api_name="critic_detail")
 
     def redraw(run_id, it, key, was, request: gr.Request | None = None):
         """After the queue reloads: the same key (task|step|k) in another iteration or run changes no picker value,
-        so no pick change drew it (the view kept the previous iteration's verdict): drawn here."""
+        so no pick change drew it (the view kept the previous iteration's verdict): drawn here. The read-only notice
+        follows every load: a run switch that changes no pick (an empty queue) must still say it."""
         if not key or was == [run_id, it, key]:
-            return (gr.skip(),) * (len(detail) + 1)
+            return (*(gr.skip(),) * len(detail), read_only_notice(ctx, run_id, request, "verdict"), gr.skip())
         return shown(run_id, it, key, request)
 
-    search.then(redraw, [ctx.run, ctx.iteration, pick, drawn], [*detail, drawn], api_name="critic_detail_redraw",
-                api_visibility="undocumented", show_progress="hidden")
+    search.then(redraw, [ctx.run, ctx.iteration, pick, drawn], [*detail, read_only, drawn],
+                api_name="critic_detail_redraw", api_visibility="undocumented", show_progress="hidden")
 
     held_as = gr.State(None)  # the name this session's lease was taken under
 
     def opened(run_id, it, key, name, was, request: gr.Request):  # the curator takes the verdict's lease
-        return claim_note(ctx, "verdict", run_id, it, key, leasing_name(ctx, name, request), was)
+        # Only a page that may curate the run holds its verdicts: on a Space a visitor walking another's held them
+        # against their owner, whose decisions were then refused.
+        who = leasing_name(ctx, name, request) if may_curate(ctx, run_id, request) else None
+        return claim_note(ctx, "verdict", run_id, it, key, who, was)
 
     gr.on([pick.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pick, ctx.curator, held_as],
           [lease, held_as], api_name="critic_claim", api_visibility="undocumented")
@@ -340,8 +350,8 @@ def build(ctx: Ctx) -> None:
     # The team's "reviewed N of M" between keys, and the agreement: both follow the team, one request a tick.
     wire_counters(ctx, "verdict", info, queue.sessions, also=(agreement, queue.agreement_tick))
 
-    undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], result,
-               api_name="critic_undo", show_progress=quiet).success(
+    undo.click(guarded_undo(ctx, undo_handler(ctx, undo_message), "verdict"), [ctx.run, ctx.iteration, ctx.curator],
+               result, api_name="critic_undo", show_progress=quiet).success(
         queue.reload, filters, after_action, api_name="critic_undo_reload", api_visibility="undocumented",
         show_progress=QUEUE_PROGRESS).then(
         view, [ctx.run, ctx.iteration, pick], detail, api_name="critic_undo_detail", api_visibility="undocumented")

@@ -36,6 +36,10 @@ shown pair's own chosen/rejected k on every pair change (``choose_fields``); aft
 follows the pair (``page_labels``); an empty queue says why (``empty_note``); a page past the last shows the last
 (``studio.picks.clamped_page``); the buttons that need a pair are off while none is shown.
 
+On a Hugging Face Space a page curates only the runs it created (``studio.curation_rights``): every write endpoint
+(the actions, undo) refuses any other run server side, its buttons stay off, a pick there takes no lease, and a line
+under the picker (drawn with the pair's detail and after every load) says why and to start one's own run instead.
+
 The queue's reads live in ``studio.pairs_queue``, its refreshes (the load, the action reloads, the walk's refresh:
 which filters they apply, and nothing painted over a newer read) in ``studio.pairs_refresh``, and the charts and
 curation table in ``studio.pairs_charts`` (re-exported here: this module is the tab's handler surface).
@@ -52,15 +56,14 @@ from engine.rollouts import task_group
 from engine.store import Store
 from studio.common import (
     Ctx,
-    can_write,
     check_lease,
-    check_writable,
     claim_note,
     curator_of,
     leasing_name,
     user_error,
     user_errors,
 )
+from studio.curation_rights import check_curation, guarded_undo, may_curate, read_only_notice
 from studio.evidence import pair_evidence_html
 from studio.keys import QUEUE_PROGRESS, action_words, button_words, undo_handler, wire_walk
 from studio.live_views import watch
@@ -180,10 +183,11 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
 
 
 def action_handler(ctx: Ctx, action: str) -> Callable[..., str]:
-    """The handler of one action button (``/pairs_<action>``): refused in a read-only studio or for a viewer; a
-    user's mistake (no pair picked, no curator name, plan numbers the engine refuses) is a ``user_error``."""
+    """The handler of one action button (``/pairs_<action>``): refused in a read-only studio, for a viewer and, on a
+    Space, on a run this page did not create (``studio.curation_rights``); a user's mistake (no pair picked, no
+    curator name, plan numbers the engine refuses) is a ``user_error``."""
     def handler(run_id, it, key, name, c, r, why, request: gr.Request) -> str:
-        check_writable(ctx, request)
+        check_curation(ctx, run_id, request, "pair")
         if not key:
             raise user_error("Pick a pair first.")
         curator = curator_of(name, request)
@@ -226,6 +230,8 @@ def build(ctx: Ctx) -> None:
         pair = Picker([], label="Pair", elem_id="pairs-pick", scale=4)
         next_btn = gr.Button("Next (j) ▶", elem_id="pairs-next", size="sm", scale=0)
     lease = gr.Markdown(elem_id="pairs-lease")
+    # On a Space, why this run is read-only for this page and what to do instead (studio.curation_rights).
+    read_only = gr.Markdown(elem_id="pairs-read-only")
     with gr.Row():
         prompt = gr.HTML(elem_id="pairs-prompt")
         chosen, rejected = gr.HTML(elem_id="pairs-chosen"), gr.HTML(elem_id="pairs-rejected")
@@ -288,22 +294,27 @@ def build(ctx: Ctx) -> None:
     drawn = gr.State(None)  # [run, iteration, key] the pair's view was last drawn for
 
     def detail(run_id, it, key, request: gr.Request | None = None):
-        # The write buttons come on with a pick only where the session may write (a viewer's stay off, as the load
-        # handler left them: studio.common.can_write); the evidence (last in needs_pair) is a read, for everyone.
-        on = gr.update(interactive=bool(key) and can_write(ctx, request))
+        # The write buttons come on with a pick only where the session may curate the run (a viewer's stay off, as
+        # the load handler left them; on a Space, those of a run this page did not create: studio.curation_rights);
+        # the evidence (last in needs_pair) is a read, for everyone.
+        on = gr.update(interactive=bool(key) and may_curate(ctx, run_id, request))
         look = gr.update(interactive=bool(key))
         return (*pair_detail(ctx.store, run_id, it, key), pair_group(ctx.store, run_id, it, key),
-                *choose_fields(ctx.store, run_id, it, key), *[on] * (len(needs_pair) - 1), look, [run_id, it, key])
+                *choose_fields(ctx.store, run_id, it, key), *[on] * (len(needs_pair) - 1), look,
+                read_only_notice(ctx, run_id, request, "pair"), [run_id, it, key])
 
-    shown_outputs = [prompt, chosen, rejected, group, ck, rk, *needs_pair, drawn]
+    shown_outputs = [prompt, chosen, rejected, group, ck, rk, *needs_pair, read_only, drawn]
     pair.change(detail, [ctx.run, ctx.iteration, pair], shown_outputs, api_name="pairs_detail")
 
     def redraw(run_id, it, key, was, request: gr.Request | None = None):
         """After the queue reloads: the same key in another iteration or run (task|step|pair_idx recurs in every
         iteration) changes no picker value, so no pair change drew it: the view showed the previous iteration's
-        plans while the buttons acted on this one's. Drawn here when what is shown is not what is picked."""
+        plans while the buttons acted on this one's. Drawn here when what is shown is not what is picked. The
+        read-only notice follows every load: a run switch that changes no pick (an empty queue) must still say it."""
         if not key or was == [run_id, it, key]:
-            return (gr.skip(),) * (len(shown_outputs) + 1)
+            # the evidence and shown_outputs up to the line skipped, the line, the drawn key skipped
+            return (*(gr.skip(),) * (len(shown_outputs) - 1), read_only_notice(ctx, run_id, request, "pair"),
+                    gr.skip())
         return ("", *detail(run_id, it, key, request))
 
     search.then(redraw, [ctx.run, ctx.iteration, pair, drawn], [evidence, *shown_outputs],
@@ -312,7 +323,10 @@ def build(ctx: Ctx) -> None:
     held_as = gr.State(None)  # the name this session's lease was taken under
 
     def opened(run_id, it, key, name, was, request: gr.Request):
-        return claim_note(ctx, "pair", run_id, it, key, leasing_name(ctx, name, request), was)
+        # A page that may not curate the run holds nothing in it: on a Space a visitor walking another's pairs held
+        # them against their owner, whose decisions were then refused.
+        who = leasing_name(ctx, name, request) if may_curate(ctx, run_id, request) else None
+        return claim_note(ctx, "pair", run_id, it, key, who, was)
 
     # And when the name is given: the pair a curator lands on before typing a name was held by nobody.
     gr.on([pair.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pair, ctx.curator, held_as],
@@ -332,8 +346,8 @@ def build(ctx: Ctx) -> None:
 
     # A refusal (no curator name, a bad plan number) is a toast; with the progress shown, Gradio would also stamp a
     # red "Error" over the status line, above the previous action's message (as on the Critic tab).
-    undo.click(undo_handler(ctx, undo_message), [ctx.run, ctx.iteration, ctx.curator], status,
-               api_name="pairs_undo", show_progress="hidden").success(
+    undo.click(guarded_undo(ctx, undo_handler(ctx, undo_message), "pair"), [ctx.run, ctx.iteration, ctx.curator],
+               status, api_name="pairs_undo", show_progress="hidden").success(
         queue.reload, [*queue_inputs, pair, ctx.curator], after_action, api_name="pairs_undo_reload",
         api_visibility="undocumented", show_progress=QUEUE_PROGRESS).then(
         shown, [ctx.run, ctx.iteration, pair], shown_pair, api_name="pairs_undo_detail",
