@@ -1,14 +1,15 @@
 """The Run tab's job lines, as plain functions of the store and the shared ``JobWorker`` (the Gradio wiring is
-``studio.tab_run.build``): what a job button does (``start_job``: the write guard, on Spaces the policy and the
-iteration cap, then the job; the server decides, whatever the page sends), what the job will run, said in the line
-that announces it (``job_plan``: the stage a *Next stage* job runs, always; a job past the run's ``run.iterations``
-says that it raises it, as the job does: ``studio.jobs``), *Start a new run*'s job (``start_first_iteration``: the
-iteration-0 evaluation, then iteration 1), the worker's state as markdown (``job_markdown``: each stage's progress
-and ETA while the job runs, how each stage stands once it has ended), and the announcing line turned into how the job
-ended once it has, as is a press refused while it ran (``settled_message``; a created run's cautions stay below
-it). Each job records the browser session that started it (``studio.common.session_of``), so a press refused
-while it runs can say "started from this page" (``studio.jobs.started_by``); *Start a new run* records that session
-as the new run's creator too (``studio.run_owners``: on a Space, the page that may curate it).
+``studio.tab_run.build``): what a job button does (``start_job``: the write guard, on Spaces a run the page created,
+the policy and the iteration cap, then the job; the server decides, whatever the page sends), what the job will run,
+said in the line that announces it (``job_plan``: the stage a *Next stage* job runs, always; a job past the run's
+``run.iterations`` says that it raises it, as the job does: ``studio.jobs``), *Start a new run*'s job
+(``start_first_iteration``: the iteration-0 evaluation, then iteration 1), the worker's state as markdown
+(``job_markdown``: each stage's progress and ETA while the job runs, how each stage stands once it has ended), and
+the announcing line turned into how the job ended once it has, as is a press refused while it ran
+(``settled_message``; a created run's cautions stay below it). Each job records the browser session that started it
+(``studio.common.session_of``), so a press refused while it runs can say "started from this page"
+(``studio.jobs.started_by``); *Start a new run* records that session as the new run's creator too
+(``studio.run_owners``: on a Space, the page that may curate it and run its jobs).
 """
 
 from __future__ import annotations
@@ -36,11 +37,18 @@ NOTHING_LEFT = ": nothing is left to run"
 
 def start_job(ctx: Ctx, kind: str, run_id: str | None, name: str, request: gr.Request | None) -> str:
     """What a job button (``next_stage`` / ``rest_of_iteration`` / ``next_iteration``) does: the write guard, on
-    Spaces the policy and the iteration cap, then the job on the shared worker; the line the page shows."""
+    Spaces a run this page created (``studio.run_owners``), the policy and the iteration cap, then the job on the
+    shared worker; the line the page shows."""
     check_writable(ctx, request)
     if not run_id:
         return "Pick or create a run first."
     max_iteration = None
+    if ctx.spaces and not ctx.jobs.owners.created_by(run_id, session_of(request)):
+        # As with curation (studio.curation_rights): a job on another visitor's run would change what that visitor
+        # sees and trains, and they could not stop it (a page stops only the job it started).
+        return ("Refused on Spaces: this page did not start this run (the demo run, another visitor's, or one from "
+                "before a reload of this page). A page runs jobs only on the runs it starts: *Start a new run* "
+                "gives you your own.")
     if ctx.spaces and ctx.store.get_run(run_id) is not None:
         try:  # a run put in the store by other means must still pass the Spaces policy
             spaces_policy(run_config(ctx.store, run_id))

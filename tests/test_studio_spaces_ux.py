@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -62,8 +63,10 @@ def test_spaces_refuses_a_job_past_the_iteration_cap(store, run_id, monkeypatch)
     monkeypatch.setenv("SPACE_ID", "someone/moat-studio")
     _finish(store, run_id)
     demo = build_app(store, "examples/demo.toml", spaces=bool(os.environ.get("SPACE_ID")))
+    page = SimpleNamespace(session_hash="owner-page", username=None)
+    demo.moat_jobs.owners.record(run_id, page.session_hash)  # the page that started it (a Space runs no other's jobs)
     for kind in LOOP_KINDS:
-        message = _endpoint(demo, f"run_{kind}")(run_id, "ann", None)  # the function the button calls
+        message = _endpoint(demo, f"run_{kind}")(run_id, "ann", page)  # the function the button calls
         if kind == "rest_of_iteration":  # nothing to finish on a complete run: it starts nothing, cap or not
             assert loop_reach(store, run_id, kind) is None
             assert message == (f"Nothing started: `{kind}` on `{run_id}` would run nothing: the run is complete "

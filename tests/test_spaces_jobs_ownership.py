@@ -1,0 +1,60 @@
+"""On a Hugging Face Space a page runs jobs (*Next stage*, *Rest of iteration*, *Next iteration*) only on the runs it
+started, as it curates only those (``studio.curation_rights``) and stops only its own job: a job on another visitor's
+run would change what that visitor sees and trains on, and its owner could not stop it. A run the page started still
+passes the Spaces policy (a run put in the store by other means, recorded as the page's, is refused by it). A team
+studio is unchanged.
+
+``studio.run_jobs.start_job`` is called as the Run tab's buttons call it, on the hand-made store of
+``tests/_store_world.py`` (no models: the job is refused or announced, never run to an end here)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from studio.common import Ctx
+from studio.jobs import JobWorker
+from studio.run_jobs import start_job
+from tests._store_world import RUN, world_store
+
+OWNER = SimpleNamespace(session_hash="owner-page", username=None)
+VISITOR = SimpleNamespace(session_hash="visitor-page", username=None)
+
+
+@pytest.fixture
+def store(tmp_path):
+    yield from world_store(tmp_path)
+
+
+def _ctx(store, spaces: bool) -> Ctx:
+    return Ctx(store=store, jobs=JobWorker(store, own_jobs_only=spaces), read_only=False, spaces=spaces, run=None,
+               iteration=None, curator=None)
+
+
+@pytest.mark.parametrize("kind", ["next_stage", "rest_of_iteration", "next_iteration"])
+def test_on_spaces_a_page_starts_no_job_on_a_run_it_did_not_start(store, kind):
+    ctx = _ctx(store, spaces=True)
+    ctx.jobs.owners.record(RUN, OWNER.session_hash)
+    for page in (VISITOR, None):  # another visitor's page, and an API call with no session
+        line = start_job(ctx, kind, RUN, "ann", page)
+        assert line.startswith("Refused on Spaces: this page did not start this run"), line
+        assert "*Start a new run*" in line
+    assert ctx.jobs.snapshot()["status"] == "idle"
+
+
+def test_on_spaces_the_owner_still_meets_the_spaces_policy(store):
+    """The world store's run uses agents a Space does not allow: recorded as the page's own, the policy refuses it
+    (the ownership rule comes first, the policy still holds after it)."""
+    ctx = _ctx(store, spaces=True)
+    ctx.jobs.owners.record(RUN, OWNER.session_hash)
+    line = start_job(ctx, "next_stage", RUN, "ann", OWNER)
+    assert line.startswith("Refused on Spaces: ") and "did not start" not in line, line
+    assert ctx.jobs.snapshot()["status"] == "idle"
+
+
+def test_in_a_team_studio_any_page_is_not_refused_for_ownership(store):
+    ctx = _ctx(store, spaces=False)
+    line = start_job(ctx, "next_stage", RUN, "ann", VISITOR)
+    ctx.jobs.wait(30)  # the job started (and fails on the model-less world): let it end before the store closes
+    assert "did not start this run" not in line and line.startswith("Started"), line
