@@ -8,7 +8,9 @@ one paragraph the page shows, from the run's state in the store and the worker e
 while the run is being prepared (what is happening, how long it usually takes, and a line saying which stage is under
 way and how long the run has taken so far), ``FINISHED`` once every stage is done (where to look, and what one small
 iteration moves: the capability gap first, accuracy on its few evaluation tasks perhaps not yet), ``UNFINISHED`` when
-it stopped or failed before that (where to see why, how to continue). Each ends with the demo run's config cautions
+it stopped or failed before that (where to see why, how to continue; on a Space, where the demo run is every
+visitor's and read-only, to start one's own instead: ``UNFINISHED_ON_SPACES``, and ``FINISHED`` says it is
+read-only there, ``SHARED_ON_SPACES``). Each ends with the demo run's config cautions
 (``engine.preflight``: it runs, but likely not as meant; ``studio.new_run_config.cautions_markdown``), when it has
 any: a visitor never sees the server's stderr. They are read through ``studio.run_cautions``, the cache the Run tab's
 box reads too, which ``start_showcase`` seeds with the cautions it computed creating the run: the welcome, asked
@@ -75,6 +77,17 @@ UNFINISHED = (
     "**Welcome.** The demo run `{run_id}` stopped before it finished: the **Run** tab shows where and why, and "
     "*Rest of iteration* there continues it. What it made so far is in **Pairs**, **Critic** and **Metrics**."
 )
+# On a Space the demo run is every visitor's (``studio.curation_rights``, ``studio.run_jobs.start_job``): no page may
+# curate or continue it, so the welcome says so and points to a run of one's own instead.
+SHARED_ON_SPACES = (
+    " On this Space the demo run is shared by every visitor, so it is read-only: a run you start is yours to curate "
+    "(Pairs, Critic) and continue."
+)
+UNFINISHED_ON_SPACES = (
+    "**Welcome.** The demo run `{run_id}` stopped before it finished: the **Run** tab shows where and why. It is "
+    "shared by every visitor of this Space, so nobody continues it here: press *Start a new run* in the **Run** tab "
+    "for one of your own. What the demo run made so far is in **Pairs**, **Critic** and **Metrics**."
+)
 
 
 def start_showcase(store: Store, jobs: JobWorker, config_path: str, spaces: bool) -> str | None:
@@ -106,14 +119,16 @@ def welcome(store: Store, jobs: JobWorker, run_id: str) -> tuple[str, bool]:
     below it; ``settled``: finished, so the paragraph will not change again and the page may stop asking."""
     config = run_config(store, run_id)
     cautions = cautions_markdown(run_cautions(store, run_id) or [])
+    spaces = jobs.own_jobs_only  # a Space's worker (studio.app): the demo run is shared and read-only there
     if not pending(store, run_id, config, config.run.iterations):
-        return FINISHED.format(run_id=run_id, evaluated=tasks_used(store, run_id, config)[2]) + cautions, True
+        finished = FINISHED.format(run_id=run_id, evaluated=tasks_used(store, run_id, config)[2])
+        return finished + (SHARED_ON_SPACES if spaces else "") + cautions, True
     snap = jobs.snapshot()
     if snap["running"] and snap.get("run_id") == run_id:
         duration = expected_duration(config)
         return WELCOME.format(how_long=HOW_LONG.format(duration=duration) if duration else "",
                               now=under_way(store, run_id, snap)) + cautions, False
-    return UNFINISHED.format(run_id=run_id) + cautions, False
+    return (UNFINISHED_ON_SPACES if spaces else UNFINISHED).format(run_id=run_id) + cautions, False
 
 
 def expected_duration(config: RunConfig) -> str | None:

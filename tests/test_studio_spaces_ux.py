@@ -102,6 +102,23 @@ def test_a_new_browser_opens_on_the_newest_iteration_with_data(store, run_id):
     assert view == f"{run_id}\n1"  # the view key every tab's view listens to (studio.common.Ctx.view)
 
 
+def test_on_spaces_the_welcome_says_the_demo_run_is_shared_and_read_only(store, run_id):
+    """On a Space no page may curate or continue the demo run (studio.curation_rights, run_jobs.start_job): the
+    welcome says so once it has finished, and when it stopped early it points to a run of one's own instead of to
+    *Rest of iteration*, which would be refused. A team studio's welcome is unchanged."""
+    from studio.first_visit import FINISHED, SHARED_ON_SPACES, UNFINISHED, UNFINISHED_ON_SPACES, welcome
+    from studio.jobs import JobWorker
+
+    space, team = JobWorker(store, own_jobs_only=True), JobWorker(store)
+    assert welcome(store, space, run_id) == (UNFINISHED_ON_SPACES.format(run_id=run_id), False)
+    assert "Rest of iteration" not in UNFINISHED_ON_SPACES and "*Start a new run*" in UNFINISHED_ON_SPACES
+    assert welcome(store, team, run_id) == (UNFINISHED.format(run_id=run_id), False)
+    _finish(store, run_id)
+    finished = FINISHED.format(run_id=run_id, evaluated=40)
+    assert welcome(store, space, run_id) == (finished + SHARED_ON_SPACES, True)
+    assert welcome(store, team, run_id) == (finished, True)
+
+
 def test_the_welcome_follows_the_demo_run(store, run_id, monkeypatch):
     """Preparing while the job runs (how long it usually takes at the Spaces sizes, and which stage is under way),
     where to look once finished (then the page stops asking), how to continue when it stopped early."""
