@@ -140,9 +140,10 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
 
         def on_run(run_id, wanted, shown=None):
             if run_id and isinstance(shown, dict) and shown.get("run") == run_id:
-                # The picker was filled for this run already: on a loaded machine the page fires the run picker's
-                # change twice for one load, and the second call (the saved place already spent) put the picker back
-                # on the default after a curator's pick or a reload's restore. New iterations are sync's.
+                # The picker was filled for this run already: the page fires the run picker's change again for one
+                # pick when a listener of it is asked for again while it runs (Gradio dispatches the whole change
+                # again: studio.relay), and the second call (the saved place already spent) put the picker back on
+                # the default after a curator's pick or a reload's restore. New iterations are sync's.
                 return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             its = run_iterations(store, run_id)
             done = place.done_iterations(store, run_id, its)

@@ -22,12 +22,13 @@ another curator who has it open (``lease_note``), and a decision on an item anot
 Mistakes a user can fix (no curator name, a bad plan number) are raised as ``user_error`` (inside a handler:
 ``with user_errors():``), shown in the page without a traceback in the server log. A toast (``user_error``'s modal,
 ``user_info``) shows its text as HTML, never as markdown: ``toast_text`` drops the markdown marks a message written for
-the page's Markdown may carry (`code`, **bold**, *italics*) and escapes a ``<`` or ``&`` only where HTML would take it
-for markup (``<tokenizer>``, ``&lt;``): Gradio sends the same text to an API client as the error's message, so a
-message without markup reaches it as typed (``got '<1'``, not ``got '&lt;1'``). What is not a mistake and did
-nothing (nothing to undo) is ``user_info``, an info toast, stopped with ``quiet_stop`` (no modal, no traceback; its
-message, which only an API client reads, plain: ``plain_text``). A curator's name in a Markdown line (the header's,
-a lease note's) is shown as typed (``studio.render.md_escaped``).
+the page's Markdown may carry (`code`, **bold**, *italics*), and escapes it as HTML only for the studio's own page
+(``asked_by_the_page``: the request Gradio's page sent carries ``x-gradio-user: app``), which then shows
+``<tokenizer>`` and ``R&amp;D`` as worded. Gradio sends the same text to an API client (``gradio_client``, curl) as
+the error's message: a call from anything else gets the message exactly as worded (``got '<1'``, ``R&D``), no
+entity. What is not a mistake and did nothing (nothing to undo) is ``user_info``, an info toast, stopped with
+``quiet_stop`` (no modal, no traceback; its message, which only an API client reads, plain: ``plain_text``). A
+curator's name in a Markdown line (the header's, a lease note's) is shown as typed (``studio.render.md_escaped``).
 
 Beside it, as stateless as it is: the Spaces policy (``studio.spaces_policy``), the small renderers
 (``studio.render``), a queue's info lines (``studio.queue_lines``) and the values of pickers, page boxes and filter
@@ -36,7 +37,7 @@ radios (``studio.picks``).
 
 from __future__ import annotations
 
-import html.entities
+import html
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio.context import LocalContext
 
 from engine.leases import LeaseBook
 from engine.store import Store
@@ -94,13 +96,9 @@ class Ctx:
 _MARKDOWN_MARKS = re.compile(r"`([^`]+)`|\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])")
 
 
-# What an HTML parser reads as markup inside text: a "<" that opens a tag, an end tag, a comment or a declaration (an
-# ASCII letter, "/", "!" or "?" next), and an "&" that opens a character reference: "#" next ("&#60;"), or a name
-# the parser knows (HTML5's named references: "&lt;", and "&amp" or "&copyright" even without a ";", the legacy
-# names). Any other "<" or "&" ("<1", "a < b", "x & y", "R&D") is text, sent as it is. Longest names first, so the
-# alternation reads a whole name.
-_REFERENCE_NAMES = "|".join(re.escape(name) for name in sorted(html.entities.html5, key=len, reverse=True))
-_HTML_MARKUP = re.compile(rf"<(?=[A-Za-z/!?])|&(?=#|{_REFERENCE_NAMES})")
+# Gradio's page marks every call it makes with this header and value (its JS client's submit from the page's events);
+# gradio_client marks its own "api", and curl or any other client sends none.
+PAGE_HEADER, PAGE_VALUE = "x-gradio-user", "app"
 
 
 def plain_text(message: str) -> str:
@@ -109,14 +107,27 @@ def plain_text(message: str) -> str:
     return _MARKDOWN_MARKS.sub(lambda m: next(g for g in m.groups() if g is not None), message)
 
 
-def toast_text(message: str) -> str:
-    """``message`` as a toast shows it. Gradio renders a toast's text as HTML (sanitized; ``gr.Error`` and
+def asked_by_the_page(request: gr.Request | None = None) -> bool:
+    """Whether ``request`` (None: the request of the event running now, as Gradio's context holds it) came from the
+    studio's own page: its ``x-gradio-user`` header says "app". False outside an event (a direct call, a test)."""
+    if request is None:
+        request = LocalContext.request.get(None)
+    headers = getattr(request, "headers", None) if request is not None else None
+    return headers is not None and headers.get(PAGE_HEADER) == PAGE_VALUE
+
+
+def toast_text(message: str, page: bool | None = None) -> str:
+    """``message`` as the caller of the event running now reads it (``page``: True for the studio's page, False for an
+    API client; None: ``asked_by_the_page``). Gradio renders a toast's text as HTML (sanitized; ``gr.Error`` and
     ``gr.Info`` have no plain-text mode), not markdown, so a message worded for the page's Markdown showed its
     backticks and stars (``python -m engine step`` in backticks, the Run tab's *Next stage*): the marks are dropped
-    (``plain_text``). A ``<`` or ``&`` that HTML would read as markup is escaped, so ``<tokenizer>`` shows instead of
-    vanishing as a tag; any other is left as it is, because Gradio hands an API client the same text as the error's
-    message, where ``&lt;`` is wrong: a message without markup reaches it exactly as worded."""
-    return _HTML_MARKUP.sub(lambda m: html.escape(m.group(), quote=False), plain_text(message))
+    (``plain_text``). For the page the text is escaped as HTML, so ``<tokenizer>`` shows instead of vanishing as a
+    tag and ``&amp;`` shows as typed; an API client gets the same text as the error's message, where an entity is
+    wrong (``R&amp;D``, ``got '&lt;1'``): it gets the text as worded."""
+    text = plain_text(message)
+    if page is None:
+        page = asked_by_the_page()
+    return html.escape(text, quote=False) if page else text
 
 
 def session_of(request: gr.Request | None) -> str | None:
@@ -144,8 +155,9 @@ def fired_by(evt: gr.EventData | None, block: gr.blocks.Block) -> bool:
 
 def user_error(message: str) -> gr.Error:
     """An error the user can fix (no curator name, a bad plan number), for the page's error modal, its text plain
-    (``toast_text``). Gradio prints a traceback for every exception a handler raises unless it is a ``gr.Error`` with
-    ``print_exception=False``: a server log full of expected mistakes would hide the real failures."""
+    (``toast_text``: escaped for the page, as worded for an API client). Gradio prints a traceback for every
+    exception a handler raises unless it is a ``gr.Error`` with ``print_exception=False``: a server log full of
+    expected mistakes would hide the real failures."""
     return gr.Error(toast_text(message), print_exception=False)
 
 

@@ -8,15 +8,17 @@ Handler: ``figures(store, run_a, run_b) -> dict[name, go.Figure]`` (names in ``F
 ticks; accuracy lines carry their 95% Wilson interval as error bars (``accuracy_lo``/``accuracy_hi``, when stored);
 each split/domain has one colour in the accuracy, gap-PPL and gap-log-PPL figures. The tables come from
 ``studio.metrics_swaps``. The compare box offers only the runs with evaluation rows (listed again, the pick kept, on
-Refresh and when a tab is shown: a run evaluated later shows without a page reload); with a compare run drawn, the
-tables (run A's alone) are led by "run A: <id>", and a line above the charts cautions when A and B were evaluated on
-different task sets (``studio.metrics_compare``). Every handler only reads, except *Compute the swap table*: a write
-endpoint (refused by ``check_writable`` for ``--read-only`` and viewers, and on Spaces, where the button is hidden)
-that starts ``studio.jobs.swap_job`` on the shared worker, since ``python -m engine swap`` cannot open the store beside
-the studio. While a swap job this page started runs, a timer (every ``SWAP_WATCH_S``, off otherwise) watches the
-worker; when the job ends it redraws the run's tables and says how it ended (``swap_ended``), so nobody has to press
-Refresh. Likewise the run view redraws by itself (as Refresh does) once a stage its charts read ends in run A or the
-compare run (``studio.live_views``: checked while the tab is shown, and when it is shown again).
+Refresh and each time this tab is shown, not when another is: a run evaluated later shows without a page reload); with
+a compare run drawn, the tables (run A's alone) are led by "run A: <id>", and a line above the charts cautions when A
+and B were evaluated on different task sets (``studio.metrics_compare``). The run picker's change reaches the compare
+list, the experiments and the figures each through a copy of its own (``studio.relay``). Every handler only reads,
+except *Compute the swap table*: a write endpoint (refused by ``check_writable`` for ``--read-only`` and viewers, and
+on Spaces, where the button is hidden) that starts ``studio.jobs.swap_job`` on the shared worker, since
+``python -m engine swap`` cannot open the store beside the studio. While a swap job this page started runs, a timer
+(every ``SWAP_WATCH_S``, off otherwise) watches the worker; when the job ends it redraws the run's tables and says how
+it ended (``swap_ended``), so nobody has to press Refresh. Likewise the run view redraws by itself (as Refresh does)
+once a stage its charts read ends in run A or the compare run (``studio.live_views``: checked while the tab is shown,
+and when it is shown again).
 
 The training charts follow how the runs train (``studio.stage_text.run_objectives``): the planner's loss is titled
 and named DPO or GRPO, the grounder's SFT or GRPO; the rewards chart draws DPO's rewards / margins / accuracies or
@@ -30,8 +32,6 @@ An empty chart of a picked run says which stage writes it, or that every run ski
 """
 
 from __future__ import annotations
-
-from collections import OrderedDict
 
 import gradio as gr
 import pandas as pd
@@ -60,10 +60,13 @@ from studio.plots import (
     note_if_empty,
     second_axis,
 )
+from studio.relay import own_change
 from studio.stage_text import objectives, run_objectives
 
 SWAP_WATCH_S = 3  # the busy pace of studio.pace: only while this page's swap job runs
-DRAWN_SESSIONS = 512  # sessions whose last drawn (run A, run B) is kept, to tell a run change's echo
+# The browser-side (tab shown) -> the hidden "shown" box's update: a new value when it is this tab (studio.app.TABS'
+# id), else an update without one (nothing changes, no server call).
+SHOWN_JS = "(tab) => (tab === 'metrics' ? String(Date.now()) : {__type__: 'update'})"
 
 
 def swap_ended(snapshot: dict) -> str | None:
@@ -217,6 +220,9 @@ def build(ctx: Ctx) -> None:
         # "" from the start, as runs() sets it: from None, that first set was a change that drew the figures twice.
         compare = Picker([""], value="", label="Compare with run (B, dashed)", elem_id="metrics-compare", scale=2)
         refresh = gr.Button("Refresh", elem_id="metrics-refresh", scale=1)
+    # A new value each time this tab is shown, set in the browser (SHOWN_JS): the compare list is listed again then,
+    # and a switch to another tab asks the server nothing.
+    shown = gr.Textbox("", visible="hidden", elem_id="metrics-shown")
     plots, exp_plots = {}, {}
     with gr.Column(elem_id="metrics-run-view") as run_view:
         caution = gr.Markdown(elem_id="metrics-compare-caution")  # A and B evaluated on different tasks
@@ -253,20 +259,7 @@ def build(ctx: Ctx) -> None:
     # as Refresh would.
     live = watch(ctx, "metrics")
 
-    drawn: OrderedDict[str | None, tuple[str, str]] = OrderedDict()  # per session: the (A, B) it last drew
-
-    def draw(run_a, run_b, request: gr.Request | None = None, evt: gr.EventData = None):
-        session = session_of(request)
-        # On a loaded machine the page fires the run picker's change twice for one load (studio.app's on_run skips
-        # the second): the figures were drawn twice. A run change to the pair this session drew last is that echo
-        # (a real change always moves A); a refresh, a compare pick or a live redraw still draws.
-        from_run = fired_by(evt, ctx.run)
-        if from_run and drawn.get(session) == (run_a, run_b or ""):
-            return [gr.skip()] * (len(FIGURES) + 3)
-        drawn[session] = (run_a, run_b or "")
-        drawn.move_to_end(session)
-        while len(drawn) > DRAWN_SESSIONS:
-            drawn.popitem(last=False)
+    def draw(run_a, run_b, request: gr.Request | None = None):
         # Before the read: a stage that ends during it is seen by the next check.
         live.seen(request, run_a, None, applied=run_b or None)
         figs = figures(ctx.store, run_a, run_b)
@@ -275,11 +268,11 @@ def build(ctx: Ctx) -> None:
 
     def runs(run_a, evt: gr.EventData = None, request: gr.Request | None = None):
         choices = ["", *compare_choices(ctx.store, run_a)]  # beside run A: runs with evaluation rows (others: nothing)
-        # Refresh or a switch of the tab shown (a run evaluated meanwhile): the list again and no value, so the box
-        # keeps its pick, one made while this ran included, and nothing is redrawn again. A new run A empties the box.
+        # Refresh or this tab shown again (a run evaluated meanwhile): the list again and no value, so the box keeps
+        # its pick, one made while this ran included, and nothing is redrawn again. A new run A empties the box.
         # Not on the box's focus nor on a live redraw, which can come while the box is open: Gradio's page answered
         # any update of a focused box with a change to "" (A redrawn without B while the box still showed B).
-        kept = fired_by(evt, refresh) or fired_by(evt, ctx.tab)
+        kept = fired_by(evt, refresh) or fired_by(evt, shown)
         drawn = live.applied(request)  # the B this session last drew with
         if kept and not (isinstance(drawn, str) and drawn and drawn not in choices):
             return gr.update(choices=choices)
@@ -334,12 +327,18 @@ def build(ctx: Ctx) -> None:
     swap_go.click(on_swap, [ctx.run, ctx.curator], [swap_message, swap_watch], api_name="metrics_swap_compute")
     swap_watch.tick(watch_swap, ctx.run, [changes, swaps, swap_message, swap_watch], show_progress="hidden",
                     api_name="metrics_swap_watch", api_visibility="undocumented", trigger_mode="always_last")
-    gr.on([ctx.run.change, refresh.click, ctx.tab.change], runs, ctx.run, compare,
+    # Each on the run picker's change through a copy of its own (studio.relay): one of them still running for a page
+    # load when the tab shown, Refresh, the compare box or the live trigger asked for it again made the page fire the
+    # picker's change again, and every tab listening to it computed twice.
+    ctx.tab.change(None, ctx.tab, shown, js=SHOWN_JS, show_progress="hidden", api_name="metrics_shown",
+                   api_visibility="undocumented")
+    gr.on([own_change(ctx.run, "metrics_runs_on_run"), refresh.click, shown.change], runs, ctx.run, compare,
           api_name="metrics_runs", api_visibility="undocumented", show_progress="hidden", trigger_mode="always_last")
-    gr.on([ctx.run.change, refresh.click], experiments, experiment, experiment, api_name="metrics_experiments",
-          api_visibility="undocumented", trigger_mode="always_last")
+    gr.on([own_change(ctx.run, "metrics_experiments_on_run"), refresh.click], experiments, experiment, experiment,
+          api_name="metrics_experiments", api_visibility="undocumented", trigger_mode="always_last")
     # One event, in order per session (see studio.app.CONCURRENCY): older figures never land last.
-    gr.on([ctx.run.change, compare.change, refresh.click, live.trigger.change], draw, [ctx.run, compare],
+    gr.on([own_change(ctx.run, "metrics_figures_on_run"), compare.change, refresh.click, live.trigger.change], draw,
+          [ctx.run, compare],
           [*(plots[n] for n in FIGURES), changes, swaps, caution], api_name="metrics_figures",
           trigger_mode="always_last")
     gr.on([experiment.change, refresh.click], show_experiment, experiment,

@@ -43,6 +43,7 @@ from studio.new_run_config import (
 from studio.pace import RUN_TAB_BUSY_S, poll_seconds
 from studio.pipeline import pipeline_html
 from studio.redraw import computed, only_changed, signature
+from studio.relay import own_change
 from studio.run_cautions import run_cautions
 from studio.run_jobs import (
     RUNNING_NOTE,
@@ -159,6 +160,8 @@ def build(ctx: Ctx, config_path: str) -> None:
     def on_create(t: str, request: gr.Request):
         check_writable(ctx, request)
         run_id, msg = create_run_from_text(ctx.store, t, ctx.spaces, ws)
+        if run_id:  # this page's run (studio.run_owners): on a Space the page that may start, curate and stop it
+            ctx.jobs.owners.record(run_id, session_of(request))
         choices = [r["run_id"] for r in ctx.store.list_runs()]
         return msg, gr.update(choices=choices, value=run_id) if run_id else gr.update()
 
@@ -226,7 +229,9 @@ def build(ctx: Ctx, config_path: str) -> None:
     stop_btn.click(on_stop, ctx.curator, message, api_name="run_stop")
     # One event, in order per session (see studio.app.CONCURRENCY): an older snapshot never lands last.
     drawn = gr.State(None)  # signatures of what this session's Run tab last drew (studio.redraw)
-    gr.on([timer.tick, ctx.run.change], refresh, [ctx.run, drawn, message],
+    # The run picker's change through a copy of its own (studio.relay): a tick while a run change's refresh ran made
+    # the page fire the picker's change again, and every tab listening to it computed twice.
+    gr.on([timer.tick, own_change(ctx.run, "run_refresh_on_run")], refresh, [ctx.run, drawn, message],
           [pipeline, job, stages, loss, timer, cautions, message, drawn],
           show_progress="hidden",
           api_name="run_refresh", api_visibility="undocumented", trigger_mode="always_last")

@@ -58,3 +58,20 @@ def test_in_a_team_studio_any_page_is_not_refused_for_ownership(store):
     line = start_job(ctx, "next_stage", RUN, "ann", VISITOR)
     ctx.jobs.wait(30)  # the job started (and fails on the model-less world): let it end before the store closes
     assert "did not start this run" not in line and line.startswith("Started"), line
+
+
+def test_on_spaces_create_run_makes_the_run_the_pages_own(store, monkeypatch):
+    """*Create run* (without starting it) records its page as the run's creator, as *Start a new run* does: that page
+    may then start its jobs and curate it; another page may not."""
+    from studio.app import build_app
+    from studio.curation_rights import may_curate
+    from tests._store_world import app_fns
+
+    demo = build_app(store, "examples/demo.toml", spaces=True)
+    fns = app_fns(demo)
+    monkeypatch.setattr("studio.tab_run.create_run_from_text", lambda *a: (RUN, f"Created run `{RUN}`."))
+    assert fns["run_create"].fn("", OWNER)[0] == f"Created run `{RUN}`."
+    assert demo.moat_jobs.owners.created_by(RUN, OWNER.session_hash)
+    assert not demo.moat_jobs.owners.created_by(RUN, VISITOR.session_hash)
+    ctx = SimpleNamespace(spaces=True, jobs=demo.moat_jobs, read_only=False, viewers=frozenset())
+    assert may_curate(ctx, RUN, OWNER) and not may_curate(ctx, RUN, VISITOR)

@@ -138,8 +138,8 @@ def test_a_page_load_draws_each_view_once(served, browser, monkeypatch):
     """Each queue (Plans, Pairs, Critic), the plan diff and the Metrics figures are drawn once per page load: they
     listen to the view key (studio.common.Ctx.view) that the run picker's handler sets with the iteration, not to both
     pickers (drawn for the new run with the old iteration, then again), and the plan diff comes with its task. The
-    figures listen to the run picker itself, whose change a loaded machine fires twice for one load (two CI runs saw
-    it): the second is skipped as an echo."""
+    figures listen to a copy of the run picker's change of their own (studio.relay): on the picker's change itself, a
+    loaded machine fired it again for one load (two CI runs saw it: the tab clicked below during the load)."""
     import collections
     import json
 
@@ -168,8 +168,7 @@ def test_a_page_load_draws_each_view_once(served, browser, monkeypatch):
     page.close()
     views = ("plans_search", "plans_diff", "pairs_search", "critic_queue")
     assert all(asked[v] <= 1 for v in views) and asked["pairs_search"] == 1, asked
-    # Once, even where a loaded machine fires the picker's change twice for one load (two CI runs did): the second is
-    # an echo studio.tab_metrics.draw skips (it names the session's copy of the picker: studio.common.fired_by).
+    # Once, even where a loaded machine is still drawing when the Critic tab is clicked (two CI runs drew twice).
     assert len(drew) == 1, (drew, asked)
 
 

@@ -180,8 +180,8 @@ def test_the_agreement_rides_the_team_counters_tick_one_request_a_tick(fns):
 def test_a_toast_shows_its_message_without_markdown_marks(toasts):
     """Gradio renders a toast's text as HTML, not markdown: an engine refusal worded for the page (the export's "its
     ground stage has not run (`python -m engine step ...`)", the Run tab's *Next stage*) showed its backticks and
-    stars. The error modal and the info toasts now get the text without them; stars inside a formula stay, and a
-    ``<`` shows as itself instead of opening a tag."""
+    stars. The error modal and the info toasts now get the text without them; stars inside a formula stay, and for
+    the page a ``<`` is escaped, so it shows as itself instead of opening a tag."""
     from studio.common import toast_text, user_errors, user_info
 
     with pytest.raises(gr.Error) as err, user_errors():
@@ -194,7 +194,8 @@ def test_a_toast_shows_its_message_without_markdown_marks(toasts):
     assert toasts == ["j/k skip it"]
     assert toast_text("R2 = Calculator(R1*2*3) and `2**3`") == "R2 = Calculator(R1*2*3) and 2**3"
     assert toast_text("margin bounds must be numbers, got '<1'") == "margin bounds must be numbers, got '<1'"
-    assert toast_text("no <tokenizer> template") == "no &lt;tokenizer> template"
+    assert toast_text("no <tokenizer> template", page=True) == "no &lt;tokenizer&gt; template"  # the page: escaped
+    assert toast_text("no <tokenizer> template") == "no <tokenizer> template"  # no page asked: as worded
 
 
 def _shown_as_html(text: str) -> str:
@@ -226,15 +227,14 @@ def _shown_as_html(text: str) -> str:
                                      "&amp &#60; &copyright &Dagger;"])
 def test_a_toast_is_safe_in_html_and_an_api_client_reads_it_as_worded(message):
     """Gradio renders a toast as HTML and has no plain-text mode, but sends an API client (``gradio_client``) the
-    same text as the error's message: escaping every ``<`` and ``&`` showed it ``got '&lt;1'``. Only what HTML
-    would read as markup is escaped now: the toast shows the message as worded, and a message without markup reaches
-    the client unchanged; ``quiet_stop``'s message, which no page shows, reaches it plain whatever it holds."""
-    from studio.common import quiet_stop, user_error
+    same text as the error's message: escaping every ``<`` and ``&`` showed it ``got '&lt;1'``. The text is escaped
+    for the studio's page alone (``studio.common.asked_by_the_page``), whose toast shows the message as worded; any
+    other caller reads it unchanged (tests/test_studio_toast_text.py); ``quiet_stop``'s message, which no page shows,
+    reaches it plain whatever it holds."""
+    from studio.common import quiet_stop, toast_text, user_error
 
-    shown = error_payload(user_error(message), False)["error"]
-    assert _shown_as_html(shown) == message
-    if not any(markup in message for markup in ("<t", "&amp", "&#", "&copy", "&Dagger")):
-        assert shown == message  # "R&D" reached the client as "R&amp;D"
+    assert _shown_as_html(toast_text(message, page=True)) == message
+    assert error_payload(user_error(message), False)["error"] == message  # "R&D" reached the client as "R&amp;D"
     assert error_payload(quiet_stop(f"`{message}`"), False)["error"] == message
 
 

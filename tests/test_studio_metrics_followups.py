@@ -75,57 +75,40 @@ def test_a_long_legend_is_capped_and_scrolls(tmp_path):
     assert short.layout.legend.maxheight is None and short.layout.height < long.layout.height
 
 
-def test_an_echoed_run_change_does_not_draw_the_figures_again(world, monkeypatch):
-    """On a loaded machine the page fires the run picker's change twice for one load: the figures (listening to it
-    for a new run A) were drawn twice, and the browser test counting draws per load failed in CI. A run change to the
-    pair the session drew last is skipped; a refresh or another session still draws."""
+def test_each_call_of_the_figures_draws_them(world, monkeypatch):
+    """The figures are drawn at every call, the same run A and B drawn last included: the page's second call of a load
+    was an echo of the run picker's change fired again (an event still running for the load asked for once more), and
+    a guard skipped a run change to the pair drawn last. The picker's change now reaches the figures through a copy of
+    their own (``studio.relay``), fired once per run; a second call for the same pair is a Refresh or a live redraw
+    that came while the first ran, and the guard would have dropped it."""
     from types import SimpleNamespace
-
-    import gradio as gr
 
     from studio import tab_metrics
     from tests._store_world import studio_fns
 
-    fns = studio_fns(world)
-    draw = fns["metrics_figures"]
-    run_picker = draw.inputs[0]
+    draw = studio_fns(world)["metrics_figures"]
     drew: list[tuple] = []
     real = tab_metrics.figures
     monkeypatch.setattr(tab_metrics, "figures", lambda *a, **k: drew.append(a[1:]) or real(*a, **k))
-    ann, bob = (SimpleNamespace(session_hash=h, username=None) for h in ("ann", "bob"))
-    from_run = SimpleNamespace(target=SimpleNamespace(_id=run_picker._id))
-    first = draw.fn(RUN, "", ann, from_run)
-    echo = draw.fn(RUN, "", ann, from_run)
-    assert first[0] is not None and echo == [gr.skip()] * len(first) and len(drew) == 1
-    draw.fn(RUN, "", bob, from_run)  # another page
-    draw.fn(RUN, "", ann, SimpleNamespace(target=SimpleNamespace(_id=-1)))  # a refresh, a compare pick
-    assert len(drew) == 3
+    ann = SimpleNamespace(session_hash="ann", username=None)
+    first = draw.fn(RUN, "", ann)
+    again = draw.fn(RUN, "", ann)
+    assert first[0] is not None and again[0] is not None and drew == [(RUN, ""), (RUN, "")]
 
 
-def test_an_echo_from_the_sessions_copy_of_the_run_picker_is_caught(world, monkeypatch):
-    """In a served app the run picker's change names Gradio's per-session copy of it (made by the load's
-    ``gr.update(choices=...)``: a new instance with a new ``_id``, built from the picker's constructor arguments, as
-    gradio.blocks' postprocess does), not the picker built here: the echo guard compared ``_id`` and never matched,
-    so a loaded page drew the figures twice (the browser test's CI failures). ``common.fired_by`` knows the copy."""
+def test_fired_by_knows_the_sessions_copy_of_a_component(world):
+    """In a served app an event names Gradio's per-session copy of a component once a handler has sent it a prop update
+    (the run picker after the load's ``gr.update(choices=...)``: a new instance with a new ``_id``, built from the
+    constructor arguments, as gradio.blocks' postprocess does), not the component built here: a check by ``_id`` never
+    matched it. ``common.fired_by`` knows the copy by its class and ``elem_id``."""
     from types import SimpleNamespace
 
-    import gradio as gr
-
-    from studio import tab_metrics
     from studio.common import fired_by
     from tests._store_world import studio_fns
 
-    fns = studio_fns(world)
-    draw = fns["metrics_figures"]
+    draw = studio_fns(world)["metrics_figures"]
     run_picker, compare = draw.inputs[0], draw.inputs[1]
     session_copy = type(run_picker)(**{**run_picker.constructor_args, "render": False})
     assert session_copy._id != run_picker._id and fired_by(SimpleNamespace(target=session_copy), run_picker)
     assert not fired_by(SimpleNamespace(target=session_copy), compare)  # another picker, another elem_id
     assert not fired_by(SimpleNamespace(target=None), run_picker) and not fired_by(None, run_picker)
-    drew: list[tuple] = []
-    real = tab_metrics.figures
-    monkeypatch.setattr(tab_metrics, "figures", lambda *a, **k: drew.append(a[1:]) or real(*a, **k))
-    ann = SimpleNamespace(session_hash="ann", username=None)
-    first = draw.fn(RUN, "", ann, SimpleNamespace(target=session_copy))
-    echo = draw.fn(RUN, "", ann, SimpleNamespace(target=session_copy))
-    assert first[0] is not None and echo == [gr.skip()] * len(first) and len(drew) == 1

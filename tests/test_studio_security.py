@@ -327,6 +327,9 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "studio_place_save": ("read", None),  # runs in the browser only (js): the place into localStorage
         "studio_iteration_picked": ("read", None),  # runs in the browser only (js): the curator's pick is not auto
         "studio_view_key": ("read", None),  # runs in the browser only (js): the run and iteration the page shows
+        # The run picker's value copied in the browser only (js) for one event each (studio.relay).
+        **{f"{name}_on_run": ("read", None) for name in ("run_refresh", "metrics_runs", "metrics_experiments",
+                                                         "metrics_figures")},
         **{f"studio_tab_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
         # The tab shown (studio.common.Ctx.tab), set in the browser only (js).
         **{f"studio_tab_shown_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
@@ -386,6 +389,7 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         "critic_detail_redraw": ("read", (run_id, 1, verdict, None)),
         "critic_preview_edit": ("read", (run_id, verdict, EDIT)),  # executes the edit in memory, stores nothing
         "metrics_runs": ("read", (run_id,)),
+        "metrics_shown": ("read", None),  # runs in the browser only (js): a new value when the Metrics tab is shown
         "metrics_figures": ("read", (run_id, None)),
         "metrics_experiments": ("read", ("",)),
         "metrics_experiment": ("read", ("",)),  # "": the run view; an experiment's view reads the report
