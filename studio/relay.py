@@ -8,7 +8,10 @@ alone. The Run tab's refresh listened to its timer and to the run picker's chang
 list, experiments and figures to the run picker's change and to Refresh, the tab shown, the compare box or the live
 trigger: a timer tick or a click on a tab while one of them ran for a page load fired the run picker's change a
 second time, and the iteration pick, the Plans filters and every Metrics view computed again (most loads of a
-CPU-throttled page did; ``tests/test_studio_browser_run_change.py``).
+CPU-throttled page did; ``tests/test_studio_browser_run_change.py``). The Plans list and the Pairs and Critic queues
+listened to the view key's change (``Ctx.view``) beside their filters: a search submitted while the Plans list loaded
+for the page's view held the view change back as a whole (the two queues waited for the Plans load) and then fired it
+again (``tests/test_studio_browser_view_change.py``).
 
 Contract: ``own_change`` adds a hidden textbox and a listener of ``source.change`` that runs in the browser only and
 copies ``source``'s value into it (as text; "" for none), and returns the textbox's ``change``. Its only listener is

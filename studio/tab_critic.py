@@ -134,6 +134,7 @@ from studio.live_views import watch
 from studio.pairs_queue import replaced_note
 from studio.picker import Picker
 from studio.picks import first_cell
+from studio.relay import own_change
 from studio.remember import remember
 from studio.render import md_code, md_escaped, static_table_css
 from studio.tab_pairs import excerpt
@@ -307,7 +308,9 @@ def build(ctx: Ctx) -> None:
     # bare "Error" over the result line and leave it there above the previous message: writes hide their progress.
     quiet = "hidden"
     # in order: see studio.app.CONCURRENCY
-    search = gr.on([status.change, reviewed.change, order.change, page.change, ctx.view.change,
+    # The view key's change as this event's own trigger (studio.relay: a shared one re-ran every tab's load).
+    on_view = own_change(ctx.view, "critic_queue_on_view")
+    search = gr.on([status.change, reviewed.change, order.change, page.change, on_view,
                     ctx.curator.change, live.trigger.change], queue.load,
           filters, outputs, api_name="critic_queue", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pick, api_name="critic_select_row", api_visibility="undocumented")

@@ -124,6 +124,7 @@ from studio.pairs_queue import (
 from studio.pairs_refresh import PairsRefresh
 from studio.picker import Picker
 from studio.picks import first_cell
+from studio.relay import own_change
 from studio.remember import remember
 from studio.render import md_escaped, static_table_css
 from studio.rollout_view import group_table
@@ -271,8 +272,10 @@ def build(ctx: Ctx) -> None:
 
     outputs = [info, table, pair, hist, bias, total_rows, applied, page]
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
+    # The view key's change as this event's own trigger (studio.relay: a shared one re-ran every tab's load).
+    on_view = own_change(ctx.view, "pairs_search_on_view")
     search = gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change,
-                    ties.change, page.change, ctx.view.change, ctx.curator.change, live.trigger.change], queue.load,
+                    ties.change, page.change, on_view, ctx.curator.change, live.trigger.change], queue.load,
                    [*filters, pair, ctx.curator], outputs,
                    api_name="pairs_search", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")

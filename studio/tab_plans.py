@@ -34,6 +34,7 @@ from studio.live_views import watch
 from studio.picker import Picker
 from studio.picks import clamped_page, first_cell
 from studio.queue_lines import queue_info
+from studio.relay import own_change
 from studio.render import md_escaped, plan_labels, word_diff_html
 from studio.rollout_view import grounder_groups
 
@@ -286,7 +287,9 @@ def build(ctx: Ctx) -> None:
                    api_visibility="undocumented")
     inputs = [ctx.run, ctx.iteration, search, domain, split, page]
     # One event, in order per session (see studio.app.CONCURRENCY): a page for a stale iteration never lands last.
-    search_evt = gr.on([search.submit, domain.change, split.change, page.change, ctx.view.change,
+    # The view key's change as this event's own trigger (studio.relay: a shared one re-ran every tab's load).
+    on_view = own_change(ctx.view, "plans_search_on_view")
+    search_evt = gr.on([search.submit, domain.change, split.change, page.change, on_view,
                         live.trigger.change], load, [*inputs, drawn], [info, table, task], api_name="plans_search",
                        trigger_mode="always_last")
     table.select(first_cell, None, task, api_name="plans_select_row", api_visibility="undocumented")
