@@ -104,7 +104,7 @@ def check_launch_files(config: RunConfig) -> None:
     if launch.mode != "accelerate":
         return
     field, path = "launch.accelerate_config", launch.accelerate_config
-    settings = _read_launch_file(path, field, "accelerate config")
+    settings = read_launch_file(path, field, "accelerate config")
     if not isinstance(settings, dict):
         raise ConfigError(field, f"{path}: expected a mapping of accelerate settings, got {type(settings).__name__}")
     if "zero_optimization" in settings and "distributed_type" not in settings:
@@ -129,14 +129,14 @@ def check_launch_files(config: RunConfig) -> None:
                                  "DeepSpeed, e.g. examples/accelerate/ddp.yaml)")
     deepspeed_file = (getattr(accelerate_config, "deepspeed_config", None) or {}).get("deepspeed_config_file")
     if deepspeed_file:
-        deepspeed_settings = _read_launch_file(str(deepspeed_file), field, "DeepSpeed config", named_in=path,
+        deepspeed_settings = read_launch_file(str(deepspeed_file), field, "DeepSpeed config", named_in=path,
                                                as_json=True)
         if not isinstance(deepspeed_settings, dict):
             raise ConfigError(field, f"{path}: deepspeed_config.deepspeed_config_file: {deepspeed_file}: expected a "
                                      f"JSON object, got {type(deepspeed_settings).__name__}")
 
 
-def _read_launch_file(path: str, field: str, what: str, named_in: str = "", as_json: bool | None = None) -> Any:
+def read_launch_file(path: str, field: str, what: str, named_in: str = "", as_json: bool | None = None) -> Any:
     """The parsed contents of a file ``field`` hands to the launch (``named_in``: the accelerate config that names
     it); ``ConfigError`` naming the file, and the line of a parse error, when it is missing or does not parse."""
     prefix = f"{named_in}: deepspeed_config.deepspeed_config_file: " if named_in else ""

@@ -7,7 +7,8 @@ store, None when it does not exist yet) and writes nothing. It returns:
   ``resume`` (a run with stages left: interrupted, or extended by a larger ``--iterations``) or ``skip`` (finished) --
   with its ``run_id`` and the ``units`` ((iteration, stage) pairs) left;
 - ``units``: their total; ``swaps``: how many swap tables the command would compute afterwards (finished runs of
-  ``exp.swap``'s variants without a stored table);
+  ``exp.swap``'s variants without a stored table; a run of a variant ``--variants`` leaves out is judged by its job
+  file when the command runs in-process, which absorbs every job file first, and by the store under ``--jobs N``);
 - ``estimate_s``: the stage time left, each unit costed at the median duration of its stage (at iteration 0, or at
   later iterations) among the done stages of this experiment's runs, else of every run in the store
   (``estimate_from`` says which, and how many stages the medians rest on); a run's stages are read where the command
@@ -93,8 +94,11 @@ def _medians(df: pd.DataFrame) -> Medians:
 
 
 def _swaps_left(store: Store | None, exp: Experiment, plans: list[PlannedRun], seeds: list[int],
-                iterations: int) -> int:
-    """Swap tables ``engine.runner.swap_finished`` would compute once the planned runs are done."""
+                iterations: int, absorbs: bool = False) -> int:
+    """Swap tables ``engine.runner.swap_finished`` would compute once the planned runs are done. ``absorbs``: the
+    command runs in-process (``--jobs 1``) and merges every job file of the experiment's runs first, those of
+    variants ``--variants`` leaves out included, so such a run is judged by its job file; ``--jobs N`` leaves their
+    job files alone and judges them by the store."""
     planned = {(p.variant, p.seed): p for p in plans}
     links = linked_runs(store, exp.experiment_id) if store is not None else {}
     count = 0
@@ -102,16 +106,25 @@ def _swaps_left(store: Store | None, exp: Experiment, plans: list[PlannedRun], s
         for variant in exp.swap:
             plan = planned.get((variant, seed))
             run_id = plan.run_id if plan else links.get((variant, seed))
-            if plan is None and (run_id is None or units_left(store, run_id, iterations)):
+            if run_id is None or store is None:
+                count += plan is not None  # a run this command creates: its table too, once it is done
+                continue
+            path = job_file(store.path, run_id)
+            if plan is None and absorbs and path.exists():
+                with Store(path, read_only=True) as job:
+                    if not units_left(job, run_id, iterations) and not has_swap_table(job, run_id, iterations):
+                        count += 1
+                continue
+            if plan is None and units_left(store, run_id, iterations):
                 continue  # not run by this command, and not finished: no table yet
-            if run_id is None or store is None or not has_swap_table(store, run_id, iterations):
+            if not has_swap_table(store, run_id, iterations):
                 count += 1
     return count
 
 
 def describe(store: Store | None, exp: Experiment, plans: list[PlannedRun], seeds: list[int],
-             iterations: int) -> dict[str, Any]:
-    """What the command would do (see the module docstring)."""
+             iterations: int, absorbs: bool = False) -> dict[str, Any]:
+    """What the command would do (see the module docstring); ``absorbs``: it runs in-process (``--jobs 1``)."""
     medians, source = stage_medians(store, exp.experiment_id, plans) if store is not None else ({}, "no store yet")
     runs, estimate, unestimated = [], 0.0, 0
     for plan in plans:
@@ -129,6 +142,6 @@ def describe(store: Store | None, exp: Experiment, plans: list[PlannedRun], seed
                 unestimated += 1
     units = sum(plan.units for plan in plans)
     return {"experiment": exp.experiment_id, "name": exp.name, "dry_run": True, "runs": runs, "units": units,
-            "swaps": _swaps_left(store, exp, plans, seeds, iterations),
+            "swaps": _swaps_left(store, exp, plans, seeds, iterations, absorbs),
             "estimate_s": round(estimate, 1) if medians else None, "estimate_from": source,
             "unestimated": unestimated if medians else units}

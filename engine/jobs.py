@@ -47,7 +47,7 @@ from pathlib import Path
 
 import engine
 from engine.config import LaunchSection
-from engine.config_checks import _read_launch_file as read_launch_file  # the pre-run checks' reader
+from engine.config_checks import read_launch_file  # the pre-run checks' reader
 from engine.errors import ConfigError
 from engine.experiment import Experiment
 from engine.job_worker import THREADS_ENV

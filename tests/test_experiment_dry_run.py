@@ -104,11 +104,10 @@ def test_a_dry_run_reads_what_is_left_and_costs_it_at_the_stores_medians(tmp_pat
     assert digest(db) == before
 
 
-def test_a_dry_run_after_a_killed_jobs_command_costs_the_stages_its_job_files_record(tmp_path, capsys):
-    """``--jobs N`` killed while its workers ran: the main store holds the runs as they were when their job files
-    were seeded (no stage done), the job files the stages done since. The real command resumes (or absorbs) the job
-    files, so the dry run plans from them -- and, before the fix, still costed from the store alone: "no estimate
-    (no done stage in this store)"."""
+def killed_jobs_store(tmp_path: Path) -> tuple[Path, Path]:
+    """``(experiment file, store)`` as a ``--jobs N`` command killed while its workers ran leaves them: the main store
+    holds the runs of ``DONE`` as they were when their job files were seeded (no stage done), the job files the
+    stages done since (full/s1 finished, no_stage2/s1 killed inside score)."""
     from engine.jobs import seed_job_file
     from engine.runner import job_file
 
@@ -127,6 +126,15 @@ def test_a_dry_run_after_a_killed_jobs_command_costs_the_stages_its_job_files_re
                 if variant == "no_stage2":
                     job.set_stage(run_id, 1, "score", "running")
         assert store.query("SELECT count(*) AS n FROM stages WHERE status = 'done'")["n"][0] == 0
+    return config, db
+
+
+def test_a_dry_run_after_a_killed_jobs_command_costs_the_stages_its_job_files_record(tmp_path, capsys):
+    """``--jobs N`` killed while its workers ran: the main store holds the runs as they were when their job files
+    were seeded (no stage done), the job files the stages done since. The real command resumes (or absorbs) the job
+    files, so the dry run plans from them -- and, before the fix, still costed from the store alone: "no estimate
+    (no done stage in this store)"."""
+    config, db = killed_jobs_store(tmp_path)
     files = sorted(db.parent.glob("s.jobs/*"))
     before = {path: digest(path) for path in [db, *files]}
     capsys.readouterr()
@@ -171,3 +179,26 @@ def test_a_dry_run_says_what_the_command_would_of_a_new_or_recorded_experiment(t
     assert main(["experiment", "--config", str(edited), "--db", str(tmp_path / "none.duckdb"), "--dry-run"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (out["new"], out["other_definitions"]) == (True, [])
+
+
+def test_a_narrowed_dry_run_counts_the_swap_table_of_a_run_only_a_job_file_finished(tmp_path, capsys):
+    """``--variants no_stage2`` after the kill: full/s1, a swap variant left out of the command, is finished in its
+    job file only. In this process (``--jobs 1``) the command absorbs every job file of the experiment first, so
+    ``swap_finished`` then finds full/s1 finished with no table and computes one: the dry run counts it. ``--jobs 2``
+    leaves that job file alone and reads the store, where full/s1 is unfinished: no table. Before, both counted 0."""
+    from engine.jobs import absorb_job_files
+    from engine.runner import has_swap_table, linked_runs, units_left
+
+    config, db = killed_jobs_store(tmp_path)
+    narrowed = ["experiment", "--config", str(config), "--db", str(db), "--dry-run", "--variants", "no_stage2",
+                "--seeds", "1"]
+    capsys.readouterr()
+    assert main(narrowed) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["swaps"] == 1
+    assert main([*narrowed, "--jobs", "2"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["swaps"] == 0
+    # What the real in-process command sees once it has absorbed the job files: full/s1 finished, no table yet.
+    with Store(db) as store:
+        absorb_job_files(store, load_experiment(config).experiment_id)
+        full = linked_runs(store, load_experiment(config).experiment_id)[("full", 1)]
+        assert units_left(store, full, 1) == 0 and not has_swap_table(store, full, 1)

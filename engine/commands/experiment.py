@@ -231,7 +231,7 @@ def _dry_run(args: argparse.Namespace, exp, variants: list[str], seeds: list[int
                 others = other_definitions(store, exp)
                 # Job files hold a --jobs run's newest rows; the real command reads (or absorbs) them first.
                 plans = plan_runs(store, exp, variants, seeds, iterations, use_job_files=True, read_only=True)
-                summary = describe(store, exp, plans, seeds, iterations)
+                summary = describe(store, exp, plans, seeds, iterations, absorbs=args.jobs == 1)
         else:
             summary = describe(None, exp, plan_runs(None, exp, variants, seeds, iterations), seeds, iterations)
     except ConfigError as exc:
