@@ -330,6 +330,8 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
         # The run picker's value copied in the browser only (js) for one event each (studio.relay).
         **{f"{name}_on_run": ("read", None) for name in ("run_refresh", "metrics_runs", "metrics_experiments",
                                                          "metrics_figures")},
+        # The view key copied in the browser only (js) for each data tab's load (studio.relay).
+        **{f"{name}_on_view": ("read", None) for name in ("plans_search", "pairs_search", "critic_queue")},
         **{f"studio_tab_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
         # The tab shown (studio.common.Ctx.tab), set in the browser only (js).
         **{f"studio_tab_shown_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
