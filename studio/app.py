@@ -33,7 +33,7 @@ import gradio as gr
 from engine.store import Store
 from studio import place, tab_critic, tab_export, tab_metrics, tab_pairs, tab_plans, tab_run
 from studio.browser_secret import browser_secret
-from studio.common import Ctx, can_write, identity_line, login_of
+from studio.common import Ctx, can_write, identity_line, login_of, session_of
 from studio.first_visit import showcase_run, start_showcase, welcome
 from studio.jobs import JobWorker
 from studio.keys import SHORTCUTS_JS
@@ -41,6 +41,7 @@ from studio.pace import SYNC_BUSY_S, poll_seconds
 from studio.picker import Picker
 from studio.picks import run_iterations
 from studio.render import md_escaped
+from studio.run_owners import visitor_key_or_new
 
 # Markdown tables (the curation, agreement, experiment and swap tables): whole words, and a table wider than the page
 # scrolls sideways. Gradio breaks a cell's words anywhere: headers read "iterat / ion", "pai / rs" even at 1400 px.
@@ -231,13 +232,25 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             return (gr.update(choices=its, value=value), {"run": run_id, "its": its, "auto": auto},
                     gr.skip() if auto == shown.get("auto") else auto)
 
+        # On a Space, this browser's visitor key (studio.run_owners): bound to the page by the restore, which runs
+        # before the run picker is filled and so before any tab asks who may curate, so a reload (or a second tab)
+        # still owns the runs this browser started.
+        visitor = [gr.BrowserState("", storage_key="moat-studio-visitor", secret=secret)] if spaces else []
+
         def on_restore(saved):
             where = place.read(saved, TABS)
             # Nothing saved: leave the tabs alone (a tab clicked while the page loads must stay shown).
             return where, gr.Tabs(selected=where["tab"]) if "tab" in where else gr.update()
 
+        def on_restore_visitor(saved, kept, request: gr.Request):
+            """The restore, and this page bound to its browser's visitor key (a new key kept when it had none)."""
+            key, new = visitor_key_or_new(kept)
+            jobs.owners.bind(session_of(request), key)
+            return *on_restore(saved), key if new else gr.skip()
+
         # The restore runs first, so the run picker's first value is the saved run, not the newest.
-        demo.load(on_restore, saved_place, [pending, tabs], show_progress="hidden",
+        demo.load(on_restore_visitor if spaces else on_restore, [saved_place, *visitor], [pending, tabs, *visitor],
+                  show_progress="hidden",
                   api_name="studio_restore_place", api_visibility="undocumented").then(
             on_load, pending, [run, who, name, *ctx.write_controls], api_name="studio_load")
         for tab_id, block in tab_blocks.items():

@@ -2,8 +2,9 @@
 undo), and what the tabs say to a page that may not.
 
 Everywhere: ``studio.common.check_writable``'s rule (not in a read-only studio, not for a viewer account). On a
-Hugging Face Space (``Ctx.spaces``) also: a page curates only the runs it created (``studio.run_owners``, recorded by
-*Start a new run*), as it may stop only the job it started (``studio.jobs.JobWorker.own_jobs_only``). Every visitor is
+Hugging Face Space (``Ctx.spaces``) also: a page curates only the runs its browser created (``studio.run_owners``,
+recorded by *Start a new run*; a reload keeps them), as it may stop only the job its browser started
+(``studio.jobs.JobWorker.own_jobs_only``). Every visitor is
 anonymous there and types any curator name, so without it one visitor could override the shared demo run's pairs and
 verdicts, which every later visitor lands on, or another visitor's, which a later iteration of that run trains on. The
 first-visit showcase run and other visitors' runs are read-only there; in a team studio nothing changes.
@@ -47,9 +48,9 @@ def _refusal(ctx: Ctx, run_id: str | None, request: gr.Request | None, target: s
     if run_id == _showcase(ctx.store):
         return ("**Read-only: this is the Space's demo run**, the one every visitor lands on, so nobody changes it "
                 f"here. {start_own}")
-    return ("**Read-only: this run was not started from this page** (another visitor's, or one from before a reload "
-            f"of this page or a restart of the Space): on this Space a page curates only the runs it starts, so no "
-            f"visitor changes what another sees or trains on. {start_own}")
+    return ("**Read-only: this run was not started from this browser** (another visitor's, or one from before a "
+            f"restart of the Space): on this Space a browser curates only the runs it starts, so no visitor changes "
+            f"what another sees or trains on. {start_own}")
 
 
 def _showcase(store: Store) -> str | None:

@@ -19,13 +19,15 @@ Contract:
   the stage is then recorded ``stopped`` in the store and resumes later from what is stored. Its line names the job
   (``Stop requested: the job `kind` on `run` ...``). A stop from a page other than the starter's is recorded
   (``stopped_by``: its curator name, else "another page") and shown in the job box. With ``own_jobs_only`` (Spaces)
-  only the starting page may stop a job, and another page's refusal says to wait rather than to stop it.
-* ``owners``: which page created which run (``studio.run_owners.RunOwners``: *Start a new run* records it,
+  only the starting page (or another page of its browser: ``owners.same_owner``) may stop a job, and another page's
+  refusal says to wait rather than to stop it.
+* ``owners``: which browser created which run (``studio.run_owners.RunOwners``: *Start a new run* records it,
   ``studio.run_jobs.start_first_iteration``), kept here because the worker is the store's one piece of state every
-  session shares; on a Space a page curates only the runs it created (``studio.curation_rights``), by the rule that
-  lets it stop only the job it started.
+  session shares; on a Space a page curates only the runs its browser created (``studio.curation_rights``), by the
+  rule that lets it stop only the job its browser started.
 * A refusal says who holds the worker as far as the asking page may know (``started_by``): "started from this page"
-  when the same browser session (``session``, Gradio's ``request.session_hash``) started it, else the starter's
+  when the same browser session (``session``, Gradio's ``request.session_hash``), or a page of the same browser,
+  started it, else the starter's
   curator name when one was given (the job box shows it too), else "started by another page, no name given"; a job
   no page started (the first-visit demo) or one whose starter recorded no session says "started with no name given".
   A session id is never shown.
@@ -113,12 +115,12 @@ class JobWorker:
             return None
         st = self._state
         advice = "Stop it or wait for it to finish." if self._may_stop(session) else "Wait for it to finish."
-        return f"{BUSY_HEAD} ({st['label']} on {st['run_id']}, {started_by(st, session)}). {advice}"
+        return f"{BUSY_HEAD} ({st['label']} on {st['run_id']}, {started_by(st, session, self.owners)}). {advice}"
 
     def _may_stop(self, session: str | None) -> bool:
         """Whether a page of ``session`` may stop the running job: any page may, but with ``own_jobs_only`` only the
         page that started it (a job no page started, the first-visit demo, then runs to its end)."""
-        return not self.own_jobs_only or bool(session and self._state.get("session") == session)
+        return not self.own_jobs_only or self.owners.same_owner(self._state.get("session"), session)
 
     def start_loop(self, kind: str, run_id: str, user: str = "", max_iteration: int | None = None,
                    where: str = "in this studio", session: str | None = None) -> str | None:
@@ -146,9 +148,10 @@ class JobWorker:
                 return "No job is running."
             state = self._state  # the running job's (replaced whole, under the lock, only when a job starts)
             if not self._may_stop(session):
-                return (f"Refused: the job `{state['label']}` on `{state['run_id']}` was {started_by(state, session)}"
-                        "; only the page that started a job can stop it here. It ends by itself.")
-            if not (session and state.get("session") == session) and not state.get("stopped_by"):
+                starter = started_by(state, session, self.owners)
+                return (f"Refused: the job `{state['label']}` on `{state['run_id']}` was {starter}; only the page "
+                        "that started a job can stop it here. It ends by itself.")
+            if not self.owners.same_owner(state.get("session"), session) and not state.get("stopped_by"):
                 state["stopped_by"] = user or "another page"
             self._stop.set()
         # Named as "Started `kind` on `run`" names it: the Run tab settles this line too once the job has ended.
@@ -189,11 +192,13 @@ class JobWorker:
         return state
 
 
-def started_by(state: dict[str, Any], session: str | None) -> str:
-    """Who started the job of worker ``state``, as the page asking with ``session`` may be told: that page itself,
-    else the curator name the starter gave (the job box shows it to every page already), else only that another page
-    did. Never a session id: it would let one page act as another."""
-    if session and state.get("session") == session:
+def started_by(state: dict[str, Any], session: str | None, owners: RunOwners | None = None) -> str:
+    """Who started the job of worker ``state``, as the page asking with ``session`` may be told: that page itself (or
+    another page of its browser, as ``owners`` knows them), else the curator name the starter gave (the job box shows
+    it to every page already), else only that another page did. Never a session id: it would let one page act as
+    another."""
+    starter = state.get("session")
+    if owners.same_owner(starter, session) if owners else bool(session) and starter == session:
         return "started from this page"
     if state.get("user"):
         return f"started by {state['user']}"

@@ -46,9 +46,9 @@ def start_job(ctx: Ctx, kind: str, run_id: str | None, name: str, request: gr.Re
     if ctx.spaces and not ctx.jobs.owners.created_by(run_id, session_of(request)):
         # As with curation (studio.curation_rights): a job on another visitor's run would change what that visitor
         # sees and trains, and they could not stop it (a page stops only the job it started).
-        return ("Refused on Spaces: this page did not start this run (the demo run, another visitor's, or one from "
-                "before a reload of this page). A page runs jobs only on the runs it starts: *Start a new run* "
-                "gives you your own.")
+        return ("Refused on Spaces: this browser did not start this run (the demo run, another visitor's, or one "
+                "from before a restart of the Space). A browser runs jobs only on the runs it starts: *Start a new "
+                "run* gives you your own.")
     if ctx.spaces and ctx.store.get_run(run_id) is not None:
         try:  # a run put in the store by other means must still pass the Spaces policy
             spaces_policy(run_config(ctx.store, run_id))

@@ -84,7 +84,7 @@ def test_on_spaces_a_page_cannot_curate_a_run_it_did_not_create(store, spaces, m
     for name, call in _writes(fns).items():
         with pytest.raises(gr.Error) as refused:
             call(VISITOR)
-        assert refused.value.message.startswith("Read-only: this run was not started from this page"), name
+        assert refused.value.message.startswith("Read-only: this run was not started from this browser"), name
         assert "Start a new run on the Run tab" in refused.value.message, name  # what to do instead
     assert _overrides(store) == before
 
@@ -103,7 +103,7 @@ def test_on_spaces_a_run_nobody_started_from_a_page_is_read_only_for_every_page(
     Space has no page on record: no page curates either; the showcase run is named as the Space's demo run."""
     fns, _ = spaces
     store.write("runs", [{"run_id": "showcase", "name": SHOWCASE_NAME, "config_json": {}, "run_dir": "runs/x"}])
-    for run_id, words in ((RUN, "Read-only: this run was not started from this page"),
+    for run_id, words in ((RUN, "Read-only: this run was not started from this browser"),
                           ("showcase", "Read-only: this is the Space's demo run")):
         for request in (OWNER, VISITOR, None):
             with pytest.raises(gr.Error) as refused:
@@ -140,7 +140,7 @@ def test_on_spaces_the_tabs_say_a_run_is_read_only_and_keep_its_buttons_off(stor
         assert [visitor[b]["interactive"] for b in writes] == [False] * len(writes), endpoint
         assert [owner[b]["interactive"] for b in writes] == [True] * len(writes), endpoint
         assert visitor[read]["interactive"] is True
-        assert visitor[line].startswith("**Read-only: this run was not started from this page**")
+        assert visitor[line].startswith("**Read-only: this run was not started from this browser**")
         assert "*Start a new run* on the **Run** tab" in visitor[line] and owner[line] == ""
         redraw = fns[f"{endpoint}_redraw"]
         drawn = [RUN, IT, args[2]]  # the pick is drawn already: nothing else is sent, but the line is
@@ -187,7 +187,7 @@ def test_a_raw_api_call_from_another_page_is_refused_over_http(store):
         client.predict(RUN, api_name="/studio_pick_run")
         client.predict("ann", api_name="/studio_curator_name")
         client.predict(RUN, IT, "", "", "", "any", "any", "any", "task", 1, None, api_name="/pairs_search")
-        with pytest.raises(Exception, match="Read-only: this run was not started from this page"):
+        with pytest.raises(Exception, match="Read-only: this run was not started from this browser"):
             client.predict(RUN, IT, PAIR, 1, 0, "why", api_name="/pairs_swap")
         with pytest.raises(Exception, match="Read-only"):
             client.predict(RUN, IT, api_name="/pairs_undo")

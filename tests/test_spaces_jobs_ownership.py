@@ -38,7 +38,7 @@ def test_on_spaces_a_page_starts_no_job_on_a_run_it_did_not_start(store, kind):
     ctx.jobs.owners.record(RUN, OWNER.session_hash)
     for page in (VISITOR, None):  # another visitor's page, and an API call with no session
         line = start_job(ctx, kind, RUN, "ann", page)
-        assert line.startswith("Refused on Spaces: this page did not start this run"), line
+        assert line.startswith("Refused on Spaces: this browser did not start this run"), line
         assert "*Start a new run*" in line
     assert ctx.jobs.snapshot()["status"] == "idle"
 
