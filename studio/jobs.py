@@ -119,7 +119,8 @@ class JobWorker:
 
     def _may_stop(self, session: str | None) -> bool:
         """Whether a page of ``session`` may stop the running job: any page may, but with ``own_jobs_only`` only the
-        page that started it (a job no page started, the first-visit demo, then runs to its end)."""
+        page that started it, or another page of its browser (``owners``; a job no page started, the first-visit
+        demo, then runs to its end)."""
         return not self.own_jobs_only or self.owners.same_owner(self._state.get("session"), session)
 
     def start_loop(self, kind: str, run_id: str, user: str = "", max_iteration: int | None = None,
@@ -149,8 +150,8 @@ class JobWorker:
             state = self._state  # the running job's (replaced whole, under the lock, only when a job starts)
             if not self._may_stop(session):
                 starter = started_by(state, session, self.owners)
-                return (f"Refused: the job `{state['label']}` on `{state['run_id']}` was {starter}; only the page "
-                        "that started a job can stop it here. It ends by itself.")
+                return (f"Refused: the job `{state['label']}` on `{state['run_id']}` was {starter}; only the "
+                        "browser that started a job can stop it here. It ends by itself.")
             if not self.owners.same_owner(state.get("session"), session) and not state.get("stopped_by"):
                 state["stopped_by"] = user or "another page"
             self._stop.set()
