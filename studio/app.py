@@ -138,6 +138,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         auto_pick = gr.Number(None, visible="hidden", precision=0, elem_id="iteration-auto")
         view = gr.Textbox("", visible="hidden", elem_id="view-key")  # see Ctx.view
         shown_tab = gr.Textbox(next(iter(TABS)), visible="hidden", elem_id="tab-key")  # see Ctx.tab
+        renamed = gr.Textbox("", visible="hidden", elem_id="curator-renamed")  # see Ctx.renamed
 
         def on_run(run_id, wanted, shown=None):
             if run_id and isinstance(shown, dict) and shown.get("run") == run_id:
@@ -171,7 +172,7 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         ctx = Ctx(store=store, jobs=jobs, read_only=read_only, spaces=spaces, run=run, iteration=iteration,
                   curator=curator, viewers=frozenset(viewers),
                   workspace=Path(workspace).resolve() if workspace else Path.cwd(), browser_secret=secret, view=view,
-                  tab=shown_tab)
+                  tab=shown_tab, renamed=renamed)
         builders = {"run": lambda: tab_run.build(ctx, config_path), "plans": lambda: tab_plans.build(ctx),
                     "pairs": lambda: tab_pairs.build(ctx), "critic": lambda: tab_critic.build(ctx),
                     "metrics": lambda: tab_metrics.build(ctx), "export": lambda: tab_export.build(ctx)}
@@ -248,10 +249,34 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
             jobs.owners.bind(session_of(request), key)
             return *on_restore(saved), key if new else gr.skip()
 
-        # The restore runs first, so the run picker's first value is the saved run, not the newest.
+        # The name is kept in this browser too (studio.remember's way): typed once, it survives reloads.
+        saved_name = gr.BrowserState("", storage_key="moat-studio-curator", secret=secret)
+
+        def on_name(typed: str, request: gr.Request):
+            """The name typed in the box becomes this session's curator and is kept in the browser; under a login
+            nothing changes (the login curates, curator_of): the header keeps saying who really decides."""
+            user = login_of(request)
+            if user:
+                return gr.skip(), identity_line(ctx, user), gr.skip(), gr.skip()
+            typed = (typed or "").strip()
+            return typed, f"Curating as **{md_escaped(typed)}**" if typed else "", typed, typed
+
+        gr.on([name.submit, name.blur], on_name, name, [curator, who, saved_name, renamed],
+              api_name="studio_curator_name", api_visibility="undocumented", trigger_mode="always_last")
+
+        def restore_name(saved, request: gr.Request):
+            if getattr(request, "username", None) or not (isinstance(saved, str) and saved.strip()):
+                return gr.update(), gr.update(), gr.update()
+            saved = saved.strip()[:200]
+            return saved, saved, f"Curating as **{md_escaped(saved)}**"
+
+        # The restore runs first, so the run picker's first value is the saved run, not the newest; then the saved
+        # name, so the tabs' first loads (after the run picker's) read as the returning curator.
         demo.load(on_restore_visitor if spaces else on_restore, [saved_place, *visitor], [pending, tabs, *visitor],
                   show_progress="hidden",
                   api_name="studio_restore_place", api_visibility="undocumented").then(
+            restore_name, saved_name, [name, curator, who], show_progress="hidden",
+            api_name="studio_restore_name", api_visibility="undocumented").then(
             on_load, pending, [run, who, name, *ctx.write_controls], api_name="studio_load")
         for tab_id, block in tab_blocks.items():
             block.select(None, [run, iteration, auto_pick, saved_place], saved_place, js=place.save_js(tab_id),
@@ -275,29 +300,6 @@ def build_app(store: Store, config_path: str = "examples/demo.toml", read_only: 
         sync_timer.tick(paced_sync, [run, iteration, shown_iterations, sync_pace],
                         [iteration, shown_iterations, auto_pick, sync_timer, sync_pace], show_progress="hidden",
                         api_name="studio_sync_iterations", api_visibility="undocumented", trigger_mode="always_last")
-        # The name is kept in this browser too (studio.remember's way): typed once, it survives reloads.
-        saved_name = gr.BrowserState("", storage_key="moat-studio-curator", secret=secret)
-
-        def on_name(typed: str, request: gr.Request):
-            """The name typed in the box becomes this session's curator and is kept in the browser; under a login
-            nothing changes (the login curates, curator_of): the header keeps saying who really decides."""
-            user = login_of(request)
-            if user:
-                return gr.skip(), identity_line(ctx, user), gr.skip()
-            typed = (typed or "").strip()
-            return typed, f"Curating as **{md_escaped(typed)}**" if typed else "", typed
-
-        gr.on([name.submit, name.blur], on_name, name, [curator, who, saved_name], api_name="studio_curator_name",
-              api_visibility="undocumented", trigger_mode="always_last")
-
-        def restore_name(saved, request: gr.Request):
-            if getattr(request, "username", None) or not (isinstance(saved, str) and saved.strip()):
-                return gr.update(), gr.update(), gr.update()
-            saved = saved.strip()[:200]
-            return saved, saved, f"Curating as **{md_escaped(saved)}**"
-
-        demo.load(restore_name, saved_name, [name, curator, who], show_progress="hidden",
-                  api_name="studio_restore_name", api_visibility="undocumented")
     demo.queue(default_concurrency_limit=CONCURRENCY)
     demo.moat_jobs = jobs
     demo.moat_ctx = ctx  # tests read the lease book through it

@@ -84,6 +84,11 @@ class Ctx:
     # tab is picked or the place restored: a timer of one tab ticks only while its tab is shown (every tick costs the
     # whole page a pass over its components, studio.pace).
     tab: gr.Textbox | None = None
+    # A hidden textbox the name box's handler (studio.app) writes a typed name into: the queues and their leases follow
+    # a curator who names themselves mid-session through copies of its change of their own (studio.relay). Not the
+    # curator State's change: restoring a returning curator's saved name on load set that State too, and every queue
+    # was read twice per page load (the name is now restored before the run picker is filled).
+    renamed: gr.Textbox | None = None
     # The controls of the write endpoints (their buttons, a field only a write reads), registered by each tab's
     # build: studio.app's load handler switches them all off for a viewer's session in one place, so no tab needs
     # its own viewer code (and a new tab's controls follow by being registered). Cosmetic: check_writable guards.

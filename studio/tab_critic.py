@@ -310,8 +310,9 @@ def build(ctx: Ctx) -> None:
     # in order: see studio.app.CONCURRENCY
     # The view key's change as this event's own trigger (studio.relay: a shared one re-ran every tab's load).
     on_view = own_change(ctx.view, "critic_queue_on_view")
+    on_name = own_change(ctx.renamed, "critic_queue_on_name")  # a name typed mid-session (Ctx.renamed)
     search = gr.on([status.change, reviewed.change, order.change, page.change, on_view,
-                    ctx.curator.change, live.trigger.change], queue.load,
+                    on_name, live.trigger.change], queue.load,
           filters, outputs, api_name="critic_queue", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pick, api_name="critic_select_row", api_visibility="undocumented")
     # One click from the agreement line to the disagreements: the queue filtered to them (its change reloads it).
@@ -343,7 +344,8 @@ def build(ctx: Ctx) -> None:
         who = leasing_name(ctx, name, request) if may_curate(ctx, run_id, request) else None
         return claim_note(ctx, "verdict", run_id, it, key, who, was)
 
-    gr.on([pick.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pick, ctx.curator, held_as],
+    named = own_change(ctx.renamed, "critic_claim_on_name")
+    gr.on([pick.change, named], opened, [ctx.run, ctx.iteration, pick, ctx.curator, held_as],
           [lease, held_as], api_name="critic_claim", api_visibility="undocumented")
 
     after_action = [info, table, agreement, clamped]

@@ -274,8 +274,9 @@ def build(ctx: Ctx) -> None:
     # One event for every filter change (in order per session: see studio.app.CONCURRENCY), one named endpoint.
     # The view key's change as this event's own trigger (studio.relay: a shared one re-ran every tab's load).
     on_view = own_change(ctx.view, "pairs_search_on_view")
+    on_name = own_change(ctx.renamed, "pairs_search_on_name")  # a name typed mid-session (Ctx.renamed)
     search = gr.on([text.submit, min_m.submit, max_m.submit, order.change, overridden.change, excluded.change,
-                    ties.change, page.change, on_view, ctx.curator.change, live.trigger.change], queue.load,
+                    ties.change, page.change, on_view, on_name, live.trigger.change], queue.load,
                    [*filters, pair, ctx.curator], outputs,
                    api_name="pairs_search", trigger_mode="always_last", show_progress=QUEUE_PROGRESS)
     table.select(first_cell, None, pair, api_name="pairs_select_row", api_visibility="undocumented")
@@ -332,7 +333,8 @@ def build(ctx: Ctx) -> None:
         return claim_note(ctx, "pair", run_id, it, key, who, was)
 
     # And when the name is given: the pair a curator lands on before typing a name was held by nobody.
-    gr.on([pair.change, ctx.curator.change], opened, [ctx.run, ctx.iteration, pair, ctx.curator, held_as],
+    named = own_change(ctx.renamed, "pairs_claim_on_name")
+    gr.on([pair.change, named], opened, [ctx.run, ctx.iteration, pair, ctx.curator, held_as],
           [lease, held_as], api_name="pairs_claim", api_visibility="undocumented")
     evidence_btn.click(lambda r, i, k: pair_evidence(ctx.store, ctx.evidence, r, i, k),
                        [ctx.run, ctx.iteration, pair], evidence, api_name="pairs_evidence")

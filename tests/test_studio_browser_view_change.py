@@ -9,6 +9,9 @@ change beside their filters, pages and live triggers, so a search submitted (or 
 tab while its load for the page's view ran held the whole view change back until that load ended (the other two tabs
 waited for it) and then fired it again: the tabs read the store again. Each now listens to a copy of the view key's
 change of its own.
+
+And a returning curator's page load reads each queue once: the saved name, restored on every load, set the curator
+State whose change the queues and their leases listened to, so each queue was read twice per load.
 """
 
 from __future__ import annotations
@@ -119,3 +122,77 @@ def test_a_search_submitted_during_a_page_load_does_not_reload_the_other_tabs(tm
             demo.close()
     # The Plans list: its load and the search; before, a third load (the view change dispatched again).
     assert dict(calls) == {"plans_search": 2, "pairs_search": 1, "critic_queue": 1}
+
+
+def test_no_server_event_listens_to_the_curator_states_change(tmp_path):
+    """A returning curator's saved name is restored into the curator State on every page load: the queues and their
+    leases listen to the name box's own signal of a typed name (``Ctx.renamed``), each through a copy of its own."""
+    from studio.app import build_app
+    from studio.relay import COPY_JS
+
+    with Store(tmp_path / "ws.duckdb") as store:
+        build_world(store)
+        demo = build_app(store, "examples/demo.toml")
+        ctx = demo.moat_ctx
+        on_curator = [fn.api_name for fn in demo.fns.values() if (ctx.curator._id, "change") in fn.targets]
+        assert not on_curator, f"{on_curator} listen to the curator State's change"
+        copies = sorted(fn.api_name for fn in demo.fns.values()
+                        if (ctx.renamed._id, "change") in fn.targets and fn.js == COPY_JS)
+        assert copies == ["critic_claim_on_name", "critic_queue_on_name", "pairs_claim_on_name",
+                          "pairs_search_on_name"]
+        demo.close()
+
+
+@pytest.mark.browser
+def test_a_returning_curators_page_load_reads_each_queue_once(tmp_path):
+    """A name typed once is kept in the browser and restored on every load. The restore set the curator State, whose
+    change the Pairs and Critic queues listened to: every load of a returning curator read each queue twice (measured:
+    2 and 2 on each of three reloads). The name is now restored before the run picker is filled, and the queues follow
+    a name typed mid-session only: one read each per load, and one more each when a name is typed."""
+    from tests._studio import serve_studio
+    from tests.test_studio_browser import ARGS, CHROMIUM, sync_api
+
+    calls: collections.Counter = collections.Counter()
+    counts: list[dict] = []
+    with Store(tmp_path / "ws.duckdb") as store:
+        build_world(store)
+        url, demo = serve_studio(store)
+        _counted(demo, ("pairs_search", "critic_queue", "studio_curator_name"), calls)
+        try:
+            with sync_api.sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+                try:
+                    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                    page.set_default_timeout(30_000)
+
+                    def settled(done, what: str) -> None:
+                        """``done`` holds, then 2 s more for any later read; the counts so far are kept."""
+                        for _ in range(int(DEADLINE_S * 10)):
+                            if done():
+                                break
+                            page.wait_for_timeout(100)
+                        else:
+                            raise AssertionError(f"{what}: {dict(calls)}")
+                        page.wait_for_timeout(2000)
+                        counts.append(dict(calls))
+                        calls.clear()
+
+                    def both() -> bool:
+                        return calls["pairs_search"] >= 1 and calls["critic_queue"] >= 1
+
+                    page.goto(url)
+                    settled(both, "the first load")
+                    box = page.locator("#curator-name textarea, #curator-name input").first
+                    box.fill("ann")
+                    box.press("Enter")
+                    settled(both, "the queues after a name typed")
+                    for _ in range(2):
+                        page.reload()
+                        settled(both, "a reload's queues")
+                        page.locator("#curator-who").get_by_text("Curating as ann").wait_for()
+                finally:
+                    browser.close()
+        finally:
+            demo.close()
+    once = {"pairs_search": 1, "critic_queue": 1}
+    assert counts == [once, {**once, "studio_curator_name": 1}, once, once], counts

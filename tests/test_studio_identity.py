@@ -109,12 +109,13 @@ def test_the_name_box_cannot_change_the_curator_under_a_login(demo):
     from studio.common import curator_of
 
     name = app_fns(demo)["studio_curator_name"]
-    curator, who, saved = name.fn("zed", _as(CURATOR))
-    assert curator == gr.skip() and saved == gr.skip()  # the session's name and the browser's kept name unchanged
+    curator, who, saved, renamed = name.fn("zed", _as(CURATOR))
+    # The session's name, the browser's kept name and the queues' signal of a typed name (Ctx.renamed) unchanged.
+    assert curator == gr.skip() and saved == gr.skip() and renamed == gr.skip()
     assert who == f"Curating as **{CURATOR}**"
     assert name.fn("zed", _as(VIEWER))[1] == f"Viewing as **{VIEWER}** (read-only)"
     assert curator_of("zed", _as(CURATOR)) == CURATOR  # and the decisions are the login's, as they were
-    assert name.fn("  zed ", _as(None)) == ("zed", "Curating as **zed**", "zed")  # without a login the name curates
+    assert name.fn("  zed ", _as(None)) == ("zed", "Curating as **zed**", "zed", "zed")  # without a login it curates
     # A typed or restored name is shown as typed in the header: "*ana*" read as an italic ana, "a_b_c" lost marks.
     assert name.fn("*ana*_b", _as(None))[1] == r"Curating as **\*ana\*\_b**"
     restore = app_fns(demo)["studio_restore_name"]

@@ -332,6 +332,9 @@ def endpoints(run_id: str, pair: str, verdict: str, task: str, toml: str) -> dic
                                                          "metrics_figures")},
         # The view key copied in the browser only (js) for each data tab's load (studio.relay).
         **{f"{name}_on_view": ("read", None) for name in ("plans_search", "pairs_search", "critic_queue")},
+        # A typed name copied in the browser only (js) for each queue and lease (studio.common.Ctx.renamed).
+        **{f"{name}_on_name": ("read", None) for name in ("pairs_search", "pairs_claim", "critic_queue",
+                                                          "critic_claim")},
         **{f"studio_tab_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
         # The tab shown (studio.common.Ctx.tab), set in the browser only (js).
         **{f"studio_tab_shown_{t}": ("read", None) for t in ("run", "plans", "pairs", "critic", "metrics", "export")},
