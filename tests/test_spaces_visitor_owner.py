@@ -134,7 +134,9 @@ def test_a_reload_in_a_real_browser_binds_the_new_page_to_the_same_visitor_key(t
                                 break
                             page.wait_for_timeout(100)
                         bound.append(dict(owners._visitors))
-                    assert page.evaluate("() => localStorage.getItem('moat-studio-visitor')")  # kept, encrypted
+                        # The key reaches localStorage after the server has bound it: a reload before then would make
+                        # another (the page had nothing to send).
+                        page.wait_for_function("() => localStorage.getItem('moat-studio-visitor') !== null")
                     other = browser.new_context().new_page()  # another visitor: a browser profile of its own
                     other.goto(f"http://127.0.0.1:{port}/")
                     other.locator("#pick-run").wait_for()
