@@ -193,13 +193,12 @@ class JobWorker:
         return state
 
 
-def started_by(state: dict[str, Any], session: str | None, owners: RunOwners | None = None) -> str:
+def started_by(state: dict[str, Any], session: str | None, owners: RunOwners) -> str:
     """Who started the job of worker ``state``, as the page asking with ``session`` may be told: that page itself (or
     another page of its browser, as ``owners`` knows them), else the curator name the starter gave (the job box shows
     it to every page already), else only that another page did. Never a session id: it would let one page act as
     another."""
-    starter = state.get("session")
-    if owners.same_owner(starter, session) if owners else bool(session) and starter == session:
+    if owners.same_owner(state.get("session"), session):
         return "started from this page"
     if state.get("user"):
         return f"started by {state['user']}"
