@@ -8,13 +8,14 @@
   MLP, embeddings tied or not): ``parameters_of``; a config without those fields gives no caution;
 * full fine-tuning holds 16 bytes a parameter whatever the loaded dtype (``engine.training.master_weights_dtype``
   trains fp32 master weights: 4 for the weights, 4 for their gradients, 8 for AdamW's two moments), plus a frozen
-  reference in the loaded dtype where the objective keeps one (DPO unless ``precompute_ref_log_probs``; GRPO with
-  ``beta > 0``), before any activation;
+  reference where the objective keeps one (DPO unless ``precompute_ref_log_probs``; GRPO with ``beta > 0``), 4 more:
+  it computes in fp32 beside the fp32 policy (DPO: ``engine.training._reference_in_fp32``; GRPO: TRL loads it in
+  the policy's dtype), before any activation;
 * no caution for LoRA (``lora = true``), an ``accelerate`` launch (ZeRO and FSDP shard that state over GPUs), a
   role no iteration trains, or a device whose memory cannot be read.
 
 Found by an audit of ``examples/paper.toml``: two 7B agents fully fine-tuned on one 80 GB GPU, which the planner's
-DPO step alone (about 7B x 18 bytes = 126 GB) cannot fit; the run would have sampled and scored for hours first.
+DPO step alone (about 7B x 20 bytes = 135 GB) cannot fit; the run would have sampled and scored for hours first.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from engine.config import RunConfig
 
 FULL_TRAINING_BYTES = 16  # fp32 weights 4 + gradients 4 + AdamW moments 8, per parameter
+FP32_BYTES = 4  # a frozen reference, which computes in fp32 beside them
 GIB = 2**30
 
 
@@ -81,7 +83,7 @@ def _training(config: RunConfig, role: str) -> tuple[str, Any] | None:
 
 def training_memory_caution(config: RunConfig, role: str) -> str | None:
     """The caution for ``role``'s in-process full fine-tuning (see the module docstring), or None."""
-    from engine.memory_check import _bytes_per_value, _device_memory, _is_cuda
+    from engine.memory_check import _device_memory, _is_cuda
 
     training = _training(config, role)
     section = getattr(config, role)
@@ -93,7 +95,7 @@ def training_memory_caution(config: RunConfig, role: str) -> str | None:
     name, settings = training
     keeps_reference = (not settings.precompute_ref_log_probs if name == "dpo"
                        else name.startswith("grpo") and settings.beta > 0)
-    reference = parameters * _bytes_per_value(section.dtype, section.device) if keeps_reference else 0
+    reference = parameters * FP32_BYTES if keeps_reference else 0
     need = parameters * FULL_TRAINING_BYTES + reference
     if need <= available:
         return None

@@ -22,7 +22,7 @@ batches and steps up to float rounding, with less padding computed.
 
 Full fine-tuning of weights loaded in bf16 or fp16 trains fp32 master weights (``master_weights_dtype``), as mixed
 precision means: autocast computes in bf16, the weights and AdamW's state are fp32, and the trained model comes back
-in the dtype it was loaded in.
+in the dtype it was loaded in. DPO's frozen reference computes in fp32 beside them (``_reference_in_fp32``).
 """
 
 from __future__ import annotations
@@ -189,6 +189,25 @@ def _full_precision(model, settings: TrainSettings) -> Iterator[torch.dtype | No
     yield half
 
 
+@contextmanager
+def _reference_in_fp32(ref_model, half: torch.dtype | None) -> Iterator[None]:
+    """A frozen DPO reference loaded in ``half`` computes in fp32 while the policy trains fp32 master weights, and is
+    handed back in ``half`` (exactly: its values are half values). DPO's reward is the policy's log-prob minus the
+    reference's; a bf16 reference beside the fp32 policy it was loaded as gave them different rounding, so at step 0
+    the rewards were not 0 (on the demo planner: 0.004 a pair at beta 0.1, ``rewards/accuracies`` 0.5 instead of 0,
+    more on longer completions) and each step's loss carried that offset. The reference costs 4 bytes a parameter, as
+    the fp32 policy's weights do (``engine.train_memory`` counts it)."""
+    loaded = next(ref_model.parameters()).dtype if ref_model is not None else None
+    cast = half is not None and loaded in HALF_DTYPES
+    if cast:
+        ref_model.float()
+    try:
+        yield
+    finally:
+        if cast:
+            ref_model.to(loaded)
+
+
 def _train(trainer, settings: TrainSettings) -> None:
     with loss_tokens_only(settings.loss_tokens_only):
         _quiet(trainer).train()
@@ -281,19 +300,20 @@ def dpo_train(model, tokenizer, rows: list[dict[str, str]], settings: DPOSetting
 
     The reference: with LoRA and no ``ref_model`` it is the base with the adapter switched off (no copy); with
     ``precompute_ref_log_probs`` the policy's own log-probs before training; otherwise ``ref_model`` or, when that is
-    None, a frozen copy of ``model`` as it is now (the ``previous`` policy).
+    None, a frozen copy of ``model`` as it is now (the ``previous`` policy). A reference in bf16 or fp16 beside fp32
+    master weights computes in fp32 and is handed back as it was given.
     """
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
     device = next(model.parameters()).device
     needs_copy = ref_model is None and not settings.lora and not settings.precompute_ref_log_probs
-    if needs_copy:
-        ref_model = copy.deepcopy(model).eval()
-        for p in ref_model.parameters():
-            p.requires_grad_(False)
-    # After the reference's copy: the frozen reference stays in the dtype it was loaded in (half the memory).
-    with tempfile.TemporaryDirectory(prefix="moat-dpo-") as out, _full_precision(model, settings) as half:
+    with (tempfile.TemporaryDirectory(prefix="moat-dpo-") as out, _full_precision(model, settings) as half,
+          _reference_in_fp32(ref_model, half)):
+        if needs_copy:  # after the cast: the copy computes as the policy does (_reference_in_fp32 says why)
+            ref_model = copy.deepcopy(model).eval()
+            for p in ref_model.parameters():
+                p.requires_grad_(False)
         losses, weights = [settings.loss_type], [1.0]
         if settings.sft_weight > 0:
             losses, weights = [settings.loss_type, "sft"], [1.0, settings.sft_weight]

@@ -6,6 +6,7 @@ lost. And an in-process DPO stage holds two models (the policy and its frozen re
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -96,3 +97,27 @@ def test_an_in_process_dpo_stage_holds_the_policy_and_its_reference_only(tiny_ru
             assert run_stage(store, run_id, 1, stage, context=ctx) == "done"
         assert run_stage(store, run_id, 1, "train_planner", context=ctx) == "done"
     assert seen == [(0, True)], seen  # before: (2, True), the planner and the grounder cached beside the copies
+
+
+def _first_step_rewards(model, tokenizer, ref_model=None) -> dict[str, float]:
+    settings = DPOSettings(learning_rate=1e-12, max_steps=1, batch_size=4, max_length=128, bf16="false", seed=0,
+                           logging_steps=1)
+    _, history = dpo_train(model, tokenizer, ROWS * 2, settings, ref_model=ref_model)
+    return {key: history[0][key] for key in ("loss", "rewards/chosen", "rewards/rejected", "rewards/margins")}
+
+
+def test_a_bf16_policy_and_its_reference_agree_before_the_first_update(tiny_agents):
+    """DPO's reward is the policy's log-prob minus the reference's: before any update it is 0 and the loss log 2.
+    With the policy trained as fp32 master weights and the reference left in bf16 (the copy of the previous policy,
+    or a given one such as the initial planner), the two rounded differently: the rewards started off zero."""
+    planner, _ = tiny_agents
+    loaded = copy.deepcopy(planner.model).to(torch.bfloat16)
+    copied = _first_step_rewards(copy.deepcopy(loaded), planner.tokenizer)
+    given_reference = copy.deepcopy(loaded).eval()
+    given = _first_step_rewards(copy.deepcopy(loaded), planner.tokenizer, ref_model=given_reference)
+    for logged in (copied, given):
+        assert logged["loss"] == pytest.approx(math.log(2), abs=1e-6), logged
+        assert logged["rewards/chosen"] == logged["rewards/rejected"] == logged["rewards/margins"] == 0.0, logged
+    # The caller's reference comes back as it was given: in bf16, its values untouched.
+    assert next(given_reference.parameters()).dtype == torch.bfloat16
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), given_reference.state_dict().values()))
