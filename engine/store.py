@@ -21,7 +21,8 @@ Contract:
 * Reads return plain Python (``dict``/``list``/``Task``) or pandas DataFrames; the studio's pages
   (``pairs_page``, ``task_plans``, ``verdict_queue``) paginate in SQL and carry a ``total`` column (rows matching
   the filters before LIMIT/OFFSET).
-* Runs and stage states come from the ``RunLedger`` mixin (``engine.ledger``); effective pairs and the studio's
+* Runs and stage states come from the ``RunLedger`` mixin (``engine.ledger``), a run's tasks from ``TaskTable``
+  (``engine.task_table``); effective pairs and the studio's
   pages from the ``StudioViews`` mixin (``engine.views``), the critic queue's verdicts from ``VerdictViews``
   (``engine.verdict_views``); ``engine.curation`` defines the override semantics.
   The pairs page reads a materialised copy (``engine.pair_view``) kept fresh by ``generation``: every commit
@@ -50,7 +51,6 @@ from engine.dbutil import (
     TABLES,
     is_conflict,
     json_cell,
-    loads,
     number,
     records,
 )
@@ -58,14 +58,14 @@ from engine.errors import StoreError, StoreLockedError
 from engine.errors import StoreVersionError as StoreVersionError  # re-exported: callers catch it from here
 from engine.ledger import RunLedger
 from engine.pair_view import PairView
-from engine.tasks import Task
+from engine.task_table import TaskTable
 from engine.verdict_views import VerdictViews
 from engine.views import StudioViews
 
 Rows = list[dict[str, Any]] | pd.DataFrame
 
 
-class Store(RunLedger, StudioViews, VerdictViews):
+class Store(RunLedger, TaskTable, StudioViews, VerdictViews):
     """One DuckDB workspace file; see the module docstring for the contract."""
 
     def __init__(self, path: str | Path, read_only: bool = False):
@@ -358,64 +358,6 @@ class Store(RunLedger, StudioViews, VerdictViews):
         names = ", ".join(f'"{c}"' for c in cols)
         with self._cursor() as cur:
             return set(cur.execute(f'SELECT DISTINCT {names} FROM "{table}" WHERE {clause}', params).fetchall())
-
-    # -- tasks ---------------------------------------------------------------------------------------------------
-
-    def put_tasks(self, run_id: str, tasks: Iterable[Task]) -> int:
-        return self.write("tasks", self.task_rows(run_id, tasks))
-
-    @staticmethod
-    def task_rows(run_id: str, tasks: Iterable[Task]) -> list[dict[str, Any]]:
-        """``tasks`` rows of a run (JSON columns as Python lists/dicts; ``write`` encodes them)."""
-        return [
-            {
-                "run_id": run_id,
-                "task_id": t.id,
-                "domain": t.domain,
-                "source": t.source,
-                "split": t.split,
-                "question": t.question,
-                "context_json": list(t.context),
-                "gold_subgoals_json": list(t.gold_subgoals),
-                "gold_actions_json": list(t.gold_actions),
-                "answer": t.answer,
-                "meta_json": dict(t.meta),
-            }
-            for t in tasks
-        ]
-
-    @staticmethod
-    def _task(row: dict[str, Any]) -> Task:
-        return Task(
-            id=row["task_id"],
-            domain=row["domain"],
-            source=row["source"],
-            split=row["split"],
-            question=row["question"],
-            context=loads(row["context_json"], []),
-            gold_subgoals=loads(row["gold_subgoals_json"], []),
-            gold_actions=loads(row["gold_actions_json"], []),
-            answer=row["answer"],
-            meta=loads(row["meta_json"], {}),
-        )
-
-    def get_tasks(
-        self, run_id: str, split: str | None = None, domain: str | None = None, limit: int | None = None
-    ) -> list[Task]:
-        """Tasks of a run ordered by task id, optionally one split/domain and at most ``limit``."""
-        equals = {k: v for k, v in (("split", split), ("domain", domain)) if v}
-        clause, params = self._where("tasks", run_id, None, equals)
-        sql = f"SELECT * FROM tasks WHERE {clause} ORDER BY task_id"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(int(limit))
-        return [self._task(r) for r in records(self.query(sql, params))]
-
-    def get_task(self, run_id: str, task_id: str) -> Task:
-        df = self.query("SELECT * FROM tasks WHERE run_id = ? AND task_id = ?", [run_id, task_id])
-        if not len(df):
-            raise KeyError(f"no task {task_id!r} in run {run_id!r}")
-        return self._task(records(df)[0])
 
     # -- training logs, metrics, checkpoints ---------------------------------------------------------------------
 
