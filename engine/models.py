@@ -100,16 +100,19 @@ def write_adapter_base(out: str | Path, base: str, base_adapter: str = "") -> No
 
 
 def merged(model, adapter: str):
-    """``model`` with the LoRA ``adapter`` applied and merged into its weights (a plain model again). peft reads
-    transformers' deprecated ``is_gradient_checkpointing`` on the way, whose FutureWarning every ``merge`` printed: it
-    is the libraries' matter, not the user's, and is kept out of their terminal."""
+    """``model`` with the LoRA ``adapter`` applied and merged into its weights (a plain model again, its weights
+    trainable as ``from_pretrained`` leaves them: peft freezes the base it loads an adapter onto, and a role given as
+    ``path`` + ``adapter`` then failed its first full fine-tuning with "element 0 of tensors does not require grad").
+    peft reads transformers' deprecated ``is_gradient_checkpointing`` on the way, whose FutureWarning every ``merge``
+    printed: it is the libraries' matter, not the user's, and is kept out of their terminal."""
     import warnings
 
     from peft import PeftModel
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-        return PeftModel.from_pretrained(model, adapter).merge_and_unload()
+        plain = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    return plain.requires_grad_(True)
 
 
 def load_model(spec: ModelSpec, *, trainable: bool = False):

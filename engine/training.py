@@ -335,7 +335,7 @@ def grpo_train(model, tokenizer, rows: list[dict[str, str]], settings: GRPOSetti
     """Online group RL on ``prompt/task_id`` rows with TRL's ``GRPOTrainer``. Returns ``(model, log_history)``;
     ``book.rollouts`` holds every rollout with its rewards and advantage. ``stop_token_ids`` end a rollout (the
     agent's end-of-turn tokens, ``engine.generation.stop_token_ids``). With ``settings.beta = 0`` TRL keeps no
-    reference model."""
+    reference model; otherwise it is ``model`` as it starts (``_reference_as_the_policy``)."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -356,5 +356,18 @@ def grpo_train(model, tokenizer, rows: list[dict[str, str]], settings: GRPOSetti
             processing_class=tokenizer, peft_config=_lora_config(settings) if settings.lora else None,
             callbacks=[StepHooks(on_log, should_stop)],
         )
+        _reference_as_the_policy(trainer, model)
         _train(trainer, settings)
         return _finish(trainer, settings, half), list(trainer.state.log_history)
+
+
+def _reference_as_the_policy(trainer, model) -> None:
+    """GRPO's KL reference holds the weights ``model`` starts from. TRL builds it by loading
+    ``config._name_or_path`` again, which are other weights wherever the engine merged adapters into the model it
+    trains (a role given as ``path`` + ``adapter``, an adapter checkpoint chain, ``agents.topology = shared``): the
+    base, without them, so the KL term pulled the policy back towards the base. Its load is kept (its architecture
+    and the patches TRL puts on it) and the policy's weights copied in, in the reference's own dtype."""
+    if trainer.ref_model is None:  # beta = 0, or LoRA: the adapter switched off is the reference
+        return
+    reference = trainer.accelerator.unwrap_model(trainer.ref_model)
+    reference.load_state_dict(model.state_dict(), strict=True)

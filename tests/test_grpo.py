@@ -19,7 +19,7 @@ from engine.rewards import (
     group_advantages,
     overlong_reward,
 )
-from engine.turns import grounder_prompt, planner_prompt
+from engine.turns import Agent, grounder_prompt, planner_prompt
 
 
 def _train_tasks(demo_tasks, n: int = 2):
@@ -324,3 +324,36 @@ def test_a_version_5_store_keeps_its_rollouts_as_the_planners(tmp_path):
                                   "task_id": "t", "prompt": "g", "text": "R1 = Calculator(1)", "rewards_json": "{}",
                                   "reward": 0.0, "advantage": 0.0}])
         assert store.count("rollouts", "r", 1) == 2  # the same (batch, n) for both roles
+
+
+def test_the_kl_reference_is_the_model_trained_not_the_weights_its_config_names(tiny_agents_dir, demo_tasks,
+                                                                                 tmp_path):
+    """With ``beta > 0`` TRL loads GRPO's reference again from ``config._name_or_path``. A role given as a path and a
+    LoRA adapter is loaded merged (``engine.models.load_model``), and its config still names the base: the KL term
+    was measured against the base, without the adapter. Before any update the policy and its reference are one
+    model, so the first step's KL is 0."""
+    from peft import LoraConfig, get_peft_model
+
+    from engine import models
+    from engine.training import grpo_train
+
+    base = str(tiny_agents_dir / "planner")
+    model, tokenizer = models.load_model(models.ModelSpec(base))
+    adapted = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                               task_type="CAUSAL_LM"))
+    with torch.no_grad():  # a fresh adapter is the identity (B = 0): give it something to change
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.5 * torch.randn_like(p))
+    adapted.save_pretrained(tmp_path / "adapter")
+    tokenizer.save_pretrained(tmp_path / "adapter")  # an adapter directory carries its tokenizer
+    model, tokenizer = models.load_model(models.ModelSpec(base, adapter=str(tmp_path / "adapter")))
+    assert model.config._name_or_path == base  # what TRL loads the reference from
+    planner = Agent(model, tokenizer)
+    tasks = _train_tasks(demo_tasks, 2)
+    settings = _grpo_settings(learning_rate=1e-12, beta=0.1, max_steps=1)
+    book = RolloutBook([FormatReward()], [1.0], settings.num_generations)
+    rows = [{"prompt": planner_prompt(planner, t), "task_id": t.id} for t in tasks]
+    _, history = grpo_train(model, tokenizer, rows, settings, book,
+                            stop_token_ids=generation.stop_token_ids(model, tokenizer))
+    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-7), history[0]  # before: against the base, 5e-3 here

@@ -69,3 +69,37 @@ def test_adapter_checkpoints_chain_across_iterations_and_merge(tmp_path, loop_co
     assert main(["merge", "--db", str(db), "--run", run_id[:-1], "--iteration", "2", "--role", "planner",
                  "--out", str(tmp_path / "typo")]) == 2  # a mistyped run is named as such, not "has no checkpoint"
     assert f"no run {run_id[:-1]!r} in {db}; did you mean {run_id!r}?" in capsys.readouterr().err
+
+
+def _adapter_on(base: Path, out: Path) -> Path:
+    """A LoRA adapter directory for the model at ``base`` that changes it (a fresh adapter's B = 0 is the identity)."""
+    from peft import LoraConfig, get_peft_model
+
+    model, tokenizer = models.load_model(models.ModelSpec(str(base), device="cpu"))
+    adapted = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                               task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.1 * torch.randn_like(p))
+    adapted.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def test_roles_given_as_a_model_and_an_adapter_train_all_their_weights(tmp_path, loop_config, tiny_agents_dir):
+    """``planner.adapter`` / ``grounder.adapter`` with full fine-tuning (the default): peft froze the base it merged
+    the adapter into, and the iteration's first training failed with "element 0 of tensors does not require grad",
+    after the sampling and scoring before it."""
+    for role in ("planner", "grounder"):
+        getattr(loop_config, role).adapter = str(_adapter_on(tiny_agents_dir / role, tmp_path / f"{role}-adapter"))
+    with Store(tmp_path / "s.duckdb") as store:
+        run_id = create_run(store, loop_config)
+        assert run_loop(store, run_id) == "done"
+        for role in ("planner", "grounder"):
+            found = store.checkpoint(run_id, 1, role)
+            assert found["kind"] == "full", found
+            start = _params(models.load_model(models.ModelSpec(str(tiny_agents_dir / role), adapter=getattr(
+                loop_config, role).adapter, device="cpu"))[0])
+            trained = _params(models.load_model(models.ModelSpec(found["path"], device="cpu"))[0])
+            assert any(not torch.equal(start[n], trained[n]) for n in start), role  # the training moved them
