@@ -7,9 +7,11 @@ Contract
   ``The answer is 18.``. A percent sign is dropped (``50%`` -> 50) because GSM8K/SVAMP gold answers to percent
   questions are written as the bare number. Nothing is ever evaluated: numbers are read with a regular expression
   and built with ``fractions.Fraction`` from their digits.
-* ``maths_correct(predicted, gold)``: when the gold answer is a number, the last number of the prediction must be
-  within ``rel_tol`` (relative, with an absolute floor of ``rel_tol`` near zero); otherwise (symbolic answers such as
-  ``x-7y``) the two strings must be equal after lower-casing and removing spaces, ``$`` and a trailing period.
+* ``maths_correct(predicted, gold)``: when the gold answer is a number, the prediction must answer with one number
+  (``answer_number``: ``18``, ``$18.00``, ``18 dollars``, ``The answer is 18.``; not ``1, 2, 18``, ``-18, 18`` or
+  ``unknown + 18``) within ``rel_tol`` = 1e-6 (relative, with an absolute floor of ``rel_tol`` near zero: float
+  rounding only); otherwise (symbolic answers such as ``x-7y``) the two strings must be equal after lower-casing and
+  removing spaces, ``$`` and a trailing period.
 * ``normalize_answer``, ``exact_match``, ``f1``: the official HotpotQA evaluation (hotpot_evaluate_v1.py, itself the
   SQuAD script) including its yes/no/noanswer rule in F1.
 * ``yes_no(text)`` reads a StrategyQA-style boolean; ``strategyqa_correct(pred, gold)`` compares two of them.
@@ -41,10 +43,14 @@ _NUMBER_RE = re.compile(
     r"(?P<pct>\s*%)?"
 )
 # A whole answer that is just a number, optionally with currency, percent, trailing unit words and a full stop.
+# Unit words are separated by runs of spaces that nothing else may also match (a space belonging to either the
+# words or the trailing blanks made "18 a" + 1,000 spaces + "!" take seconds to refuse).
 _PLAIN_NUMBER_RE = re.compile(
     r"^\s*[-+\u2212]?(?:\$\s*)?-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
-    r"(?:\s*/\s*\d+(?:\.\d+)?)?(?:[eE][-+]?\d+)?\s*%?(?:\s+[A-Za-z][A-Za-z ]*)?\s*\.?\s*$"
+    r"(?:\s*/\s*\d+(?:\.\d+)?)?(?:[eE][-+]?\d+)?\s*%?(?:\s+[A-Za-z]+)*\s*(?:\.\s*)?$"
 )
+# What may not stand beside the one number of an answer written as a sentence: another operand or an operator.
+_NOT_AN_ANSWER_RE = re.compile(r"[\d+\-\u2212*/^=<>()\[\],]")
 
 
 def _match_value(match: re.Match[str]) -> Fraction | None:
@@ -85,10 +91,26 @@ def _normalise_symbolic(text: str) -> str:
     return re.sub(r"[\s$]", "", str(text).lower()).rstrip(".")
 
 
-def maths_correct(predicted: Any, gold: Any, rel_tol: float = 1e-4) -> bool:
-    """Numeric comparison when the gold is a number (``18`` == ``18.0`` == ``$18`` == ``36/2``), else string match."""
+def answer_number(text: Any) -> sympy.Rational | None:
+    """The number ``text`` answers with: a plain number (``is_plain_number``), or a sentence whose one number stands
+    alone (``The answer is 18.``); None for anything holding another number or an operator beside it (``1, 2, 18``,
+    ``-18, 18``, ``unknown + 18``): a tool's unresolved or listed values, which hold the gold among others."""
+    if is_plain_number(text):
+        return parse_number(text)
+    if not isinstance(text, str):
+        return None
+    found = [m for m in _NUMBER_RE.finditer(text) if _match_value(m) is not None]
+    if len(found) != 1 or _NOT_AN_ANSWER_RE.search(text[:found[0].start()] + " " + text[found[0].end():]):
+        return None
+    return parse_number(found[0].group(0))
+
+
+def maths_correct(predicted: Any, gold: Any, rel_tol: float = 1e-6) -> bool:
+    """Numeric comparison when the gold is a number (``18`` == ``18.0`` == ``$18`` == ``36/2``), else string match.
+    The prediction must answer with one number (``answer_number``); ``rel_tol`` absorbs float rounding only (Lumos
+    compares the final value exactly; 1e-4 took 69,995 for 70,000)."""
     if is_plain_number(gold):
-        want, got = parse_number(gold), parse_number(predicted)
+        want, got = parse_number(gold), answer_number(predicted)
         if want is None or got is None:
             return False
         # Relative tolerance with an absolute floor so that a gold of 0 still accepts 0.00001-level noise.

@@ -322,3 +322,13 @@ def test_equation_variable_cannot_be_one_side_of_an_equation():
         run("SolveEquation", "R1 = 4", env)
     with pytest.raises(ToolError, match="cannot be one side of another"):
         run("SetEquation", "y = R1", env)
+
+
+def test_roots_without_radicals_and_cardanos_real_roots():
+    """A quintic without radical roots had "no solution" (sympy, given a one-equation system, returned none); a
+    cubic's real root came with its two complex ones (sympy's ``is_real`` is None for Cardano's radicals), and a cubic
+    with three real roots was written with ``I`` in each."""
+    assert run("SolveEquation", "x**5 - x + 1 = 0") == ["-1.16730397826"]
+    assert run("SolveEquation", "x**3 + x + 1 = 0") == ["-0.682327803828"]
+    assert run("SolveEquation", "x**3 - 3*x + 1 = 0") == ["-1.87938524157, 0.347296355334, 1.53208888624"]
+    assert run("SolveEquation", "x**2 + 1 = 0") == ["-I, I"]  # no real root: the complex ones, as before

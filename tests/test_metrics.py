@@ -7,6 +7,7 @@ import sympy
 
 from engine.metrics import (
     aggregate,
+    answer_number,
     exact_match,
     f1,
     f1_prf,
@@ -70,11 +71,31 @@ def test_maths_correct_other_cases():
     assert maths_correct("1234", "1,234")
     assert maths_correct("-3.5", "-7/2")
     assert not maths_correct("17", "18")
-    assert not maths_correct("18.01", "18")  # 0.01/18 > 1e-4
+    assert not maths_correct("18.01", "18")  # 0.01/18 > 1e-6
     assert maths_correct("18.001", "18", rel_tol=1e-3)
     assert not maths_correct("", "18")
     assert not maths_correct("no idea", "18")
-    assert maths_correct("0.00001", "0")  # absolute floor near zero
+    assert maths_correct("0.0000001", "0")  # absolute floor near zero
+    assert maths_correct("1.41421356237", "1.414213562373095")  # a tool's float rounding
+    assert not maths_correct("69995", "70000")  # within the old 1e-4: a different answer
+
+
+@pytest.mark.parametrize("pred", ["1, 2, 3, 18", "-18, 18", "unknown + 18", "x = 18", "18 apples and 3 pears",
+                                  "He had 3 apples, then 5, so 18 in all", "(18)"])
+def test_an_answer_holding_the_gold_among_other_values_is_wrong(pred):
+    """The last number of ``pred`` is 18, which scored it correct: a Calculator of a tuple, an equation's two roots or
+    an expression left with an unknown in it reached the gold that way."""
+    assert not maths_correct(pred, "18")
+    assert answer_number(pred) is None
+
+
+def test_a_plain_number_is_refused_in_linear_time():
+    """Unit words and trailing blanks could both take a space: "18 a" + spaces + "!" backtracked for seconds."""
+    import time
+
+    started = time.perf_counter()
+    assert not is_plain_number("18 a" + " " * 20_000 + "!")
+    assert time.perf_counter() - started < 1.0  # quadratic before: about 10 s at this length
     # Symbolic answers fall back to normalised string equality.
     assert maths_correct("x - 7y", "x-7y")
     assert maths_correct("X-7Y.", "x-7y")

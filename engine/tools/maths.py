@@ -102,9 +102,29 @@ def _cap_memory(extra: int) -> None:
 
 
 def _solve(equations: list[Any], symbols: list[sympy.Symbol]) -> list[dict[Any, Any]]:
-    solutions = sympy.solve(equations, symbols, dict=True)
-    real = [s for s in solutions if all(v.is_real is not False for v in s.values())]
+    """Every solution, the real ones only when there are any. One equation in one unknown goes to sympy as itself:
+    given as a system, a polynomial without radical roots (``x**5 - x + 1``) came back with none ("no solution"),
+    while alone its roots come back as ``CRootOf``."""
+    if len(equations) == 1 and len(symbols) == 1:
+        solutions = sympy.solve(equations[0], symbols[0], dict=True)
+    else:
+        solutions = sympy.solve(equations, symbols, dict=True)
+    real = []
+    for solution in solutions:
+        values = {symbol: _real_value(value) for symbol, value in solution.items()}
+        if all(value is not None for value in values.values()):
+            real.append(values)
     return real or solutions
+
+
+def _real_value(value: Any) -> Any:
+    """``value`` when it is real, else None. sympy cannot tell for Cardano's radicals (``is_real`` None: a cubic's
+    two complex roots were kept beside its real one, and three real roots were written with ``I`` in them), so those
+    are decided by their numeric value and kept as it (a float to 30 digits)."""
+    if value.is_real is not None or value.free_symbols:  # known, or a parametric root (several unknowns)
+        return value if value.is_real is not False else None
+    real, imaginary = sympy.N(value, 30).as_real_imag()
+    return real if abs(imaginary) <= sympy.Float("1e-20") * max(abs(real), 1) else None
 
 
 def _solve_inequality(relations: list[Any], symbol: sympy.Symbol) -> Any:
