@@ -5,8 +5,9 @@ Contract: ``load(format, path, ground=None, split=None)`` yields Tasks; every ma
 validated before the first Task is yielded, so a consumer never sees part of a bad file. Files must be UTF-8 JSONL
 with at least one record and lines of at most ``engine.tasks.MAX_LINE_BYTES``; the SVAMP loader also takes one JSON
 array document, as SVAMP itself ships (``engine.tasks.read_records``: up to ``MAX_ARRAY_BYTES``, each record located
-by its line and position). ``FORMATS`` lists the names the CLI accepts. Each loader lives in its own module and is
-imported lazily by ``load``; the validation helpers they share live in ``engine.formats.common``.
+by its line and position), and the StrategyQA loader one BIG-bench task document (``engine.formats.strategyqa``).
+``FORMATS`` lists the names the CLI accepts. Each loader lives in its own module and is imported lazily by ``load``;
+the validation helpers they share live in ``engine.formats.common``.
 """
 
 from __future__ import annotations

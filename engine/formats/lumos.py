@@ -76,9 +76,13 @@ def parse_subgoals(text: str) -> list[str]:
 
 
 def parse_planner_turn(text: str) -> tuple[int, str] | None:
-    """An iterative planner turn -> ``(k, subgoal)``, or None for "Yes, I will stop planning."."""
+    """An iterative planner turn -> ``(k, subgoal)``, or None for "Yes, I will stop planning." (alone: text after it
+    is a ``ValueError``, like any other malformed turn)."""
     text = text.lstrip()
     if text.startswith(STOP_PLANNING):
+        # Exactly the stop sentence (trailing whitespace aside): text after it was dropped unseen, a half-read turn.
+        if text.rstrip() != STOP_PLANNING:
+            raise ValueError(f"expected nothing after {STOP_PLANNING!r}, got {text[len(STOP_PLANNING) :][:40]!r}")
         return None
     if text.startswith(KEEP_PLANNING):
         text = text[len(KEEP_PLANNING) :]
@@ -204,14 +208,17 @@ def _parse_ground(rec: _Record, contents: list[str], domain: str, where: _Where)
     if not first.startswith(head):
         raise where.error(0, f"expected the grounder instruction with the {rec.dataset} action list and 'Task: '")
     rest = first[len(head) :]
-    onetime, iterative = f" \n{ONETIME_SUBGOALS}", f" \n{ITERATIVE_SUBGOAL}"
+    # The question ends at the marker grounder_header + the first subgoal put after it, not at the first " \n": a
+    # question may hold " \n" itself (MATH problems do), and was cut there. "Subgoal 1: " is part of the marker so
+    # that a question quoting the bare marker still splits right.
+    onetime, iterative = f" \n{ONETIME_SUBGOALS}Subgoal 1: ", f" \n{ITERATIVE_SUBGOAL}Subgoal 1: "
     if onetime in rest and len(contents) == 2:
         rec.formulation = "onetime"
         rec.question, _, subgoals = rest.partition(onetime)
         if not subgoals.endswith("\n"):
             raise where.error(0, "the subgoals must end with a newline")
         try:
-            rec.subgoals = parse_subgoals(subgoals[:-1])
+            rec.subgoals = parse_subgoals("Subgoal 1: " + subgoals[:-1])
         except ValueError as exc:
             raise where.error(0, str(exc)) from None
         rec.actions = [contents[1]]
@@ -219,7 +226,8 @@ def _parse_ground(rec: _Record, contents: list[str], domain: str, where: _Where)
     if iterative not in rest:
         raise where.error(0, f"expected {onetime.strip()!r} (with one actions turn) or {iterative.strip()!r}")
     rec.formulation = "iterative"
-    rec.question, _, tail = rest.partition(" \n")
+    rec.question, _, tail = rest.partition(iterative)
+    tail = iterative.lstrip(" \n") + tail  # _ground_turn reads every turn from its "Subgoal to be grounded: "
     shown: dict[int, str] = {}
     for index in range(0, len(contents), 2):
         text = tail if index == 0 else contents[index]

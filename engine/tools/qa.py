@@ -1,11 +1,12 @@
 """Offline QA tools of the Lumos action language: KnowledgeQuery, ParagraphRetrieve and QA over a passage corpus.
 
-Contract: a ``Corpus`` holds ``Passage(title, text)`` rows, built from a task's context list (``"title: text"``
-strings, as the HotpotQA loader writes them) or loaded from a JSONL file of ``{"title", "text"}`` (bad lines raise a
-located ``DataError``). ``KnowledgeQuery(query)`` returns the passages of the best-matching page (title match first,
-else BM25 over passages); ``ParagraphRetrieve(context, Query: q)`` ranks the paragraphs (or sentences) of a context
-with BM25 and keeps the top ones; ``QA([contexts], Question: q)`` asks ``qa_model.answer(context, question)`` when a
-model is given, otherwise an extractive fallback answers and the result carries ``note="extractive fallback"``.
+Contract: a ``Corpus`` holds ``Passage(title, text)`` rows, built from a task's context list (``"title: text"``, or
+``"[title]: text"`` for a title holding ": ", as the HotpotQA loader writes them and ``split_passage`` reads them) or
+loaded from a JSONL file of ``{"title", "text"}`` (bad lines raise a located ``DataError``). ``KnowledgeQuery(query)``
+returns the passages of the best-matching page (title match first, else BM25 over passages);
+``ParagraphRetrieve(context, Query: q)`` ranks the paragraphs (or sentences) of a context with BM25 and keeps the top
+ones; ``QA([contexts], Question: q)`` asks ``qa_model.answer(context, question)`` when a model is given, otherwise an
+extractive fallback answers and the result carries ``note="extractive fallback"``.
 Nothing here touches the network; ``OpenAIQA`` is a thin adapter for an OpenAI-compatible server.
 """
 
@@ -21,6 +22,7 @@ from rank_bm25 import BM25Okapi
 
 from engine.actions import keyword_args, split_args
 from engine.errors import DataError
+from engine.formats.hotpotqa import split_passage
 from engine.tasks import read_jsonl
 from engine.tools.base import ToolError, ToolResult
 from engine.tools.math_values import value_to_text
@@ -74,11 +76,13 @@ class Corpus:
 
     @classmethod
     def from_context(cls, context: Sequence[str]) -> Corpus:
-        """A task's context strings; ``"title: text"`` gives a titled passage, other strings an untitled one."""
+        """A task's context strings; ``"title: text"`` or ``"[title]: text"`` gives a titled passage, other strings an
+        untitled one. The rule is the HotpotQA loader's own (``split_passage``), so a title holding ": " comes back
+        whole instead of cut at its first ": " (and merged with the page named by its first part)."""
         passages = []
         for item in context:
-            title, sep, text = item.partition(": ")
-            passages.append(Passage(title.strip(), text.strip()) if sep and len(title) <= 120 else Passage("", item))
+            titled = split_passage(item)
+            passages.append(Passage(*titled) if titled else Passage("", item))
         return cls(passages)
 
     @classmethod
