@@ -25,9 +25,10 @@ Contract:
   file: ``{"prompt", "completion", "task_id", "role", "batch", "n", "rewards", "reward", "advantage"}`` (``role``:
   ``planner`` or ``grounder``; ``prompt``: that role's prompt, the planner's for a plan, the grounder's for an action
   sequence; ``rewards``: each named reward as a JSON object text).
-* ``fmt`` is ``"jsonl"`` or ``"parquet"``; files are written to a temp file and renamed into place, so a reader
-  never sees half a file. Each returns the number of rows written; the files load with
-  ``datasets.load_dataset("json" | "parquet", data_files=path)``.
+* ``fmt`` is ``"jsonl"`` or ``"parquet"``; files are written by ``engine.out_files.write_file``: a regular file (a
+  symlink's target, the link kept) through a temp file renamed into place, so a reader never sees half a file;
+  anything else (``/dev/stdout``, ``/dev/fd/N``, a FIFO) straight into it. Each returns the number of rows written;
+  the files load with ``datasets.load_dataset("json" | "parquet", data_files=path)``.
 * A written file has the mode ``open(path, "w")`` would give it: the replaced file's, else ``0o666`` less the umask
   (not the ``0o600`` of a private temp file). A folder that takes no new file raises ``OSError`` before anything is
   written; ``probe_folder(path)`` asks the same up front, for callers with long work before the write.
@@ -42,8 +43,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.export_forms import FORMATS, PAIRS_FORMS
+from engine.out_files import probe_out, write_file
 from engine.outcome import gold_step_results
 from engine.store import Store
 from engine.turns import Agent, grounding_messages, planner_step_messages, planner_step_prompt
@@ -305,41 +305,8 @@ def export_rollouts(store: Store, run_id: str, iteration: int, path: str | Path,
 
 def probe_folder(path: str | Path) -> None:
     """Raise the ``OSError`` writing ``path`` would meet at its first step (the folder takes no new file), leaving
-    nothing behind: a command that works for minutes before it writes asks first."""
-    fd, tmp = _create_temp(Path(path))
-    os.close(fd)
-    tmp.unlink(missing_ok=True)
-
-
-def _create_temp(path: Path) -> tuple[int, Path]:
-    """An empty temp file beside ``path`` (same filesystem, so the rename is atomic), opened for writing.
-
-    Not ``tempfile.mkstemp``: it makes ``0o600`` files, which the rename then handed to the user as the export's own
-    mode. Created with ``0o666`` the kernel applies the umask, exactly as ``open()`` does (reading the umask means
-    setting it, which races the studio's other threads); a file being replaced lends its mode, as it keeps it under
-    ``open(path, "w")``. ``OSError`` when the folder takes no new file, its message naming the folder (the raw one
-    names the temp file, which the user never asked for)."""
-    try:
-        mode: int | None = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = None
-    for _ in range(100):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise OSError(exc.errno, f"cannot create a file in {path.parent} ({exc.strerror})") from None
-        if mode is not None:
-            try:
-                os.chmod(tmp, mode)
-            except BaseException:
-                os.close(fd)
-                tmp.unlink(missing_ok=True)
-                raise
-        return fd, tmp
-    raise FileExistsError(f"no free temp file name beside {path}")
+    nothing behind: a command that works for minutes before it writes asks first (``engine.out_files.probe_out``)."""
+    probe_out(path)
 
 
 def _write(rows: list[dict[str, Any]], path: str | Path, fmt: str, schema: pa.Schema) -> int:
@@ -362,16 +329,10 @@ def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
 
 
 def replace_file(path: Path, mode: str, fill: Callable[[Any], object]) -> None:
-    """Run ``fill`` on a temp file beside ``path`` opened with ``mode``, then rename it over ``path``; on any error
-    the temp file is removed and ``path`` is untouched (also ``engine.eval_cache``'s writer)."""
-    fd, tmp = _create_temp(path)
-    try:
-        with os.fdopen(fd, mode, encoding="utf-8" if "b" not in mode else None) as out:
-            fill(out)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Run ``fill`` on ``path`` opened with ``mode`` through ``engine.out_files.write_file``: for a regular file a temp
+    file beside it (a symlink's target), renamed over it; on any error the temp file is removed and the file is
+    untouched (also ``engine.eval_cache``'s writer)."""
+    write_file(path, mode, fill)
 
 
 def _write_jsonl(rows: Iterable[dict[str, Any]], out: Any) -> None:

@@ -4,6 +4,9 @@ A task is a question (plus optional context passages) with, when known, its gold
 its gold answer. ``gold_actions`` holds one action string per subgoal (``"R2 = Calculator(R1 - 7)"``, or several
 actions joined by ``"; "``), or, read from a Lumos onetime grounder file, one string for the whole plan; either way
 ``"; ".join(task.gold_actions)`` is the onetime grounding.
+
+Files are written through ``engine.out_files.write_file`` (atomic for a regular file, a symlink's target
+replaced, a pipe or device written straight).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ArrayLine, DataError
+from engine.out_files import write_file
 
 DOMAINS = ("maths", "qa", "web")
 SPLITS = ("train", "dev", "held_in", "held_out")  # dev: for tuning; held_out: only for reporting
@@ -348,14 +352,16 @@ def load_tasks(path: str | Path) -> Iterator[Task]:
 
 
 def write_tasks(tasks: Iterable[Task], path: str | Path) -> int:
-    """Write tasks as JSONL atomically (a temp file renamed into place); returns the count."""
+    """Write tasks as JSONL through ``write_file`` (atomically for a regular file); returns the count."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
     count = 0
-    with open(tmp, "w", encoding="utf-8") as out:
+
+    def fill(out: Any) -> None:
+        nonlocal count
         for task in tasks:
             out.write(json.dumps(task.to_dict(), ensure_ascii=False) + "\n")
             count += 1
-    tmp.replace(path)
+
+    write_file(path, "w", fill)
     return count

@@ -2,9 +2,11 @@
 
 Prints one JSON line (the file written, its counts) and exits 0. Bad input is refused before any work with
 ``error: --flag: what is wrong`` on stderr and exit status 2 (argparse's own usage errors exit 2 too): a negative
-count, a percentage outside 0-100, ``--pool-only`` without a pool size, an ``--out`` that is a directory. The file is
-written through a temporary file renamed into place (``engine.tasks.write_tasks``); Ctrl-C removes that temporary
-file, leaves ``--out`` as it was, prints one line on stderr and exits 130.
+count, a percentage outside 0-100, ``--pool-only`` without a pool size, an ``--out`` that is a directory or whose
+folder takes no new file (``error: --out: cannot write OUT: ...``, also when writing fails later: a full disk). The
+file is written by ``engine.tasks.write_tasks``: a regular file (a symlink's target, the link kept) through a
+temporary file renamed into place, which any failure removes; ``/dev/stdout``, a FIFO or a device straight into it.
+Ctrl-C leaves a regular ``--out`` as it was, prints one line on stderr and exits 130.
 """
 
 from __future__ import annotations
@@ -88,11 +90,16 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or (POOL if args.pool_only else SUITE)
     if Path(out).is_dir():
         return usage_error("--out", f"{out} is a directory; give a file name")
+    from engine.out_files import probe_out
+
+    try:  # before the suite is generated: /proc/x.jsonl was a traceback (exit 1) after it
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        probe_out(out)
+    except OSError as exc:
+        return usage_error("--out", f"cannot write {out}: {exc.strerror or exc}")
     try:
         return _write(args, out)
-    except KeyboardInterrupt:
-        # write_tasks renames its OUT.tmp into place only when complete: a Ctrl-C while writing leaves that file.
-        Path(out).with_suffix(Path(out).suffix + ".tmp").unlink(missing_ok=True)
+    except KeyboardInterrupt:  # write_tasks removed its temp file; the rename onto --out had not happened
         print(f"demo-world: stopped by Ctrl-C; {out} left as it was", file=sys.stderr)
         return STOPPED
 
@@ -108,7 +115,10 @@ def _write(args: argparse.Namespace, out: str) -> int:
     tasks = generate_suite(config)
     if args.pool_only:
         tasks = [t for t in tasks if is_pool_task(t)]
-    write_tasks(tasks, out)
+    try:
+        write_tasks(tasks, out)
+    except OSError as exc:  # the folder changed since the probe, a full disk: write_tasks left no temp file
+        return usage_error("--out", f"cannot write {out}: {exc.strerror or exc}")
     counts = Counter(f"{t.domain}/{t.split}" for t in tasks)
     print_json({"out": out, "count": len(tasks), "by_domain_split": dict(sorted(counts.items()))})
     return 0
