@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -63,12 +63,15 @@ class RunLedger:
 
     # -- runs and stages ---------------------------------------------------------------------------------------
 
-    def create_run(self, name: str, config: dict[str, Any], run_dir: str | Path, tasks: Iterable[Task] = ()) -> str:
+    def create_run(self, name: str, config: dict[str, Any], run_dir: str | Path, tasks: Iterable[Task] = (), *,
+                   claim: Callable[[str], bool] | None = None) -> str:
         """Register a run and its ``tasks`` in one transaction; its id is ``<slug>-YYYYMMDD-HHMM`` (``-2``, ``-3``
         ... when taken). A kill mid-way leaves no run at all, never a run without its tasks (whose stages would
         resume to empty results).
 
         ``run_dir`` may contain ``{run_id}``, filled in with the new id (callers rarely know it beforehand).
+        ``claim(candidate)`` is asked about each id this store has not taken, in order; False passes it over (the
+        loop's claims the run's directory on disk: another store may have a run of that id in the same workdir).
         """
         tasks = list(tasks)
         base = f"{slug(name)}-{datetime.now().strftime('%Y%m%d-%H%M')}"
@@ -77,7 +80,8 @@ class RunLedger:
         def body(cur: duckdb.DuckDBPyConnection) -> str:
             rows = cur.execute("SELECT run_id FROM runs WHERE starts_with(run_id, ?)", [base]).fetchall()
             taken = {r[0] for r in rows}
-            run_id = next(c for c in (base, *(f"{base}-{n}" for n in range(2, 10**6))) if c not in taken)
+            run_id = next(c for c in (base, *(f"{base}-{n}" for n in range(2, 10**6)))
+                          if c not in taken and (claim is None or claim(c)))
             cur.execute(
                 "INSERT INTO runs (run_id, name, config_json, run_dir) VALUES (?, ?, ?, ?)",
                 [run_id, name, config_json, str(run_dir).replace("{run_id}", run_id)],

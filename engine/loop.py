@@ -22,6 +22,7 @@ and record one only when it goes past ``run.iterations`` (``studio.jobs.loop_job
 from __future__ import annotations
 
 import shlex
+import shutil
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -77,7 +78,29 @@ def create_run_with_cautions(store: Store, config: RunConfig) -> tuple[str, list
     printed it before (only the stderr line is once per process), so a page can show the run it just created."""
     tasks, cautions = check_new_run(config)
     run_dir = Path(config.run.workdir)
-    run_id = store.create_run(config.run.name, config_to_dict(config), run_dir, tasks)
+    claimed: list[Path] = []
+
+    def claim(run_id: str) -> bool:
+        """Make the run's directory, or pass the id over when it exists: two stores (the studio's and a CLI run on
+        another ``--db``) starting a run of one name in one minute in one workdir both took ``<name>-<minute>``, and
+        the second overwrote the first's config.toml, then its checkpoints. ``mkdir`` is atomic across processes."""
+        directory = run_dir / run_id
+        try:
+            directory.mkdir(parents=True)
+        except FileExistsError:
+            return False
+        claimed.append(directory)
+        return True
+
+    try:
+        run_id = store.create_run(config.run.name, config_to_dict(config), run_dir, tasks, claim=claim)
+    except BaseException:
+        for directory in claimed:  # nothing registered: the directories this attempt made go too
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+    for directory in claimed:  # a retried transaction claims again: only the id it registered keeps its directory
+        if directory.name != run_id:
+            shutil.rmtree(directory, ignore_errors=True)
     write_run_config(run_directory(store, run_id), config)
     return run_id, cautions
 

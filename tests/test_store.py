@@ -605,3 +605,45 @@ def test_an_unknown_run_id_is_answered_with_the_ids_it_was_likely_meant_to_be(st
         "no run 'zzz' in s.duckdb; its runs, newest first: tiny-full-s5-20261206-0500, tiny-full-s4-20261206-0400, "
         "tiny-full-s3-20261206-0300, tiny-full-s2-20261206-0200, tiny-full-s1-20261206-0100 and 3 more")
     assert "its runs, newest first: tiny-full-s5" in store.unknown_run("")  # not "did you mean" every run
+
+
+def test_two_stores_never_share_a_run_directory(tmp_path, loop_config, monkeypatch):
+    """Two stores (the studio's and a CLI run on another ``--db``) creating a run of one name in one minute in one
+    workdir both took ``<name>-<minute>``: the second overwrote the first's config.toml, and would have replaced its
+    checkpoints. The second now takes the next id whose directory is free."""
+    from datetime import datetime
+
+    from engine import ledger
+    from engine.loop import create_run, run_directory
+
+    class OneMinute(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime(2026, 12, 7, 21, 58, 30, tzinfo=tz)
+
+    monkeypatch.setattr(ledger, "datetime", OneMinute)
+    ids, directories = [], []
+    for db in ("a.duckdb", "b.duckdb"):
+        with Store(tmp_path / db) as store:
+            loop_config.run.seed = len(ids) + 1
+            run_id = create_run(store, loop_config)
+            ids.append(run_id)
+            directories.append(run_directory(store, run_id))
+    assert ids == ["run-20261207-2158", "run-20261207-2158-2"]  # before: the same id twice
+    assert directories[0] != directories[1]
+    seeds = [d.joinpath("config.toml").read_text(encoding="utf-8") for d in directories]
+    assert "seed = 1" in seeds[0] and "seed = 2" in seeds[1]  # each directory still describes its own run
+
+
+def test_a_failed_registration_leaves_no_run_directory(tmp_path, loop_config, monkeypatch):
+    from engine.loop import create_run
+
+    def refuse(*args, **kwargs):
+        kwargs["claim"]("demo-x")  # the directory is claimed, then the store fails
+        raise StoreError("disk full")
+
+    with Store(tmp_path / "s.duckdb") as store:
+        monkeypatch.setattr(store, "create_run", refuse)
+        with pytest.raises(StoreError):
+            create_run(store, loop_config)
+    assert not (Path(loop_config.run.workdir) / "demo-x").exists()
