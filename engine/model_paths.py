@@ -9,7 +9,9 @@ about 25 s and then fails with a network error). A path is local, never a hub id
 * starts with ``.`` or ``~`` (``./planner``, ``../agents/grounder``, ``~/models/x``): the hub refuses names that
   start with ``.``, and ``~`` is the home directory;
 * has a first component that is a directory here, relative to the working directory (``runs/demo-joint`` beside a
-  ``runs/`` folder: a checkpoint not built yet, not the model ``demo-joint`` of a hub user ``runs``).
+  ``runs/`` folder: a checkpoint not built yet, not the model ``demo-joint`` of a hub user ``runs``), or is
+  ``runs``, the engine's default ``run.workdir``, which a fresh clone does not have yet (the presets' ``runs/...``
+  agents are built there: before, such a path was asked of the hub for about 35 s).
 
 Anything else of the ``org/name`` form (``HuggingFaceTB/SmolLM2-135M`` with no ``HuggingFaceTB/`` folder here) is a
 hub id and False: the loaders resolve it on the hub.
@@ -21,6 +23,7 @@ import re
 from pathlib import Path
 
 HUB_ID = re.compile(r"[\w.-]+/[\w.-]+\Z")  # "org/name"
+DEFAULT_WORKDIR = "runs"  # engine.config.RunSection.workdir's default (not imported: this module stays light)
 
 
 def reads_as_local(path: str) -> bool:
@@ -29,7 +32,7 @@ def reads_as_local(path: str) -> bool:
     if path.startswith((".", "~")):
         return True
     first = path.split("/", 1)[0]
-    return bool(first) and Path(first).is_dir()
+    return first == DEFAULT_WORKDIR or (bool(first) and Path(first).is_dir())
 
 
 def missing_model_directory(path: str) -> bool:

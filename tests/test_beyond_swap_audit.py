@@ -205,6 +205,18 @@ def test_a_missing_local_path_like_a_hub_id_is_no_model_directory_at_once(tmp_pa
     assert missing_model_directory("runs/a/b")  # not of the org/name form: a local path, as before
 
 
+def test_a_fresh_clone_without_runs_reads_runs_paths_as_local(tmp_path, monkeypatch):
+    """A fresh clone has no ``runs/`` folder yet; the presets name agents built there (``runs/demo-joint``), which
+    were then asked of the hub as user ``runs``'s model for about 35 s before a network error."""
+    from engine.config import RunSection
+    from engine.model_paths import DEFAULT_WORKDIR, missing_model_directory
+
+    monkeypatch.chdir(tmp_path)
+    assert DEFAULT_WORKDIR == RunSection().workdir
+    assert missing_model_directory("runs/demo-joint")
+    assert not missing_model_directory("HuggingFaceTB/SmolLM2-135M")
+
+
 def test_an_experiment_that_asks_a_swap_table_of_a_one_weights_variant_is_refused_when_it_loads(tmp_path,
                                                                                                  tiny_agents_dir):
     """Else ``swap_finished`` raised after every run of the experiment had been trained."""
