@@ -6,6 +6,10 @@ MOAT_VIEWERS, MOAT_READ_ONLY, MOAT_WORKSPACE, MOAT_FIRST_VISIT_DEMO), open the o
 build the studio (``studio.app.build_app``) and serve it behind the login gate (``studio.auth.serve``). Nothing is
 trained at start-up. Spaces mode (env ``SPACE_ID`` set) caps run sizes and allows only the demo agents. Flags are
 parsed in ``main`` only, never at import (Spaces imports this file).
+
+A bad flag or environment value (a ``--config`` file that is not there, an ``--auth`` that is neither user:password
+nor a file) stops start-up before anything is opened or built, as the CLI reports bad input: ``error: WHERE: ...`` on
+stderr, exit 2, WHERE naming the flag or the environment variable it came from. The store's own refusals exit 3.
 """
 
 from __future__ import annotations
@@ -17,26 +21,49 @@ import sys
 from pathlib import Path
 
 
-def parse_auth(value: str | None) -> list[tuple[str, str]] | None:
+class FlagError(SystemExit):
+    """A bad flag or environment value; ``main`` prints it as ``error: MESSAGE`` and exits 2."""
+
+
+def parse_auth(value: str | None, where: str = "--auth") -> list[tuple[str, str]] | None:
     """``user:password``, or a file of ``user:password`` lines (blank lines and ``#`` comments skipped). An inline
     value that looks like a list (``ana:pw1,bob:pw2``) is refused: it was taken as user ana with password
-    ``pw1,bob:pw2``, and neither ana/pw1 nor bob/pw2 could log in, with no word at start-up."""
+    ``pw1,bob:pw2``, and neither ana/pw1 nor bob/pw2 could log in, with no word at start-up. ``where``: the flag or
+    environment variable the value came from, which every ``FlagError`` names."""
     if not value:
         return None
-    if not Path(value).is_file() and re.search(r",[^,:]+:", value):
-        raise SystemExit(f"--auth: one user:password inline, got what looks like a list ({value.split(':')[0]}:...,"
-                         "...); for several users, give a file of user:password lines")
-    lines = Path(value).read_text(encoding="utf-8").splitlines() if Path(value).is_file() else [value]
+    is_file = Path(value).is_file()
+    if not is_file and re.search(r",[^,:]+:", value):
+        raise FlagError(f"{where}: one user:password inline, got what looks like a list ({value.split(':')[0]}:...,"
+                        "...); for several users, give a file of user:password lines")
+    if not is_file and ":" not in value:  # a mistyped file name, most likely: say that no such file was found
+        raise FlagError(f"{where}: expected user:password or a file of such lines, got {value[:40]!r} (no such file)")
+    lines = Path(value).read_text(encoding="utf-8").splitlines() if is_file else [value]
     pairs = []
-    for line in lines:
+    for number, line in enumerate(lines, start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         user, sep, password = line.partition(":")
         if not sep or not user or not password:
-            raise SystemExit(f"--auth: expected user:password, got {line[:40]!r}")
+            at = f"{value}:{number}: " if is_file else ""
+            raise FlagError(f"{where}: {at}expected user:password, got {line[:40]!r}")
         pairs.append((user, password))
     return pairs or None
+
+
+def given_as(argv: list[str], flag: str, env_name: str) -> str:
+    """Where a flag's value came from, for an error to name: the flag when given, else its environment variable."""
+    return flag if any(a == flag or a.startswith(f"{flag}=") for a in argv) else env_name
+
+
+def check_config(path: str, where: str) -> None:
+    """The Run tab's config must be a file: a typo in ``--config`` or ``MOAT_CONFIG`` once started the studio with an
+    empty editor and no word why. ``where`` empty: the default, which is relative to the working directory."""
+    default = "" if where else " (the default, a path from the repository's root: start there or give --config FILE)"
+    if not Path(path).is_file():
+        raise FlagError(f"{where or '--config'}: {'not a file' if Path(path).exists() else 'no such file'}: "
+                        f"{path}{default}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,7 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="MOAT Studio: run, watch, curate and steer the MOAT loop.",
                                 allow_abbrev=False)
     p.add_argument("--db", default=env.get("MOAT_DB", "runs/studio.duckdb"), help="DuckDB store (env MOAT_DB)")
-    p.add_argument("--config", default=env.get("MOAT_CONFIG", "examples/demo.toml"), help="config shown in Run tab")
+    p.add_argument("--config", default=env.get("MOAT_CONFIG") or "examples/demo.toml",
+                   help="config shown in the Run tab (env MOAT_CONFIG)")
     p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"), help="interface to listen on")
     p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT", "7860")), help="port")
     p.add_argument("--auth", default=env.get("MOAT_AUTH"), help="user:password, or a file of user:password lines")
@@ -62,7 +90,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    try:  # every flag checked before the store is opened (or created) and the studio built
+        check_config(args.config, given_as(argv, "--config", "MOAT_CONFIG" if os.environ.get("MOAT_CONFIG") else ""))
+        viewers = parse_auth(args.viewers, given_as(argv, "--viewers", "MOAT_VIEWERS")) or []
+        accounts = (parse_auth(args.auth, given_as(argv, "--auth", "MOAT_AUTH")) or []) + viewers
+    except FlagError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     spaces = bool(os.environ.get("SPACE_ID"))
     if spaces and args.host == "127.0.0.1":
         args.host = "0.0.0.0"  # Spaces routes to the container's port
@@ -82,8 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
-    viewers = parse_auth(args.viewers) or []
-    accounts = (parse_auth(args.auth) or []) + viewers
     demo = build_app(store, args.config, read_only=args.read_only, spaces=spaces,
                      viewers=frozenset(user for user, _ in viewers), workspace=args.workspace,
                      first_visit=args.first_visit_demo)

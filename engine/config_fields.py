@@ -6,10 +6,13 @@ bounds and choices more than one config module shares.
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any
+from typing import Any, Literal, get_args
 
 SEED_MAX = 2**32 - 1  # numpy's seed range; torch and random accept it too
-BF16 = ("auto", "true", "false")
+# bf16's type: "auto" or an explicit on/off. Typed as its choices, not as str, so the value check
+# (engine.config_values.coerce) knows it is a tri-state and reads a file's boolean (bf16 = false) as "false".
+Bf16 = Literal["auto", "true", "false"]
+BF16: tuple[str, ...] = get_args(Bf16)
 
 
 def setting(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,

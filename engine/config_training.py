@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.config_fields import BF16, SEED_MAX
+from engine.config_fields import BF16, SEED_MAX, Bf16
 from engine.config_fields import setting as _f  # short: every field below is one
 
 REWARD_NAMES = ("gap", "execution", "format", "overlong")  # engine.rewards.REWARDS
@@ -34,8 +34,8 @@ class TrainSettings:
     lora_alpha: int = _f(32, "LoRA alpha", ge=1)
     lora_dropout: float = _f(0.0, "LoRA dropout", ge=0, lt=1)
     lora_target_modules: list[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj"], "modules LoRA adapts")
-    bf16: str = _f("auto", "auto: bf16 only where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
-                           "with AVX512-BF16 or AMX), else fp32 (engine/precision.py) | true | false", choices=BF16)
+    bf16: Bf16 = _f("auto", "auto: bf16 only where the hardware computes it natively (a CUDA GPU with bf16, a CPU "
+                            "with AVX512-BF16 or AMX), else fp32 (engine/precision.py) | true | false", choices=BF16)
     activation_checkpointing: bool = _f(False, "recompute activations to save memory (~35% slower when small)")
     loss_tokens_only: bool = _f(False, "compute TRL's per-token log-probs only where the loss reads them (the "
                                        "completion's tokens), as TRL does on GPUs with Triton; elsewhere (a CPU) it "

@@ -3,6 +3,12 @@ are checked as they are, so a quoted number or true/false is refused; lists of t
 choices, and the secret rules for values (a key-shaped string is refused before any message could echo it). Every
 problem raises ``ConfigError`` naming the dotted field. Rules that tie fields together live in
 ``engine.config_checks``.
+
+One exception to "checked as they are": a choice of "auto" or an explicit on/off (``bf16``: auto | true | false,
+typed ``engine.config_fields.Bf16``) takes a file's boolean as the on/off (``bf16 = false``; TRL's own YAML writes
+``bf16: true``), and ``--set`` text in any case (``dpo.bf16=False``), as a bool field does. A non-string for a string
+field is refused with a hint to quote it only where the quoted value could be right (a number, for a field whose
+choices are not known to refuse it): never a boolean, never a value the field's choices would then refuse.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ def range_text(meta: dict[str, Any]) -> str:
     return f"{'<=' if high[-1] == ']' else '<'} {high[:-1]}"
 
 
+def choice_text(choices: typing.Sequence[str]) -> str:
+    """``a, b, c``; an empty choice is a field's "unset" (data.sources[].split): named, not printed as nothing."""
+    return ", ".join(repr(c) if c == "" else str(c) for c in choices)
+
+
 def check_field(value: Any, meta: dict[str, Any], dotted: str, source: str | None) -> None:
     """A field's declared range or choices (declared with ``engine.config_fields.setting``)."""
     choices = meta.get("choices")
@@ -57,9 +68,7 @@ def check_field(value: Any, meta: dict[str, Any], dotted: str, source: str | Non
             if item not in choices:
                 hint = difflib.get_close_matches(str(item), choices, n=1)
                 suggest = f" (did you mean {hint[0]!r}?)" if hint else ""
-                # An empty choice is a field's "unset" (data.sources[].split): named, not printed as nothing.
-                named = ", ".join(repr(c) if c == "" else str(c) for c in choices)
-                raise ConfigError(dotted, f"{item!r} is not one of {named}{suggest}", source)
+                raise ConfigError(dotted, f"{item!r} is not one of {choice_text(choices)}{suggest}", source)
     bounds = {k: meta.get(k) for k in ("ge", "gt", "le", "lt")}
     if all(b is None for b in bounds.values()):
         return
@@ -75,10 +84,13 @@ def get_field(config: RunConfig, dotted: str) -> Any:
     return getattr(getattr(config, section), name)
 
 
-def coerce(value: Any, annotation: Any, dotted: str, source: str | None, text: bool = False) -> Any:
+def coerce(value: Any, annotation: Any, dotted: str, source: str | None, text: bool = False,
+           choices: typing.Sequence[str] | None = None) -> Any:
     """Check/convert one value against its field type. ``text``: the value is command-line text (``--set``, a
     phase's ``set``), so a string is parsed into the field's type; a value from a file or a stored snapshot already
-    carries its type, and a string there for a number or a bool (``k = "15"``) is refused, not silently converted."""
+    carries its type, and a string there for a number or a bool (``k = "15"``) is refused, not silently converted.
+    ``choices``: a string field's declared choices where the caller has them (a ``Literal`` type carries its own);
+    ``check_field`` still checks them."""
     texts = value if isinstance(value, list) else [value]
     if any(isinstance(v, str) and KEY_VALUE.search(v) for v in texts):  # checked first: later errors echo values
         raise ConfigError(dotted, f"looks like a key or a URL with a password; {USE_KEY_ENV}", source)
@@ -87,6 +99,8 @@ def coerce(value: Any, annotation: Any, dotted: str, source: str | None, text: b
     if origin in (typing.Union, types.UnionType):
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
         origin = typing.get_origin(hint)
+    if origin is typing.Literal:  # a string field typed as its choices (engine.config_fields.Bf16)
+        hint, choices = str, typing.get_args(hint)
     if origin is list and dataclasses.is_dataclass(typing.get_args(hint)[0]):
         return _coerce_tables(value, typing.get_args(hint)[0], dotted, source, text)
     if hint in (bool, int, float) and isinstance(value, str) and not text:
@@ -124,13 +138,27 @@ def coerce(value: Any, annotation: Any, dotted: str, source: str | None, text: b
             raise ConfigError(dotted, f"expected a finite number, got {value!r}", source)
         return converted
     if hint is str:
-        # From a file a number is refused as a string is for a number (``path = 5`` read as the file "5"); from
-        # the command line everything is text.
-        if not isinstance(value, str) and (not text or not isinstance(value, (int, float)) or isinstance(value, bool)):
-            quoted = f" (write it in quotes: \"{value}\")" if isinstance(value, (int, float)) else ""
-            raise ConfigError(dotted, f"expected a string, got {value!r}{quoted}", source)
-        return str(value)
+        return _coerce_text(value, dotted, source, text, choices)
     return value
+
+
+def _coerce_text(value: Any, dotted: str, source: str | None, text: bool, choices: typing.Sequence[str] | None) -> str:
+    """A string field's value (``coerce``'s contract; ``choices`` None: none, or not known here)."""
+    on_off = choices is not None and {"true", "false"} <= set(choices)
+    if on_off and isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value.lower() if on_off and text and value.lower() in choices else value
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if text and number:  # from the command line everything is text
+        return str(value)
+    # From a file a number is refused as a string is for a number (``path = 5`` read as the file "5"). Quoting is
+    # offered only where the quoted value could then pass: a boolean in quotes is Python's "False", not TOML's
+    # false, and rarely meant as text; where the choices are known, naming them says what would pass.
+    if choices:
+        raise ConfigError(dotted, f"expected one of {choice_text(choices)}, got {value!r}", source)
+    quoted = f" (write it in quotes: \"{value}\")" if number else ""
+    raise ConfigError(dotted, f"expected a string, got {value!r}{quoted}", source)
 
 
 def _coerce_tables(value: Any, cls: type, dotted: str, source: str | None, text: bool) -> list[Any]:
@@ -160,7 +188,8 @@ def _coerce_tables(value: Any, cls: type, dotted: str, source: str | None, text:
         for name, raw in item.items():
             if name not in fields:
                 raise unknown_field(name, list(fields), f"{where}.{name}", source)
-            values[name] = coerce(raw, hints[name], f"{where}.{name}", source, text)
+            values[name] = coerce(raw, hints[name], f"{where}.{name}", source, text,
+                                  fields[name].metadata.get("choices"))
             check_field(values[name], dict(fields[name].metadata), f"{where}.{name}", source)
         items.append(cls(**values))
     return items

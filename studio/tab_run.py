@@ -98,7 +98,8 @@ def stage_table(store: Store, run_id: str | None, live: bool = False) -> pd.Data
 
 
 def build(ctx: Ctx, config_path: str) -> None:
-    text = Path(config_path).read_text(encoding="utf-8") if Path(config_path).exists() else ""
+    # Read as given, never "" when missing: an empty editor hid a mistyped --config (app.py refuses one first).
+    text = Path(config_path).read_text(encoding="utf-8")
     if ctx.spaces:  # start from a config Spaces accepts (over-cap sizes are refused, not silently cut)
         try:
             text = config_toml(spaces_capped(load_config(config_path)))
