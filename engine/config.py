@@ -263,12 +263,13 @@ def config_from_dict(data: dict[str, Any], source: str | None = None,
             raise ConfigError(section_name, "expected a table of fields", source)
         section = getattr(config, section_name)
         hints = typing.get_type_hints(type(section))
-        known = {f.name for f in dataclasses.fields(section)}
+        known = {f.name: f for f in dataclasses.fields(section)}
         for name, value in values.items():
             dotted = f"{section_name}.{name}"
             if name not in known:
                 raise unknown_field(name, sorted(known), dotted, source)
-            setattr(section, name, coerce(value, hints[name], dotted, source, text=dotted in text_fields))
+            setattr(section, name, coerce(value, hints[name], dotted, source, text=dotted in text_fields,
+                                          choices=known[name].metadata.get("choices")))
     if config.schedule.phases and "iterations" not in data.get("run", {}):
         config.run.iterations = sum(phase.iterations for phase in config.schedule.phases)
     validate(config, source)

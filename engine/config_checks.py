@@ -338,7 +338,8 @@ def apply_settings(config: RunConfig, settings: list[str], where: str, source: s
             if name not in fields:
                 raise ConfigError(key.strip(), f"unknown field{suggest(name, fields)}", source)
             hint = typing.get_type_hints(type(section))[name]
-            setattr(section, name, coerce(value.strip(), hint, key.strip(), source, text=True))
+            setattr(section, name, coerce(value.strip(), hint, key.strip(), source, text=True,
+                                          choices=fields[name].metadata.get("choices")))
         phases, derived.schedule.phases = derived.schedule.phases, []
         validate(derived, source)
         derived.schedule.phases = phases

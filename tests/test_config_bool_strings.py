@@ -79,9 +79,10 @@ def test_a_quote_hint_never_names_a_refused_choice(tmp_path, field, choices, wri
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ("[critic]\nbackend = true\n", r"c.toml:2: critic.backend: expected a string, got True$"),
+    ("[critic]\nbackend = true\n", r"c.toml:2: critic.backend: expected one of reference, openai, hf, got True$"),
     ("[run]\nname = false\n", r"c.toml:2: run.name: expected a string, got False$"),
     ("[run]\nname = 5\n", r'c.toml:2: run.name: expected a string, got 5 \(write it in quotes: "5"\)$'),
+    ("[critic]\nbackend = 5\n", r"c.toml:2: critic.backend: expected one of reference, openai, hf, got 5$"),
     ("[[data.sources]]\npath = 'x.jsonl'\nformat = 5\n",
      r"c.toml:3: data.sources\[1\].format: expected one of tasks, lumos, .*, got 5$"),
     ("[[data.sources]]\npath = true\n", r"c.toml:2: data.sources\[1\].path: expected a string, got True$"),
