@@ -74,7 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--config", default=env.get("MOAT_CONFIG") or "examples/demo.toml",
                    help="config shown in the Run tab (env MOAT_CONFIG)")
     p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"), help="interface to listen on")
-    p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT", "7860")), help="port")
+    # A string default goes through type=int as a typed --port would: a bad env value is a usage error (exit 2).
+    p.add_argument("--port", type=int, default=env.get("GRADIO_SERVER_PORT", "7860"),
+                   help="port (env GRADIO_SERVER_PORT)")
     p.add_argument("--auth", default=env.get("MOAT_AUTH"), help="user:password, or a file of user:password lines")
     p.add_argument("--viewers", default=env.get("MOAT_VIEWERS"),
                    help="read-only accounts: user:password, or a file of user:password lines (env MOAT_VIEWERS)")

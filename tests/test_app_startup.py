@@ -60,3 +60,12 @@ def test_the_default_config_is_looked_for_from_the_working_directory(tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith("error: --config: no such file: examples/demo.toml (the default")
     assert "give --config FILE" in done.stderr
+
+
+def test_a_bad_port_in_the_environment_is_a_usage_error(tmp_path):
+    """``GRADIO_SERVER_PORT=abc`` crashed with a ``ValueError`` traceback while the arguments were being declared."""
+    environ = {k: v for k, v in os.environ.items() if k not in FLAG_ENV} | {"GRADIO_SERVER_PORT": "abc"}
+    done = subprocess.run([sys.executable, str(ROOT / "app.py"), "--db", str(tmp_path / "s.duckdb")], cwd=ROOT,
+                          env=environ, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "error: argument --port: invalid int value: 'abc'" in done.stderr and "Traceback" not in done.stderr
