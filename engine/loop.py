@@ -85,6 +85,8 @@ def create_run_with_cautions(store: Store, config: RunConfig) -> tuple[str, list
         another ``--db``) starting a run of one name in one minute in one workdir both took ``<name>-<minute>``, and
         the second overwrote the first's config.toml, then its checkpoints. ``mkdir`` is atomic across processes."""
         directory = run_dir / run_id
+        if directory in claimed:  # a transaction retried after a conflict asks again: still ours
+            return True
         try:
             directory.mkdir(parents=True)
         except FileExistsError:
