@@ -37,7 +37,10 @@ def parse_auth(value: str | None, where: str = "--auth") -> list[tuple[str, str]
         raise FlagError(f"{where}: one user:password inline, got what looks like a list ({value.split(':')[0]}:...,"
                         "...); for several users, give a file of user:password lines")
     if not is_file and ":" not in value:  # a mistyped file name, most likely: say that no such file was found
-        raise FlagError(f"{where}: expected user:password or a file of such lines, got {value[:40]!r} (no such file)")
+        # An environment variable is where a deployment keeps its secret (a Space's MOAT_AUTH): not echoed, since a
+        # password given without its user would land in the logs; a flag was typed here, so it helps to see it.
+        got = f"{value[:40]!r}" if where.startswith("--") else "a value with no ':'"
+        raise FlagError(f"{where}: expected user:password or a file of such lines, got {got} (no such file)")
     lines = Path(value).read_text(encoding="utf-8").splitlines() if is_file else [value]
     pairs = []
     for number, line in enumerate(lines, start=1):
@@ -46,8 +49,12 @@ def parse_auth(value: str | None, where: str = "--auth") -> list[tuple[str, str]
             continue
         user, sep, password = line.partition(":")
         if not sep or not user or not password:
+            # Never echo the line: it may hold a password, and this message goes to logs.
+            what = ("no ':' between user and password" if not sep else
+                    "an empty user name" if not user else f"an empty password for user {user!r}")
             at = f"{value}:{number}: " if is_file else ""
-            raise FlagError(f"{where}: {at}expected user:password, got {line[:40]!r}")
+            raise FlagError(f"{where}: {at}expected user:password, got {what} (the line is not shown: it may hold "
+                            "a password)")
         pairs.append((user, password))
     return pairs or None
 

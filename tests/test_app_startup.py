@@ -36,8 +36,8 @@ def start(args: list[str], tmp_path: Path, cwd: Path = ROOT, **env: str) -> subp
     (["--config", "examples"], {}, "error: --config: not a file: examples\n"),
     (["--auth", "foo"], {}, "error: --auth: expected user:password or a file of such lines, got 'foo' (no such "
                             "file)\n"),
-    ([], {"MOAT_AUTH": "nopassword"}, "error: MOAT_AUTH: expected user:password or a file of such lines, got "
-                                      "'nopassword' (no such file)\n"),
+    ([], {"MOAT_AUTH": "nopassword"}, "error: MOAT_AUTH: expected user:password or a file of such lines, got a "
+                                      "value with no ':' (no such file)\n"),
     (["--viewers", "ann:pw1,ben:pw2"], {}, "error: --viewers: one user:password inline, got what looks like a list"),
 ])
 def test_a_bad_flag_stops_start_up_with_exit_2(tmp_path, args, env, message):
@@ -51,7 +51,25 @@ def test_a_bad_line_in_an_auth_file_names_the_file_and_line(tmp_path):
     users.write_text("# team\nann:pw1\nben pw2\n", encoding="utf-8")
     done = start(["--auth", str(users)], tmp_path)
     assert done.returncode == 2
-    assert done.stderr == f"error: --auth: {users}:3: expected user:password, got 'ben pw2'\n"
+    assert done.stderr == (f"error: --auth: {users}:3: expected user:password, got no ':' between user and password "
+                           "(the line is not shown: it may hold a password)\n")
+
+
+@pytest.mark.parametrize(("line", "what"), [
+    ("ben:", "an empty password for user 'ben'"),
+    (":s3cret-pw", "an empty user name"),
+    ("s3cret-pw", "no ':' between user and password"),
+])
+def test_an_auth_error_never_shows_a_password(tmp_path, line, what):
+    """The message goes to a terminal or a Space's logs: it says what is wrong with the line, not what the line is."""
+    users = tmp_path / "users.txt"
+    users.write_text(f"ann:pw1\n{line}\n", encoding="utf-8")
+    done = start(["--auth", str(users)], tmp_path)
+    assert done.returncode == 2
+    assert f"{users}:2: expected user:password, got {what}" in done.stderr
+    assert "s3cret" not in done.stderr and "pw1" not in done.stderr
+    inline = start([], tmp_path, MOAT_AUTH=line)
+    assert inline.returncode == 2 and "s3cret" not in inline.stderr, inline.stderr
 
 
 def test_the_default_config_is_looked_for_from_the_working_directory(tmp_path):
