@@ -36,7 +36,8 @@ from engine.config_checks import validate
 from engine.config_fields import SEED_MAX as SEED_MAX  # re-exported: callers read the bounds from here
 from engine.config_fields import setting as _f  # short: every field below is one
 from engine.config_file import read_config_file
-from engine.config_source import file_line_source, override_source
+from engine.config_lines import file_line_source
+from engine.config_source import override_source
 from engine.config_stages import CriticSection as CriticSection
 from engine.config_stages import EvaluateSection as EvaluateSection
 from engine.config_stages import GroundSection as GroundSection
@@ -334,7 +335,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """A validated config from a file (or ``base``), with ``--set`` overrides applied on top.
 
     An error about a field an override set names that override as its source (``--set sample.k=1: sample.k: ...``);
-    one about a field of a TOML file names the file and, when a scan finds it, the field's line
+    one about a field of a TOML or YAML file names the file and, when it is found there, the field's line
     (``demo.toml:12: sample.k: ...``)."""
     data: dict[str, Any] = json.loads(json.dumps(base)) if base else {}
     source = str(path) if path else None

@@ -48,6 +48,7 @@ from typing import Any
 
 from engine.config import SEED_MAX, RunConfig, config_to_dict, load_config, parse_overrides
 from engine.config_file import read_config_file
+from engine.config_lines import file_line_source
 from engine.config_values import suggest
 from engine.errors import ConfigError
 
@@ -163,11 +164,21 @@ def parse_seeds(value: Any, where: str, source: str) -> list[int]:
 
 
 def load_experiment(path: str | Path, extra_set: Sequence[str] = ()) -> Experiment:
-    """Read and validate an experiment file (see the module docstring); raises ``ConfigError``. ``extra_set``: the
-    command line's ``--set`` overrides, applied to every variant after the file's shared ``set`` and part of the
-    definition like it (so the same command line resumes the same experiment, and another ``--set`` is another
-    experiment); a bad one is named as ``--set section.field=value``."""
-    path = Path(path)
+    """Read and validate an experiment file (see the module docstring); raises ``ConfigError``, named
+    ``FILE:LINE`` where the field is found in the file. ``extra_set``: the command line's ``--set`` overrides, applied
+    to every variant after the file's shared ``set`` and part of the definition like it (so the same command line
+    resumes the same experiment, and another ``--set`` is another experiment); a bad one is named as
+    ``--set section.field=value``."""
+    try:
+        return _load_experiment(Path(path), extra_set)
+    except ConfigError as exc:
+        where = file_line_source(Path(path), exc.field) if exc.source == str(path) else None
+        if where is None:
+            raise
+        raise type(exc)(exc.field, exc.message, where) from None
+
+
+def _load_experiment(path: Path, extra_set: Sequence[str]) -> Experiment:
     source = str(path)
     if not path.is_file():
         raise ConfigError("<file>", "experiment file not found", source)

@@ -86,7 +86,7 @@ def test_file_refuses_a_quoted_number_or_bool(tmp_path, line, message):
 def test_yaml_refuses_a_quoted_number(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text('sample:\n  k: "15"\n')
-    with pytest.raises(ConfigError, match=r'c.yaml: sample.k: expected an integer, got the string "15"'):
+    with pytest.raises(ConfigError, match=r'c.yaml:2: sample.k: expected an integer, got the string "15"'):
         load_config(path)
 
 
@@ -194,7 +194,7 @@ def test_file_typos_types_encodings(tmp_path):
         load_config(toml)
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text("sample:\n  k: [3]\ndata:\n  domains: [{a: 1}]\n")
-    with pytest.raises(ConfigError, match=r"c.yaml: sample.k: expected an integer"):
+    with pytest.raises(ConfigError, match=r"c.yaml:2: sample.k: expected an integer"):
         load_config(yaml_file)
     yaml_file.write_text("- just\n- a list\n")
     with pytest.raises(ConfigError, match=r"c.yaml: <root>"):

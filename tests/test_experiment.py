@@ -49,8 +49,8 @@ def located(path: Path) -> ConfigError:
 def test_a_missing_base_names_the_file_and_field(tmp_path):
     path = write_experiment(tmp_path / "e.toml", {"full": []}, base="../nowhere.toml")
     err = located(path)
-    assert (err.field, err.source) == ("experiment.base", str(path))
-    assert str(err).startswith(f"{path}: experiment.base: ../nowhere.toml: no such file")
+    assert (err.field, err.source) == ("experiment.base", f"{path}:4")
+    assert str(err).startswith(f"{path}:4: experiment.base: ../nowhere.toml: no such file")
 
 
 def test_the_base_is_relative_to_the_experiment_file(tmp_path):
@@ -62,15 +62,18 @@ def test_the_base_is_relative_to_the_experiment_file(tmp_path):
     assert exp.run_config("full", 11).sample.k == 4
 
 
-@pytest.mark.parametrize(("variants", "extra", "field", "message"), [
-    ({"full": []}, "seed = [1]\n", "experiment.seed", "unknown key; did you mean 'seeds'?"),
-    ({"full": []}, "[variant.x]\n", "variant", "unknown key; did you mean 'variants'?"),
-    ({"full": []}, "baseline = \"ful\"\n", "experiment.baseline", "no variant 'ful'; did you mean 'full'?"),
-    ({}, "", "variants", "missing: at least one"),
+@pytest.mark.parametrize(("variants", "extra", "field", "message", "line"), [
+    ({"full": []}, "seed = [1]\n", "experiment.seed", "unknown key; did you mean 'seeds'?", 8),
+    ({"full": []}, "[variant.x]\n", "variant", "unknown key; did you mean 'variants'?", None),
+    ({"full": []}, "baseline = \"ful\"\n", "experiment.baseline", "no variant 'ful'; did you mean 'full'?", 8),
+    ({}, "", "variants", "missing: at least one", None),
 ])
-def test_unknown_keys_suggest_the_known_one(tmp_path, variants, extra, field, message):
-    err = located(write_experiment(tmp_path / "e.toml", variants, extra=extra))
-    assert err.field == field and message in err.message and err.source == str(tmp_path / "e.toml")
+def test_unknown_keys_suggest_the_known_one(tmp_path, variants, extra, field, message, line):
+    """Named at the key's line where the file has one (a table only named inside another's header has none)."""
+    path = tmp_path / "e.toml"
+    err = located(write_experiment(path, variants, extra=extra))
+    assert err.field == field and message in err.message
+    assert err.source == (f"{path}:{line}" if line else str(path))
 
 
 def test_an_unknown_variant_key_is_named(tmp_path):
@@ -78,7 +81,7 @@ def test_an_unknown_variant_key_is_named(tmp_path):
     path.write_text(f'[experiment]\nname = "x"\nbase = {json.dumps(str(DEMO))}\nseeds = [1]\n'
                     '[variants.full]\nsett = ["sample.k=4"]\n')
     err = located(path)
-    assert str(err) == f"{path}: variants.full.sett: unknown key; did you mean 'set'? (known: set)"
+    assert str(err) == f"{path}:6: variants.full.sett: unknown key; did you mean 'set'? (known: set)"
 
 
 @pytest.mark.parametrize(("sets", "message"), [
@@ -92,8 +95,8 @@ def test_an_unknown_variant_key_is_named(tmp_path):
 def test_a_bad_variant_override_fails_up_front_naming_the_variant(tmp_path, sets, message):
     path = write_experiment(tmp_path / "e.toml", {"full": [], "bad": sets})
     err = located(path)
-    assert err.field == "variants.bad.set" and err.source == str(path), str(err)
-    assert message in str(err) and str(err).startswith(f"{path}: variants.bad.set: ")
+    assert err.field == "variants.bad.set" and err.source == f"{path}:13", str(err)
+    assert message in str(err) and str(err).startswith(f"{path}:13: variants.bad.set: ")
 
 
 @pytest.mark.parametrize(("head", "field", "message"), [
@@ -112,6 +115,7 @@ def test_experiment_fields_are_checked(tmp_path, head, field, message):
     path.write_text("[experiment]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()) + "[variants.a]\n")
     err = located(path)
     assert err.field == field and message in err.message, str(err)
+    assert err.source == f"{path}:{list(values).index(field.split('.')[1]) + 2}"  # the field's own line
 
 
 def test_the_id_hashes_what_runs_compute_not_which_runs(tmp_path):
@@ -164,7 +168,7 @@ def test_bad_input_exits_2_before_anything_is_written(tmp_path, capsys):
     db = tmp_path / "s.duckdb"
     bad = write_experiment(tmp_path / "e.toml", {"full": [], "bad": ["sample.k=1"]})
     assert main(["experiment", "--config", str(bad), "--db", str(db), "--quiet"]) == 2
-    assert capsys.readouterr().err.startswith(f"error: {bad}: variants.bad.set: sample.k: must be >= 2")
+    assert capsys.readouterr().err.startswith(f"error: {bad}:13: variants.bad.set: sample.k: must be >= 2")
     good = write_experiment(tmp_path / "g.toml", {"full": [], "no_critic": ["stages.grounder_data=raw"]})
     assert main(["experiment", "--config", str(good), "--db", str(db), "--variants", "full,no_critc"]) == 2
     assert "did you mean 'no_critic'?" in capsys.readouterr().err
