@@ -51,9 +51,10 @@ _REQUIRED = ("id", "domain", "split", "question")
 _LIST_FIELDS = ("context", "gold_subgoals", "gold_actions")
 
 
-# What a JSON lines reader adds when a file turns out to be one JSON array (only svamp reads those).
-ARRAY_HINT = (": a JSON array document, and this format reads JSON lines, one object per line (only svamp reads an "
-              "array)")
+# What a JSON lines reader adds when a file turns out to be one JSON array (the benchmark formats read those; the
+# tasks and lumos formats, streamed a line at a time, do not).
+ARRAY_HINT = (": a JSON array document, and this format reads JSON lines, one object per line (the benchmark formats "
+              "gsm8k, svamp, hotpotqa and strategyqa read an array)")
 
 
 def task_from_dict(row: Any, path: str = "<memory>", line: int | None = None) -> Task:

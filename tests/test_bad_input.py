@@ -404,11 +404,11 @@ def test_a_run_whose_tasks_hold_a_lone_surrogate_writes_nothing(tmp_path):
     assert_create_run_writes_nothing(tmp_path, config, r"t.jsonl:2: question: holds a lone UTF-16 surrogate")
 
 
-@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "svamp"])
+@pytest.mark.parametrize("fmt", ["tasks", "lumos"])
 def test_a_json_array_document_given_to_a_json_lines_format_says_so(tmp_path, fmt):
     """A pretty-printed array read as JSON lines failed on its first line as "the line ends before the record does
     (is it cut short?)", which sent the user looking for a truncated file; an array on one line said only "expected a
-    JSON object, got list". Both now say the file is an array document, and that only svamp reads one."""
+    JSON object, got list". Both now say the file is an array document, and which formats read one."""
     rows = [record(fmt, "a"), record(fmt, "b")]
     pretty = write_array(tmp_path / "pretty.json", json.dumps(rows, indent=2))
     err = str(located(fmt, pretty, 1, "<json>"))
@@ -418,3 +418,34 @@ def test_a_json_array_document_given_to_a_json_lines_format_says_so(tmp_path, fm
         located(fmt, one_line, 1, "<record>"))
     later = write_lines(tmp_path / "later.jsonl", [record(fmt, "a"), [1, 2]])  # one bad record, not an array file
     assert str(located(fmt, later, 2, "<record>")).endswith("expected a JSON object, got list")
+
+
+BENCHMARKS = ["gsm8k", "svamp", "hotpotqa", "strategyqa"]
+
+
+@pytest.mark.parametrize("fmt", BENCHMARKS)
+def test_every_benchmark_format_reads_a_json_array_on_one_line_or_many(tmp_path, fmt):
+    """Lumos ships its HotpotQA and StrategyQA eval sets as one-line JSON arrays; they were refused ("only svamp reads
+    an array"). Every benchmark loader now reads an array as it reads JSON lines, errors naming line and record."""
+    rows = [record(fmt, "a"), record(fmt, "b")]
+    from_lines = [t.to_dict() for t in load(fmt, write_lines(tmp_path / "t.jsonl", rows))]
+    for name, text in (("one.json", json.dumps(rows)), ("pretty.json", json.dumps(rows, indent=2))):
+        assert [t.to_dict() for t in load(fmt, write_array(tmp_path / name, text))] == from_lines
+    _, _, field, bad_value = VALID[fmt]
+    bad = write_array(tmp_path / "bad.json", json.dumps([*rows, {**record(fmt, "c"), field: bad_value}]))
+    with pytest.raises(DataError) as info:
+        list(load(fmt, bad))
+    assert (info.value.line, info.value.line.record, info.value.field) == (1, 3, field)
+    assert str(info.value).startswith(f"{bad}:1 (record 3): {field}: ")
+
+
+@pytest.mark.parametrize(("fmt", "name", "first"), [
+    ("hotpotqa", "hotpotqa_lumos_eval_array.json", ("Were Scott Derrickson and Ed Wood of the same nationality?",
+                                                    "yes")),
+    ("strategyqa", "strategyqa_lumos_eval_array.json", ("Is it common to see frost during some college "
+                                                        "commencements?", "yes")),
+])
+def test_lumos_eval_arrays_load_as_shipped(samples_dir, fmt, name, first):
+    tasks = list(load(fmt, samples_dir / name))
+    assert len(tasks) == 3 and (tasks[0].question, tasks[0].answer) == first
+    assert [t.id for t in tasks] == [f"{fmt}-{n}" for n in (1, 2, 3)] and {t.domain for t in tasks} == {"qa"}

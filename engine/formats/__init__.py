@@ -3,9 +3,10 @@
 Contract: ``load(format, path, ground=None, split=None)`` yields Tasks; every malformed record raises
 ``DataError(path, line, field, message)`` (never skipped, never partially used): the whole file is read and
 validated before the first Task is yielded, so a consumer never sees part of a bad file. Files must be UTF-8 JSONL
-with at least one record and lines of at most ``engine.tasks.MAX_LINE_BYTES``; the SVAMP loader also takes one JSON
-array document, as SVAMP itself ships (``engine.tasks.read_records``: up to ``MAX_ARRAY_BYTES``, each record located
-by its line and position), and the StrategyQA loader one BIG-bench task document (``engine.formats.strategyqa``).
+with at least one record and lines of at most ``engine.tasks.MAX_LINE_BYTES``; the benchmark loaders (gsm8k, svamp,
+hotpotqa, strategyqa) also take one JSON array document, as SVAMP and Lumos's eval files ship
+(``engine.tasks.read_records``: up to ``MAX_ARRAY_BYTES``, each record located by its line and position), and the
+StrategyQA loader one BIG-bench task document (``engine.formats.strategyqa``).
 ``FORMATS`` lists the names the CLI accepts. Each loader lives in its own module and is imported lazily by ``load``;
 the validation helpers they share live in ``engine.formats.common``.
 """

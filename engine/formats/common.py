@@ -22,7 +22,8 @@ def check_split(path: str | Path, split: str) -> str:
 
 def expect_object(row: Any, path: str | Path, line: int) -> dict[str, Any]:
     if not isinstance(row, dict):
-        # svamp reads array documents itself (engine.tasks.read_records): a list here is an array on one line.
+        # The benchmark loaders read array documents (engine.tasks.read_records): a list on line 1 here is an array
+        # given to a JSON lines format.
         hint = ARRAY_HINT if isinstance(row, list) and not isinstance(line, ArrayLine) and line == 1 else ""
         raise DataError(str(path), line, "<record>", f"expected a JSON object, got {type(row).__name__}{hint}")
     return row

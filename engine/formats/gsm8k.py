@@ -2,7 +2,8 @@
 
 Contract: Task.answer is ``N`` with thousands commas stripped; the worked solution (text before ``####``) is kept in
 ``meta["solution"]``; domain "maths", source "gsm8k"; id is the record's own id or ``gsm8k-<line>``. A record without
-``####``, with an empty final answer or one that is not a number raises ``DataError``.
+``####``, with an empty final answer or one that is not a number raises ``DataError``. The file is JSON lines (as
+GSM8K ships it) or one JSON array of records (``engine.tasks.read_records``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from engine.errors import DataError
 from engine.formats.common import DEFAULT_SPLIT, check_split, expect_object, record_id, require_text, unique
-from engine.tasks import Task, read_jsonl
+from engine.tasks import Task, read_records
 
 SOURCE = "gsm8k"
 
@@ -37,7 +38,7 @@ def split_answer(answer: str) -> tuple[str, str]:
 def load_gsm8k(path: str | Path, split: str = DEFAULT_SPLIT) -> Iterator[Task]:
     check_split(path, split)
     seen: dict[str, int] = {}
-    for line, raw in read_jsonl(path):
+    for line, raw in read_records(path):
         row = expect_object(raw, path, line)
         question = require_text(row, "question", path, line)
         answer = require_text(row, "answer", path, line)

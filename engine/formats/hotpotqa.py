@@ -8,6 +8,9 @@ Contract: Task.question/answer are the record's; the optional official ``context
 ``hotpotqa-<line>``; domain "qa", source "hotpotqa". An answer that is a GSM8K worked solution (a line
 ``#### <number>``) is refused, naming the format to use: such a file loads as "QA" otherwise, since both formats
 have a question and an answer.
+
+The file is JSON lines or one JSON array of records (Lumos's ``data/eval/hotpotqa/test.json``, one line), read whole
+up to ``engine.tasks.MAX_ARRAY_BYTES``; errors in an array name the line and the record (``read_records``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from engine.errors import DataError
 from engine.formats.common import DEFAULT_SPLIT, check_split, expect_object, record_id, require_text, unique
-from engine.tasks import Task, read_jsonl
+from engine.tasks import Task, read_records
 
 SOURCE = "hotpotqa"
 _META_KEYS = ("type", "level", "supporting_facts")
@@ -83,7 +86,7 @@ def context_passages(context: Any, path: str | Path, line: int) -> list[str]:
 def load_hotpotqa(path: str | Path, split: str = DEFAULT_SPLIT) -> Iterator[Task]:
     check_split(path, split)
     seen: dict[str, int] = {}
-    for line, raw in read_jsonl(path):
+    for line, raw in read_records(path):
         row = expect_object(raw, path, line)
         question = require_text(row, "question", path, line)
         answer = require_text(row, "answer", path, line)

@@ -3,13 +3,13 @@
 * StrategyQA / Lumos eval: ``{"question", "answer": bool, "qid"?, "facts"?, "decomposition"?, ...}``.
 * BIG-bench: ``{"input", "target_scores": {"Yes": 1, "No": 0}, "target"?}``.
 
-Containers: JSON lines (one record per line), or a BIG-bench task document, one JSON object over many lines whose
+Containers: JSON lines (one record per line), a JSON array of records (Lumos's ``data/eval/strategyqa/test.json``,
+on one line; ``engine.tasks.read_records``), or a BIG-bench task document, one JSON object over many lines whose
 ``examples`` list holds the records (Lumos's ``data/eval/strategyqa/strategy_qa.json``; its metadata, canary
 included, is not kept). A document is recognised by its first line: an object left open there, with a next line that
 starts no record of its own. It is read whole (up to ``engine.tasks.MAX_ARRAY_BYTES``), each example located by the
 line it starts on and its position; a document cut short says so at the file's last line, and one without an
-``examples`` list is refused as a layout this loader does not read (not as a truncated line). A JSON array document
-(Lumos's ``data/eval/strategyqa/test.json``) is refused as JSON lines refuse one: only svamp reads arrays.
+``examples`` list is refused as a layout this loader does not read (not as a truncated line).
 
 Contract: Task.answer is "yes" or "no" (a non-boolean ``answer`` or undecidable ``target_scores`` raises
 ``DataError``); ``facts``, ``decomposition``, ``term``, ``description`` and the BIG-bench ``target`` explanation go
@@ -27,7 +27,7 @@ from typing import Any
 from engine import tasks
 from engine.errors import ArrayLine, DataError
 from engine.formats.common import DEFAULT_SPLIT, check_split, expect_object, record_id, require_text, unique
-from engine.tasks import Task, read_jsonl
+from engine.tasks import Task, read_records
 
 SOURCE = "strategyqa"
 _META_KEYS = ("term", "description", "facts", "decomposition")
@@ -160,7 +160,7 @@ def _records(path: str | Path) -> Iterator[tuple[int, Any]]:
     if _opens_a_document(str(path)):
         yield from _document_records(str(path))
     else:
-        yield from read_jsonl(path)
+        yield from read_records(path)  # JSON lines, or a JSON array document (Lumos's eval test.json)
 
 
 def load_strategyqa(path: str | Path, split: str = DEFAULT_SPLIT) -> Iterator[Task]:
