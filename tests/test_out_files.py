@@ -222,6 +222,27 @@ def test_demo_world_writes_through_a_symlink_and_into_a_fifo(tmp_path, capsys):
     assert stat.S_ISFIFO(os.lstat(path).st_mode) and names(tmp_path) == ["link.jsonl", "pipe", "suite.jsonl"]
 
 
+@pytest.mark.parametrize("command", ["demo-world", "export"])
+def test_out_stdout_carries_only_the_data_and_the_summary_goes_to_stderr(db, tmp_path, command):
+    """``--out /dev/stdout | jq``: the one-line summary was printed after the data on the same stream, a last line
+    that is no record. A process of its own, so stdout is a real pipe (pytest's capture is not a file)."""
+    import json
+    import subprocess
+    import sys
+
+    argv = ({"demo-world": ["demo-world", *SMALL],
+             "export": ["export", "--db", str(db), "--run", RUN, "--iteration", str(IT), "--what", "pairs", "--json"]}
+            [command])
+    done = subprocess.run([sys.executable, "-m", "engine", *argv, "--out", "/dev/stdout"], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert records and all(("question" if command == "demo-world" else "chosen") in r for r in records), done.stdout
+    summary = json.loads(done.stderr.strip().splitlines()[-1])
+    assert summary.get("out", summary.get("path")) == "/dev/stdout"
+    assert summary.get("count", summary.get("rows")) == len(records)
+
+
 # --- write_tasks' temp file: unique, and gone after any failure ----------------------------------------------
 
 

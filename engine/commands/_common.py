@@ -1,6 +1,6 @@
-"""Helpers shared by command modules: JSON printing, the flags several commands share (``--quiet``), and turning
-engine errors into exit codes (2 bad input, ``fail`` and ``store_missing``; 3 a store that cannot be used,
-``store_unusable``)."""
+"""Helpers shared by command modules: JSON printing (and where a summary goes when ``--out`` is stdout), the flags
+several commands share (``--quiet``), and turning engine errors into exit codes (2 bad input, ``fail`` and
+``store_missing``; 3 a store that cannot be used, ``store_unusable``)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,19 @@ from typing import Any
 from engine.errors import ConfigError, DataError
 
 
-def print_json(obj: Any) -> None:
-    print(json.dumps(obj, ensure_ascii=False, indent=None, default=str))
+def print_json(obj: Any, file: Any = None) -> None:
+    print(json.dumps(obj, ensure_ascii=False, indent=None, default=str), file=file)
+
+
+def summary_stream(out: str) -> Any:
+    """Where a command that wrote ``--out`` prints its summary: stdout, unless ``--out`` is stdout itself
+    (``/dev/stdout``, ``/dev/fd/1``, the file stdout is redirected to), where the summary would be appended to the
+    data a pipe reads (``export --out /dev/stdout | jq`` got a last line that was no record); then stderr."""
+    try:
+        same = os.path.samestat(os.stat(out), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError):  # no such file, stdout closed or not a real file (pytest capture)
+        same = False
+    return sys.stderr if same else sys.stdout
 
 
 DEFAULT_DB = "runs/studio.duckdb"

@@ -1,6 +1,7 @@
 """``python -m engine demo-world``: regenerate the demo task suite (examples/demo/tasks.jsonl) from its seed.
 
-Prints one JSON line (the file written, its counts) and exits 0. Bad input is refused before any work with
+Prints one JSON line (the file written, its counts) and exits 0; on stderr when ``--out`` is stdout itself, so a
+pipe reads only tasks. Bad input is refused before any work with
 ``error: --flag: what is wrong`` on stderr and exit status 2 (argparse's own usage errors exit 2 too): a negative
 count, a percentage outside 0-100, ``--pool-only`` without a pool size, an ``--out`` that is a directory or whose
 folder takes no new file (``error: --out: cannot write OUT: ...``, also when writing fails later: a full disk). The
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 def _write(args: argparse.Namespace, out: str) -> int:
     from collections import Counter
 
-    from engine.commands._common import print_json
+    from engine.commands._common import print_json, summary_stream
     from engine.demo.world import WorldConfig, generate_suite, is_pool_task
     from engine.tasks import write_tasks
 
@@ -120,5 +121,6 @@ def _write(args: argparse.Namespace, out: str) -> int:
     except OSError as exc:  # the folder changed since the probe, a full disk: write_tasks left no temp file
         return usage_error("--out", f"cannot write {out}: {exc.strerror or exc}")
     counts = Counter(f"{t.domain}/{t.split}" for t in tasks)
-    print_json({"out": out, "count": len(tasks), "by_domain_split": dict(sorted(counts.items()))})
+    summary = {"out": out, "count": len(tasks), "by_domain_split": dict(sorted(counts.items()))}
+    print_json(summary, file=summary_stream(out))
     return 0

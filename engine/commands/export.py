@@ -3,10 +3,10 @@
 Contract: ``export [--db D] --run R --iteration T --what pairs|sft|rollouts --format jsonl|parquet [--pairs-form
 text|messages] --out FILE [--json]`` writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides
 applied) / ``export_rollouts`` (a GRPO iteration's rollouts) atomically, with the mode ``open()`` would give the file,
-and prints ``{"what", "format", "path", "rows"}`` (pairs: and ``"pairs_form"``; ``--json``) or a one-line summary;
-exits 0. An SFT export holds the iteration's curated records only: a ``note: not in the file: ...`` line on stderr
-names the original (warm-start) rows train_grounder mixes in beside them (``sft.original_ratio``;
-``engine.export_replay.replay_note``, which the studio's Export tab says too). ``--pairs-form`` (pairs only;
+and prints ``{"what", "format", "path", "rows"}`` (pairs: and ``"pairs_form"``; ``--json``) or a one-line summary
+(on stderr when ``--out`` is stdout itself); exits 0. An SFT export holds the iteration's curated records only: a
+``note: not in the file: ...`` line on stderr names the original (warm-start) rows train_grounder mixes in beside
+them (``sft.original_ratio``; ``engine.export_replay.replay_note``, which the studio's Export tab says too). ``--pairs-form`` (pairs only;
 default ``text``, the rendered strings train_planner trains on) ``messages`` writes TRL's conversational preference
 format; an iteration whose planner prompts were rendered with the lumos layout gets a ``note:`` line on stderr that
 TRL renders messages with the tokenizer's template instead (``engine.export.chat_template_note``, reading the
@@ -33,7 +33,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.commands._common import BAD_INPUT, DEFAULT_DB, print_json, store_missing, writable_file
+from engine.commands._common import (
+    BAD_INPUT,
+    DEFAULT_DB,
+    print_json,
+    store_missing,
+    summary_stream,
+    writable_file,
+)
 from engine.export_empty import NOUNS, empty_reason
 from engine.export_forms import FORMATS, PAIRS_FORMS  # not from engine.export: pyarrow, for every `--help`
 
@@ -131,10 +138,11 @@ def run(args: argparse.Namespace) -> int:
     result = {"what": args.what, "format": args.format, "path": args.out, "rows": len(rows)}
     if args.what == "pairs":
         result["pairs_form"] = pairs_form
+    stream = summary_stream(args.out)
     if args.json:
-        print_json(result)
+        print_json(result, file=stream)
     else:
         form = f", {pairs_form} form" if args.what == "pairs" else ""
         print(f"wrote {len(rows)} {args.what} rows to {args.out} ({args.format}{form})"
-              + (f"; left out: {kept_out}" if kept_out else ""))
+              + (f"; left out: {kept_out}" if kept_out else ""), file=stream)
     return 0
