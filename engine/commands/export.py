@@ -3,14 +3,14 @@
 Contract: ``export [--db D] --run R --iteration T --what pairs|sft|rollouts --format jsonl|parquet [--pairs-form
 text|messages] --out FILE [--json]`` writes the rows of ``engine.export.export_pairs`` / ``export_sft`` (overrides
 applied) / ``export_rollouts`` (a GRPO iteration's rollouts) atomically, with the mode ``open()`` would give the file,
-and prints ``{"what", "format", "path", "rows"}`` (pairs: and ``"pairs_form"``; ``--json``) or a one-line summary
-(on stderr when ``--out`` is stdout itself); exits 0. An SFT export holds the iteration's curated records only: a
-``note: not in the file: ...`` line on stderr names the original (warm-start) rows train_grounder mixes in beside
-them (``sft.original_ratio``; ``engine.export_replay.replay_note``, which the studio's Export tab says too). ``--pairs-form`` (pairs only;
-default ``text``, the rendered strings train_planner trains on) ``messages`` writes TRL's conversational preference
-format; an iteration whose planner prompts were rendered with the lumos layout gets a ``note:`` line on stderr that
-TRL renders messages with the tokenizer's template instead (``engine.export.chat_template_note``, reading the
-iteration's ``planner.chat_template`` as the prompt check does).
+and prints ``{"what", "format", "path", "rows"}`` (pairs: and ``"pairs_form"``; ``--json``) or a one-line summary (on
+stderr when ``--out`` is stdout itself); exits 0. An SFT export holds the iteration's curated records only: a ``note:
+not in the file: ...`` line on stderr names the original (warm-start) rows train_grounder mixes in beside them
+(``sft.original_ratio``; ``engine.export_replay.replay_note``, which the studio's Export tab says too).
+``--pairs-form`` (pairs only; default ``text``, the rendered strings train_planner trains on) ``messages`` writes TRL's
+conversational preference format; an iteration whose planner prompts were rendered with the lumos layout gets a
+``note:`` line on stderr that TRL renders messages with the tokenizer's template instead
+(``engine.export.chat_template_note``, reading the iteration's ``planner.chat_template`` as the prompt check does).
 Before anything is written, each messages prompt is rendered as the run rendered its prompts and compared with the
 prompt stored with the plan: when any differs (plans sampled by older code or in another layout) or the planner's
 tokenizer that check needs does not load, ``error: ...`` names how many pairs differ of how many and where the first
