@@ -16,6 +16,11 @@ REWARD_NAMES = ("gap", "execution", "format", "overlong")  # engine.rewards.REWA
 # planner stage loads it only for these (engine.stages.train_grpo), and preflight checks it only then.
 GROUNDER_READERS = frozenset({"gap", "execution"})
 GROUNDER_REWARD_NAMES = ("execution", "format", "overlong")  # engine.rewards.GROUNDER_REWARDS
+# transformers' reporting integrations (its INTEGRATION_TO_CALLBACK; a test keeps the two lists equal), "none" and
+# "all". Only one name: transformers reads a string as a single integration, so "tensorboard,wandb" would fail when
+# the stage's trainer starts, maybe hours into a run.
+REPORT_TO = ("none", "all", "azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte", "kubeflow",
+             "mlflow", "neptune", "swanlab", "tensorboard", "trackio", "wandb")
 
 
 @dataclass
@@ -47,7 +52,9 @@ class TrainSettings:
     warmup_steps: float = _f(0.0, "int: warmup steps; float in [0, 1): fraction of all steps", ge=0)
     lr_scheduler: str = _f("linear", "learning-rate schedule after warm-up (transformers' lr_scheduler_type)",
                            choices=("linear", "cosine", "constant_with_warmup"))
-    report_to: str = _f("none", "TRL report_to: none | wandb | trackio | tensorboard")
+    report_to: str = _f("none", "where the trainer also logs (transformers' report_to): none, all (every "
+                                "integration installed), or one of them, e.g. tensorboard, wandb, trackio, mlflow; "
+                                "its package must be installed (checked before the run starts)", choices=REPORT_TO)
 
 
 @dataclass

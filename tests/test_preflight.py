@@ -334,3 +334,30 @@ def test_the_check_never_switches_the_process_default_dtype(copy, monkeypatch):
     monkeypatch.setattr(torch, "set_default_dtype", lambda dtype: switched.append(dtype) or real(dtype))
     preflight(load_config("examples/demo.toml", [f"planner.path={model}", f"grounder.path={model}"]))
     assert switched == [] and torch.get_default_dtype() == torch.float32
+
+
+def test_report_to_names_transformers_integrations_and_their_packages_are_checked_up_front(tmp_path, good,
+                                                                                          monkeypatch, capsys):
+    """``report_to = "tensorboard"`` without tensorboard installed failed when the stage's trainer was built, after
+    the iteration's sampling and scoring; a typo ("tensorbord") too. Both now stop the run before anything is written."""
+    from transformers.integrations import integration_utils
+
+    from engine.config_training import REPORT_TO
+    from engine.errors import ConfigError
+    from engine.store import Store
+
+    assert set(REPORT_TO) == {"none", "all", *integration_utils.INTEGRATION_TO_CALLBACK}
+    base = [f"planner.path={good}", f"grounder.path={good}"]
+    with pytest.raises(ConfigError, match=r"dpo.report_to: 'tensorbord' is not one of .*did you mean 'tensorboard'"):
+        load_config(None, [*base, "dpo.report_to=tensorbord"])
+    monkeypatch.setattr(integration_utils, "get_available_reporting_integrations", lambda: ["wandb"])
+    preflight(load_config(None, [*base, "sft.report_to=wandb", "dpo.report_to=all"]))
+    with pytest.raises(ConfigError, match=r"^sft.report_to: tensorboard: its package is not installed .*"
+                                          r"\(installed: wandb\)"):
+        preflight(load_config(None, [*base, "sft.report_to=tensorboard"]))
+    db = tmp_path / "s.duckdb"
+    assert run_cli(db, tmp_path, "--set", "grpo.report_to=mlflow") == 2
+    assert "grpo.report_to: mlflow: its package is not installed" in capsys.readouterr().err
+    with Store(db) as store:
+        assert store.list_runs() == []
+    assert not (tmp_path / "runs").exists()
