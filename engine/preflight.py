@@ -11,7 +11,7 @@ Contract: ``preflight(config)`` raises ``CheckpointError`` (a ``ConfigError`` na
   rows (its ids would index past the embedding table), or has no chat template while ``chat_template = "tokenizer"``
   asks for it (every prompt would fail to render);
 * a ``device`` naming a CUDA device that is not there; a training section's ``report_to`` naming a logging
-  integration whose package is not installed (``check_report_to``).
+  integration whose package is not installed, or a ``vllm`` backend without vLLM (``check_packages``).
 
 It also reads ``sft.original_data`` when set (only the train_grounder stage would read it, iterations later), so a
 bad file raises its ``DataError`` now. Only configs, tokenizers and weight-file headers are read: the model is built
@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.config import RunConfig
 from engine.config_training import GROUNDER_READERS
-from engine.errors import CheckpointError, ConfigError
+from engine.errors import CheckpointError
 from engine.formulation_caution import formulation_cautions
 from engine.model_paths import missing_model_directory
 
@@ -78,7 +78,9 @@ def preflight(config: RunConfig, tasks: list[Task] | None = None, *, probe_criti
                                 chat_template=section.chat_template)
     if config.critic.backend == "hf":  # it renders with the tokenizer's own template when there is one
         check_model(config.critic.model, "", "auto", "critic", path_field="critic.model", chat_template=None)
-    check_report_to(config)
+    from engine.package_check import check_packages
+
+    check_packages(config)
     if config.sft.original_data:
         from engine.tasks import load_tasks
 
@@ -99,23 +101,6 @@ def preflight(config: RunConfig, tasks: list[Task] | None = None, *, probe_criti
     for caution in cautions:
         warn(caution)
     return cautions
-
-
-def check_report_to(config: RunConfig) -> None:
-    """A training section's ``report_to`` names an integration whose package is not installed: transformers would
-    raise when that stage's trainer is built, after the sampling and scoring before it. ``all`` takes what is there."""
-    from transformers.integrations.integration_utils import get_available_reporting_integrations
-
-    available = None
-    for section in ("dpo", "grpo", "grpo_grounder", "sft"):
-        name = getattr(config, section).report_to
-        if name in ("none", "all"):
-            continue
-        available = get_available_reporting_integrations() if available is None else available
-        if name not in available:
-            raise ConfigError(f"{section}.report_to", f"{name}: its package is not installed in this environment "
-                                                      f"(installed: {', '.join(available) or 'none'}); install it or "
-                                                      "set report_to = \"none\"")
 
 
 # The cautions this process has printed: one line each, however many times a command checks the same config.

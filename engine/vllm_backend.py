@@ -39,11 +39,17 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def require_vllm(field: str) -> Any:
-    """Import vLLM, or raise a ``ConfigError`` naming the config field that asked for it and how to install it."""
+def require_vllm_installed(field: str, where: str = "") -> None:
+    """A ``ConfigError`` naming the config field that asked for vLLM (``where``: a phase) and how to install it, when
+    the package is not there; preflight calls it before a run starts."""
     if not vllm_available():
-        raise ConfigError(field, f"'vllm' needs the vLLM package, which is not installed: {INSTALL_HINT} (CUDA "
-                                 "GPU required), or set it to 'hf'")
+        raise ConfigError(field, f"'vllm'{where} needs the vLLM package, which is not installed: {INSTALL_HINT} "
+                                 "(CUDA GPU required), or set it to 'hf'")
+
+
+def require_vllm(field: str) -> Any:
+    """Import vLLM, or raise ``require_vllm_installed``'s ``ConfigError``."""
+    require_vllm_installed(field)
     import vllm
 
     return vllm

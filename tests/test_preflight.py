@@ -339,7 +339,8 @@ def test_the_check_never_switches_the_process_default_dtype(copy, monkeypatch):
 def test_report_to_names_transformers_integrations_and_their_packages_are_checked_up_front(tmp_path, good,
                                                                                           monkeypatch, capsys):
     """``report_to = "tensorboard"`` without tensorboard installed failed when the stage's trainer was built, after
-    the iteration's sampling and scoring; a typo ("tensorbord") too. Both now stop the run before anything is written."""
+    the iteration's sampling and scoring; a typo ("tensorbord") too. Both now stop the run before anything is
+    written."""
     from transformers.integrations import integration_utils
 
     from engine.config_training import REPORT_TO
@@ -361,3 +362,28 @@ def test_report_to_names_transformers_integrations_and_their_packages_are_checke
     with Store(db) as store:
         assert store.list_runs() == []
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_vllm_backend_without_vllm_is_refused_before_the_run_even_when_a_phase_asks(good, monkeypatch):
+    """``ground.backend = "vllm"`` without the package failed when the ground stage started: after the iteration's
+    sampling, scoring, pairs and DPO. A curriculum phase that switches to it (or to a logger) is checked too."""
+    import json
+
+    from transformers.integrations import integration_utils
+
+    from engine import vllm_backend
+    from engine.errors import ConfigError
+
+    monkeypatch.setattr(vllm_backend, "vllm_available", lambda: False)  # whatever this machine has installed
+    monkeypatch.setattr(integration_utils, "get_available_reporting_integrations", lambda: [])
+    base = [f"planner.path={good}", f"grounder.path={good}"]
+    with pytest.raises(ConfigError, match=r"^ground.backend: 'vllm' needs the vLLM package, which is not installed"):
+        preflight(load_config(None, [*base, "ground.backend=vllm"]))
+    phases = [{"name": "a", "iterations": 1}, {"name": "b", "set": ["sample.backend=vllm"]}]
+    with pytest.raises(ConfigError, match=r"^sample.backend: 'vllm' \(set by schedule.phases\[2\]\) needs the vLLM"):
+        preflight(load_config(None, [*base, "schedule.phases=" + json.dumps(phases)]))
+    phases[1]["set"] = ["sft.report_to=wandb"]
+    with pytest.raises(ConfigError, match=r"^sft.report_to: wandb \(set by schedule.phases\[2\]\): its package"):
+        preflight(load_config(None, [*base, "schedule.phases=" + json.dumps(phases)]))
+    monkeypatch.setattr(vllm_backend, "vllm_available", lambda: True)
+    preflight(load_config(None, [*base, "ground.backend=vllm"]))  # installed: nothing to say

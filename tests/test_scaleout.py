@@ -75,15 +75,26 @@ def test_accelerate_configs_parse():
 # -- generation backends ---------------------------------------------------------------------------------------------
 
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed: the missing-package error cannot happen")
-def test_vllm_backend_without_vllm_names_the_field_and_the_install(tmp_path, loop_config):
+def test_vllm_backend_without_vllm_names_the_field_and_the_install(tmp_path, loop_config, monkeypatch):
+    """Refused when the run is created (``engine.package_check``); a stored run whose machine lost vLLM since fails
+    at the stage, naming the same field."""
+    from engine import vllm_backend
+
+    monkeypatch.setattr(vllm_backend, "vllm_available", lambda: False)
     loop_config.sample.backend = "vllm"
     with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(ConfigError) as refused:
+            create_run(store, loop_config)
+        assert store.list_runs() == []
+        monkeypatch.setattr(vllm_backend, "vllm_available", lambda: True)
         run_id = create_run(store, loop_config)
+        monkeypatch.setattr(vllm_backend, "vllm_available", lambda: False)
         with pytest.raises(ConfigError) as caught:
             run_stage(store, run_id, 1, "sample")
         assert store.stage_status(run_id, 1)["sample"]["status"] == "failed"
-    assert caught.value.field == "sample.backend"
-    assert "pip install moat-studio[vllm]" in str(caught.value)
+    for error in (refused.value, caught.value):
+        assert error.field == "sample.backend"
+        assert "pip install moat-studio[vllm]" in str(error)
 
 
 @pytest.mark.parametrize("shared_prefill", [True, False])
