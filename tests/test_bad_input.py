@@ -323,7 +323,7 @@ def test_svamp_array_file_level_errors(tmp_path, monkeypatch):
     err = located("svamp", path, None, "<file>")
     assert "larger than 200 bytes (MAX_ARRAY_BYTES); write it as JSON lines" in str(err)
     monkeypatch.undo()
-    assert engine.tasks.MAX_ARRAY_BYTES == 32 * 1024 * 1024
+    assert engine.tasks.MAX_ARRAY_BYTES == 64 * 1024 * 1024
     assert len(list(load("svamp", path))) == 5
 
 

@@ -6,7 +6,7 @@ numeric ``Answer`` as text, without ``.0`` when integral; ``Equation`` and ``Typ
 ``svamp-<line>``, or ``svamp-<n>`` for the n-th record of an array); domain "maths", source "svamp".
 
 The file is JSON lines or, as SVAMP distributes it (``SVAMP.json``), one JSON array of these objects, read whole up
-to ``engine.tasks.MAX_ARRAY_BYTES`` (32 MiB; SVAMP.json is under 1 MB); errors in an array name the line and the
+to ``engine.tasks.MAX_ARRAY_BYTES`` (64 MiB; SVAMP.json is under 1 MB); errors in an array name the line and the
 record (``SVAMP.json:12 (record 3): Answer: ...``).
 """
 
