@@ -81,6 +81,8 @@ class FakeOpenAI:
         ok = self.completion(body, "Final answer reached")
         if marker == "r429":
             return self.failure(429, "slow down", {"Retry-After": "1"}) if n == 1 else ok
+        if marker == "r408":  # a proxy's own timeout, then the request goes through
+            return self.failure(408, "upstream timed out") if n == 1 else ok
         if marker == "r500":
             return self.failure(500, "boom") if n == 1 else ok
         if marker == "500":
@@ -95,6 +97,9 @@ class FakeOpenAI:
             return ok[:3] + (0.3,)
         if marker == "notjson":
             return 200, {"Content-Type": "application/json"}, b"<html>gateway hiccup</html>", 0.0
+        if marker == "error200":  # a proxy (LiteLLM, a gateway) that wraps the upstream's failure in a 200
+            error = {"error": {"message": f"upstream overloaded ({auth})", "code": 503}}
+            return 200, {}, json.dumps(error).encode(), 0.0
         if marker == "nochoices":
             return 200, {}, json.dumps({"id": "x", "object": "chat.completion", "created": 0}).encode(), 0.0
         if marker == "think":
@@ -174,6 +179,22 @@ def test_500_then_success_and_500_forever_is_bounded(fake_server):
     assert good.status == "accepted" and fake.counts["r500"] == 2
     assert bad.status == "error" and "500" in bad.raw and "InternalServerError" in bad.raw
     assert fake.counts["500"] == 1 + 3 and bad.extra["attempts"] == 4
+
+
+def test_a_proxys_408_is_retried_as_a_timeout(fake_server):
+    """A 408 (a proxy in front of a slow server timing the request out) was "another 4xx": never retried and stored
+    as the item's error verdict, while our own timeout on the same request was retried. It is a timeout now."""
+    import httpx
+    import openai
+
+    from engine.critics.openai_backend import is_retryable, is_unreachable
+
+    fake, url = fake_server
+    [verdict] = _critic(url).judge([_item("r408")])
+    assert verdict.status == "accepted" and verdict.extra["attempts"] == 2 and fake.counts["r408"] == 2
+    exc = openai.APIStatusError("timed out", response=httpx.Response(408, request=httpx.Request("POST", url)),
+                                body=None)
+    assert is_retryable(exc) and is_unreachable(exc)  # 408 after every retry: the server cannot answer in time
 
 
 def test_other_4xx_is_never_retried(fake_server, monkeypatch):
@@ -694,10 +715,10 @@ def test_a_critic_server_is_probed_before_the_run_starts(monkeypatch):
     refused, or that the server does not serve critic.model (Ollama's "name:latest" and llama.cpp's one GGUF file,
     which answers to any name, are served); a server that answers as expected, or has no ``/models`` (this file's
     other fake server), draws none."""
-    from engine.critics import openai_backend
+    from engine.critics import probe as probe_module
     from engine.critics.openai_backend import probe_caution
 
-    monkeypatch.setattr(openai_backend, "PROBE_KEEP_S", 0.0)  # each answer read afresh here
+    monkeypatch.setattr(probe_module, "PROBE_KEEP_S", 0.0)  # each answer read afresh here
     monkeypatch.delenv("MOAT_TEST_CRITIC_KEY", raising=False)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -728,10 +749,10 @@ def test_the_probe_asks_once_a_minute_per_server_and_only_for_a_run_being_create
     the point."""
     from engine import preflight as preflight_module
     from engine.config import load_config
-    from engine.critics import openai_backend
+    from engine.critics import probe as probe_module
     from engine.loop import check_new_run
 
-    monkeypatch.setattr(openai_backend, "_probed", {})
+    monkeypatch.setattr(probe_module, "_probed", {})
     fake = FakeOpenAI()
     fake.served = ["other-model"]
     with local_server(_ListsModels, fake) as (_, url):
@@ -742,8 +763,68 @@ def test_the_probe_asks_once_a_minute_per_server_and_only_for_a_run_being_create
         for _ in range(3):
             assert any(c.startswith("critic.model = critic-m") for c in check_new_run(config)[1])
         assert fake.listed == 1
-        monkeypatch.setattr(openai_backend, "_probed", {})
+        monkeypatch.setattr(probe_module, "_probed", {})
         assert not any(c.startswith("critic.") for c in preflight_module.preflight(config))  # a resume's check
         no_stage2 = load_config("examples/demo.toml", [*base, "stages.stage2=false"])
         assert not any(c.startswith("critic.") for c in check_new_run(no_stage2)[1])
         assert fake.listed == 1
+
+
+class _ServesUnderV1(_ListsModels):
+    """A vLLM-like server: the API under /v1 only, 404 (a body of no use) everywhere else."""
+
+    def do_GET(self) -> None:
+        if self.path != "/v1/models":
+            self._send(404, json.dumps({"detail": "Not Found"}).encode())
+            return
+        super().do_GET()
+
+
+class _NoModels(Handler):
+    """The API at /v1 and no /models anywhere (404)."""
+
+    def do_GET(self) -> None:
+        self._send(404, json.dumps({"detail": "Not Found"}).encode())
+
+
+def test_a_base_url_without_its_v1_or_with_the_endpoint_in_it_is_named_in_the_404(monkeypatch):
+    """``critic.base_url = http://host:8000`` (vLLM's own address, without /v1) or the endpoint pasted whole
+    (``.../v1/chat/completions``) drew no caution before the run (a 404 at /models read "no /models, nothing to
+    conclude"), and the critique stage failed hours later on "NotFoundError: Error code: 404", which names neither
+    cause. The probe now cautions when ``base_url/v1`` answers (or the URL holds the endpoint), and a 404's error
+    verdict says what to try, within the 300 characters the stage's failure shows."""
+    from engine.critics import probe as probe_module
+    from engine.critics.openai_backend import probe_caution
+    from engine.critics.probe import base_url_hint
+
+    monkeypatch.setattr(probe_module, "PROBE_KEEP_S", 0.0)
+    fake = FakeOpenAI()
+    fake.served = ["critic-m"]
+    with local_server(_ServesUnderV1, fake) as (_, url):
+        root = url.removesuffix("/v1")
+        for wrong in (root, root + "/", url + "/chat/completions", url + "/chat/completions/"):
+            [verdict] = _critic(wrong).judge([_item("default")])
+            assert verdict.status == "error" and verdict.extra["unreachable"] is True, wrong
+            assert verdict.raw.startswith("NotFoundError (critic.base_url ") and f"try {url})" in verdict.raw[:300]
+            assert probe_caution(_config(wrong)) == (f"critic.base_url = {wrong}: the server answers 404 there "
+                                                     f"({base_url_hint(wrong)})")
+        assert fake.total == 0  # no request reached the API
+        [good] = _critic(url).judge([_item("default")])
+        assert good.status == "accepted" and probe_caution(_config(url)) is None
+    with local_server(_NoModels, FakeOpenAI()) as (_, url):  # 404 at /models and at /v1/models: nothing said
+        assert probe_caution(_config(url.removesuffix("/v1"))) is None
+    for right in ("https://api.openai.com/v1", "http://h/api/v1", "https://g.example/v1beta/openai/v1/",
+                  "https://generativelanguage.googleapis.com/v1beta"):
+        assert base_url_hint(right) is None, right
+
+
+def test_a_200_carrying_an_error_object_shows_its_message(fake_server, monkeypatch):
+    """A 200 whose body is ``{"error": {...}}`` (no choices) became "no choices in the reply: 'ChatCompletion'": the
+    type's name, not the server's message, which was the only clue (and all the stage's failure showed). The body is
+    shown now, the key it echoes masked."""
+    monkeypatch.setenv("MOAT_TEST_CRITIC_KEY", SECRET)
+    fake, url = fake_server
+    [verdict] = _critic(url).judge([_item("error200")])
+    assert verdict.status == "error" and verdict.extra["malformed"] is True and fake.counts["error200"] == 1
+    assert verdict.raw.startswith("MalformedResponse: no choices in the reply: ")
+    assert "upstream overloaded (Bearer ***)" in verdict.raw and SECRET not in verdict.raw

@@ -174,3 +174,55 @@ def test_reasoning_blocks_are_dropped_in_one_pass_as_the_lazy_regex_dropped_them
         assert _drop_closed_blocks(text) == lazy.sub("", text), text
     reply = "<think> I am thinking about it. " * 150_000 + "Final answer reached"
     assert strip_reasoning(reply) == ("", "a reasoning block was opened and never closed")
+
+
+def test_a_long_run_of_spaces_newlines_or_asterisks_is_read_in_linear_time():
+    """The label pattern began with ``[*_\\s]*``, which a search tried again from every character of a run of spaces,
+    newlines or asterisks, each time to the run's end: a reply of 30,000 such characters (a small model's padding, a
+    markdown rule) took half a minute to read, 300,000 nearly an hour, while the critique stage waited. The label is
+    found where it was (20,000 random replies of labels, markup and text), and such replies are read at once."""
+    import random
+    import time
+
+    from engine.critics import parsing
+
+    for old, new in ((r"[*_\s]*corrected[*_\s]+actions?[*_\s]*[:：][*_]*", parsing._ACTIONS_LABEL),
+                     (r"[*_\s]*corrected[*_\s]+sub[-\s]?goals?[*_\s]*[:：][*_]*", parsing._SUBGOALS_LABEL)):
+        before = re.compile(old, re.I)
+        pieces = ["Corrected", "corrected", "actions", "subgoals", "sub-goal", ":", "：", "*", "**", "_", " ", "\n",
+                  "\t", "x", "R1 = Calculator(1)"]
+        rng = random.Random(0)
+        for _ in range(20_000):
+            text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+            assert [m.span() for m in new.finditer(text)] == [m.span() for m in before.finditer(text)], text
+    for filler in (" ", "\n", "*", " \n*_\t"):
+        reply = filler * (30_000 // len(filler)) + "\n" + CORRECTION
+        start = time.perf_counter()
+        fields = parse_response(reply, "stop")
+        assert time.perf_counter() - start < 2.0, repr(filler)
+        assert fields["status"] == "corrected" and fields["corrected_actions"] == \
+            "R1 = Calculator(3*4); R2 = Calculator(20-R1)"
+        start = time.perf_counter()
+        assert parse_response(filler * 30_000, "stop")["status"] == "unparsed"
+        assert time.perf_counter() - start < 2.0, repr(filler)
+
+
+def test_a_loose_list_of_corrected_actions_is_read_whole():
+    """A blank line ended the action block, so a loose markdown list (a blank line between its items, as chat models
+    often write) became a "corrected" verdict holding the first action alone: the grounder was trained on a third of
+    the correction. A new action after a blank line continues the block now; a restatement of the same actions, or
+    prose that only starts like an assignment, still ends it."""
+    loose = ("Corrected Subgoals:\n\n1. Subgoal 1: Find the total cost.\n\n2. Subgoal 2: Subtract it from 20.\n\n"
+             "Corrected Actions:\n\n1. `R1 = Calculator(3*4)`\n\n2. `R2 = Calculator(20-R1)`\n\n3. `Answer = R2`\n\n"
+             "This fixes the subtraction.")
+    fields = parse_response(loose, "stop")
+    assert fields["status"] == "corrected" and fields["corrected_subgoals"] == ["Find the total cost.",
+                                                                                 "Subtract it from 20."]
+    assert fields["corrected_actions"] == "R1 = Calculator(3*4); R2 = Calculator(20-R1); Answer = R2"
+    for after in ("R1 = Calculator(3*4) = 12\nR2 = Calculator(20-R1) = 8",  # the same actions, with their values
+                  "R2 = 12 is what the first action gives", "x = 5 because the sum was wrong"):
+        fields = parse_response(CORRECTION + "\n\n" + after, "stop")
+        assert fields["corrected_actions"] == "R1 = Calculator(3*4); R2 = Calculator(20-R1)", after
+    spread = "Corrected Actions: R1, R2 = SolveEquation(x+y=3, x-y=1)\n\nR3 = Calculator(R1*R2)\n\nR2 = Calculator(1)"
+    assert parse_response(spread, "stop")["corrected_actions"] == \
+        "R1, R2 = SolveEquation(x+y=3, x-y=1); R3 = Calculator(R1*R2)"

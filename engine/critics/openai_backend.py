@@ -8,9 +8,9 @@ raises for an item: any failure becomes ``Verdict(status="error", raw="<Exceptio
 * Key: only the *name* of its environment variable is configured (``critic.api_key_env``); the value is read at
   construction (``"EMPTY"`` when unset, which local servers accept), sent as the Bearer header and masked out of
   every raw text; it is never written to the store or the logs.
-* Retries: our own loop (the client's is off): 429, 5xx, timeouts and connection errors are retried up to
-  ``max_retries`` times (``1 + max_retries`` requests at most), any other 4xx and malformed bodies never. The
-  wait is the server's ``Retry-After`` (seconds or HTTP date; also ``retry-after-ms``), capped at
+* Retries: our own loop (the client's is off): 429, 5xx, timeouts (ours, or a proxy's 408) and connection errors are
+  retried up to ``max_retries`` times (``1 + max_retries`` requests at most), any other 4xx and malformed bodies
+  never. The wait is the server's ``Retry-After`` (seconds or HTTP date; also ``retry-after-ms``), capped at
   ``retry_after_max_s``, else exponential backoff ``backoff_base_s * 2**attempt`` (capped at ``backoff_max_s``)
   with jitter in [0.5, 1] of it.
 * Concurrency: at most ``critic.concurrency`` requests in flight (a thread pool per ``judge`` call); identical
@@ -25,9 +25,10 @@ raises for an item: any failure becomes ``Verdict(status="error", raw="<Exceptio
   ``prompt_tokens``/``completion_tokens`` from ``usage``, ``finish_reason``, ``status``; ``extra`` has
   ``cache`` (hit/miss), ``attempts`` and, when unparsed, ``parse_error``; an error verdict's ``extra`` has
   ``unreachable`` (``is_unreachable``): true when the server was never reached or refused every request of its kind
-  (connection, timeout, 401/403/404, 429 or 5xx after the retries), false when it answered this item with a refusal
-  of the item itself (400, 422, a malformed body); and ``malformed`` (``is_malformed``): the reply was no chat
-  completion.
+  (connection, timeout, 401/403/404, 408, 429 or 5xx after the retries), false when it answered this item with a
+  refusal of the item itself (400, 422, a malformed body); and ``malformed`` (``is_malformed``): the reply was no
+  chat completion (its ``raw`` shows the body). A 404's ``raw`` starts with ``engine.critics.probe.base_url_hint``
+  when the base URL lacks its ``/v1`` or holds the endpoint.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import openai
 from engine.config import CriticSection
 from engine.critics.base import Grounding, Verdict
 from engine.critics.parsing import parse_response
+from engine.critics.probe import base_url_hint, probe_caution  # noqa: F401 -- preflight's import
 from engine.critics.prompts import Message, critic_messages
 
 log = logging.getLogger(__name__)
@@ -114,9 +116,11 @@ def retry_after_s(headers: Any) -> float | None:
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """429, 5xx, timeouts and connection errors; never another 4xx or a malformed body."""
+    """429, 5xx, timeouts and connection errors; never another 4xx or a malformed body. A 408 is a timeout too: a
+    proxy in front of a slow server (nginx, a load balancer) answers it when the generation outlasts its own limit,
+    and the same request then usually succeeds, as after our own timeout (it was the item's error verdict)."""
     if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500
+        return exc.status_code in (408, 429) or exc.status_code >= 500
     return isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError))
 
 
@@ -125,7 +129,7 @@ def is_unreachable(exc: BaseException) -> bool:
     or out of quota), not that it refused this one item (400 context too long, 422, a malformed body): the critique
     stage fails on a batch of the former and stores the latter as the item's ``error`` verdict."""
     if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in (401, 403, 404, 429) or exc.status_code >= 500
+        return exc.status_code in (401, 403, 404, 408, 429) or exc.status_code >= 500
     return isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError))
 
 
@@ -134,57 +138,6 @@ def is_malformed(exc: BaseException) -> bool:
     such reply is the item's error, a whole batch of them a server that is not an OpenAI-compatible one (another
     service on the port, a proxy's page), which the critique stage fails on as on an unreachable one."""
     return isinstance(exc, (MalformedResponse, json.JSONDecodeError))
-
-
-PROBE_TIMEOUT_S = 5.0
-# An answer is kept this long per server, model and key variable: an experiment creates many runs of one critic, and
-# a server that is down costs PROBE_TIMEOUT_S each time it is asked.
-PROBE_KEEP_S = 60.0
-_probed: dict[tuple[str, str, str, bool], tuple[float, str | None]] = {}
-
-
-def probe_caution(config: CriticSection) -> str | None:
-    """One quick look at the critic server before a run starts (``GET /models``, ``PROBE_TIMEOUT_S``, no retry): a
-    caution when nothing answers at ``critic.base_url``, when it refuses the key, or when it lists its models and
-    ``critic.model`` is not among them; None when it answers as expected, or in a way that says nothing (a server
-    without ``/models``). A caution, not an error: the server may be started before the critique stage runs, which
-    at the paper's scale is hours later -- the wrong URL found then cost those hours."""
-    secret = os.environ.get(config.api_key_env) if config.api_key_env else None
-    key = (config.base_url, config.model, config.api_key_env, bool(secret))
-    kept = _probed.get(key)
-    if kept is not None and time.monotonic() - kept[0] < PROBE_KEEP_S:
-        return kept[1]
-    caution = _probe(config, secret)
-    _probed[key] = (time.monotonic(), caution)
-    return caution
-
-
-def _probe(config: CriticSection, secret: str | None) -> str | None:
-    client = openai.OpenAI(base_url=config.base_url, api_key=secret or "EMPTY",
-                           timeout=min(PROBE_TIMEOUT_S, config.timeout_s), max_retries=0)
-    where = f"critic.base_url = {config.base_url}"
-    try:
-        served = list(client.models.list())
-    except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-        return (f"{where}: nothing answers there now ({type(exc).__name__}); the critique stage will fail unless the "
-                "server is up by then")
-    except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-        if secret:
-            key = f"the key in ${config.api_key_env}"
-        else:
-            unset = f"${config.api_key_env} is unset" if config.api_key_env else "critic.api_key_env is empty"
-            key = f"the placeholder key EMPTY ({unset})"
-        return f"{where}: the server refused {key} ({exc.status_code}); the critique stage will fail with it"
-    except Exception:  # no /models (404), another status, a body that is no list: nothing to conclude
-        return None
-    ids = [model.id for model in served]
-    # Ollama lists "llama3:latest" for "llama3"; llama.cpp lists its GGUF file and answers to any model name.
-    known = config.model in ids or f"{config.model}:latest" in ids or any(
-        getattr(model, "owned_by", None) == "llamacpp" for model in served)
-    if ids and not known:
-        shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
-        return f"critic.model = {config.model}: the server at {config.base_url} serves {shown}, not this model"
-    return None
 
 
 class OpenAICritic:
@@ -304,7 +257,10 @@ class OpenAICritic:
     def _reply(completion: Any) -> Reply:
         choices = getattr(completion, "choices", None)
         if not choices:
-            shown = completion if isinstance(completion, str) else type(completion).__name__
+            # The body itself, not its type: a proxy's 200 {"error": {"message": ...}} read "'ChatCompletion'", and
+            # its message is the one clue to why (the whole batch failing the stage said nothing more).
+            dump = getattr(completion, "model_dump_json", None)
+            shown = dump(exclude_none=True) if dump else completion
             raise MalformedResponse(f"no choices in the reply: {str(shown)[:200]!r}")
         choice = choices[0]
         message = getattr(choice, "message", None)
@@ -339,6 +295,10 @@ class OpenAICritic:
             else:
                 unset = f"${env} is unset" if env else "critic.api_key_env is empty"
                 text += f" ({unset}, so the placeholder key EMPTY was sent)"
+        if isinstance(exc, openai.NotFoundError) and (hint := base_url_hint(self.config.base_url)):
+            # First, as the stage's failure shows only 300 characters (a proxy's 404 page is longer); a bare
+            # "Error code: 404" did not say that the URL lacked its /v1.
+            text = f"{type(exc).__name__} ({hint}): {exc}"
         return self._redact(text)
 
     def _redact(self, text: str) -> str:

@@ -16,9 +16,9 @@ the text exactly as received. Statuses:
 
 Tolerated: reasoning blocks (``<think>...</think>``, a reply that starts inside one and only closes it, also
 ``<thinking>``/``<reasoning>``), any letter case, extra spaces, markdown (``**Corrected Actions:**``, headings,
-code fences, inline backticks, bullet or numbered lists, one subgoal per line) and a trailing period
-(``Final Answer Reached.``). A correction takes precedence over an accept phrase; the last label wins when a
-label is repeated (models often restate the instructions before answering).
+code fences, inline backticks, bullet or numbered lists, loose ones too (a blank line between the items), one
+subgoal per line) and a trailing period (``Final Answer Reached.``). A correction takes precedence over an accept
+phrase; the last label wins when a label is repeated (models often restate the instructions before answering).
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ from engine.formats.lumos import parse_subgoals
 _CLOSE_ONLY = re.compile(r"^.*</(?:think|thinking|reasoning)>", re.S | re.I)  # reply began inside a block
 _OPEN_ONLY = re.compile(r"<(think|thinking|reasoning)>", re.I)
 _FENCE = re.compile(r"^[ \t]*(```|~~~)[^\n]*$", re.M)
-_LABEL = r"[*_\s]*corrected[*_\s]+{}[*_\s]*[:：][*_]*"
+# The leading markup run is entered only at its first character (the lookbehind): searched from every character of a
+# long run of spaces, newlines or asterisks, a bare ``[*_\s]*corrected`` rescanned the rest of the run each time, so
+# a reply holding 30,000 of them took half a minute per reply, 300,000 nearly an hour. The leftmost match is the same.
+_LABEL = r"(?<![*_\s])[*_\s]*corrected[*_\s]+{}[*_\s]*[:：][*_]*"
 _SUBGOALS_LABEL = re.compile(_LABEL.format("sub[-\\s]?goals?"), re.I)
 _ACTIONS_LABEL = re.compile(_LABEL.format("actions?"), re.I)
 _ACCEPT = re.compile(r"final[*_\s]+answer[*_\s]+(?:is[*_\s]+|has[*_\s]+been[*_\s]+)?reached[\s.!*_`]*$",
@@ -41,6 +44,11 @@ _BULLET = re.compile(r"^[ \t]*(?:[-*+•>]|\d+[.)])[ \t]+", re.M)
 _HEADING = re.compile(r"^[ \t]*#+[ \t]*", re.M)
 _SUBGOAL_MARK = re.compile(r"(?:^|(?<=[\s;,.]))[*_]*sub[-\s]?goal\s*(\d+)[*_]*\s*:[*_]*\s*", re.I)
 _ASSIGN = re.compile(r"^[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*=")
+# What may follow a blank line inside the block: a tool call or an alias of one name (``R2 = Calculator(...)``,
+# ``Answer = R2``), never prose that merely starts like an assignment (``x = 5 because ...``).
+_OUTPUTS = r"([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*="
+_ACTION_LINE = re.compile(rf"^{_OUTPUTS}\s*(?:[A-Za-z_]\w*\s*\(|[A-Za-z_]\w*[\s;.]*$)")
+_ASSIGNED = re.compile(rf"(?:^|;)\s*{_OUTPUTS}", re.M)
 _OPENERS, _CLOSERS = "([{", ")]}"
 
 
@@ -91,11 +99,16 @@ def action_block(section: str) -> str:
     """The action lines at the start of ``section``: stop at the first line of prose after them.
 
     Leading blank lines and an introduction ending in ``:`` are skipped. A line continues the block while
-    brackets are open (multi-line ``Code(...)`` arguments) or when it starts with an assignment (``R2 = ...``);
-    a blank line or any other line ends it.
+    brackets are open (multi-line ``Code(...)`` arguments) or when it starts with an assignment (``R2 = ...``).
+    After blank lines only a new action continues it (``_ACTION_LINE``: a tool call or a one-name alias, to a name
+    the block has not assigned yet): a loose markdown list puts a blank line between its items, and stopping there
+    kept the first action alone as the whole "correction"; a restatement of the same actions still ends it. Any
+    other line ends the block.
     """
     kept: list[str] = []
+    assigned: set[str] = set()  # the names the kept lines assign, kept as they grow (a rescan per line was quadratic)
     depth = 0
+    gap = False
     for line in section.strip().splitlines():
         if depth > 0:  # inside an open bracket: keep the line as written (code keeps its indentation)
             kept.append(line.rstrip())
@@ -104,11 +117,26 @@ def action_block(section: str) -> str:
         stripped = line.strip().strip("*_").strip()
         if not kept and (not stripped or (stripped.endswith(":") and not _ASSIGN.match(stripped))):
             continue  # blank lines and an introduction ("Here are the fixed actions:") before the actions
-        if kept and not _ASSIGN.match(stripped):
+        if kept and not stripped:
+            gap = True
+            continue
+        if kept and not (_new_action(stripped, assigned) if gap else _ASSIGN.match(stripped)):
             break
+        gap = False
         kept.append(stripped)
+        assigned |= {name for names in _ASSIGNED.findall(stripped) for name in _names(names)}
         depth += _depth_change(stripped)
     return "\n".join(kept)
+
+
+def _names(outputs: str) -> set[str]:
+    return {name.strip() for name in outputs.split(",")}
+
+
+def _new_action(line: str, assigned: set[str]) -> bool:
+    """Whether ``line`` (after a blank line) is an action assigning none of the names in ``assigned``."""
+    found = _ACTION_LINE.match(line)
+    return bool(found) and not assigned & _names(found.group(1))
 
 
 def corrected_subgoals(section: str) -> list[str]:
