@@ -488,20 +488,43 @@ class _RefusesEveryItem(FakeOpenAI):
         return self.failure(400, "this model's maximum context length is 8 tokens")
 
 
-def test_an_item_the_critic_refuses_is_its_error_verdict_and_the_stage_finishes(tiny_run):
-    """Only a critic that cannot be used at all fails the stage: a 400 about each prompt would fail again on every
-    resume (a final batch of one such grounding could never finish), so it is stored as the item's verdict."""
+def test_a_batch_refused_whole_fails_the_stage_and_an_item_judged_again_alone_is_its_verdict(tiny_run):
+    """A batch of several prompts every one refused with 400 is a setting they all carry (vLLM refuses every request
+    whose max_tokens exceeds its context): the verdicts were stored as errors, the stage read done and the grounder
+    trained on no correction. It fails the stage now, naming the settings. An item judged again alone
+    (``--retry-errors``) that the server refuses is that item's verdict: it would fail again on every resume."""
+    from engine.__main__ import main
     from engine.loop import run_stage
 
     with local_server(Handler, _RefusesEveryItem()) as (_, url):
+        # critic.cache off: the grounding made an error below is judged (and would be cached) fine by a good server
         db, run_id = tiny_run("critic.backend=openai", f"critic.base_url={url}", "critic.model=critic-m",
-                              "critic.max_retries=0", "ground.max_new_tokens=8", stages=("sample", "score", "ground"))
+                              "critic.max_retries=0", "ground.max_new_tokens=8", "critic.cache=false",
+                              stages=("sample", "score", "ground"))
         with Store(db) as store:
-            run_stage(store, run_id, 1, "critique")
-            assert store.stage_status(run_id, 1)["critique"]["status"] == "done"
-            verdicts = store.query("SELECT status, raw FROM verdicts WHERE run_id = ?", [run_id])
-    assert len(verdicts) > 0 and set(verdicts["status"]) == {"error"}
-    assert verdicts["raw"].str.contains("maximum context length").all()
+            assert store.count("groundings", run_id, 1) > 1
+            with pytest.raises(RuntimeError, match=r"could not judge any of the \d+ groundings .*maximum context "
+                                                   r"length.*refused as invalid: check .*critic.max_tokens"):
+                run_stage(store, run_id, 1, "critique")
+            assert store.count("verdicts", run_id, 1) == 0
+    with local_server(Handler, FakeOpenAI()) as (_, good):
+        assert main(["step", "critique", "--run", run_id, "--iteration", "1", "--db", str(db), "--base-url", good,
+                     "--quiet"]) == 0
+    with Store(db) as store:
+        judged = store.count("verdicts", run_id, 1)
+        first = store.query("SELECT task_id, step, k FROM verdicts WHERE run_id = ? ORDER BY task_id, step, k "
+                            "LIMIT 1", [run_id]).iloc[0]
+        with store._cursor() as cur:  # one grounding the critic failed on before
+            cur.execute("UPDATE verdicts SET status = 'error' WHERE run_id = ? AND iteration = 1 AND task_id = ? AND "
+                        "step = ? AND k = ?", [run_id, first["task_id"], int(first["step"]), int(first["k"])])
+    with local_server(Handler, _RefusesEveryItem()) as (_, url):
+        assert main(["step", "critique", "--run", run_id, "--iteration", "1", "--db", str(db), "--base-url", url,
+                     "--retry-errors", "--quiet"]) == 0
+    with Store(db) as store:
+        assert store.stage_status(run_id, 1)["critique"]["status"] == "done"
+        assert store.count("verdicts", run_id, 1) == judged
+        raws = store.query("SELECT raw FROM verdicts WHERE run_id = ? AND status = 'error'", [run_id])["raw"]
+        assert len(raws) == 1 and raws.str.contains("maximum context length").all()
 
 
 class _NotAChatServer(FakeOpenAI):
@@ -518,8 +541,10 @@ def test_a_batch_answered_whole_with_no_chat_completion_fails_the_stage(tiny_run
     from engine.loop import run_stage
 
     with local_server(Handler, _NotAChatServer()) as (_, url):
+        # critic.cache off: the grounding made an error below is judged (and would be cached) fine by a good server
         db, run_id = tiny_run("critic.backend=openai", f"critic.base_url={url}", "critic.model=critic-m",
-                              "critic.max_retries=0", "ground.max_new_tokens=8", stages=("sample", "score", "ground"))
+                              "critic.max_retries=0", "ground.max_new_tokens=8", "critic.cache=false",
+                              stages=("sample", "score", "ground"))
         with Store(db) as store:
             assert store.count("groundings", run_id, 1) > 1
             with pytest.raises(RuntimeError, match=r"could not judge any of the \d+ groundings .*first error: "

@@ -133,6 +133,13 @@ def is_unreachable(exc: BaseException) -> bool:
     return isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError))
 
 
+def is_refused(exc: BaseException) -> bool:
+    """Whether the server refused the request as invalid (400, 422): one such refusal is about its item (a prompt too
+    long), a whole batch of them about the request every item shares (``critic.max_tokens`` beyond the served context,
+    a ``temperature`` the model does not take), which the critique stage fails on as on an unreachable critic."""
+    return isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 422)
+
+
 def is_malformed(exc: BaseException) -> bool:
     """Whether the server answered with something that is no chat completion (not JSON, no choices, no message): one
     such reply is the item's error, a whole batch of them a server that is not an OpenAI-compatible one (another
@@ -284,7 +291,7 @@ class OpenAICritic:
     def _error(self, exc: BaseException, latency: float, attempts: int) -> Verdict:
         return Verdict("error", self.name, model=self.config.model, raw=self._describe(exc), latency_s=latency,
                        extra={"cache": "miss", "attempts": attempts, "unreachable": is_unreachable(exc),
-                              "malformed": is_malformed(exc)})
+                              "malformed": is_malformed(exc), "refused": is_refused(exc)})
 
     def _describe(self, exc: BaseException) -> str:
         text = f"{type(exc).__name__}: {exc}"

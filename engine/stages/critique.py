@@ -2,14 +2,16 @@
 ``ground.which`` selects for judging: the lowest-PPL plan per task-step, the top n, or all distinct plans).
 
 The critic comes from ``critic.backend`` (``engine.critics.make_critic``); the stage stores one ``verdicts`` row per
-judged grounding with its backend, model, status, raw text, correction, latency and token usage. A resumed stage
-judges only the chunks that hold a grounding without a verdict. A chunk the critic could not judge at all (every
-verdict an ``error`` with ``extra["unreachable"]``: the server down, a wrong URL, key or model, out of quota; or, in a
-chunk of several, every reply no chat completion: another kind of server on the URL) fails the stage and is not
-stored, so the stage reads failed instead of done with nothing to train on, and a resume judges the chunk again. An
-error about one item (a prompt too long, a malformed reply) is that item's verdict, stored as before: it would fail
-again on every resume. ``python -m engine step critique --retry-errors`` removes an iteration's error verdicts (before
-its grounder trains on the verdicts) and runs this stage again, which judges those groundings alone.
+judged grounding with its backend, model, status, raw text, correction, latency and token usage. A resumed stage judges
+only the chunks that hold a grounding without a verdict. A chunk the critic could not judge at all (every verdict an
+``error`` with ``extra["unreachable"]``: the server down, a wrong URL, key or model, out of quota; or, in a chunk of
+several, every reply no chat completion: another kind of server on the URL; or every request refused as invalid,
+400/422: a setting every request shares, such as ``critic.max_tokens`` beyond the served context) fails the stage and
+is not stored, so the stage reads failed instead of done with nothing to train on, and a resume judges the chunk again.
+An error about one item (a prompt too long, a malformed reply, among good ones or judged again alone) is that item's
+verdict, stored as before: it would fail again on every resume. ``python -m engine step critique --retry-errors``
+removes an iteration's error verdicts (before its grounder trains on the verdicts) and runs this stage again, which
+judges those groundings alone.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def run(ctx: StageContext) -> dict[str, int]:
                             "error": r.error}, bool(r.correct)) for r in chunk]
         verdicts = critic.judge(items)
         if all(_unusable(v, several) for v in verdicts):
-            raise RuntimeError(_unreachable_message(ctx, len(items), verdicts[0].raw))
+            refused = all(v.extra.get("refused") for v in verdicts)
+            raise RuntimeError(_unreachable_message(ctx, len(items), verdicts[0].raw, refused))
         rows = [{"run_id": ctx.run_id, "iteration": ctx.iteration, "task_id": item.task.id, "step": item.step,
                  "k": item.k, "backend": v.backend, "model": v.model, "status": v.status,
                  "reference_guided": v.reference_guided, "raw": v.raw,
@@ -72,22 +75,27 @@ def run(ctx: StageContext) -> dict[str, int]:
 
 def _unusable(verdict, several: bool) -> bool:
     """Whether a verdict says the critic cannot be used: unreachable, or (``several``: in a chunk judged whole from
-    two prompts or more, every one so) a reply that is no chat completion. A batch that came back whole as HTML or
-    bare text is a server of another kind on the URL; its verdicts were stored as errors and the stage read done,
-    exit 0, nothing said."""
-    return verdict.status == "error" and bool(verdict.extra.get("unreachable")
-                                              or (several and verdict.extra.get("malformed")))
+    two prompts or more, every one so) a reply that is no chat completion or a request refused as invalid. A batch
+    that came back whole as HTML or bare text is a server of another kind on the URL; one refused whole with 400 a
+    setting every request carries (vLLM refuses every request whose ``max_tokens`` exceeds its context, 4,096 by
+    default as ``critic.max_tokens`` is). Their verdicts were stored as errors and the stage read done, exit 0,
+    nothing said, and the grounder trained on no correction."""
+    return verdict.status == "error" and bool(verdict.extra.get("unreachable") or (
+        several and (verdict.extra.get("malformed") or verdict.extra.get("refused"))))
 
 
-def _unreachable_message(ctx: StageContext, n_items: int, first_error: str) -> str:
-    """Why the stage stopped and the two ways on: resume once the critic answers, or judge with another server."""
+def _unreachable_message(ctx: StageContext, n_items: int, first_error: str, refused: bool = False) -> str:
+    """Why the stage stopped and the two ways on: resume once the critic answers, or judge with another server;
+    ``refused``: every request was refused as invalid, so the settings they share come first."""
     groundings = "grounding" if n_items == 1 else f"{n_items} groundings"
     shown = first_error if len(first_error) <= 300 else first_error[:300] + " ..."  # a proxy's whole HTML page
     db = shlex.quote(str(ctx.store.path))
+    settings = (" Every request was refused as invalid: check what they all carry, critic.max_tokens (within the "
+                "served context) and critic.temperature." if refused else "")
     return (f"the critic could not judge {'the' if n_items == 1 else 'any of the'} {groundings} of this batch "
             f"({_critic_named(ctx)}; first error: {shown}); nothing of the batch was stored. Once the critic "
             f"answers, resume the run, or judge with another server: `python -m engine step critique --db {db} "
-            f"--run {ctx.run_id} --iteration {ctx.iteration} --base-url URL --model MODEL`")
+            f"--run {ctx.run_id} --iteration {ctx.iteration} --base-url URL --model MODEL`{settings}")
 
 
 def _critic_named(ctx: StageContext) -> str:
