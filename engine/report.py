@@ -26,7 +26,9 @@ is absent or null); ``UnknownExperiment`` (a ``KeyError`` carrying the known ids
 ``engine.stats.paired_t`` (``{"diff", "ci95", "p", "n"}``) plus ``"seeds"``, over the seeds both sides have:
 ``vs_iteration_0`` pairs iteration t with iteration 0 of the same run (for the gap, the per-seed % change of
 ``gap_ppl``, tested against 0); ``vs_baseline`` pairs a variant with the baseline variant (``full`` unless the file
-names another) at the same iteration. Wall times are the sums of the runs' stage durations, every span a stage ran
+names another) at the same iteration, and is left out, with ``vs_baseline_refused`` (why) beside the variant's
+``iterations``, when the variant's runs evaluate other tasks (``EVALUATION_FIELDS``: data.domains, data.eval_limit,
+...). Wall times are the sums of the runs' stage durations, every span a stage ran
 (``engine.ledger.active_seconds``: the latest span ``stages.started_at`` .. ``finished_at`` plus ``earlier_s``, the
 spans before a stop or failure and its resume); ``busy`` is the clock time during which any of the runs had a stage
 under way: the union of the latest spans, plus the earlier spans' seconds counted apart. Only the latest span's clock
@@ -38,7 +40,8 @@ done for every iteration up to the largest requested; others are ``incomplete`` 
 an iteration lists only the seeds that reached it. ``swaps`` aggregates the stored swap tables (``engine.swap``,
 written for the variants an experiment's ``swap`` lists) of each variant's runs over seeds: every cell's accuracy
 (split "all") as ``S``, and each stage's gain paired over seeds (``P``): stage 1 alone = P{N}G0 vs P0G0, stage 2 alone
-= P0G{N} vs P0G0, both = P{N}G{N} vs P0G0, with N the largest iteration the seeds share.
+= P0G{N} vs P0G0, both = P{N}G{N} vs P0G0, with N the largest iteration whose trained cells every seed's tables
+hold (else the largest any seed's hold); every cell and gain is over the seeds that hold N (``seeds``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ SPLITS = ("held_in", "held_out", "dev")
 NAMES = ("accuracy", "gap_ppl", "gap_logppl")
 PAIRED = ("held_in_accuracy", "held_out_accuracy", "dev_accuracy", "held_out_gap_ppl", "held_out_gap_logppl",
           "dev_gap_ppl", "dev_gap_logppl")
+# The fields that decide *which tasks* an evaluation scores: runs that differ in any are not paired (a variant with
+# data.domains = ["maths"] has its maths-only accuracy paired with the baseline's over every domain otherwise).
+EVALUATION_FIELDS = ("data.tasks", "data.format", "data.ground", "data.sources", "data.domains", "data.eval_limit",
+                     "data.eval_seed", "evaluate.formulation")
 
 
 class UnknownExperiment(KeyError):
@@ -99,6 +106,47 @@ def summary(per_seed: dict[int, float], name: str = "") -> dict[str, Any]:
     if high is not None and not math.isnan(hi):
         lo, hi = min(lo, high), min(hi, high)
     out["ci95"] = [lo, hi]
+    return out
+
+
+def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{"section.field": value}``."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def evaluation_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> dict[str, list[Any]]:
+    """``{field: [mine, theirs]}`` for the ``EVALUATION_FIELDS`` in which two flattened configs differ."""
+    return {k: [mine.get(k), theirs.get(k)] for k in EVALUATION_FIELDS if mine.get(k) != theirs.get(k)}
+
+
+def _baseline_refusals(store: Store, experiment_id: str, baseline: str | None) -> dict[str, str]:
+    """``variant -> why`` for the variants whose runs evaluate other tasks than the baseline's (``vs_baseline`` is
+    left out for them: a paired test needs the same tasks on both sides). Read from the runs' config snapshots, a
+    seed both have where there is one; a field only one snapshot has (a run made by an older version) is not
+    compared."""
+    df = store.query("SELECT r.variant, r.seed, u.config_json FROM experiment_runs r JOIN runs u USING (run_id) "
+                     "WHERE r.experiment_id = ? ORDER BY r.seed", [experiment_id])
+    configs: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for row in records(df):
+        configs[row["variant"]][int(row["seed"])] = flatten_config(loads(row["config_json"], {}))
+    if not baseline or baseline not in configs:
+        return {}
+    out = {}
+    for variant, by_seed in configs.items():
+        shared = sorted(set(by_seed) & set(configs[baseline]))
+        mine = by_seed[shared[0]] if shared else next(iter(by_seed.values()))
+        theirs = configs[baseline][shared[0]] if shared else next(iter(configs[baseline].values()))
+        differs = evaluation_differences({k: v for k, v in mine.items() if k in theirs},
+                                         {k: v for k, v in theirs.items() if k in mine})
+        if variant != baseline and differs:
+            out[variant] = "evaluates other tasks than {}: {}".format(
+                baseline, "; ".join(f"{k} = {a!r} here, {b!r} there" for k, (a, b) in differs.items()))
     return out
 
 
@@ -217,6 +265,7 @@ def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
     runs.sort(key=lambda r: (r["seed"], variants.index(r["variant"])))  # seed-major, in the file's variant order
     baseline = definition.get("baseline", "full" if "full" in variants else None)
     values = metric_values(store, experiment_id)
+    refused = _baseline_refusals(store, experiment_id, baseline)
 
     def flat(variant: str, t: int) -> dict[str, dict[int, float]]:
         return flat_values(values, variant, t)
@@ -247,12 +296,14 @@ def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
                                      if c[0] == split and c[1] != "all" and c[2] == "gap_ppl" and c in first}
                     change[f"{key}_pct_by_domain"] = {d: v for d, v in by_domain_pct.items() if v is not None} or None
                 entry["vs_iteration_0"] = {k: v for k, v in change.items() if v is not None}
-            if baseline and variant != baseline and baseline in values:
+            if baseline and variant != baseline and baseline in values and variant not in refused:
                 base = flat(baseline, t)
                 versus = {k: paired(base[k], now[k]) for k in PAIRED if k in now and k in base}
                 entry["vs_baseline"] = {k: v for k, v in versus.items() if v is not None}
             its[str(t)] = entry
         report_variants[variant] = {"iterations": its}
+        if variant in refused:
+            report_variants[variant]["vs_baseline_refused"] = refused[variant]
     swaps = _swaps(store, experiment_id)
     have = {(r["variant"], r["seed"]) for r in runs}
     seeds = [int(s) for s in definition.get("seeds", [])]
@@ -266,6 +317,25 @@ def experiment_report(store: Store, experiment_id: str) -> dict[str, Any]:
     })
 
 
+def _swap_iteration(by_cell: dict[tuple[int, int], dict[str, dict[int, float]]], base: int) -> tuple[int, set[int]]:
+    """The iteration N a variant's swap tables are read at, and the seeds read: the largest N > base whose three
+    trained cells (P{N}G{base}, P{base}G{N}, P{N}G{N}) every seed's tables hold, else the largest any seed's hold,
+    with the seeds that hold it. Taking the largest iteration stored put a P{N}G{N} of the one seed whose run went
+    further (an experiment extended while another seed's run was unfinished) beside a P0G0 over every seed."""
+    def seeds_of(cell: tuple[int, int]) -> set[int]:
+        return {s for per_seed in by_cell.get(cell, {}).values() for s in per_seed}
+
+    every = {s for cell in by_cell for s in seeds_of(cell)}
+    complete = {n: have for n in sorted({g for _, g in by_cell} | {p for p, _ in by_cell}) if n > base
+                for have in [seeds_of((n, base)) & seeds_of((base, n)) & seeds_of((n, n)) & seeds_of((base, base))]
+                if have}
+    if not complete:  # no table with its three trained cells: the largest iteration stored, every seed
+        return max(g for _, g in by_cell), every
+    shared = [n for n, seeds in complete.items() if seeds == every]
+    after = max(shared) if shared else max(complete)
+    return after, complete[after]
+
+
 def _swaps(store: Store, experiment_id: str) -> dict[str, Any]:
     df = store.query(
         "SELECT r.variant, r.seed, w.planner_after, w.grounder_after, w.split, w.value FROM experiment_runs r "
@@ -277,25 +347,28 @@ def _swaps(store: Store, experiment_id: str) -> dict[str, Any]:
     for variant, seed, p, g, split, value in df.itertuples(index=False):
         cells[variant][(int(p), int(g))][split][int(seed)] = float(value)
     out: dict[str, Any] = {}
-    for variant, by_cell in cells.items():
-        after = max(g for _, g in by_cell)
-        base = min(g for _, g in by_cell)
+    for variant, stored in cells.items():
+        base = min(g for _, g in stored)
+        after, seeds = _swap_iteration(stored, base)
+        # Every cell over the same seeds, so that a cell's mean beside another's is a difference of the same runs.
+        by_cell = {cell: {sp: {s: v for s, v in per_seed.items() if s in seeds} for sp, per_seed in splits.items()}
+                   for cell, splits in stored.items()}
 
-        def name(p: int, g: int, after: int = after) -> str:
+        def name(p: int, g: int) -> str:
             return f"gold/G{g}" if p == -1 else f"P{p}G{g}"
 
         entry: dict[str, Any] = {"base": base, "after": after, "cells": {}, "gains": {}}
-        seeds: set[int] = set()
         for (p, g), splits in sorted(by_cell.items()):
             if g not in (base, after) or p not in (-1, base, after):
                 continue
-            entry["cells"][name(p, g)] = {f"{sp}_accuracy": summary(v, "accuracy") for sp, v in sorted(splits.items())}
-            seeds |= {s for v in splits.values() for s in v}
+            entry["cells"][name(p, g)] = {f"{sp}_accuracy": summary(v, "accuracy")
+                                          for sp, v in sorted(splits.items()) if v}
         start = by_cell.get((base, base), {})
         for stage, cell in (("stage1", (after, base)), ("stage2", (base, after)), ("both", (after, after))):
             now = by_cell.get(cell, {})
             gains = {f"{sp}_accuracy": paired(start[sp], now[sp]) for sp in sorted(start) if sp in now}
             entry["gains"][stage] = {k: v for k, v in gains.items() if v is not None}
+        entry["cells"] = {k: v for k, v in entry["cells"].items() if v}
         entry["seeds"] = sorted(seeds)
         out[variant] = entry
     return out

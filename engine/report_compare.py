@@ -25,11 +25,13 @@ from typing import Any
 
 from engine.dbutil import loads, records
 from engine.report import (
+    EVALUATION_FIELDS,
     PAIRED,
     SPLIT_NAMES,
     UnknownExperiment,
     clean,
     flat_values,
+    flatten_config,
     known_experiments,
     metric_values,
     paired,
@@ -37,9 +39,7 @@ from engine.report import (
 from engine.report_markdown import format_test, markdown_table
 from engine.store import Store
 
-# The fields that decide *which tasks* an evaluation scores; runs that differ in any are not paired.
-EVALUATION_FIELDS = ("data.tasks", "data.format", "data.ground", "data.sources", "data.domains", "data.eval_limit",
-                     "data.eval_seed", "evaluate.formulation")
+# EVALUATION_FIELDS (engine.report): the fields that decide *which tasks* an evaluation scores.
 # Fields every pair of runs differs in by construction, which say nothing about the comparison.
 IDENTITY_FIELDS = ("run.name", "run.seed", "run.iterations", "run.workdir")
 
@@ -47,16 +47,6 @@ IDENTITY_FIELDS = ("run.name", "run.seed", "run.iterations", "run.workdir")
 class IncomparableExperiments(ValueError):
     """The two cannot be paired: different evaluation tasks (the message names each field and both values), no such
     variant, or no shared seed."""
-
-
-def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _experiment(store: Store, experiment_id: str) -> dict[str, Any]:
@@ -71,7 +61,7 @@ def _run_configs(store: Store, experiment_id: str) -> dict[tuple[str, int], dict
     """``(variant, seed) -> flattened config snapshot`` of the experiment's runs."""
     df = store.query("SELECT r.variant, r.seed, u.config_json FROM experiment_runs r JOIN runs u USING (run_id) "
                      "WHERE r.experiment_id = ?", [experiment_id])
-    return {(row["variant"], int(row["seed"])): _flatten(loads(row["config_json"], {})) for row in records(df)}
+    return {(row["variant"], int(row["seed"])): flatten_config(loads(row["config_json"], {})) for row in records(df)}
 
 
 def compare_report(store: Store, experiment_id: str, against_id: str, against_variant: str = "") -> dict[str, Any]:

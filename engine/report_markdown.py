@@ -3,9 +3,10 @@ the studio and the other reports share.
 
 Contract: pure functions of the report dict; nothing here reads a store or recomputes a statistic.
 ``report_markdown(report)`` gives one table per evaluated split (accuracy, the gap as mean PPL and as mean log-PPL,
-accuracy per domain), the change against iteration 0 and against the
-baseline (paired over seeds), each swap table, and the runs with their wall times. ``format_interval`` prints a
-summary as ``mean [lo, hi]`` (``mean (n=1)`` for one seed, whose zero-width JSON interval is no interval);
+accuracy per domain), the change against iteration 0 and against the baseline (paired over seeds; a variant
+evaluated on other tasks is named, not paired), each swap table, and the runs with their wall times.
+``format_interval`` prints a summary as ``mean [lo, hi]`` (``mean (n=1)`` for one seed, whose zero-width JSON
+interval is no interval);
 ``format_test`` prints a paired test as ``diff [lo, hi] p=.. (n=..)`` (``(n=1, no test)`` for one pair);
 ``markdown_table`` and ``duration_text`` are the shared table and duration formats.
 """
@@ -106,6 +107,10 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += [f"## vs {report['baseline']} (paired over seeds, same iteration)", ""]
         lines += markdown_table(["variant", "iteration", *(f"{SPLIT_NAMES[s]} accuracy Δ pp" for s in evaluated),
                                  *(f"{SPLIT_NAMES[s]} gap PPL Δ" for s in gap_splits)], rows)
+        # A variant evaluated on other tasks has no paired test: say so rather than leave it out unexplained.
+        refused = [f"Not paired: {name} {v['vs_baseline_refused']}." for name, v in variants.items()
+                   if v.get("vs_baseline_refused")]
+        lines += [*refused, ""] if refused else []
     for variant, sw in report.get("swaps", {}).items():
         a, b = sw["after"], sw["base"]
         labels = {f"P{b}G{b}": "starting agents", f"P{a}G{b}": "stage 1 only (planner trained)",

@@ -3,7 +3,7 @@
 * ``wilson(correct, n)``: the 95% Wilson score interval of one accuracy (one run, one split): better than the
   normal interval near 0 and 1 and for small n.
 * ``mean_interval(values)``: mean and 95% Student-t interval over seeds (independent runs); one value gives a
-  degenerate interval, never a made-up width.
+  degenerate interval, never a made-up width; an infinite or NaN value gives a NaN interval and sd (no interval).
 * ``mcnemar(before, after)``: the exact (binomial) McNemar test on the same tasks scored twice, e.g. iteration t-1
   vs t of one run: only the discordant tasks count; returns gained, lost and the two-sided p-value.
 * ``paired_t(a, b)``: mean difference, its 95% t interval and two-sided p-value for paired values, e.g. a variant vs
@@ -100,6 +100,10 @@ def mean_interval(values: Sequence[float]) -> dict[str, float | list[float] | in
     if n == 0:
         return {"mean": float("nan"), "ci95": [float("nan"), float("nan")], "n": 0, "sd": float("nan")}
     mean = statistics.fmean(values)
+    if not all(math.isfinite(v) for v in values):
+        # An infinite or NaN value (a log-PPL of a token given probability 0) has no spread to speak of, and
+        # statistics.stdev raises on it (AttributeError on Python 3.11): the whole report crashed. No interval.
+        return {"mean": mean, "ci95": [math.nan, math.nan], "n": n, "sd": math.nan}
     if n == 1:
         return {"mean": mean, "ci95": [mean, mean], "n": 1, "sd": 0.0}
     sd = statistics.stdev(values)

@@ -51,7 +51,8 @@ directory.
 (``"cells"``, ``"gold_plans"``, ``"tests"`` with the McNemar rows as ``{"gained", "lost", "p"}``, plus ``"base"``,
 ``"after"`` and ``"iterations"``, every iteration the run's swaps name), or None when the run has no swap rows.
 ``after`` defaults to the largest iteration stored, ``base`` to the smallest; a cell or test that is not stored is
-absent.
+absent, and so is a test of P{after}G{after} or G{after} stored against another base (the table written last, e.g. by
+``--base 1``, replaced those two cells' tests: they are kept only when written with P{after}G{base}).
 """
 
 from __future__ import annotations
@@ -294,13 +295,15 @@ def swap_table(store: Store, run_id: str, base: int = 0, after: int | None = Non
 def stored_swaps(store: Store, run_id: str, base: int | None = None, after: int | None = None
                  ) -> dict[str, Any] | None:
     """The run's stored swap table (see the module docstring); None when ``swaps`` has no row of the run."""
-    df = store.query("SELECT planner_after, grounder_after, split, domain, name, value FROM swaps WHERE run_id = ? "
-                     "ORDER BY planner_after, grounder_after, split, domain, name", [run_id])
+    df = store.query("SELECT planner_after, grounder_after, split, domain, name, value, created_at FROM swaps "
+                     "WHERE run_id = ? ORDER BY planner_after, grounder_after, split, domain, name", [run_id])
     if not len(df):
         return None
     stored: dict[str, Summary] = defaultdict(dict)
     results: dict[str, dict[str, dict[str, dict[str, Any]]]] = defaultdict(dict)
-    for a, b, split, domain, name, value in df.itertuples(index=False):
+    written: dict[tuple[int, int], Any] = {}  # cell -> when its rows were written (one table = one transaction)
+    for a, b, split, domain, name, value, created_at in df.itertuples(index=False):
+        written[int(a), int(b)] = max(written.get((int(a), int(b)), created_at), created_at)
         cell = cell_name(int(a), int(b))
         if name.startswith("mcnemar_"):
             key = name.removeprefix("mcnemar_")
@@ -316,9 +319,17 @@ def stored_swaps(store: Store, run_id: str, base: int | None = None, after: int 
                    "stage2": ("stage 2 alone", (base, after), (base, base)),
                    "both": ("both stages", (after, after), (base, base)),
                    "gold_plans": ("grounder on gold plans", (GOLD, after), (GOLD, base))}
+    # P{after}G{after} and G{after} on gold plans are written by every table with that ``after``, whatever its base,
+    # so their McNemar rows are against the base of the table written last: that table wrote its P{after}G{base} in
+    # the same transaction. Against another base (``swap --base 1`` after ``--base 0``) the test is not shown: it
+    # was labelled "vs P0G0" while counting the changes from P1G1.
+    def against_base(key: str, cell: tuple[int, int]) -> bool:
+        return key in ("stage1", "stage2") or (after, base) in written and written[after, base] == written.get(cell)
+
     tests = {key: {"label": label, "after": cell_name(*new), "before": cell_name(*old),
                    "results": results[cell_name(*new)]}
-             for key, (label, new, old) in comparisons.items() if cell_name(*new) in results}
+             for key, (label, new, old) in comparisons.items()
+             if cell_name(*new) in results and against_base(key, new)}
     return {"run_id": run_id, "base": base, "after": after, "iterations": iterations,
             "cells": {cell_name(*c): stored[cell_name(*c)] for c in dict.fromkeys(order) if cell_name(*c) in stored},
             "gold_plans": {cell_name(GOLD, b): stored[cell_name(GOLD, b)] for b in dict.fromkeys((base, after))
