@@ -94,3 +94,18 @@ def test_every_demo_world_flag_says_what_it_does():
         if action.option_strings and action.dest != "help":
             words = (action.help or "").split("(default")[0].strip()
             assert len(words) > 10, f"{action.option_strings[0]}: {action.help!r}"
+
+
+def test_json_output_is_strict_json_with_no_nan_or_infinity(capsys):
+    """``json.dumps`` writes NaN and Infinity, which are no JSON: an infinite log-PPL in ``swap --json`` (or an
+    interval over no values) made the line unreadable to ``jq`` and to ``json.loads(..., parse_constant=...)``."""
+    from engine.commands._common import print_json
+
+    print_json({"gold_logppl": float("inf"), "ci95": [float("nan"), 0.5], "cells": ({"p": float("-inf")},), "n": 3})
+    line = capsys.readouterr().out
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in the output: {line}")
+
+    expected = {"gold_logppl": None, "ci95": [None, 0.5], "cells": [{"p": None}], "n": 3}
+    assert json.loads(line, parse_constant=refuse) == expected

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -20,7 +21,20 @@ from engine.errors import ConfigError, DataError
 
 
 def print_json(obj: Any, file: Any = None) -> None:
-    print(json.dumps(obj, ensure_ascii=False, indent=None, default=str), file=file)
+    """One line of strict JSON: a NaN or infinite float (the interval of no values, an infinite log-PPL) is null, as
+    ``json.dumps`` would otherwise write ``NaN``/``Infinity``, which ``jq`` and other parsers refuse."""
+    print(json.dumps(finite(obj), ensure_ascii=False, indent=None, default=str, allow_nan=False), file=file)
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float (in dicts, lists and tuples) replaced by None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: finite(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(value) for value in obj]
+    return obj
 
 
 def summary_stream(out: str) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.commands._common import at_least, print_json, torch_device
+from engine.commands._common import at_least, finite, print_json, torch_device
 
 HELP = ("Benchmark a hot path against the naive way (score, sample, ground, store, train, iteration, warm_start), "
         "a curator's wait (curation), or a demo run against this machine's arithmetic floor (floor).")
@@ -60,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
-        print(json.dumps(report, indent=2, default=str))
+        print(json.dumps(finite(report), indent=2, default=str, allow_nan=False))
     return 0 if report.get("correct", {}).get("ok", True) else 1
