@@ -30,8 +30,11 @@ if TYPE_CHECKING:
 # Field names and values that carry a secret (see ``engine.config``'s docstring); the *_env fields hold variable
 # NAMES.
 KEY_FIELD = re.compile(r"(api_?key|token|secret|passw(or)?d)$", re.IGNORECASE)
+# A key's own shape, a bearer header, a URL with a password (user:pw@), or a URL carrying a key in its query
+# (``?api_key=...``, ``&token=...``, an Azure SAS ``sig=``): each would be stored with the run and shown in the studio.
 KEY_VALUE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{12,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
-                       r"|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})|Bearer\s+\S+|://[^/\s:@]+:[^/\s@]+@")
+                       r"|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})|Bearer\s+\S+|://[^/\s:@]+:[^/\s@]+@"
+                       r"|://\S*[?&](?i:api[_-]?key|key|token|access[_-]?token|secret|passw(?:or)?d|auth|sig)=[^&#\s]")
 # How alike (difflib's ratio) a key-shaped name and a field must be to read as a typo of it: a letter added or
 # dropped in a long name (max_new_token: 0.96), not a different word (hf_token vs max_tokens: 0.67).
 TYPO_RATIO = 0.9
@@ -93,7 +96,7 @@ def coerce(value: Any, annotation: Any, dotted: str, source: str | None, text: b
     ``check_field`` still checks them."""
     texts = value if isinstance(value, list) else [value]
     if any(isinstance(v, str) and KEY_VALUE.search(v) for v in texts):  # checked first: later errors echo values
-        raise ConfigError(dotted, f"looks like a key or a URL with a password; {USE_KEY_ENV}", source)
+        raise ConfigError(dotted, f"looks like a key or a URL with a password or key in it; {USE_KEY_ENV}", source)
     hint = annotation
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):

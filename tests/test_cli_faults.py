@@ -218,10 +218,21 @@ def test_a_bad_set_value_names_the_override_not_the_file():
         load_config("examples/demo.toml", ['data.sources=[{"path": "a.jsonl", "format": "x"}]'])
 
 
-def test_a_key_shaped_set_value_is_not_echoed_in_the_source():
+@pytest.mark.parametrize("url", ["https://user:hunter22@example.com/v1", "https://example.com/v1?api_key=hunter22",
+                                 "https://example.com/v1?api-version=1&key=hunter22", "http://h/v1?TOKEN=hunter22",
+                                 "https://x.blob.core.windows.net/v1?sv=2020&sig=hunter22"])
+def test_a_key_shaped_set_value_is_not_echoed_in_the_source(url):
+    """A password in the URL, or a key in its query (``?api_key=`` was accepted: stored with the run, shown in the
+    studio and in every critic error), is refused without echoing it."""
     with pytest.raises(ConfigError) as info:
-        load_config(None, ["critic.base_url=https://user:hunter22@example.com/v1"])
+        load_config(None, [f"critic.base_url={url}"])
     assert str(info.value).startswith("--set critic.base_url=<hidden>: ") and "hunter22" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["https://example.openai.azure.com/openai/v1?api-version=2024-10-21",
+                                 "http://localhost:8000/v1", "http://h/v1?monkey=1"])
+def test_a_url_without_a_secret_is_kept(url):
+    assert load_config(None, [f"critic.base_url={url}"]).critic.base_url == url
 
 
 def test_the_eval_command_reports_a_bad_set_value_as_the_command_line(capsys):
