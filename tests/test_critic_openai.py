@@ -81,6 +81,9 @@ class FakeOpenAI:
         ok = self.completion(body, "Final answer reached")
         if marker == "r429":
             return self.failure(429, "slow down", {"Retry-After": "1"}) if n == 1 else ok
+        if marker == "quota":  # OpenAI's answer to an account out of credit
+            return 429, {}, json.dumps({"error": {"message": "You exceeded your current quota", "type":
+                                                  "insufficient_quota", "code": "insufficient_quota"}}).encode(), 0.0
         if marker == "r408":  # a proxy's own timeout, then the request goes through
             return self.failure(408, "upstream timed out") if n == 1 else ok
         if marker == "r500":
@@ -195,6 +198,14 @@ def test_a_proxys_408_is_retried_as_a_timeout(fake_server):
     exc = openai.APIStatusError("timed out", response=httpx.Response(408, request=httpx.Request("POST", url)),
                                 body=None)
     assert is_retryable(exc) and is_unreachable(exc)  # 408 after every retry: the server cannot answer in time
+
+
+def test_a_429_out_of_quota_is_not_retried_and_marks_the_critic_unusable(fake_server):
+    """Retrying ``insufficient_quota`` only waited out the backoff of every retry before the stage failed anyway."""
+    fake, url = fake_server
+    [verdict] = _critic(url, max_retries=3).judge([_item("quota")])
+    assert verdict.status == "error" and fake.counts["quota"] == 1 and verdict.extra["unreachable"] is True
+    assert "exceeded your current quota" in verdict.raw
 
 
 def test_other_4xx_is_never_retried(fake_server, monkeypatch):

@@ -118,8 +118,12 @@ def retry_after_s(headers: Any) -> float | None:
 def is_retryable(exc: BaseException) -> bool:
     """429, 5xx, timeouts and connection errors; never another 4xx or a malformed body. A 408 is a timeout too: a
     proxy in front of a slow server (nginx, a load balancer) answers it when the generation outlasts its own limit,
-    and the same request then usually succeeds, as after our own timeout (it was the item's error verdict)."""
+    and the same request then usually succeeds, as after our own timeout (it was the item's error verdict). A 429
+    saying the account is out of quota (OpenAI's ``insufficient_quota``) is not retried: no wait ends it, and each
+    retry of a batch waited its backoff for nothing before the stage failed anyway (it is ``is_unreachable``)."""
     if isinstance(exc, openai.APIStatusError):
+        if exc.status_code == 429 and getattr(exc, "code", None) == "insufficient_quota":
+            return False
         return exc.status_code in (408, 429) or exc.status_code >= 500
     return isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError))
 
