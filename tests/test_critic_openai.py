@@ -81,6 +81,11 @@ class FakeOpenAI:
         ok = self.completion(body, "Final answer reached")
         if marker == "r429":
             return self.failure(429, "slow down", {"Retry-After": "1"}) if n == 1 else ok
+        if marker == "refusal":  # an OpenAI model's safety refusal: no content, the reason in "refusal"
+            data = json.loads(self.completion(body, "")[2])
+            refusal = "I can't help with that."
+            data["choices"][0]["message"] = {"role": "assistant", "content": None, "refusal": refusal}
+            return 200, {}, json.dumps(data).encode(), 0.0
         if marker == "quota":  # OpenAI's answer to an account out of credit
             return 429, {}, json.dumps({"error": {"message": "You exceeded your current quota", "type":
                                                   "insufficient_quota", "code": "insufficient_quota"}}).encode(), 0.0
@@ -206,6 +211,13 @@ def test_a_429_out_of_quota_is_not_retried_and_marks_the_critic_unusable(fake_se
     [verdict] = _critic(url, max_retries=3).judge([_item("quota")])
     assert verdict.status == "error" and fake.counts["quota"] == 1 and verdict.extra["unreachable"] is True
     assert "exceeded your current quota" in verdict.raw
+
+
+def test_a_models_refusal_is_kept_in_the_verdicts_raw_text(fake_server):
+    """A refusal came back as an empty reply: the curator saw a blank verdict and no reason."""
+    _, url = fake_server
+    [verdict] = _critic(url).judge([_item("refusal")])
+    assert verdict.raw == "(refused by the model) I can't help with that." and verdict.status != "accepted"
 
 
 def test_other_4xx_is_never_retried(fake_server, monkeypatch):

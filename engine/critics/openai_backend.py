@@ -280,7 +280,10 @@ class OpenAICritic:
         usage = getattr(completion, "usage", None)
         # A lone UTF-16 surrogate (a "\\ud800" escape without its pair, which JSON allows) is no text: the cache file
         # and the store could not write it and the batch failed. It becomes "?", as any undecodable text would.
-        text = (message.content or "").encode("utf-8", "replace").decode("utf-8")
+        text = message.content or ""
+        if not text and getattr(message, "refusal", None):  # OpenAI's safety refusal: no content, the reason here
+            text = f"(refused by the model) {message.refusal}"
+        text = text.encode("utf-8", "replace").decode("utf-8")
         return Reply(text, getattr(choice, "finish_reason", None),
                      getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None))
 
