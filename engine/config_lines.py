@@ -2,9 +2,10 @@
 
 ``file_line_source(path, field)`` is ``path:line`` for a dotted field name as errors name it (``sample.k``,
 ``data.sources[2].path``, ``variants.no_critic.set``, a whole table ``sample``), or None when it cannot name exactly
-one line: no line beats a wrong one. TOML: tomllib keeps no positions, so a line scan finds the key's line under its
-``[table]`` (or ``[[array]]`` table number N), a dotted key (``sample.k = 2``) or the table's header. YAML: PyYAML's
-node tree keeps them, so the key's (or list item's) own mark. Run configs and experiment files both use it.
+one line: no line beats a wrong one; ``toml_line(text, field)`` the same for TOML text (the studio's config editor).
+TOML: tomllib keeps no positions, so a line scan finds the key's line under its ``[table]`` (or ``[[array]]`` table
+number N), a dotted key (``sample.k = 2``) or the table's header. YAML: PyYAML's node tree keeps them, so the key's (or
+list item's) own mark. Run configs and experiment files both use it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def file_line_source(path: Path, field_name: str) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None
     if path.suffix == ".toml":
-        line = _toml_line(text, field_name)
+        line = toml_line(text, field_name)
     elif path.suffix in (".yaml", ".yml"):
         line = _yaml_line(text, segments)
     else:
@@ -45,7 +46,7 @@ def file_line_source(path: Path, field_name: str) -> str | None:
     return None if line is None else f"{path}:{line}"
 
 
-def _toml_line(text: str, field_name: str) -> int | None:
+def toml_line(text: str, field_name: str) -> int | None:
     """The one line whose full dotted name (its table's, then its key's) is ``field_name``, or the header of that
     table; a quoted header or key is a name this scan cannot read, so nothing under it matches."""
     current, counts, hits, in_string = "", {}, [], False

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import RunConfig, config_from_dict, config_to_dict, config_to_toml, load_config
+from engine.config_lines import toml_line
 from engine.errors import ConfigError, DataError
 from engine.loop import check_new_run, create_run_with_cautions, run_config
 from engine.store import Store
@@ -76,16 +77,21 @@ def config_problem(text: str, spaces: bool = False,
         if spaces:
             config = spaces_policy(config)
     except ConfigError as exc:
-        return None, _field_problem(exc)
+        return None, _field_problem(exc, text)
     return config, None
 
 
-def _field_problem(exc: ConfigError) -> tuple[str, str]:
+def _field_problem(exc: ConfigError, text: str = "") -> tuple[str, str]:
+    """``(where, message)``: where is the field, and the editor's line of it when one line holds it
+    (``sample.k, line 36``, as a TOML syntax error names its line): a long config in a browser text box has no other
+    way to find ``data.sources[3].path``."""
     message = str(exc.message)
     for sep in (": ", " "):
         if exc.field and message.startswith(exc.field + sep):
-            return exc.field, message[len(exc.field) + len(sep):]
-    return exc.field, message
+            message = message[len(exc.field) + len(sep):]
+            break
+    line = toml_line(text, exc.field) if text and exc.field else None
+    return (f"{exc.field}, line {line}" if line else exc.field), message
 
 
 def problem_markdown(problem: tuple[str, str]) -> str:

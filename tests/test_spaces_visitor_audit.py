@@ -7,6 +7,7 @@ Handlers are called directly; no stage is computed (the demo run's stages are ma
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,13 @@ from engine.runtime import pick_eval_tasks, sample_tasks
 from engine.store import Store
 from studio.new_run_config import config_toml, create_run_from_text, tasks_used, validate_config
 from studio.spaces_policy import MAX_SPACES_RUNS, SPACES_CAPS, ZERO_MEANS_ALL, spaces_capped, spaces_runs_full
+
+
+def line_of(text: str, table: str, key: str) -> int:
+    """The 1-based line of ``key = ...`` under ``[table]`` in TOML text, found by hand, not by the studio's scan."""
+    lines = text.splitlines()
+    start = lines.index(f"[{table}]")
+    return next(n for n, line in enumerate(lines[start:], start=start + 1) if line.startswith(f"{key} = "))
 
 
 def capped_text(tmp_path: Path, *settings: str) -> str:
@@ -44,22 +52,29 @@ def test_only_the_limits_say_that_zero_means_all(tmp_path):
     "(0: all)"."""
     helps = field_help()
     assert ZERO_MEANS_ALL == {dotted for dotted, _ in SPACES_CAPS if "(0: all)" in helps[dotted]}
-    assert validate_config(capped_text(tmp_path, "sample.k=8"), spaces=True)[1] == "**sample.k**: at most 4 on Spaces"
-    assert validate_config(capped_text(tmp_path, "run.iterations=2"), spaces=True)[1] == (
-        "**run.iterations**: at most 1 on Spaces")
-    assert validate_config(capped_text(tmp_path, "data.eval_limit=0"), spaces=True)[1] == (
-        "**data.eval_limit**: at most 20 on Spaces (0, meaning all, is not allowed either)")
+    text = capped_text(tmp_path, "sample.k=8")
+    assert validate_config(text, spaces=True)[1] == (
+        f"**sample.k, line {line_of(text, 'sample', 'k')}**: at most 4 on Spaces")
+    text = capped_text(tmp_path, "run.iterations=2")
+    assert validate_config(text, spaces=True)[1] == (
+        f"**run.iterations, line {line_of(text, 'run', 'iterations')}**: at most 1 on Spaces")
+    text = capped_text(tmp_path, "data.eval_limit=0")
+    assert validate_config(text, spaces=True)[1] == (
+        f"**data.eval_limit, line {line_of(text, 'data', 'eval_limit')}**: at most 20 on Spaces (0, meaning all, is "
+        "not allowed either)")
 
 
 def test_every_cap_exceeded_is_named_in_one_refusal(tmp_path):
     """k = 8 with train_limit = 100 was refused for train_limit alone: the visitor fixed it, pressed again and only
     then heard about k."""
-    error = validate_config(capped_text(tmp_path, "sample.k=8", "data.train_limit=100"), spaces=True)[1]
-    assert error == ("**data.train_limit**: at most 16 on Spaces (0, meaning all, is not allowed either); also "
-                     "sample.k: at most 4 on Spaces"), error
+    text = capped_text(tmp_path, "sample.k=8", "data.train_limit=100")
+    error = validate_config(text, spaces=True)[1]
+    assert error == (f"**data.train_limit, line {line_of(text, 'data', 'train_limit')}**: at most 16 on Spaces (0, "
+                     "meaning all, is not allowed either); also sample.k: at most 4 on Spaces"), error
     every = capped_text(tmp_path, "sample.k=8", "data.train_limit=100", "data.eval_limit=0", "run.iterations=3")
     error = validate_config(every, spaces=True)[1]
-    assert all(f"{dotted}: at most {cap}" in error.replace("**", "") for dotted, cap in SPACES_CAPS), error
+    plain = re.sub(r", line \d+", "", error.replace("**", ""))  # the first field also names its line
+    assert all(f"{dotted}: at most {cap}" in plain for dotted, cap in SPACES_CAPS), error
 
 
 def test_an_openai_critic_is_refused_on_spaces_before_its_model_is_asked_for(tmp_path):
@@ -68,12 +83,15 @@ def test_an_openai_critic_is_refused_on_spaces_before_its_model_is_asked_for(tmp
     text = capped_text(tmp_path).replace('backend = "reference"', 'backend = "openai"')
     assert 'backend = "openai"' in text
     assert validate_config(text, spaces=True)[1] == (
-        "**critic.backend**: only the reference critic is allowed on Spaces")
-    assert validate_config(text)[1].startswith("**critic.model**: required for the openai backend")
+        f"**critic.backend, line {line_of(text, 'critic', 'backend')}**: only the reference critic is allowed on "
+        "Spaces")
+    assert validate_config(text)[1].startswith(f"**critic.model, line {line_of(text, 'critic', 'model')}**: required "
+                                               "for the openai backend")
     # The QA model likewise: not "set both tools.qa_base_url and tools.qa_model" first.
     qa = capped_text(tmp_path).replace('qa_base_url = ""', 'qa_base_url = "http://198.51.100.7/v1"')
     assert 'qa_base_url = "http://198.51.100.7/v1"' in qa
-    assert validate_config(qa, spaces=True)[1].startswith("**tools.qa_base_url**: no external QA model on Spaces")
+    assert validate_config(qa, spaces=True)[1].startswith(
+        f"**tools.qa_base_url, line {line_of(qa, 'tools', 'qa_base_url')}**: no external QA model on Spaces")
 
 
 # -- 2. where a session without a saved place opens ----------------------------------------------------------------

@@ -100,7 +100,7 @@ def test_validate_makes_creates_checks_and_shows_the_cautions_writing_nothing(tm
         f"**planner.path**: {tmp_path / 'gone'}: no such model directory")
     assert "nowhere.jsonl" in check_config(demo_text(tmp_path, f"data.tasks={tmp_path / 'nowhere.jsonl'}"))
     bad_k = demo_text(tmp_path).replace("\nk = 15\n", "\nk = 1\n")
-    assert bad_k != demo_text(tmp_path) and check_config(bad_k).startswith("**sample.k**")  # the field check first
+    assert bad_k != demo_text(tmp_path) and check_config(bad_k).startswith("**sample.k, line ")  # field check 1st
     assert not runs.exists()
 
 
@@ -171,7 +171,7 @@ def test_validate_in_a_read_only_studio_checks_the_fields_only(tmp_path, chatml)
                 assert validate(gone, request)[0].startswith("Config is valid (fields;")  # the model not looked at
                 assert CAUTION_HEAD not in validate(demo_text(tmp_path, f"planner.path={chatml}"), request)[0]
                 bad_k = demo_text(tmp_path).replace("\nk = 15\n", "\nk = 1\n")
-                assert validate(bad_k, request)[0].startswith("**sample.k**")  # the field checks still run
+                assert validate(bad_k, request)[0].startswith("**sample.k, line ")  # the field checks still run
             finally:
                 demo.close()
 

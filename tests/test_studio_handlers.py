@@ -337,22 +337,23 @@ def test_config_validation_names_the_field_and_cli_command():
     text = Path("examples/demo.toml").read_text()
     assert box.validate_config(text)[1] == ""
     config, error = box.validate_config(text.replace("k = 15", "k = 1"))
-    assert config is None and error.startswith("**sample.k**")
+    assert config is None and error.startswith("**sample.k, line ")
     assert box.validate_config(text + "\n[sample]\nbogus = 1\n")[1].startswith("**TOML syntax, line ")
-    assert box.validate_config(text.replace("top_p = 0.95", "top_p = 2", 1))[1].startswith("**sample.top_p**")
+    assert box.validate_config(text.replace("top_p = 0.95", "top_p = 2", 1))[1].startswith("**sample.top_p, line ")
     cmd = box.cli_command("examples/demo.toml", text.replace("k = 15", "k = 4"))
     assert cmd == "python -m engine run --config examples/demo.toml --set sample.k=4"
     # Spaces refuses over-cap sizes (naming the field) and starts the editor from a capped config instead.
-    assert box.validate_config(text, spaces=True)[1].startswith("**data.train_limit**: at most 16")
+    assert box.validate_config(text, spaces=True)[1].startswith("**data.train_limit, line ")
     capped_text = box.config_toml(spaces_capped(load_config("examples/demo.toml")))
     capped, error = box.validate_config(capped_text, spaces=True)
     assert error == "" and capped.sample.k == 4 and capped.data.train_limit == 16
     assert box.validate_config(text.replace("assets/demo/planner", "gpt2"), spaces=True)[1].startswith(
-        "**planner.path**")
+        "**planner.path, line ")
     # a curriculum phase cannot lift a cap either
     phased = capped_text.replace("phases = []\n", "") + '\n[[schedule.phases]]\nname = "big"\nset = ["sample.k=15"]\n'
+    set_line = len(phased.splitlines())  # the phase's set = [...], the text's last line
     assert box.validate_config(phased, spaces=True)[1].startswith(
-        "**schedule.phases[1].set**: sample.k: at most 4")
+        f"**schedule.phases[1].set, line {set_line}**: sample.k: at most 4")
     assert box.validate_config(phased.replace("sample.k=15", "sample.k=3"), spaces=True)[1] == ""
 
 

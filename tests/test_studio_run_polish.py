@@ -166,7 +166,8 @@ def test_the_picked_runs_workdir_outside_the_workspace_is_moved_inside_and_other
                                     "grounder": {"path": "/opt/models/grounder"}})
     toml, message = picked_config(store, models, workspace=ws, default_workdir="runs")
     assert "/opt/models/planner" in toml  # named, never rewritten
-    assert validate_config(toml, workspace=ws)[1].startswith("**planner.path**: must be inside the workspace")
+    assert re.match(r"\*\*planner\.path, line \d+\*\*: must be inside the workspace",
+                    validate_config(toml, workspace=ws)[1])
     assert "replaced by `runs`" in message
     assert ("*Validate* and *Create run* refuse them until they point inside it: **planner.path** "
             "(`/opt/models/planner`), **grounder.path** (`/opt/models/grounder`).") in message
