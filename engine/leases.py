@@ -4,7 +4,8 @@ Contract: ``LeaseBook(ttl_s)`` holds, per queue (any hashable, e.g. ``("pair", r
 last opened which item and when. ``claim(queue, item, curator)`` gives the item to ``curator`` unless another
 curator opened it less than ``ttl_s`` seconds ago (then it returns that holder's name and claims nothing);
 opening another item releases the curator's previous one in that queue. ``taken(queue, items, curator)`` is the
-subset of ``items`` held by someone else right now (what ``j``/``k`` skip); ``release(curator)`` drops all of a
+subset of ``items`` held by someone else right now (what ``j``/``k`` skip), ``holder(queue, item, curator)`` who
+else holds one item (an undo on it is refused); ``release(curator)`` drops all of a
 curator's items. The studio claims an item when a curator opens it and again when they decide on it (refused, with
 the holder's name, when another curator has it). In memory and thread-safe: the studio is the one process that
 serves a team's store (DuckDB admits one), so its memory is the team's; a lease never outlives ``ttl_s`` or the
@@ -55,6 +56,12 @@ class LeaseBook:
             for items in self._held.values():
                 for item in [i for i, (who, _) in items.items() if who == curator]:
                     del items[item]
+
+    def holder(self, queue: Hashable, item: str, curator: str | None) -> str | None:
+        """Who other than ``curator`` holds ``item`` now (None: nobody, or ``curator``), claiming nothing."""
+        with self._lock:
+            held = self._live(queue).get(item)
+            return held[0] if held is not None and held[0] != curator else None
 
     def taken(self, queue: Hashable, items: Iterable[str], curator: str | None) -> set[str]:
         """The ``items`` another curator holds now (none for an anonymous session)."""

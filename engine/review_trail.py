@@ -11,11 +11,15 @@ Its rows go to the same append-only override log, by ``engine.curation``'s rules
 * ``replaced_decision`` names the live decision (action, curator, id) an override took the place of (a later
   curator's decision wins silently otherwise: the log keeps both, the page showed only the latest).
 * ``undo_last`` takes back a curator's latest action (pairs or verdicts) by appending an ``undo`` row that names
-  it; undone rows and undo rows never count as an override or a review (``engine.views.LIVE_OVERRIDE``).
+  it; undone rows and undo rows never count as an override or a review (``engine.views.LIVE_OVERRIDE``). It refuses
+  (``UndoRefused``) when another curator has acted on the same item since (their decision or "looks right" was made
+  on the state this undo would take away), and when the caller's ``guard`` refuses the item (the studio: another
+  curator has it open); nothing is appended then.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from engine.curation import atomic, require_pair
@@ -32,6 +36,12 @@ REVIEW_TARGETS = {"pair": "pair_review", "verdict": "verdict_review"}
 class NothingToUndo(ValueError):
     """``undo_last`` found no live action of the curator to take back: not a mistake (the studio says it as an info
     toast, not an error); a ``ValueError`` so callers that catch those still do."""
+
+
+class UndoRefused(ValueError):
+    """``undo_last`` would change an item under another curator: one acted on it after the action to undo (a "looks
+    right" would then stand for a state its curator never saw, a decision would no longer be the one they replaced).
+    Nothing is undone; the curator decides again on the item instead."""
 
 
 @atomic
@@ -124,26 +134,57 @@ def replaced_decision(store: Store, override_id: int) -> dict[str, Any] | None:
 UNDO_SCOPES = {"pair": ("pair", "pair_review"), "verdict": ("verdict", "verdict_review")}
 
 
+def _acted_since(store: Store, row: dict[str, Any], curator: str) -> dict[str, Any] | None:
+    """Another curator's latest live row (decision or review) on ``row``'s item after ``row``, else None."""
+    scope = "pair" if row["target"] in UNDO_SCOPES["pair"] else "verdict"
+    item, value = ("coalesce(o.pair_idx, 0)", row["pair_idx"] or 0) if scope == "pair" else ("o.k", row["k"])
+    found = store.query(
+        f"""SELECT o.action, o.curator FROM overrides o
+           WHERE o.run_id = $run AND o.iteration = $it AND o.target IN ($t1, $t2) AND o.task_id = $task
+               AND o.step = $step AND {item} = $idx AND o.override_id > $id AND o.curator <> $me AND {LIVE_OVERRIDE}
+           ORDER BY o.override_id DESC LIMIT 1""",
+        {"run": row["run_id"], "it": int(row["iteration"]), "t1": UNDO_SCOPES[scope][0], "t2": UNDO_SCOPES[scope][1],
+         "task": row["task_id"], "step": int(row["step"]), "idx": int(value), "id": int(row["override_id"]),
+         "me": curator})
+    return records(found)[0] if len(found) else None
+
+
 @atomic
-def undo_last(store: Store, run_id: str, iteration: int, curator: str, scope: str = "pair") -> dict[str, Any]:
+def undo_last(store: Store, run_id: str, iteration: int, curator: str, scope: str = "pair",
+              guard: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Take back ``curator``'s latest live action on this iteration's pairs (``scope="pair"``: overrides and
     reviews) or verdicts (``"verdict"``): append an ``undo`` row naming it (``after_json = {"undoes": id}``), so the
     item is back to its state before that action and the log keeps both rows. Pressed again, it takes back the
-    action before that one. Returns the undone row (``override_id``, ``target``, ``task_id``, ``step``, ``k``,
-    ``pair_idx``, ``action``); raises ``NothingToUndo`` (a ``ValueError``) when this curator has nothing left to
-    undo here."""
+    action before that one. Returns the undone row (``override_id``, ``run_id``, ``iteration``, ``target``,
+    ``task_id``, ``step``, ``k``, ``pair_idx``, ``action``); raises ``NothingToUndo`` (a ``ValueError``) when this
+    curator has nothing left to undo here, and ``UndoRefused`` when another curator has acted on that item since.
+    ``guard(row)``, called under the same lock before anything is written, may refuse too by raising (the studio:
+    the item is open by another curator right now)."""
     if scope not in UNDO_SCOPES:
         raise ValueError(f"scope must be pair or verdict, not {scope!r}")
     found = store.query(
-        f"""SELECT override_id, target, task_id, step, k, pair_idx, action FROM overrides o
+        f"""SELECT override_id, run_id, iteration, target, task_id, step, k, pair_idx, action FROM overrides o
            WHERE run_id = ? AND iteration = ? AND curator = ? AND target IN (?, ?) AND {LIVE_OVERRIDE}
            ORDER BY override_id DESC LIMIT 1""", [run_id, iteration, curator, *UNDO_SCOPES[scope]])
     if not len(found):
         raise NothingToUndo(f"{curator} has nothing to undo on the {scope}s of iteration {iteration}")
     row = records(found)[0]
+    since = _acted_since(store, row, curator)
+    if since is not None:
+        what = "pair" if scope == "pair" else "verdict"
+        raise UndoRefused(
+            f"Not undone: {since['curator']} has acted on the {what} of your {_words(row['action'])} since "
+            f"({_words(since['action'])}), so undoing it would change the {what} under their decision. Open it and "
+            f"decide again instead (Restore puts it back to the engine's own {what}).")
+    if guard is not None:
+        guard(row)
     store.add_override({"run_id": run_id, "iteration": iteration, "target": row["target"], "task_id": row["task_id"],
                         "step": int(row["step"]), "k": row["k"], "pair_idx": row["pair_idx"], "action": "undo",
                         "before_json": None, "after_json": {"undoes": int(row["override_id"])}, "curator": curator,
                         "reason": f"undo of #{int(row['override_id'])} ({row['action']})"})
     return row
 
+
+def _words(action: str) -> str:
+    """A stored action as a curator reads it ("keep_original" -> "accept original", "reviewed" -> "looks right")."""
+    return {"reviewed": "looks right", "keep_original": "accept original"}.get(action, action.replace("_", " "))

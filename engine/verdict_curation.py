@@ -10,7 +10,10 @@ serialized step) are ``engine.curation``'s, which holds the pair overrides; "loo
   curator-written actions, validated with ``parse_actions`` and previewed with the executor), ``drop`` (no
   training record), ``restore``. The verdict actions return the id of the override row they append
   (``edit_correction``: a ``SavedEdit``, that id with the execution preview of the edited actions).
-* ``effective_sft_records`` gives the grounder's training data after overrides.
+* ``effective_sft_records`` gives the grounder's training data after overrides. A curator's decision (keep original,
+  accept correction, edit) pairs its actions with the subgoals the grounder was shown (a malformed plan's raw text,
+  as the ground stage showed it) when neither the edit nor the critic gives others; a critic's own verdict without a
+  decision keeps the plan's parsed subgoals (none: no record).
 * ``engine.agreement.agreement`` (its own module) measures how often curators agreed with the critic, over the
   verdicts with a live decision or a "looks right" review (a review leaves the critic's verdict standing: it agrees
   with it).
@@ -27,6 +30,7 @@ from engine.dbutil import loads, records
 from engine.executor import ExecutionResult
 from engine.outcome import run_grounding, toolbox_for_run
 from engine.store import Store
+from engine.turns import plan_subgoals as shown_subgoals
 
 VERDICT_ACTIONS = ("keep_original", "accept_correction", "edit", "drop", "restore")
 # Critic statuses that yield a training record without any override.
@@ -203,17 +207,21 @@ def _sft_record(v: dict[str, Any]) -> dict[str, Any] | None:
     """The training record one verdict row yields after its override, or None."""
     plan_subgoals = loads(v["plan_subgoals_json"]) or []
     corrected_subgoals = loads(v["corrected_subgoals_json"])
+    # A curator's decision trains on the subgoals the grounder was shown when it grounded the plan (the ground
+    # stage's rule, ``engine.turns.plan_subgoals``): a malformed plan parses to no subgoals and was grounded under its
+    # raw text, and its "Accept original" or saved edit gave no record at all, silently (the studio said "recorded").
+    shown = plan_subgoals if v.get("plan_text") is None else shown_subgoals(plan_subgoals, v["plan_text"])
     action, after = v["override_action"], loads(v["override_after_json"]) or {}
     if action == "drop":
         return None
     if action == "keep_original":
-        actions, subgoals, source = v["grounding_actions"], plan_subgoals, "override:keep_original"
+        actions, subgoals, source = v["grounding_actions"], shown, "override:keep_original"
     elif action == "accept_correction":
-        actions, subgoals, source = v["corrected_actions"], corrected_subgoals or plan_subgoals, "override:accept"
+        actions, subgoals, source = v["corrected_actions"], corrected_subgoals or shown, "override:accept"
     elif action == "edit":
         # Edited actions usually follow the corrected subgoals when the critic rewrote them.
         actions = after.get("actions")
-        subgoals = after.get("subgoals") or corrected_subgoals or plan_subgoals
+        subgoals = after.get("subgoals") or corrected_subgoals or shown
         source = "override:edit"
     elif v["status"] == "accepted":
         actions, subgoals, source = v["grounding_actions"], plan_subgoals, "accepted"

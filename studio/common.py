@@ -17,7 +17,8 @@ it never comes back on for a viewer.
 Leases (``Ctx.leases``, ``engine.leases``): opening a pair or a verdict takes it under the session's curator
 (``claim_note``; ``leasing_name``: nothing for a viewer or in a read-only studio), the note under the picker names
 another curator who has it open (``lease_note``), and a decision on an item another curator holds is refused
-(``check_lease``).
+(``check_lease``), and so is an undo of the curator's own action on an item another curator has open
+(``undo_guard``).
 
 Mistakes a user can fix (no curator name, a bad plan number) are raised as ``user_error`` (inside a handler:
 ``with user_errors():``), shown in the page without a traceback in the server log. A toast (``user_error``'s modal,
@@ -248,6 +249,23 @@ def check_lease(ctx: Ctx, kind: str, run_id: str | None, iteration: Any, key: st
         raise user_error(f"{holder} has this {what} open right now: a decision here would replace theirs unseen. "
                          f"Move on (j/k skip it) and come back once they have moved on; a hold lapses "
                          f"{ctx.leases.ttl_s:.0f} s after they opened it.")
+
+
+def undo_guard(ctx: Ctx, run_id: str | None, iteration: Any, curator: str) -> Callable[[dict[str, Any]], None]:
+    """``engine.review_trail.undo_last``'s ``guard`` for a studio undo: refuse to take back an action on an item
+    another curator has open right now. An undo changes that item as much as a decision does, and ``check_lease``
+    refused only decisions: a curator who had moved on pressed ``u`` and changed the pair another was reading. It
+    checks the lease without taking it (the undoing curator keeps the item they have open)."""
+    def guard(row: dict[str, Any]) -> None:
+        kind = "pair" if row["target"] in ("pair", "pair_review") else "verdict"
+        index = (row["pair_idx"] or 0) if kind == "pair" else row["k"]
+        key = f"{row['task_id']}|{int(row['step'])}|{int(index)}"  # pairs_queue.pair_key / critic_queue.verdict_key
+        holder = ctx.leases.holder((kind, run_id, iteration), key, curator)
+        if holder:
+            raise user_error(f"Not undone: {holder} has the {kind} of your {row['action'].replace('_', ' ')} open "
+                             "right now, and an undo would change it under them unseen. Undo again once they "
+                             f"have moved on (a hold lapses {ctx.leases.ttl_s:.0f} s after they opened it).")
+    return guard
 
 
 def leasing_name(ctx: Ctx, name: str | None, request: gr.Request | None) -> str | None:

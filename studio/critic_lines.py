@@ -18,6 +18,7 @@ from engine.store import Store
 from studio.critic_queue import parse_key, verdict_name
 from studio.keys import button_words
 from studio.pairs_queue import replaced_note
+from studio.queue_lines import missed_training
 from studio.render import md_code, md_escaped
 
 
@@ -25,7 +26,9 @@ def recorded_line(store: Store, run_id: str, iteration: int, key: str, action: s
     """``“Accept original” recorded for “<verdict>” by <curator>, replacing ana's drop (override #12).`` The decision
     it replaced is named (the table shows only the latest); the override id ends the line: clients read it from the
     line's end (a warning follows in a paragraph of its own)."""
-    note = replaced_note(review_trail.replaced_decision(store, oid), action, curator)
+    # While the iteration's grounder trains, it has read the verdicts already: the line says the decision misses it.
+    note = (replaced_note(review_trail.replaced_decision(store, oid), action, curator)
+            + missed_training(store, run_id, int(iteration), "verdict"))
     return (f"{button_words(action)} recorded for “{md_escaped(verdict_name(store, run_id, iteration, key))}” by "
             f"{md_escaped(curator)}{note} (override #{oid}).")
 

@@ -22,7 +22,17 @@ import pandas as pd
 
 from engine.review_trail import NothingToUndo
 from engine.store import Store
-from studio.common import Ctx, can_write, check_writable, curator_of, quiet_stop, user_errors, user_info, who_of
+from studio.common import (
+    Ctx,
+    can_write,
+    check_writable,
+    curator_of,
+    quiet_stop,
+    undo_guard,
+    user_errors,
+    user_info,
+    who_of,
+)
 from studio.queue_sessions import QueueSessions, WalkedTo
 
 # key -> element ids, first visible wins (hidden tabs' buttons have no offsetParent)
@@ -187,15 +197,17 @@ def wire_walk(ctx: Ctx, kind: str, picker: gr.Dropdown, table: gr.Dataframe, pag
 
 def undo_handler(ctx: Ctx, message: Callable[..., str]) -> Callable[..., str]:
     """The ``u`` button's handler (the key clicks the button: one path): ``message(store, run_id, iteration,
-    curator)`` undoes and says what; refused in a read-only studio or for a viewer, and without a curator name (an
-    error toast). "Nothing to undo" is no mistake: an info toast, and the event stops there without a red modal or a
-    traceback (``studio.common.quiet_stop``; nothing changed, so nothing is reloaded)."""
+    curator, guard=...)`` undoes and says what; refused in a read-only studio or for a viewer, without a curator name,
+    on an item another curator has open (``studio.common.undo_guard``) or has acted on since (the engine's
+    ``UndoRefused``): an error toast. "Nothing to undo" is no mistake: an info toast, and the event stops there
+    without a red modal or a traceback (``studio.common.quiet_stop``; nothing changed, so nothing is reloaded)."""
     def on_undo(run_id, it, name, request: gr.Request) -> str:
         check_writable(ctx, request)
         with user_errors():  # no curator name, no run: a line for the user, no traceback in the log
             curator = curator_of(name, request)
             try:
-                return message(ctx.store, run_id, it, curator)
+                # An action on an item another curator has open is not undone (studio.common.undo_guard).
+                return message(ctx.store, run_id, it, curator, guard=undo_guard(ctx, run_id, it, curator))
             except NothingToUndo as exc:
                 said = f"{str(exc).rstrip('.')}."
                 user_info(said)

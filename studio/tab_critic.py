@@ -46,6 +46,9 @@ handler surface), its refreshes (the load, the action reloads, the walk's refres
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import gradio as gr
 
 from engine import review_trail, verdict_curation
@@ -134,6 +137,7 @@ from studio.live_views import watch
 from studio.pairs_queue import replaced_note
 from studio.picker import Picker
 from studio.picks import first_cell
+from studio.queue_lines import missed_training
 from studio.relay import own_change
 from studio.remember import remember
 from studio.render import md_code, md_escaped, static_table_css
@@ -141,11 +145,12 @@ from studio.tab_pairs import excerpt
 from studio.team_counters import wire_counters
 
 
-def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:
+def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str,
+                 guard: Callable[[dict[str, Any]], None] | None = None) -> str:
     """Undo ``curator``'s last decision on this iteration's verdicts and say which."""
     if not run_id or iteration is None:
         raise ValueError("Pick a run and an iteration first.")
-    row = review_trail.undo_last(store, run_id, int(iteration), curator, "verdict")
+    row = review_trail.undo_last(store, run_id, int(iteration), curator, "verdict", guard=guard)
     question = excerpt(store.get_task(run_id, row["task_id"]).question)
     return (f"Undid your {action_words(row['action'])} of {_step_words(row.get('step'))}plan {int(row['k'])} for "
             f"“{md_escaped(question)}” "
@@ -191,7 +196,8 @@ def save_edit(store: Store, run_id: str, iteration: int, key: str, actions: str,
     # may be another curator's written in between).
     label = md_escaped(verdict_name(store, run_id, iteration, key))
     said = (f"Edit saved for “{label}” by {md_escaped(curator)}"
-            + replaced_note(review_trail.replaced_decision(store, saved.override_id), "edit", curator))
+            + replaced_note(review_trail.replaced_decision(store, saved.override_id), "edit", curator)
+            + missed_training(store, run_id, int(iteration), "verdict"))  # a training under way read them already
     result = saved.preview
     task = store.get_task(run_id, task_id)
     if task.domain == "web":  # nothing runs for web actions (engine.executor): no answer is expected
@@ -271,7 +277,8 @@ def build(ctx: Ctx) -> None:
             raise user_error("Pick a verdict first.")
         curator = curator_of(name, request)
         check_lease(ctx, "verdict", run_id, it, key, curator)
-        return save_edit(ctx.store, run_id, it, key, actions, curator, why)
+        with user_errors():  # a verdict gone meanwhile (critique --retry-errors): a line, not a traceback
+            return save_edit(ctx.store, run_id, it, key, actions, curator, why)
 
     # The queue's reads: the run, the iteration, the filters and the page. The filters apply at each change (no text
     # box waits for Enter), so what they hold is what the queue shows.

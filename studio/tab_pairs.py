@@ -48,6 +48,7 @@ curation table in ``studio.pairs_charts`` (re-exported here: this module is the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import gradio as gr
 
@@ -124,6 +125,7 @@ from studio.pairs_queue import (
 from studio.pairs_refresh import PairsRefresh
 from studio.picker import Picker
 from studio.picks import first_cell
+from studio.queue_lines import missed_training
 from studio.relay import own_change
 from studio.remember import remember
 from studio.render import md_escaped, static_table_css
@@ -178,7 +180,9 @@ def pair_action(store: Store, run_id: str, iteration: int, key: str, action: str
     # Named by the state after the action: a swap reads "plan 3 over 0" where the picker said "plan 0 over 3". The
     # decision it replaced is named too (", replacing ana's swap"): the table shows only the latest. The override id
     # stays last: clients read it from the line's end.
-    note = replaced_note(review_trail.replaced_decision(store, oid), action, curator)
+    # While the iteration's planner trains, it has read the pairs already: the line says the decision misses it.
+    note = (replaced_note(review_trail.replaced_decision(store, oid), action, curator)
+            + missed_training(store, run_id, int(iteration), "pair"))
     return (f"{button_words(action)} recorded for {md_escaped(pair_name(store, run_id, int(iteration), key))}{note} "
             f"(by {md_escaped(curator)}, override #{oid}).")
 
@@ -198,11 +202,12 @@ def action_handler(ctx: Ctx, action: str) -> Callable[..., str]:
     return handler
 
 
-def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str) -> str:
+def undo_message(store: Store, run_id: str | None, iteration: int | None, curator: str,
+                 guard: Callable[[dict[str, Any]], None] | None = None) -> str:
     """Undo ``curator``'s last action on this iteration's pairs (``engine.review_trail.undo_last``) and say which."""
     if not run_id or iteration is None:
         raise ValueError("Pick a run and an iteration first.")
-    row = review_trail.undo_last(store, run_id, int(iteration), curator, "pair")
+    row = review_trail.undo_last(store, run_id, int(iteration), curator, "pair", guard=guard)
     question = excerpt(store.get_task(run_id, row["task_id"]).question)
     step = f" at step {int(row['step'])}" if row.get("step") else ""
     return (f"Undid your {action_words(row['action'])} of the pair{step} for “{md_escaped(question)}” "
