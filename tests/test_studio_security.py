@@ -570,7 +570,9 @@ def test_config_paths_from_the_page_stay_in_the_workspace(server_a, tmp_path_fac
         bad = load_config(None, base=config_to_dict(config))
         setattr(getattr(bad, section), name, value)
         message = client.predict(config_toml(bad), api_name="/run_create")[0]
-        assert message.startswith(f"Not created: **{dotted}**") and "inside the workspace" in message, message
+        # the field, and its line in the submitted config
+        assert re.match(rf"Not created: \*\*{re.escape(dotted)}, line \d+\*\*", message), message
+        assert "inside the workspace" in message, message
     assert len(store.list_runs()) == runs and not elsewhere.exists()
     ok = client.predict(config_toml(config), api_name="/run_create")[0]  # the same config, paths inside: created
     assert ok.startswith("Created run"), ok
@@ -663,7 +665,8 @@ def test_spaces_mode_refuses_other_models_and_over_cap_sizes_over_http(server_c)
         if dotted == "tools.qa_base_url":
             bad.tools.qa_model = "m"
         message = client.predict(config_toml(bad), api_name="/run_create")[0]
-        assert message.startswith(f"Not created: **{dotted}**") and why in message, (dotted, message)
+        assert re.match(rf"Not created: \*\*{re.escape(dotted)}, line \d+\*\*", message), (dotted, message)
+        assert why in message, (dotted, message)
     assert len(store.list_runs()) == runs
     client.predict(api_name="/studio_load")
     started = client.predict(run_id, api_name="/run_next_stage")  # a run from elsewhere (tiny agents): refused
